@@ -1,0 +1,72 @@
+//! Errors at the public boundaries. Each says what went wrong and what to do.
+
+use crate::layer::Service;
+use crate::Rank;
+use thiserror::Error;
+
+/// Misuse of the application interface.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ApiError {
+    /// Flow control is holding messages back; retry after an `AppEvent::FlowBlock` with
+    /// `blocked: false` for the same destination.
+    #[error("flow control is blocking {}; wait for the FlowBlock release event and retry", match .dest { None => "casts".to_string(), Some(r) => format!("sends to rank {r}") })]
+    FlowBlocked {
+        /// `None` for casts, the rank for sends.
+        dest: Option<Rank>,
+    },
+    /// The message is larger than the stack accepts.
+    #[error("message of {size} bytes exceeds the stack's maximum of {max} bytes; split it or raise appl.message_size_max")]
+    TooLarge {
+        /// The message size.
+        size: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// A destination rank is not in the view.
+    #[error("rank {rank} is not in the current view of {len} members; use a rank from the latest View event")]
+    NoSuchRank {
+        /// The bad rank.
+        rank: Rank,
+        /// View size.
+        len: usize,
+    },
+    /// The endpoint has left; no further actions are possible.
+    #[error("the endpoint has left the group; join again to send")]
+    Left,
+    /// The stack handle does not name a live stack.
+    #[error("no such stack (it has exited); use the handle from the latest join")]
+    NoSuchStack,
+}
+
+/// A stack specification that cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum StackSpecError {
+    /// An unknown layer name in an explicit layer list.
+    #[error("unknown layer `{0}`; known layers: {1}")]
+    UnknownLayer(String, String),
+    /// An unknown property or preset.
+    #[error("unknown property or preset `{0}`; known: {1}")]
+    UnknownProperty(String, String),
+    /// A layer appears twice.
+    #[error("layer `{0}` appears twice")]
+    Duplicate(&'static str),
+    /// The first layer must be `top` and the last `bottom`.
+    #[error("a stack must start with `top` and end with `bottom` (got `{0}`)")]
+    Ends(String),
+    /// Exactly one `appl` layer is needed.
+    #[error("a stack needs exactly one `appl` layer")]
+    NoAppl,
+    /// A layer's requirement is not met.
+    #[error("layer `{layer}` requires {} {} it, and no layer there provides it", .service.describe(), if *.below { "below" } else { "above" })]
+    Missing {
+        /// The layer whose requirement is unmet.
+        layer: &'static str,
+        /// The missing service.
+        service: Service,
+        /// Whether it was required below (else above).
+        below: bool,
+    },
+    /// Parameters that do not fit together.
+    #[error("inconsistent parameters: {0}")]
+    Params(String),
+}

@@ -1,0 +1,230 @@
+//! Events: intra-stack communication between adjacent layers (thesis §2.1.6). Typed and split by
+//! direction ([`Up`], [`Dn`]); each variant carries exactly the fields it needs, instead of
+//! Ensemble's record of optional fields (STYLE principle 4). Application actions ([`Action`]) and
+//! upcalls ([`AppEvent`]) are separate types again: an action, an event and a header are three
+//! distinct things (thesis §2.3.3).
+
+use crate::view::{RankSet, ViewState};
+use crate::Rank;
+use motet_wire::{Header, HeaderStack, Payload};
+use std::sync::Arc;
+
+/// A message in flight through a stack: typed headers pushed by the layers above plus a zero-copy
+/// payload (thesis §2.1.5).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Msg {
+    /// Headers, in push order (the highest layer's first).
+    pub hdrs: HeaderStack,
+    /// The application bytes.
+    pub payload: Payload,
+}
+
+impl Msg {
+    /// A message with no header yet.
+    pub fn new(payload: Payload) -> Msg {
+        Msg { hdrs: HeaderStack::new(), payload }
+    }
+    /// Pushes this layer's header (on the way down).
+    pub fn push(&mut self, header: impl Into<Header>) {
+        self.hdrs.push(header.into());
+    }
+    /// Pops the header of the layer below's peer (on the way up).
+    pub fn pop(&mut self) -> Option<Header> {
+        self.hdrs.pop()
+    }
+    /// Pops a header that must belong to the layer whose header type is `H`; `None` when the
+    /// stack is empty or the top header is another layer's (the caller drops the message).
+    pub fn pop_as<H: TryFrom<Header>>(&mut self) -> Option<H> {
+        self.hdrs.pop().and_then(|h| H::try_from(h).ok())
+    }
+    /// This message with `header` pushed.
+    pub fn with(mut self, header: impl Into<Header>) -> Msg {
+        self.push(header);
+        self
+    }
+}
+
+/// Per-message quality of service for casts. Room for RMP's delivery levels (unreliable, reliable,
+/// source-ordered, total, K-resilient, majority, safe) in a later issue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Qos {
+    /// Delivered at most once, possibly not at all; never retransmitted nor flow controlled.
+    Unreliable,
+    /// Reliable FIFO (the stack's guarantee).
+    Reliable,
+}
+
+/// What the `stable` layer tells the layers below: per origin rank, how many casts every live
+/// member has received (`stable`) and the most any live member is known to have received (`max`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stability {
+    /// Casts `0..stable[o]` of origin `o` are held by every live member.
+    pub stable: Vec<u64>,
+    /// Some live member holds casts `0..max[o]` of origin `o`.
+    pub max: Vec<u64>,
+}
+
+/// Events travelling down the stack (towards the network).
+#[derive(Clone, Debug)]
+pub enum Dn {
+    /// A multicast to the view.
+    Cast {
+        /// The message.
+        msg: Msg,
+        /// Its guarantee.
+        qos: Qos,
+    },
+    /// A point-to-point message.
+    Send {
+        /// Destination rank.
+        dest: Rank,
+        /// The message.
+        msg: Msg,
+    },
+    /// These members have failed: stop talking to them and drop what they send (thesis Table 2.1
+    /// `Fail`). Emitted by membership layers; with static membership, by the failure detector of the
+    /// driver.
+    Fail(RankSet),
+    /// The `stable` layer asks for the per-origin receive counts (answered by [`Up::NumCasts`]).
+    StableReq,
+    /// A new stability vector (thesis Table 2.2 `Stability`).
+    Stable(Arc<Stability>),
+    /// This endpoint leaves: the stack stops sending.
+    Leave,
+}
+
+/// Events travelling up the stack (towards the application and the membership layers).
+#[derive(Clone, Debug)]
+pub enum Up {
+    /// First event of a stack, injected at the bottom (thesis §2.3.4).
+    Init,
+    /// A multicast received from `origin`.
+    Cast {
+        /// Sender's rank.
+        origin: Rank,
+        /// The message.
+        msg: Msg,
+        /// The guarantee it was sent with.
+        qos: Qos,
+    },
+    /// A point-to-point message received from `origin`.
+    Send {
+        /// Sender's rank.
+        origin: Rank,
+        /// The message.
+        msg: Msg,
+    },
+    /// Per origin, how many casts this member has received in order (thesis Table 2.2 `NumCasts`).
+    NumCasts(Arc<[u64]>),
+    /// Flow control changed: casts (`dest == None`) or sends to `dest` are blocked or released.
+    FlowBlock {
+        /// `None` for casts, `Some(rank)` for sends to `rank`.
+        dest: Option<Rank>,
+        /// Blocked (true) or released (false).
+        blocked: bool,
+    },
+}
+
+/// What the application asks of its endpoint (thesis §2.1.10 "actions").
+#[derive(Clone, Debug)]
+pub enum Action {
+    /// Multicast to the view.
+    Cast(Payload),
+    /// Send to each of these ranks.
+    Send(Vec<Rank>, Payload),
+    /// Leave the group.
+    Leave,
+}
+
+/// What the endpoint tells the application (thesis §2.1.10 "callbacks").
+#[derive(Clone, Debug, PartialEq)]
+pub enum AppEvent {
+    /// A view was installed; `rank` is this endpoint's rank in it.
+    View {
+        /// The view.
+        view: Arc<ViewState>,
+        /// This endpoint's rank.
+        rank: Rank,
+    },
+    /// A multicast.
+    Cast {
+        /// Sender's rank in the current view.
+        origin: Rank,
+        /// The bytes.
+        payload: Payload,
+    },
+    /// A point-to-point message.
+    Send {
+        /// Sender's rank in the current view.
+        origin: Rank,
+        /// The bytes.
+        payload: Payload,
+    },
+    /// The group is about to change view: stop sending until the next view (membership issue).
+    Block,
+    /// Flow control: casts (`dest == None`) or sends to `dest` are blocked or released. While
+    /// blocked, the matching actions fail with [`crate::ApiError::FlowBlocked`].
+    FlowBlock {
+        /// `None` for casts, `Some(rank)` for sends to `rank`.
+        dest: Option<Rank>,
+        /// Blocked (true) or released (false).
+        blocked: bool,
+    },
+    /// The endpoint has left this stack; no more events follow from it.
+    Exit,
+}
+
+macro_rules! reasons {
+    ($($name:ident: $doc:literal),* $(,)?) => {
+        /// Why an input was dropped. Every drop is counted by reason (STYLE principle 6).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+        pub enum DropReason { $(#[doc = $doc] $name,)* }
+        impl DropReason {
+            /// Every reason, in declaration order.
+            pub const ALL: &'static [DropReason] = &[$(DropReason::$name,)*];
+            /// The reason's name.
+            pub fn name(self) -> &'static str {
+                match self { $(DropReason::$name => stringify!($name),)* }
+            }
+        }
+    };
+}
+
+reasons! {
+    Malformed: "the datagram did not decode",
+    UnknownConn: "no stack has this connection id (an old view, another group, or noise)",
+    NotForMe: "a send addressed to another rank, or an origin outside the view",
+    FromFailed: "the origin was marked failed",
+    HeaderMismatch: "a layer popped a header that is not its own",
+    Duplicate: "already delivered",
+    OutOfWindow: "a sequence number too far ahead to buffer",
+    Oversized: "the encoded datagram exceeds the maximum size",
+    FragViolation: "fragments arrived out of the expected order or count",
+    Disabled: "the stack has left or exited",
+    Gossip: "a gossip vector of the wrong length",
+}
+
+macro_rules! counters {
+    ($($name:ident: $doc:literal),* $(,)?) => {
+        /// Protocol activity counters, aggregated per stack (and by the simulator per run).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+        pub enum Counter { $(#[doc = $doc] $name,)* }
+        impl Counter {
+            /// Every counter, in declaration order.
+            pub const ALL: &'static [Counter] = &[$(Counter::$name,)*];
+            /// The counter's name.
+            pub fn name(self) -> &'static str {
+                match self { $(Counter::$name => stringify!($name),)* }
+            }
+        }
+    };
+}
+
+counters! {
+    Retransmit: "messages retransmitted (timer or NAK driven)",
+    NakSent: "negative acknowledgements sent",
+    AckSent: "acknowledgements sent",
+    FlowBlocked: "times a flow-control layer blocked its sender",
+    Gossip: "stability gossip messages sent",
+    Fragmented: "messages split into fragments",
+}

@@ -1,0 +1,234 @@
+//! The layer model (thesis §2.1.8-2.1.9; HvR §2). A layer is a deterministic state machine: state
+//! built from the [`ViewState`](crate::ViewState), a header type (in `motet_wire::hdr`), and
+//! handlers. Handlers never call their neighbours and never touch clocks, sockets, threads or
+//! randomness: they push outputs into an [`Outbox`] and the [`Stack`](crate::Stack) dispatches
+//! them (STYLE principle 2; Ensemble's functional composition, thesis §5.2).
+
+use crate::event::{AppEvent, Counter, DropReason, Dn, Up};
+use crate::time::Instant;
+use crate::Rank;
+use std::collections::VecDeque;
+
+/// A micro-protocol layer.
+pub trait Layer: core::fmt::Debug {
+    /// Handles an event coming from the layer below (or the network, for `bottom`).
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>);
+    /// Handles an event coming from the layer above.
+    fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>);
+    /// Handles an alarm this layer requested with [`Outbox::alarm`] (thesis §2.3.2: timers are
+    /// events). `out.now()` is the current time.
+    fn handle_timer(&mut self, out: &mut Outbox<'_>) {
+        let _ = out;
+    }
+    /// Asserts the layer's internal invariants (called by the simulator after every step).
+    fn check_invariants(&self);
+    /// Messages this layer holds for retransmission or reordering (zero after quiescence).
+    fn buffered(&self) -> usize {
+        0
+    }
+}
+
+/// A service a layer provides to the layers above it, or requires from the layers below.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Service {
+    /// Unreliable datagrams to one rank or the whole view.
+    Transport,
+    /// Reliable FIFO multicast.
+    ReliableCast,
+    /// Reliable FIFO point-to-point.
+    ReliableSend,
+    /// Per-origin receive counts for stability ([`Up::NumCasts`]).
+    CastCounts,
+    /// Stability vectors ([`Dn::Stable`]), so retransmission buffers are freed.
+    Stability,
+    /// Messages larger than a datagram.
+    Fragmentation,
+    /// Multicast flow control with back-pressure.
+    CastFlow,
+    /// Point-to-point flow control with back-pressure.
+    SendFlow,
+    /// A sender delivers its own casts.
+    LocalDelivery,
+    /// The application interface.
+    Application,
+}
+
+impl Service {
+    /// Human name used in errors and `stack explain`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Service::Transport => "unreliable transport",
+            Service::ReliableCast => "reliable FIFO multicast",
+            Service::ReliableSend => "reliable FIFO point-to-point",
+            Service::CastCounts => "per-origin cast counts",
+            Service::Stability => "stability detection",
+            Service::Fragmentation => "fragmentation",
+            Service::CastFlow => "multicast flow control",
+            Service::SendFlow => "point-to-point flow control",
+            Service::LocalDelivery => "local delivery of own casts",
+            Service::Application => "application interface",
+        }
+    }
+}
+
+/// Static description of a layer: what it provides and needs, for stack validation and
+/// `motet stack explain` (STYLE principle 12).
+#[derive(Debug)]
+pub struct LayerSpec {
+    /// The layer's name, as in Ensemble.
+    pub name: &'static str,
+    /// One line: what the layer does.
+    pub summary: &'static str,
+    /// Services offered to the layers above.
+    pub provides: &'static [Service],
+    /// Services that some layer below must provide.
+    pub requires_below: &'static [Service],
+    /// Services that some layer above must provide (e.g. `mnak` frees buffers only on stability).
+    pub requires_above: &'static [Service],
+}
+
+/// An event in a stack's scheduler queue.
+#[derive(Debug)]
+pub(crate) enum Ev {
+    Up(Up),
+    Dn(Dn),
+    Timer,
+}
+
+/// Per-stack statistics: drops by reason and protocol counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    drops: [u64; DropReason::ALL.len()],
+    counters: [u64; Counter::ALL.len()],
+}
+
+impl Stats {
+    /// Drops for `reason`.
+    pub fn drops(&self, reason: DropReason) -> u64 {
+        self.drops[reason as usize]
+    }
+    /// Value of `counter`.
+    pub fn counter(&self, counter: Counter) -> u64 {
+        self.counters[counter as usize]
+    }
+    /// Counts a drop.
+    pub fn drop_one(&mut self, reason: DropReason) {
+        self.drops[reason as usize] += 1;
+    }
+    /// Adds `other` into `self`.
+    pub fn merge(&mut self, other: &Stats) {
+        for (a, b) in self.drops.iter_mut().zip(&other.drops) {
+            *a += b;
+        }
+        for (a, b) in self.counters.iter_mut().zip(&other.counters) {
+            *a += b;
+        }
+    }
+}
+
+/// Where a handler puts what it emits. Outputs are dispatched by the stack after the handler
+/// returns, preserving FIFO order between adjacent layers.
+pub struct Outbox<'a> {
+    pub(crate) now: Instant,
+    pub(crate) rank: Rank,
+    pub(crate) events: &'a mut Vec<Ev>,
+    pub(crate) alarm: &'a mut Option<Instant>,
+    pub(crate) app: &'a mut VecDeque<AppEvent>,
+    pub(crate) stats: &'a mut Stats,
+}
+
+impl Outbox<'_> {
+    /// The current time, as given by the driver.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+    /// This endpoint's rank.
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+    /// Emits an event to the layer above.
+    pub fn up(&mut self, ev: Up) {
+        self.events.push(Ev::Up(ev));
+    }
+    /// Emits an event to the layer below.
+    pub fn dn(&mut self, ev: Dn) {
+        self.events.push(Ev::Dn(ev));
+    }
+    /// Requests a timer event at or after `at` (the earliest request wins until it fires).
+    pub fn alarm(&mut self, at: Instant) {
+        *self.alarm = Some(self.alarm.map_or(at, |current| current.min(at)));
+    }
+    /// Delivers an upcall to the application (only `appl` does this).
+    pub fn deliver(&mut self, ev: AppEvent) {
+        self.app.push_back(ev);
+    }
+    /// Drops the input being handled, counting why.
+    pub fn drop_input(&mut self, reason: DropReason) {
+        self.stats.drop_one(reason);
+    }
+    /// Counts protocol activity.
+    pub fn count(&mut self, counter: Counter) {
+        self.stats.counters[counter as usize] += 1;
+    }
+}
+
+/// A test harness driving one layer alone and recording exactly what it emits (STYLE
+/// principle 14).
+#[cfg(test)]
+pub(crate) mod harness {
+    use super::*;
+
+    /// One recorded output.
+    #[derive(Debug)]
+    pub(crate) enum Out {
+        Up(Up),
+        Dn(Dn),
+    }
+
+    pub(crate) struct Harness<L: Layer> {
+        pub(crate) layer: L,
+        pub(crate) now: Instant,
+        pub(crate) rank: Rank,
+        pub(crate) alarm: Option<Instant>,
+        pub(crate) app: VecDeque<AppEvent>,
+        pub(crate) stats: Stats,
+    }
+
+    impl<L: Layer> Harness<L> {
+        pub(crate) fn new(layer: L, rank: Rank) -> Harness<L> {
+            Harness { layer, now: Instant::ZERO, rank, alarm: None, app: VecDeque::new(), stats: Stats::default() }
+        }
+        fn run(&mut self, f: impl FnOnce(&mut L, &mut Outbox<'_>)) -> Vec<Out> {
+            let mut events = Vec::new();
+            let mut out = Outbox {
+                now: self.now,
+                rank: self.rank,
+                events: &mut events,
+                alarm: &mut self.alarm,
+                app: &mut self.app,
+                stats: &mut self.stats,
+            };
+            f(&mut self.layer, &mut out);
+            self.layer.check_invariants();
+            events
+                .into_iter()
+                .map(|ev| match ev {
+                    Ev::Up(up) => Out::Up(up),
+                    Ev::Dn(dn) => Out::Dn(dn),
+                    Ev::Timer => unreachable!("layers do not emit timer events"),
+                })
+                .collect()
+        }
+        pub(crate) fn up(&mut self, ev: Up) -> Vec<Out> {
+            self.run(|layer, out| layer.handle_up(ev, out))
+        }
+        pub(crate) fn dn(&mut self, ev: Dn) -> Vec<Out> {
+            self.run(|layer, out| layer.handle_dn(ev, out))
+        }
+        pub(crate) fn timer(&mut self, now: Instant) -> Vec<Out> {
+            self.now = now;
+            self.alarm = None;
+            self.run(|layer, out| layer.handle_timer(out))
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! `appl`: the application's representative inside the stack (thesis §2.1.10, §2.3.3).
+//!
+//! Provides: [`Service::Application`]. Requires: nothing. Header: `Data` for application messages,
+//! `NoHdr` for messages of the layers above passing through.
+//!
+//! `appl` is placed mid-stack as in Ensemble: membership and stability layers sit above it and
+//! never see application traffic (thesis Fig 2.3). It turns application [`Action`]s into events
+//! and application messages coming up into [`AppEvent`]s. It enforces back-pressure: while a
+//! flow-control layer below reports `FlowBlock`, the matching actions fail with
+//! [`ApiError::FlowBlocked`] instead of queueing without bound.
+
+use crate::error::ApiError;
+use crate::event::{Action, AppEvent, Dn, DropReason, Msg, Qos, Up};
+use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::view::{RankSet, ViewState};
+use crate::Rank;
+use motet_wire::hdr::appl::Header;
+use std::sync::Arc;
+
+/// `appl` parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Largest application message accepted, in bytes. Default 1 MiB. Larger messages fail with
+    /// [`ApiError::TooLarge`]; send large state in chunks.
+    pub message_size_max: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { message_size_max: 1 << 20 }
+    }
+}
+
+/// Static description.
+pub static SPEC: LayerSpec = LayerSpec {
+    name: "appl",
+    summary: "the application's proxy: actions in, upcalls out, back-pressure enforced",
+    provides: &[Service::Application],
+    requires_below: &[],
+    requires_above: &[],
+};
+
+/// `appl` state.
+#[derive(Debug)]
+pub struct Appl {
+    view: Arc<ViewState>,
+    rank: Rank,
+    message_size_max: usize,
+    left: bool,
+    cast_blocked: bool,
+    send_blocked: RankSet,
+}
+
+impl Appl {
+    /// An `appl` for `view`.
+    pub fn new(config: &Config, view: &Arc<ViewState>, rank: Rank) -> Appl {
+        Appl {
+            view: Arc::clone(view),
+            rank,
+            message_size_max: config.message_size_max,
+            left: false,
+            cast_blocked: false,
+            send_blocked: RankSet::new(),
+        }
+    }
+
+    /// Turns an application action into events. Validation happens before anything is emitted,
+    /// so a failed action has no effect.
+    pub fn handle_action(&mut self, action: Action, out: &mut Outbox<'_>) -> Result<(), ApiError> {
+        if self.left {
+            return Err(ApiError::Left);
+        }
+        match action {
+            Action::Cast(payload) => {
+                self.check_size(payload.len())?;
+                if self.cast_blocked {
+                    return Err(ApiError::FlowBlocked { dest: None });
+                }
+                out.dn(Dn::Cast { msg: Msg::new(payload).with(Header::Data), qos: Qos::Reliable });
+            }
+            Action::Send(dests, payload) => {
+                self.check_size(payload.len())?;
+                for &dest in &dests {
+                    if usize::from(dest) >= self.view.len() {
+                        return Err(ApiError::NoSuchRank { rank: dest, len: self.view.len() });
+                    }
+                    if self.send_blocked.contains(dest) {
+                        return Err(ApiError::FlowBlocked { dest: Some(dest) });
+                    }
+                }
+                for dest in dests {
+                    if dest == self.rank {
+                        // A send to oneself needs no network.
+                        out.deliver(AppEvent::Send { origin: self.rank, payload: payload.clone() });
+                    } else {
+                        out.dn(Dn::Send { dest, msg: Msg::new(payload.clone()).with(Header::Data) });
+                    }
+                }
+            }
+            Action::Leave => {
+                self.left = true;
+                out.dn(Dn::Leave);
+                out.deliver(AppEvent::Exit);
+            }
+        }
+        Ok(())
+    }
+
+    fn check_size(&self, size: usize) -> Result<(), ApiError> {
+        if size > self.message_size_max {
+            return Err(ApiError::TooLarge { size, max: self.message_size_max });
+        }
+        Ok(())
+    }
+}
+
+impl Layer for Appl {
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+        match ev {
+            Up::Init => {
+                out.deliver(AppEvent::View { view: Arc::clone(&self.view), rank: self.rank });
+                out.up(Up::Init);
+            }
+            Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
+                Some(Header::Data) if self.left => out.drop_input(DropReason::Disabled),
+                Some(Header::Data) => out.deliver(AppEvent::Cast { origin, payload: msg.payload }),
+                Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
+                None => out.drop_input(DropReason::HeaderMismatch),
+            },
+            Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
+                Some(Header::Data) if self.left => out.drop_input(DropReason::Disabled),
+                Some(Header::Data) => out.deliver(AppEvent::Send { origin, payload: msg.payload }),
+                Some(Header::NoHdr) => out.up(Up::Send { origin, msg }),
+                None => out.drop_input(DropReason::HeaderMismatch),
+            },
+            Up::FlowBlock { dest, blocked } => {
+                match dest {
+                    None => self.cast_blocked = blocked,
+                    Some(rank) if blocked => self.send_blocked.insert(rank),
+                    Some(rank) => self.send_blocked = self.send_blocked.iter().filter(|&r| r != rank).collect(),
+                }
+                out.deliver(AppEvent::FlowBlock { dest, blocked });
+            }
+            other => out.up(other),
+        }
+    }
+
+    fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        match ev {
+            Dn::Cast { msg, qos } => out.dn(Dn::Cast { msg: msg.with(Header::NoHdr), qos }),
+            Dn::Send { dest, msg } => out.dn(Dn::Send { dest, msg: msg.with(Header::NoHdr) }),
+            other => out.dn(other),
+        }
+    }
+
+    fn check_invariants(&self) {
+        assert!(usize::from(self.rank) < self.view.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::harness::{Harness, Out};
+
+    #[test]
+    fn actions_are_validated_before_anything_is_emitted() {
+        let view = crate::testing::view(3);
+        let mut h = Harness::new(Appl::new(&Config { message_size_max: 4 }, &view, 0), 0);
+        let run = |h: &mut Harness<Appl>, action| {
+            let mut events = Vec::new();
+            let mut out = Outbox {
+                now: h.now,
+                rank: 0,
+                events: &mut events,
+                alarm: &mut h.alarm,
+                app: &mut h.app,
+                stats: &mut h.stats,
+            };
+            let result = h.layer.handle_action(action, &mut out);
+            (result, events.len())
+        };
+        assert_eq!(run(&mut h, Action::Cast(b"12345".as_slice().into())).0, Err(ApiError::TooLarge { size: 5, max: 4 }));
+        let (result, emitted) = run(&mut h, Action::Send(vec![1, 7], b"x".as_slice().into()));
+        assert_eq!((result, emitted), (Err(ApiError::NoSuchRank { rank: 7, len: 3 }), 0));
+        h.up(Up::FlowBlock { dest: None, blocked: true });
+        assert_eq!(run(&mut h, Action::Cast(b"x".as_slice().into())).0, Err(ApiError::FlowBlocked { dest: None }));
+        h.up(Up::FlowBlock { dest: None, blocked: false });
+        assert_eq!(run(&mut h, Action::Cast(b"x".as_slice().into())), (Ok(()), 1));
+        // A send to oneself is delivered locally.
+        h.app.clear();
+        assert_eq!(run(&mut h, Action::Send(vec![0], b"me".as_slice().into())), (Ok(()), 0));
+        assert!(matches!(h.app.pop_front(), Some(AppEvent::Send { origin: 0, .. })));
+        assert_eq!(run(&mut h, Action::Leave), (Ok(()), 1));
+        assert_eq!(run(&mut h, Action::Leave).0, Err(ApiError::Left));
+        let _ = Out::Up(Up::Init);
+    }
+}

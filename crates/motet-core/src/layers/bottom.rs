@@ -1,0 +1,95 @@
+//! `bottom`: the bottom-most layer (thesis §5.6 p.88, Figs 5.1 and 5.3; SOSP §4.1.3).
+//!
+//! Provides: [`Service::Transport`] (unreliable casts and sends). Requires: nothing.
+//! Header: `NoHdr` only. Keeps the set of failed ranks and drops everything they send, giving the
+//! layers above "the illusion that failed endpoints have really failed (they are not heard from
+//! again)". After `Leave` it neither sends nor receives.
+
+use crate::event::{Dn, DropReason, Up};
+use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::view::{RankSet, ViewState};
+use crate::Rank;
+use motet_wire::hdr::bottom::Header;
+
+/// `bottom` has no parameters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {}
+
+/// Static description.
+pub static SPEC: LayerSpec = LayerSpec {
+    name: "bottom",
+    summary: "unreliable transport; drops messages from failed members",
+    provides: &[Service::Transport],
+    requires_below: &[],
+    requires_above: &[],
+};
+
+/// `bottom` state.
+#[derive(Debug)]
+pub struct Bottom {
+    failed: RankSet,
+    enabled: bool,
+}
+
+impl Bottom {
+    /// A `bottom` for `view`.
+    pub fn new(_config: &Config, _view: &ViewState, _rank: Rank) -> Bottom {
+        Bottom { failed: RankSet::new(), enabled: true }
+    }
+}
+
+impl Layer for Bottom {
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+        match ev {
+            Up::Cast { origin, .. } | Up::Send { origin, .. } if !self.enabled || self.failed.contains(origin) => {
+                out.drop_input(if self.enabled { DropReason::FromFailed } else { DropReason::Disabled });
+            }
+            Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
+                Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
+                None => out.drop_input(DropReason::HeaderMismatch),
+            },
+            Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
+                Some(Header::NoHdr) => out.up(Up::Send { origin, msg }),
+                None => out.drop_input(DropReason::HeaderMismatch),
+            },
+            other => out.up(other),
+        }
+    }
+
+    fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        match ev {
+            Dn::Cast { msg, qos } if self.enabled => out.dn(Dn::Cast { msg: msg.with(Header::NoHdr), qos }),
+            Dn::Send { dest, msg } if self.enabled => out.dn(Dn::Send { dest, msg: msg.with(Header::NoHdr) }),
+            Dn::Cast { .. } | Dn::Send { .. } => out.drop_input(DropReason::Disabled),
+            Dn::Fail(ranks) => self.failed.union_with(&ranks),
+            Dn::Leave => self.enabled = false,
+            // Nothing lies below: stability events end here.
+            Dn::StableReq | Dn::Stable(_) => {}
+        }
+    }
+
+    fn check_invariants(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Msg, Qos};
+    use crate::layer::harness::{Harness, Out};
+
+    #[test]
+    fn drops_messages_from_failed_members() {
+        let view = crate::testing::view(3);
+        let mut h = Harness::new(Bottom::new(&Config {}, &view, 0), 0);
+        let msg = Msg::default().with(Header::NoHdr);
+        let out = h.up(Up::Cast { origin: 2, msg: msg.clone(), qos: Qos::Unreliable });
+        assert!(matches!(&out[..], [Out::Up(Up::Cast { origin: 2, .. })]));
+        h.dn(Dn::Fail([2].into_iter().collect()));
+        assert!(h.up(Up::Cast { origin: 2, msg: msg.clone(), qos: Qos::Unreliable }).is_empty());
+        assert_eq!(h.stats.drops(DropReason::FromFailed), 1);
+        // A header of another layer is a mismatch, not a panic.
+        let foreign = Msg::default().with(motet_wire::hdr::local::Header::NoHdr);
+        assert!(h.up(Up::Send { origin: 1, msg: foreign }).is_empty());
+        assert_eq!(h.stats.drops(DropReason::HeaderMismatch), 1);
+    }
+}

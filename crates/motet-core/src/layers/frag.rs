@@ -1,0 +1,217 @@
+//! `frag`: fragmentation and reassembly of messages larger than a datagram (thesis Fig 2.3, §5.6;
+//! Ensemble `frag`).
+//!
+//! Provides: [`Service::Fragmentation`]. Requires below: [`Service::ReliableCast`] and
+//! [`Service::ReliableSend`], because reassembly relies on fragments of one origin arriving once
+//! and in order. Header: `Whole` (the common case, one byte before compression) or
+//! `Part { index, count }`. The headers of the layers above travel on the first fragment only.
+//! Unreliable casts are never fragmented.
+
+use crate::event::{Counter, Dn, DropReason, Msg, Up};
+use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::view::ViewState;
+use crate::Rank;
+use motet_wire::hdr::frag::Header;
+use motet_wire::{HeaderStack, Payload};
+
+/// `frag` parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Largest payload carried by one datagram, in bytes; larger messages are split. Default 1024,
+    /// which with headers keeps datagrams under a 1500-byte Ethernet MTU.
+    pub frag_size: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { frag_size: 1024 }
+    }
+}
+
+/// Static description.
+pub static SPEC: LayerSpec = LayerSpec {
+    name: "frag",
+    summary: "splits messages larger than frag_size and reassembles them",
+    provides: &[Service::Fragmentation],
+    requires_below: &[Service::ReliableCast, Service::ReliableSend],
+    requires_above: &[],
+};
+
+/// A message being reassembled.
+#[derive(Debug)]
+struct Partial {
+    hdrs: HeaderStack,
+    payload: Payload,
+    next: u32,
+    count: u32,
+}
+
+/// `frag` state.
+#[derive(Debug)]
+pub struct Frag {
+    frag_size: usize,
+    count_max: u32,
+    /// Per origin rank: the cast being reassembled.
+    casts: Vec<Option<Partial>>,
+    /// Per origin rank: the send being reassembled.
+    sends: Vec<Option<Partial>>,
+}
+
+impl Frag {
+    /// A `frag` for `view`.
+    pub fn new(config: &Config, view: &ViewState, _rank: Rank) -> Frag {
+        let fragments = view.params.appl.message_size_max.div_ceil(config.frag_size.max(1)).max(2);
+        Frag {
+            frag_size: config.frag_size.max(1),
+            count_max: u32::try_from(fragments).unwrap_or(u32::MAX),
+            casts: (0..view.len()).map(|_| None).collect(),
+            sends: (0..view.len()).map(|_| None).collect(),
+        }
+    }
+
+    /// Splits `msg` into fragments and hands each to `emit`.
+    fn split(&self, msg: Msg, out: &mut Outbox<'_>, mut emit: impl FnMut(Msg, &mut Outbox<'_>)) {
+        if msg.payload.len() <= self.frag_size {
+            emit(msg.with(Header::Whole), out);
+            return;
+        }
+        out.count(Counter::Fragmented);
+        let len = msg.payload.len();
+        let count = len.div_ceil(self.frag_size) as u32;
+        let mut hdrs = Some(msg.hdrs);
+        for index in 0..count {
+            let start = index as usize * self.frag_size;
+            let part = msg.payload.slice(start, self.frag_size.min(len - start));
+            let fragment = Msg { hdrs: hdrs.take().unwrap_or_default(), payload: part };
+            emit(fragment.with(Header::Part { index, count }), out);
+        }
+    }
+
+    /// Adds a fragment; returns the whole message when it is complete.
+    fn reassemble(slot: &mut Option<Partial>, count_max: u32, index: u32, count: u32, msg: Msg, out: &mut Outbox<'_>) -> Option<Msg> {
+        if count < 2 || count > count_max || index >= count {
+            out.drop_input(DropReason::FragViolation);
+            return None;
+        }
+        if index == 0 {
+            if slot.is_some() {
+                out.drop_input(DropReason::FragViolation);
+            }
+            *slot = Some(Partial { hdrs: msg.hdrs, payload: msg.payload, next: 1, count });
+            return None;
+        }
+        match slot {
+            Some(partial) if partial.next == index && partial.count == count => {
+                partial.payload.append(msg.payload);
+                partial.next += 1;
+                if partial.next < count {
+                    return None;
+                }
+                let partial = slot.take().expect("checked above");
+                Some(Msg { hdrs: partial.hdrs, payload: partial.payload })
+            }
+            _ => {
+                *slot = None;
+                out.drop_input(DropReason::FragViolation);
+                None
+            }
+        }
+    }
+}
+
+impl Layer for Frag {
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+        match ev {
+            Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
+                Some(Header::Whole) => out.up(Up::Cast { origin, msg, qos }),
+                Some(Header::Part { index, count }) => {
+                    let slot = &mut self.casts[usize::from(origin)];
+                    if let Some(msg) = Frag::reassemble(slot, self.count_max, index, count, msg, out) {
+                        out.up(Up::Cast { origin, msg, qos });
+                    }
+                }
+                None => out.drop_input(DropReason::HeaderMismatch),
+            },
+            Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
+                Some(Header::Whole) => out.up(Up::Send { origin, msg }),
+                Some(Header::Part { index, count }) => {
+                    let slot = &mut self.sends[usize::from(origin)];
+                    if let Some(msg) = Frag::reassemble(slot, self.count_max, index, count, msg, out) {
+                        out.up(Up::Send { origin, msg });
+                    }
+                }
+                None => out.drop_input(DropReason::HeaderMismatch),
+            },
+            other => out.up(other),
+        }
+    }
+
+    fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        match ev {
+            Dn::Cast { msg, qos: qos @ crate::event::Qos::Unreliable } => out.dn(Dn::Cast { msg: msg.with(Header::Whole), qos }),
+            Dn::Cast { msg, qos } => self.split(msg, out, |msg, out| out.dn(Dn::Cast { msg, qos })),
+            Dn::Send { dest, msg } => self.split(msg, out, |msg, out| out.dn(Dn::Send { dest, msg })),
+            Dn::Fail(ranks) => {
+                let n = self.casts.len();
+                for rank in ranks.iter().filter(|&r| usize::from(r) < n) {
+                    self.casts[usize::from(rank)] = None;
+                    self.sends[usize::from(rank)] = None;
+                }
+                out.dn(Dn::Fail(ranks));
+            }
+            other => out.dn(other),
+        }
+    }
+
+    fn check_invariants(&self) {
+        for partial in self.casts.iter().chain(&self.sends).flatten() {
+            assert!(partial.next >= 1 && partial.next < partial.count && partial.count <= self.count_max);
+        }
+    }
+
+    fn buffered(&self) -> usize {
+        self.casts.iter().chain(&self.sends).flatten().map(|p| p.next as usize).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Qos;
+    use crate::layer::harness::{Harness, Out};
+
+    #[test]
+    fn large_casts_are_split_and_reassembled_without_copy() {
+        let view = crate::testing::view(2);
+        let mut sender = Harness::new(Frag::new(&Config { frag_size: 4 }, &view, 0), 0);
+        let mut receiver = Harness::new(Frag::new(&Config { frag_size: 4 }, &view, 1), 1);
+        let mut msg = Msg::new(b"0123456789".as_slice().into());
+        msg.push(motet_wire::hdr::appl::Header::Data);
+        let fragments = sender.dn(Dn::Cast { msg, qos: Qos::Reliable });
+        assert_eq!(fragments.len(), 3);
+        let mut delivered = Vec::new();
+        for fragment in fragments {
+            let Out::Dn(Dn::Cast { msg, .. }) = fragment else { panic!() };
+            delivered.extend(receiver.up(Up::Cast { origin: 0, msg, qos: Qos::Reliable }));
+        }
+        match &delivered[..] {
+            [Out::Up(Up::Cast { msg, .. })] => {
+                assert_eq!(&msg.payload.to_bytes()[..], b"0123456789");
+                assert_eq!(msg.hdrs.len(), 1, "the headers from above arrive once");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(receiver.layer.buffered(), 0);
+    }
+
+    #[test]
+    fn out_of_order_fragments_are_dropped_and_counted() {
+        let view = crate::testing::view(2);
+        let mut h = Harness::new(Frag::new(&Config { frag_size: 4 }, &view, 1), 1);
+        let part = |index, count| Msg::default().with(Header::Part { index, count });
+        assert!(h.up(Up::Send { origin: 0, msg: part(1, 3) }).is_empty());
+        assert!(h.up(Up::Send { origin: 0, msg: part(0, 1) }).is_empty());
+        assert!(h.up(Up::Send { origin: 0, msg: part(0, u32::MAX) }).is_empty());
+        assert_eq!(h.stats.drops(DropReason::FragViolation), 3);
+    }
+}

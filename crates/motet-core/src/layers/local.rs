@@ -1,0 +1,90 @@
+//! `local`: a sender delivers its own casts (SOSP Table 2b, the 10-layer stack; Ensemble `local`).
+//!
+//! Provides: [`Service::LocalDelivery`]. Requires: nothing (a cast from below never comes back to
+//! its sender, so the loop-back copy is the only one). Header: `NoHdr`.
+//! A cast going down is passed down and a copy goes straight back up, so the sender delivers its
+//! own casts in the order it sent them, without a network round trip.
+
+use crate::event::{Dn, DropReason, Up};
+use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::view::ViewState;
+use crate::Rank;
+use motet_wire::hdr::local::Header;
+
+/// `local` has no parameters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {}
+
+/// Static description.
+pub static SPEC: LayerSpec = LayerSpec {
+    name: "local",
+    summary: "loops each cast back to its sender",
+    provides: &[Service::LocalDelivery],
+    requires_below: &[],
+    requires_above: &[],
+};
+
+/// `local` state.
+#[derive(Debug)]
+pub struct Local {
+    rank: Rank,
+    looped: u64,
+}
+
+impl Local {
+    /// A `local` for `view`.
+    pub fn new(_config: &Config, _view: &ViewState, rank: Rank) -> Local {
+        Local { rank, looped: 0 }
+    }
+}
+
+impl Layer for Local {
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+        match ev {
+            Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
+                Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
+                None => out.drop_input(DropReason::HeaderMismatch),
+            },
+            Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
+                Some(Header::NoHdr) => out.up(Up::Send { origin, msg }),
+                None => out.drop_input(DropReason::HeaderMismatch),
+            },
+            other => out.up(other),
+        }
+    }
+
+    fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        match ev {
+            Dn::Cast { msg, qos } => {
+                self.looped += 1;
+                out.up(Up::Cast { origin: self.rank, msg: msg.clone(), qos });
+                out.dn(Dn::Cast { msg: msg.with(Header::NoHdr), qos });
+            }
+            Dn::Send { dest, msg } => out.dn(Dn::Send { dest, msg: msg.with(Header::NoHdr) }),
+            other => out.dn(other),
+        }
+    }
+
+    fn check_invariants(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Msg, Qos};
+    use crate::layer::harness::{Harness, Out};
+
+    #[test]
+    fn cast_is_sent_and_looped_back() {
+        let view = crate::testing::view(2);
+        let mut h = Harness::new(Local::new(&Config {}, &view, 1), 1);
+        let out = h.dn(Dn::Cast { msg: Msg::new(b"x".as_slice().into()), qos: Qos::Reliable });
+        match &out[..] {
+            [Out::Up(Up::Cast { origin: 1, msg: up, .. }), Out::Dn(Dn::Cast { msg: dn, .. })] => {
+                assert!(up.hdrs.is_empty());
+                assert_eq!(dn.hdrs.len(), 1);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! `mflow`: credit flow control for multicasts (thesis Fig 2.3; SOSP Table 2b).
+//!
+//! Provides: [`Service::CastFlow`]. Requires below: [`Service::ReliableCast`] (it counts casts
+//! delivered in order) and [`Service::ReliableSend`] (credit goes back point-to-point). Header:
+//! `NoHdr` on casts, `Credit { count }` on feedback. A sender may be at most `window` casts ahead
+//! of its slowest live receiver; beyond that casts queue (bounded) and `FlowBlock { dest: None }`
+//! goes up. Unreliable casts (gossip) are not flow controlled.
+
+use super::flow::{Consumer, Offer, Window};
+use crate::event::{Counter, Dn, DropReason, Msg, Qos, Up};
+use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::view::{RankSet, ViewState};
+use crate::Rank;
+use motet_wire::hdr::mflow::Header;
+
+/// `mflow` parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Casts (fragments) a sender may be ahead of its slowest live receiver. Default 64.
+    pub window: u64,
+    /// Casts queued while blocked. Default 2048; must hold the fragments of the largest message.
+    pub pending_max: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { window: 64, pending_max: 2048 }
+    }
+}
+
+/// Static description.
+pub static SPEC: LayerSpec = LayerSpec {
+    name: "mflow",
+    summary: "multicast credit flow control with back-pressure",
+    provides: &[Service::CastFlow],
+    requires_below: &[Service::ReliableCast, Service::ReliableSend],
+    requires_above: &[],
+};
+
+/// `mflow` state.
+#[derive(Debug)]
+pub struct Mflow {
+    config: Config,
+    rank: Rank,
+    failed: RankSet,
+    window: Window,
+    /// Per receiver: how many of our casts it reported consumed.
+    credit: Vec<u64>,
+    /// Per origin: how many of its casts we consumed.
+    consumers: Vec<Consumer>,
+}
+
+impl Mflow {
+    /// An `mflow` for `view`.
+    pub fn new(config: &Config, view: &ViewState, rank: Rank) -> Mflow {
+        Mflow {
+            config: config.clone(),
+            rank,
+            failed: RankSet::new(),
+            window: Window::default(),
+            credit: vec![0; view.len()],
+            consumers: vec![Consumer::default(); view.len()],
+        }
+    }
+
+    /// What the slowest live receiver consumed (everything we sent, if we are alone).
+    fn consumed(&self) -> u64 {
+        let live = (0..self.credit.len() as Rank).filter(|&r| r != self.rank && !self.failed.contains(r));
+        live.map(|r| self.credit[usize::from(r)]).min().unwrap_or(self.window.sent)
+    }
+
+    fn release(&mut self, out: &mut Outbox<'_>) {
+        let consumed = self.consumed();
+        if self.window.release(consumed, self.config.window, |msg| out.dn(Dn::Cast { msg, qos: Qos::Reliable })) {
+            out.up(Up::FlowBlock { dest: None, blocked: false });
+        }
+    }
+}
+
+impl Layer for Mflow {
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+        match ev {
+            Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
+                Some(Header::NoHdr) => {
+                    if qos == Qos::Reliable {
+                        if let Some(count) = self.consumers[usize::from(origin)].consume(self.config.window) {
+                            out.count(Counter::AckSent);
+                            out.dn(Dn::Send { dest: origin, msg: Msg::default().with(Header::Credit { count }) });
+                        }
+                    }
+                    out.up(Up::Cast { origin, msg, qos });
+                }
+                _ => out.drop_input(DropReason::HeaderMismatch),
+            },
+            Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
+                Some(Header::NoHdr) => out.up(Up::Send { origin, msg }),
+                Some(Header::Credit { count }) => {
+                    let o = usize::from(origin);
+                    self.credit[o] = self.credit[o].max(count.min(self.window.sent));
+                    self.release(out);
+                }
+                None => out.drop_input(DropReason::HeaderMismatch),
+            },
+            other => out.up(other),
+        }
+    }
+
+    fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        match ev {
+            Dn::Cast { msg, qos: Qos::Reliable } => {
+                let consumed = self.consumed();
+                match self.window.offer(msg.with(Header::NoHdr), consumed, self.config.window, self.config.pending_max) {
+                    Offer::Send(msg) => out.dn(Dn::Cast { msg, qos: Qos::Reliable }),
+                    Offer::Blocked => {
+                        out.count(Counter::FlowBlocked);
+                        out.up(Up::FlowBlock { dest: None, blocked: true });
+                    }
+                    Offer::Queued => {}
+                }
+            }
+            Dn::Cast { msg, qos } => out.dn(Dn::Cast { msg: msg.with(Header::NoHdr), qos }),
+            Dn::Send { dest, msg } => out.dn(Dn::Send { dest, msg: msg.with(Header::NoHdr) }),
+            Dn::Fail(ranks) => {
+                self.failed.union_with(&ranks);
+                self.release(out);
+                out.dn(Dn::Fail(ranks));
+            }
+            other => out.dn(other),
+        }
+    }
+
+    fn check_invariants(&self) {
+        self.window.check(self.consumed(), self.config.window, self.config.pending_max);
+        assert_eq!(self.credit.len(), self.consumers.len());
+    }
+
+    fn buffered(&self) -> usize {
+        self.window.pending()
+    }
+}

@@ -1,0 +1,302 @@
+//! `mnak`: reliable FIFO multicast by negative acknowledgements (thesis §5.6 pp.87-88, Figs 5.2
+//! and 5.4).
+//!
+//! Provides: [`Service::ReliableCast`] and [`Service::CastCounts`]. Requires below:
+//! [`Service::Transport`]; above: [`Service::Stability`], which frees the buffers and reveals lost
+//! tails. Header: `Data { seqno }` on casts, `Unrel` on unreliable casts, `Nak { origin, lo, hi }`
+//! (inclusive), `Retrans { origin, seqno }`, and `NoHdr` on sends, which pass untouched.
+//!
+//! Every member keeps every cast it has delivered, from every origin, until the `stable` layer
+//! reports it held by all live members, so any member can repair any other. A receiver that sees a
+//! gap buffers what is ahead (at most `recv_window_max`) and NAKs the origin once; if the origin
+//! has failed the NAK is cast to the view and whoever holds the messages answers. The fast path is
+//! Fig 5.2: a cast with the next expected seqno is stored and passed up. A periodic sweep, armed
+//! only while a gap is open, re-NAKs. Stability gossip also carries the most any member holds, so
+//! a lost *last* cast (which no later cast reveals) is NAKed too.
+
+use crate::event::{Counter, Dn, DropReason, Msg, Qos, Stability, Up};
+use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::time::Duration;
+use crate::view::{RankSet, ViewState};
+use crate::Rank;
+use motet_wire::hdr::mnak::Header;
+use motet_wire::Seqno;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+/// `mnak` parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Period of the re-NAK sweep while a gap is open. Default 50 ms.
+    pub sweep_interval: Duration,
+    /// Casts buffered ahead of a gap, per origin; further-ahead ones are dropped. Default 4096.
+    pub recv_window_max: u64,
+    /// Casts retransmitted in answer to one NAK. Default 256.
+    pub retransmit_max: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { sweep_interval: Duration::from_millis(50), recv_window_max: 4096, retransmit_max: 256 }
+    }
+}
+
+/// Static description.
+pub static SPEC: LayerSpec = LayerSpec {
+    name: "mnak",
+    summary: "reliable FIFO multicast: sequence numbers, NAKs, retransmission by any holder",
+    provides: &[Service::ReliableCast, Service::CastCounts],
+    requires_below: &[Service::Transport],
+    requires_above: &[Service::Stability],
+};
+
+/// What this member knows of one origin's casts.
+#[derive(Debug, Default)]
+struct Origin {
+    /// Seqno of `buf[0]`: casts below it are stable and freed.
+    buf_lo: Seqno,
+    /// Delivered casts `buf_lo..received`, kept for retransmission (with the headers from above).
+    buf: VecDeque<Msg>,
+    /// Next seqno expected (= casts delivered in order).
+    received: Seqno,
+    /// Casts received ahead of a gap.
+    ooo: BTreeMap<Seqno, Msg>,
+    /// Everything below this was received or already NAKed.
+    naked_upto: Seqno,
+    /// Some live member holds casts below this (from stability gossip).
+    max_known: Seqno,
+}
+
+impl Origin {
+    /// The open gap `received..=hi`, if any.
+    fn gap(&self) -> Option<(Seqno, Seqno)> {
+        let end = match self.ooo.first_key_value() {
+            Some((&first, _)) => first,
+            None => self.max_known,
+        };
+        (end > self.received).then(|| (self.received, end - 1))
+    }
+}
+
+/// `mnak` state.
+#[derive(Debug)]
+pub struct Mnak {
+    config: Config,
+    rank: Rank,
+    failed: RankSet,
+    origins: Vec<Origin>,
+}
+
+impl Mnak {
+    /// An `mnak` for `view`.
+    pub fn new(config: &Config, view: &ViewState, rank: Rank) -> Mnak {
+        Mnak { config: config.clone(), rank, failed: RankSet::new(), origins: (0..view.len()).map(|_| Origin::default()).collect() }
+    }
+
+    /// NAKs `lo..=hi` of `origin`: to the origin while it lives, else to the whole view.
+    fn nak(&self, origin: Rank, lo: Seqno, hi: Seqno, out: &mut Outbox<'_>) {
+        out.count(Counter::NakSent);
+        let msg = Msg::default().with(Header::Nak { origin, lo, hi });
+        if self.failed.contains(origin) {
+            out.dn(Dn::Cast { msg, qos: Qos::Unreliable });
+        } else {
+            out.dn(Dn::Send { dest: origin, msg });
+        }
+        out.alarm(out.now() + self.config.sweep_interval);
+    }
+
+    /// Answers a NAK from `to` with what this member holds of `origin`'s `lo..=hi`.
+    fn answer(&self, origin: Rank, lo: Seqno, hi: Seqno, to: Rank, out: &mut Outbox<'_>) {
+        let Some(o) = self.origins.get(usize::from(origin)) else {
+            out.drop_input(DropReason::NotForMe);
+            return;
+        };
+        if to == self.rank {
+            return;
+        }
+        let lo = lo.max(o.buf_lo);
+        let end = hi.saturating_add(1).min(o.received);
+        for seqno in (lo..end).take(self.config.retransmit_max) {
+            let msg = o.buf[(seqno - o.buf_lo) as usize].clone().with(Header::Retrans { origin, seqno });
+            out.count(Counter::Retransmit);
+            out.dn(Dn::Send { dest: to, msg });
+        }
+    }
+
+    /// Receives cast `seqno` of `origin` (first transmission or retransmission).
+    fn recv_cast(&mut self, origin: Rank, seqno: Seqno, msg: Msg, out: &mut Outbox<'_>) {
+        let window = self.config.recv_window_max;
+        let o = &mut self.origins[usize::from(origin)];
+        if seqno < o.received || o.ooo.contains_key(&seqno) {
+            out.drop_input(DropReason::Duplicate);
+            return;
+        }
+        if seqno == o.received {
+            // Fig 5.2 fast path: store for retransmission and pass up.
+            o.buf.push_back(msg.clone());
+            o.received += 1;
+            out.up(Up::Cast { origin, msg, qos: Qos::Reliable });
+            while let Some(next) = o.ooo.remove(&o.received) {
+                o.buf.push_back(next.clone());
+                o.received += 1;
+                out.up(Up::Cast { origin, msg: next, qos: Qos::Reliable });
+            }
+            return;
+        }
+        if seqno - o.received > window {
+            out.drop_input(DropReason::OutOfWindow);
+            return;
+        }
+        o.ooo.insert(seqno, msg);
+        o.max_known = o.max_known.max(seqno + 1);
+        let lo = o.received.max(o.naked_upto);
+        o.naked_upto = o.naked_upto.max(seqno + 1);
+        if lo < seqno {
+            self.nak(origin, lo, seqno - 1, out);
+        }
+    }
+
+    fn stable(&mut self, stability: &Stability, out: &mut Outbox<'_>) {
+        assert_eq!(stability.stable.len(), self.origins.len(), "stability vector of the view's size");
+        for (rank, o) in self.origins.iter_mut().enumerate() {
+            let stable = stability.stable[rank].min(o.received);
+            while o.buf_lo < stable {
+                o.buf.pop_front();
+                o.buf_lo += 1;
+            }
+            o.max_known = o.max_known.max(stability.max[rank]);
+        }
+        for origin in 0..self.origins.len() as Rank {
+            let o = &self.origins[usize::from(origin)];
+            if let Some((lo, hi)) = o.gap() {
+                if hi >= o.naked_upto {
+                    let lo = lo.max(o.naked_upto);
+                    self.origins[usize::from(origin)].naked_upto = hi + 1;
+                    self.nak(origin, lo, hi, out);
+                }
+            }
+        }
+    }
+}
+
+impl Layer for Mnak {
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+        match ev {
+            Up::Cast { origin, mut msg, .. } => match msg.pop_as::<Header>() {
+                Some(Header::Data { seqno }) => self.recv_cast(origin, seqno, msg, out),
+                Some(Header::Unrel) => out.up(Up::Cast { origin, msg, qos: Qos::Unreliable }),
+                Some(Header::Nak { origin: whose, lo, hi }) => self.answer(whose, lo, hi, origin, out),
+                _ => out.drop_input(DropReason::HeaderMismatch),
+            },
+            Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
+                Some(Header::NoHdr) => out.up(Up::Send { origin, msg }),
+                Some(Header::Nak { origin: whose, lo, hi }) => self.answer(whose, lo, hi, origin, out),
+                Some(Header::Retrans { origin: whose, seqno }) => {
+                    if usize::from(whose) >= self.origins.len() || whose == self.rank {
+                        out.drop_input(DropReason::NotForMe);
+                    } else {
+                        self.recv_cast(whose, seqno, msg, out);
+                    }
+                }
+                _ => out.drop_input(DropReason::HeaderMismatch),
+            },
+            other => out.up(other),
+        }
+    }
+
+    fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        match ev {
+            Dn::Cast { msg, qos: Qos::Reliable } => {
+                let o = &mut self.origins[usize::from(self.rank)];
+                let seqno = o.received;
+                o.buf.push_back(msg.clone());
+                o.received += 1;
+                out.dn(Dn::Cast { msg: msg.with(Header::Data { seqno }), qos: Qos::Reliable });
+            }
+            Dn::Cast { msg, qos: Qos::Unreliable } => out.dn(Dn::Cast { msg: msg.with(Header::Unrel), qos: Qos::Unreliable }),
+            Dn::Send { dest, msg } => out.dn(Dn::Send { dest, msg: msg.with(Header::NoHdr) }),
+            Dn::StableReq => {
+                let counts: Arc<[u64]> = self.origins.iter().map(|o| o.received).collect();
+                out.up(Up::NumCasts(counts));
+            }
+            Dn::Stable(stability) => self.stable(&stability, out),
+            Dn::Fail(ranks) => {
+                self.failed.union_with(&ranks);
+                out.dn(Dn::Fail(ranks));
+            }
+            Dn::Leave => out.dn(Dn::Leave),
+        }
+    }
+
+    fn handle_timer(&mut self, out: &mut Outbox<'_>) {
+        for origin in 0..self.origins.len() as Rank {
+            if origin == self.rank {
+                continue;
+            }
+            if let Some((lo, hi)) = self.origins[usize::from(origin)].gap() {
+                self.nak(origin, lo, hi, out);
+            }
+        }
+    }
+
+    fn check_invariants(&self) {
+        for o in &self.origins {
+            assert_eq!(o.buf_lo + o.buf.len() as Seqno, o.received, "buffer covers buf_lo..received");
+            assert!(o.naked_upto <= o.received.max(o.naked_upto));
+            assert!(o.ooo.keys().all(|&s| s > o.received));
+        }
+    }
+
+    fn buffered(&self) -> usize {
+        self.origins.iter().map(|o| o.buf.len() + o.ooo.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::harness::{Harness, Out};
+
+    fn data(seqno: Seqno) -> Msg {
+        Msg::new(vec![seqno as u8].into()).with(Header::Data { seqno })
+    }
+
+    #[test]
+    fn gap_from_failed_origin_is_naked_to_the_view_and_answered_by_any_holder() {
+        let view = crate::testing::view(3);
+        let mut holder = Harness::new(Mnak::new(&Config::default(), &view, 1), 1);
+        let mut lagger = Harness::new(Mnak::new(&Config::default(), &view, 2), 2);
+        holder.up(Up::Cast { origin: 0, msg: data(0), qos: Qos::Unreliable });
+        holder.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Unreliable });
+        lagger.dn(Dn::Fail([0].into_iter().collect()));
+        let out = lagger.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Unreliable });
+        let nak = match &out[..] {
+            [Out::Dn(Dn::Cast { msg, qos: Qos::Unreliable })] => msg.clone(),
+            other => panic!("{other:?}"),
+        };
+        let out = holder.up(Up::Cast { origin: 2, msg: nak, qos: Qos::Unreliable });
+        let retrans = match &out[..] {
+            [Out::Dn(Dn::Send { dest: 2, msg })] => msg.clone(),
+            other => panic!("{other:?}"),
+        };
+        let out = lagger.up(Up::Send { origin: 1, msg: retrans });
+        assert_eq!(out.iter().filter(|o| matches!(o, Out::Up(Up::Cast { origin: 0, .. }))).count(), 2);
+        assert_eq!(lagger.layer.origins[0].received, 2);
+    }
+
+    #[test]
+    fn stability_frees_buffers_and_reveals_a_lost_tail() {
+        let view = crate::testing::view(2);
+        let mut h = Harness::new(Mnak::new(&Config::default(), &view, 1), 1);
+        h.up(Up::Cast { origin: 0, msg: data(0), qos: Qos::Unreliable });
+        assert_eq!(h.layer.buffered(), 1);
+        let out = h.dn(Dn::Stable(Arc::new(Stability { stable: vec![1, 0], max: vec![3, 0] })));
+        assert_eq!(h.layer.buffered(), 0);
+        match &out[..] {
+            [Out::Dn(Dn::Send { dest: 0, msg })] => {
+                assert_eq!(msg.clone().pop_as::<Header>(), Some(Header::Nak { origin: 0, lo: 1, hi: 2 }));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

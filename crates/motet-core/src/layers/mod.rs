@@ -1,0 +1,122 @@
+//! The layer registry: a closed set of layers with static dispatch (STYLE §1, "a closed
+//! `enum AnyLayer` over the registry"). One file per layer; each file has the same anatomy: a
+//! `//!` doc citing its seed section, `Config` with documented defaults and units, the state,
+//! `impl Layer`, `check_invariants`, and tests.
+
+use crate::event::{Dn, Up};
+use crate::layer::{Layer, LayerSpec, Outbox};
+use crate::view::ViewState;
+use crate::{Rank, StackSpecError};
+use std::sync::Arc;
+
+pub mod appl;
+pub mod bottom;
+mod flow;
+pub mod frag;
+pub mod local;
+pub mod mflow;
+pub mod mnak;
+pub mod pt2pt;
+pub mod pt2ptw;
+pub mod stable;
+pub mod top;
+
+macro_rules! registry {
+    ($($kind:ident => $module:ident :: $ty:ident),* $(,)?) => {
+        /// A layer of the registry, by name.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum LayerKind { $(#[doc = concat!("The `", stringify!($module), "` layer.")] $kind,)* }
+
+        impl LayerKind {
+            /// Every layer, in canonical stack order (top to bottom; thesis Fig 2.3).
+            pub const ALL: &'static [LayerKind] = &[$(LayerKind::$kind,)*];
+
+            /// The layer's static description.
+            pub fn spec(self) -> &'static LayerSpec {
+                match self { $(LayerKind::$kind => &$module::SPEC,)* }
+            }
+
+            /// The layer's name.
+            pub fn name(self) -> &'static str {
+                self.spec().name
+            }
+
+            /// The layer called `name`.
+            pub fn from_name(name: &str) -> Option<LayerKind> {
+                LayerKind::ALL.iter().copied().find(|kind| kind.name() == name)
+            }
+        }
+
+        /// Every layer's configuration: the protocol parameters of a view (`ViewState::params`).
+        #[derive(Clone, Debug, Default, PartialEq)]
+        pub struct StackConfig {
+            $(#[doc = concat!("Parameters of `", stringify!($module), "`.")] pub $module: $module::Config,)*
+        }
+
+        /// One instantiated layer (static dispatch over the closed registry).
+        #[derive(Debug)]
+        pub(crate) enum AnyLayer { $($kind($module::$ty),)* }
+
+        impl AnyLayer {
+            pub(crate) fn new(kind: LayerKind, config: &StackConfig, view: &Arc<ViewState>, rank: Rank) -> AnyLayer {
+                match kind { $(LayerKind::$kind => AnyLayer::$kind($module::$ty::new(&config.$module, view, rank)),)* }
+            }
+            #[inline]
+            pub(crate) fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+                match self { $(AnyLayer::$kind(layer) => layer.handle_up(ev, out),)* }
+            }
+            #[inline]
+            pub(crate) fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+                match self { $(AnyLayer::$kind(layer) => layer.handle_dn(ev, out),)* }
+            }
+            pub(crate) fn handle_timer(&mut self, out: &mut Outbox<'_>) {
+                match self { $(AnyLayer::$kind(layer) => layer.handle_timer(out),)* }
+            }
+            pub(crate) fn check_invariants(&self) {
+                match self { $(AnyLayer::$kind(layer) => layer.check_invariants(),)* }
+            }
+            pub(crate) fn buffered(&self) -> usize {
+                match self { $(AnyLayer::$kind(layer) => layer.buffered(),)* }
+            }
+        }
+    };
+}
+
+registry! {
+    Top => top::Top,
+    Stable => stable::Stable,
+    Appl => appl::Appl,
+    Local => local::Local,
+    Frag => frag::Frag,
+    Pt2ptw => pt2ptw::Pt2ptw,
+    Mflow => mflow::Mflow,
+    Pt2pt => pt2pt::Pt2pt,
+    Mnak => mnak::Mnak,
+    Bottom => bottom::Bottom,
+}
+
+impl StackConfig {
+    /// Checks that the parameters of different layers fit together: a message of the largest
+    /// accepted size must fit, fragmented, into each flow-control layer's pending queue, so that
+    /// back-pressure never has to drop.
+    pub fn validate(&self) -> Result<(), StackSpecError> {
+        if self.frag.frag_size == 0 {
+            return Err(StackSpecError::Params("frag.frag_size must be at least 1 byte".into()));
+        }
+        let fragments = self.appl.message_size_max.div_ceil(self.frag.frag_size).max(1);
+        for (name, pending_max) in [("mflow", self.mflow.pending_max), ("pt2ptw", self.pt2ptw.pending_max)] {
+            if fragments > pending_max {
+                return Err(StackSpecError::Params(format!(
+                    "appl.message_size_max ({} B) in fragments of frag.frag_size ({} B) is {fragments} fragments, more than {name}.pending_max ({pending_max})",
+                    self.appl.message_size_max, self.frag.frag_size
+                )));
+            }
+        }
+        for (name, window) in [("mflow", self.mflow.window), ("pt2ptw", self.pt2ptw.window)] {
+            if window < 2 {
+                return Err(StackSpecError::Params(format!("{name}.window must be at least 2")));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,314 @@
+//! `pt2pt`: reliable FIFO point-to-point messages (thesis §2.3.3 p.25, §5.6 p.87).
+//!
+//! Provides: [`Service::ReliableSend`]. Requires below: [`Service::Transport`].
+//! Header: `Data { seqno }` on sends, `Ack { next }` (cumulative: everything below `next` was
+//! received), `Nak { lo, hi }` (inclusive range), `NoHdr` on casts, which pass untouched.
+//!
+//! Sender: numbers each message per destination and keeps it until acknowledged. Receiver:
+//! delivers in order; on a gap it buffers (at most `recv_window_max` ahead) and NAKs the missing
+//! range once, at once (receiver-driven repair, thesis §2.3.3). A periodic sweep, armed only while
+//! something is outstanding, sends delayed cumulative acks, re-NAKs open gaps and retransmits what
+//! is still unacknowledged a sweep later ("similar to TCP", thesis §5.6). A duplicate is answered
+//! with an immediate ack, since it means our ack was lost.
+
+use crate::event::{Counter, Dn, DropReason, Msg, Up};
+use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::time::{Duration, Instant};
+use crate::view::{RankSet, ViewState};
+use crate::Rank;
+use motet_wire::hdr::pt2pt::Header;
+use motet_wire::Seqno;
+use std::collections::{BTreeMap, VecDeque};
+
+/// `pt2pt` parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Period of the ack/retransmit/re-NAK sweep, and the retransmission timeout. Default 50 ms.
+    pub sweep_interval: Duration,
+    /// Messages received before an ack is sent at once instead of at the next sweep. Default 16.
+    pub ack_batch: u64,
+    /// Out-of-order messages buffered per sender; further-ahead ones are dropped. Default 4096.
+    pub recv_window_max: u64,
+    /// Messages retransmitted per peer per NAK or sweep. Default 64.
+    pub retransmit_max: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { sweep_interval: Duration::from_millis(50), ack_batch: 16, recv_window_max: 4096, retransmit_max: 64 }
+    }
+}
+
+/// Static description.
+pub static SPEC: LayerSpec = LayerSpec {
+    name: "pt2pt",
+    summary: "reliable FIFO point-to-point: sequence numbers, acks, NAKs, retransmission",
+    provides: &[Service::ReliableSend],
+    requires_below: &[Service::Transport],
+    requires_above: &[],
+};
+
+/// Per-peer state.
+#[derive(Debug, Default)]
+struct Peer {
+    /// Sequence number of `unacked[0]`: everything below was acknowledged.
+    acked: Seqno,
+    /// Sent, not yet acknowledged: message (with the headers from above) and last send time.
+    unacked: VecDeque<(Msg, Instant)>,
+    /// Next sequence number expected from this peer.
+    expected: Seqno,
+    /// Received ahead of `expected`.
+    ooo: BTreeMap<Seqno, Msg>,
+    /// Everything below this was either received or already NAKed.
+    naked_upto: Seqno,
+    /// The last cumulative ack we sent.
+    ack_sent: Seqno,
+}
+
+impl Peer {
+    fn next_seqno(&self) -> Seqno {
+        self.acked + self.unacked.len() as Seqno
+    }
+}
+
+/// `pt2pt` state.
+#[derive(Debug)]
+pub struct Pt2pt {
+    config: Config,
+    rank: Rank,
+    failed: RankSet,
+    peers: Vec<Peer>,
+}
+
+impl Pt2pt {
+    /// A `pt2pt` for `view`.
+    pub fn new(config: &Config, view: &ViewState, rank: Rank) -> Pt2pt {
+        Pt2pt { config: config.clone(), rank, failed: RankSet::new(), peers: (0..view.len()).map(|_| Peer::default()).collect() }
+    }
+
+    fn send_ack(&mut self, peer: Rank, out: &mut Outbox<'_>) {
+        let p = &mut self.peers[usize::from(peer)];
+        p.ack_sent = p.expected;
+        out.count(Counter::AckSent);
+        out.dn(Dn::Send { dest: peer, msg: Msg::default().with(Header::Ack { next: p.expected }) });
+    }
+
+    fn send_nak(peer: Rank, lo: Seqno, hi: Seqno, out: &mut Outbox<'_>) {
+        out.count(Counter::NakSent);
+        out.dn(Dn::Send { dest: peer, msg: Msg::default().with(Header::Nak { lo, hi }) });
+    }
+
+    fn retransmit(&mut self, peer: Rank, lo: Seqno, hi: Seqno, out: &mut Outbox<'_>) {
+        let now = out.now();
+        let p = &mut self.peers[usize::from(peer)];
+        let lo = lo.max(p.acked);
+        let hi = hi.min(p.next_seqno().saturating_sub(1));
+        for seqno in (lo..=hi).take(self.config.retransmit_max) {
+            if seqno >= p.next_seqno() {
+                break;
+            }
+            let entry = &mut p.unacked[(seqno - p.acked) as usize];
+            entry.1 = now;
+            out.count(Counter::Retransmit);
+            out.dn(Dn::Send { dest: peer, msg: entry.0.clone().with(Header::Data { seqno }) });
+        }
+    }
+
+    fn recv_data(&mut self, origin: Rank, seqno: Seqno, msg: Msg, out: &mut Outbox<'_>) {
+        let window = self.config.recv_window_max;
+        let p = &mut self.peers[usize::from(origin)];
+        if seqno < p.expected || p.ooo.contains_key(&seqno) {
+            out.drop_input(DropReason::Duplicate);
+            self.send_ack(origin, out);
+            return;
+        }
+        if seqno > p.expected {
+            if seqno - p.expected > window {
+                out.drop_input(DropReason::OutOfWindow);
+                return;
+            }
+            p.ooo.insert(seqno, msg);
+            let lo = p.expected.max(p.naked_upto);
+            p.naked_upto = p.naked_upto.max(seqno + 1);
+            if lo < seqno {
+                Pt2pt::send_nak(origin, lo, seqno - 1, out);
+            }
+            out.alarm(out.now() + self.config.sweep_interval);
+            return;
+        }
+        // The common case: the next expected message (thesis §5.6 fast path).
+        out.up(Up::Send { origin, msg });
+        p.expected += 1;
+        while let Some(next) = p.ooo.remove(&p.expected) {
+            out.up(Up::Send { origin, msg: next });
+            p.expected += 1;
+        }
+        if p.expected - p.ack_sent >= self.config.ack_batch {
+            self.send_ack(origin, out);
+        } else {
+            out.alarm(out.now() + self.config.sweep_interval);
+        }
+    }
+}
+
+impl Layer for Pt2pt {
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+        match ev {
+            Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
+                Some(Header::Data { seqno }) => self.recv_data(origin, seqno, msg, out),
+                Some(Header::Ack { next }) => {
+                    let p = &mut self.peers[usize::from(origin)];
+                    let next = next.min(p.next_seqno());
+                    while p.acked < next {
+                        p.unacked.pop_front();
+                        p.acked += 1;
+                    }
+                }
+                Some(Header::Nak { lo, hi }) => self.retransmit(origin, lo, hi, out),
+                Some(Header::NoHdr) | None => out.drop_input(DropReason::HeaderMismatch),
+            },
+            Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
+                Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
+                _ => out.drop_input(DropReason::HeaderMismatch),
+            },
+            other => out.up(other),
+        }
+    }
+
+    fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        match ev {
+            Dn::Send { dest, msg } => {
+                assert_ne!(dest, self.rank, "appl delivers sends to self locally");
+                if self.failed.contains(dest) {
+                    out.drop_input(DropReason::FromFailed);
+                    return;
+                }
+                let p = &mut self.peers[usize::from(dest)];
+                let seqno = p.next_seqno();
+                p.unacked.push_back((msg.clone(), out.now()));
+                out.dn(Dn::Send { dest, msg: msg.with(Header::Data { seqno }) });
+                out.alarm(out.now() + self.config.sweep_interval);
+            }
+            Dn::Cast { msg, qos } => out.dn(Dn::Cast { msg: msg.with(Header::NoHdr), qos }),
+            Dn::Fail(ranks) => {
+                let n = self.peers.len();
+                for rank in ranks.iter().filter(|&r| usize::from(r) < n) {
+                    self.failed.insert(rank);
+                    let p = &mut self.peers[usize::from(rank)];
+                    p.acked = p.next_seqno();
+                    p.unacked.clear();
+                    p.ooo.clear();
+                }
+                out.dn(Dn::Fail(ranks));
+            }
+            other => out.dn(other),
+        }
+    }
+
+    fn handle_timer(&mut self, out: &mut Outbox<'_>) {
+        let now = out.now();
+        let mut busy = false;
+        for peer in 0..self.peers.len() as Rank {
+            if peer == self.rank || self.failed.contains(peer) {
+                continue;
+            }
+            let p = &self.peers[usize::from(peer)];
+            if p.expected > p.ack_sent {
+                self.send_ack(peer, out);
+            }
+            let p = &self.peers[usize::from(peer)];
+            if let Some((&first, _)) = p.ooo.first_key_value() {
+                Pt2pt::send_nak(peer, p.expected, first - 1, out);
+            }
+            let due = p.unacked.iter().take_while(|(_, sent)| *sent + self.config.sweep_interval <= now).count();
+            if due > 0 {
+                let (lo, hi) = (p.acked, p.acked + due as Seqno - 1);
+                self.retransmit(peer, lo, hi, out);
+            }
+            let p = &self.peers[usize::from(peer)];
+            busy |= !p.unacked.is_empty() || !p.ooo.is_empty();
+        }
+        if busy {
+            out.alarm(now + self.config.sweep_interval);
+        }
+    }
+
+    fn check_invariants(&self) {
+        for p in &self.peers {
+            assert!(p.ack_sent <= p.expected, "acked beyond what was received");
+            assert!(p.ooo.keys().all(|&s| s > p.expected && s - p.expected <= self.config.recv_window_max));
+        }
+    }
+
+    fn buffered(&self) -> usize {
+        self.peers.iter().map(|p| p.unacked.len() + p.ooo.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::harness::{Harness, Out};
+
+    fn data(seqno: Seqno) -> Msg {
+        Msg::new(vec![seqno as u8].into()).with(Header::Data { seqno })
+    }
+
+    fn sent_headers(out: &[Out]) -> Vec<Header> {
+        out.iter()
+            .filter_map(|o| match o {
+                Out::Dn(Dn::Send { msg, .. }) => msg.clone().pop_as::<Header>(),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn gap_is_naked_once_then_filled_in_order() {
+        let view = crate::testing::view(2);
+        let mut h = Harness::new(Pt2pt::new(&Config::default(), &view, 1), 1);
+        assert_eq!(h.up(Up::Send { origin: 0, msg: data(0) }).len(), 1);
+        let out = h.up(Up::Send { origin: 0, msg: data(3) });
+        assert_eq!(sent_headers(&out), vec![Header::Nak { lo: 1, hi: 2 }]);
+        // A later message does not NAK the same range again.
+        let out = h.up(Up::Send { origin: 0, msg: data(4) });
+        assert!(sent_headers(&out).is_empty());
+        h.up(Up::Send { origin: 0, msg: data(1) });
+        let out = h.up(Up::Send { origin: 0, msg: data(2) });
+        let delivered: Vec<u8> = out
+            .iter()
+            .filter_map(|o| match o {
+                Out::Up(Up::Send { msg, .. }) => Some(msg.payload.to_bytes()[0]),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(delivered, vec![2, 3, 4]);
+        assert_eq!(h.layer.buffered(), 0);
+        // A duplicate is dropped and answered with an ack.
+        let out = h.up(Up::Send { origin: 0, msg: data(1) });
+        assert_eq!(sent_headers(&out), vec![Header::Ack { next: 5 }]);
+        assert_eq!(h.stats.drops(DropReason::Duplicate), 1);
+    }
+
+    #[test]
+    fn unacked_messages_are_retransmitted_by_the_sweep_until_acked() {
+        let view = crate::testing::view(2);
+        let config = Config::default();
+        let mut h = Harness::new(Pt2pt::new(&config, &view, 0), 0);
+        h.dn(Dn::Send { dest: 1, msg: Msg::new(b"a".as_slice().into()) });
+        h.dn(Dn::Send { dest: 1, msg: Msg::new(b"b".as_slice().into()) });
+        let at = h.alarm.expect("a sweep is armed");
+        let out = h.timer(at);
+        assert_eq!(sent_headers(&out), vec![Header::Data { seqno: 0 }, Header::Data { seqno: 1 }]);
+        h.up(Up::Send { origin: 1, msg: Msg::default().with(Header::Ack { next: 1 }) });
+        assert_eq!(h.layer.buffered(), 1);
+        // A NAK for an acknowledged message retransmits only what is still held.
+        let out = h.up(Up::Send { origin: 1, msg: Msg::default().with(Header::Nak { lo: 0, hi: 9 }) });
+        assert_eq!(sent_headers(&out), vec![Header::Data { seqno: 1 }]);
+        h.up(Up::Send { origin: 1, msg: Msg::default().with(Header::Ack { next: 2 }) });
+        assert_eq!(h.layer.buffered(), 0);
+        let out = h.timer(h.now + config.sweep_interval);
+        assert!(sent_headers(&out).is_empty());
+        assert_eq!(h.alarm, None, "the sweep stops when nothing is outstanding");
+    }
+}

@@ -1,0 +1,138 @@
+//! `pt2ptw`: window flow control for point-to-point messages (thesis Fig 2.3; SOSP Table 2b).
+//!
+//! Provides: [`Service::SendFlow`]. Requires below: [`Service::ReliableSend`] (its acknowledgements
+//! are cumulative counts sent point-to-point). Header: `NoHdr` on data, `Ack { count }` on
+//! feedback. At most `window` messages to one destination are unconsumed; more wait in a bounded
+//! queue and `FlowBlock { dest: Some(rank) }` goes up to `appl` (see `flow.rs`).
+
+use super::flow::{Consumer, Offer, Window};
+use crate::event::{Counter, Dn, DropReason, Msg, Up};
+use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::view::{RankSet, ViewState};
+use crate::Rank;
+use motet_wire::hdr::pt2ptw::Header;
+
+/// `pt2ptw` parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Messages (fragments) in flight to one destination before the sender blocks. Default 64.
+    pub window: u64,
+    /// Messages queued per destination while blocked. Default 2048; must hold the fragments of
+    /// the largest message (`StackConfig::validate`).
+    pub pending_max: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { window: 64, pending_max: 2048 }
+    }
+}
+
+/// Static description.
+pub static SPEC: LayerSpec = LayerSpec {
+    name: "pt2ptw",
+    summary: "point-to-point window flow control with back-pressure",
+    provides: &[Service::SendFlow],
+    requires_below: &[Service::ReliableSend],
+    requires_above: &[],
+};
+
+/// `pt2ptw` state.
+#[derive(Debug)]
+pub struct Pt2ptw {
+    config: Config,
+    failed: RankSet,
+    /// Per destination: what we sent.
+    windows: Vec<Window>,
+    /// Per destination: how many it reported consumed.
+    acked: Vec<u64>,
+    /// Per origin: how many we consumed.
+    consumers: Vec<Consumer>,
+}
+
+impl Pt2ptw {
+    /// A `pt2ptw` for `view`.
+    pub fn new(config: &Config, view: &ViewState, _rank: Rank) -> Pt2ptw {
+        Pt2ptw {
+            config: config.clone(),
+            failed: RankSet::new(),
+            windows: (0..view.len()).map(|_| Window::default()).collect(),
+            acked: vec![0; view.len()],
+            consumers: vec![Consumer::default(); view.len()],
+        }
+    }
+}
+
+impl Layer for Pt2ptw {
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+        match ev {
+            Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
+                Some(Header::NoHdr) => {
+                    if let Some(count) = self.consumers[usize::from(origin)].consume(self.config.window) {
+                        out.count(Counter::AckSent);
+                        out.dn(Dn::Send { dest: origin, msg: Msg::default().with(Header::Ack { count }) });
+                    }
+                    out.up(Up::Send { origin, msg });
+                }
+                Some(Header::Ack { count }) => {
+                    let o = usize::from(origin);
+                    // A count beyond what we sent is a protocol violation; clamp rather than trust it.
+                    self.acked[o] = self.acked[o].max(count.min(self.windows[o].sent));
+                    let released =
+                        self.windows[o].release(self.acked[o], self.config.window, |msg| out.dn(Dn::Send { dest: origin, msg }));
+                    if released {
+                        out.up(Up::FlowBlock { dest: Some(origin), blocked: false });
+                    }
+                }
+                None => out.drop_input(DropReason::HeaderMismatch),
+            },
+            Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
+                Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
+                _ => out.drop_input(DropReason::HeaderMismatch),
+            },
+            other => out.up(other),
+        }
+    }
+
+    fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        match ev {
+            Dn::Send { dest, msg } if self.failed.contains(dest) => {
+                let _ = msg;
+                out.drop_input(DropReason::FromFailed);
+            }
+            Dn::Send { dest, msg } => {
+                let d = usize::from(dest);
+                match self.windows[d].offer(msg.with(Header::NoHdr), self.acked[d], self.config.window, self.config.pending_max) {
+                    Offer::Send(msg) => out.dn(Dn::Send { dest, msg }),
+                    Offer::Blocked => {
+                        out.count(Counter::FlowBlocked);
+                        out.up(Up::FlowBlock { dest: Some(dest), blocked: true });
+                    }
+                    Offer::Queued => {}
+                }
+            }
+            Dn::Cast { msg, qos } => out.dn(Dn::Cast { msg: msg.with(Header::NoHdr), qos }),
+            Dn::Fail(ranks) => {
+                let n = self.windows.len();
+                for rank in ranks.iter().filter(|&r| usize::from(r) < n) {
+                    self.failed.insert(rank);
+                    if self.windows[usize::from(rank)].clear() {
+                        out.up(Up::FlowBlock { dest: Some(rank), blocked: false });
+                    }
+                }
+                out.dn(Dn::Fail(ranks));
+            }
+            other => out.dn(other),
+        }
+    }
+
+    fn check_invariants(&self) {
+        for (window, &acked) in self.windows.iter().zip(&self.acked) {
+            window.check(acked, self.config.window, self.config.pending_max);
+        }
+    }
+
+    fn buffered(&self) -> usize {
+        self.windows.iter().map(Window::pending).sum()
+    }
+}

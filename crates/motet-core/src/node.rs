@@ -1,0 +1,276 @@
+//! A `Node`: the sans-IO endpoint host of one process. It owns the stacks of its endpoints, routes
+//! datagrams to them by connection identifier (thesis §2.3.1, §2.3.4), and encodes what they send
+//! with the central codec.
+//!
+//! # Call-order contract (for drivers: the runtime and the simulator)
+//! 1. Feed inputs with `handle_*` (`handle_datagram`, `handle_timeout`, `handle_action`,
+//!    `handle_fail`), each with the current time.
+//! 2. Then drain `poll_transmit` until `None` and send each datagram.
+//! 3. Then drain `poll_event` until `None` and give each event to the application.
+//! 4. Then sleep until `poll_timeout` (or the next datagram) and call `handle_timeout`.
+//!
+//! Every `handle_*` call does bounded work and leaves every stack's queue empty (drain-first).
+//! The outgoing and application queues grow only with the inputs fed; a driver applies
+//! back-pressure by not reading datagrams while `pending_events()` is above its bound.
+
+use crate::error::{ApiError, StackSpecError};
+use crate::event::{Action, AppEvent, DropReason, Msg};
+use crate::layer::Stats;
+use crate::stack::Stack;
+use crate::time::Instant;
+use crate::view::{Address, RankSet, ViewState};
+use crate::Rank;
+use bytes::Bytes;
+use motet_wire::{datagram, ConnId, Mux, Payload, DATAGRAM_SIZE_MAX};
+use smallvec::SmallVec;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+/// A handle naming one stack of a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StackId(pub u32);
+
+/// Where a datagram goes.
+#[derive(Clone, Debug)]
+pub enum Destination {
+    /// Every member of `view` but `except` (the sender); a runtime may use IP multicast instead.
+    Cast {
+        /// The view whose members receive it.
+        view: Arc<ViewState>,
+        /// The sender's own rank.
+        except: Rank,
+    },
+    /// One address.
+    Send(Address),
+}
+
+impl Destination {
+    /// The unicast addresses to send to.
+    pub fn addresses(&self) -> impl Iterator<Item = Address> + '_ {
+        let (all, except, single): (&[Address], Option<usize>, Option<Address>) = match self {
+            Destination::Cast { view, except } => (&view.addresses, Some(usize::from(*except)), None),
+            Destination::Send(address) => (&[], None, Some(*address)),
+        };
+        all.iter().enumerate().filter(move |(i, _)| Some(*i) != except).map(|(_, a)| *a).chain(single)
+    }
+}
+
+/// An encoded datagram ready to send: `head` (version, connection id, addressing, headers) then
+/// the payload chunks, for scatter-gather I/O without copying the payload.
+#[derive(Clone, Debug)]
+pub struct Outgoing {
+    /// The stack that sent it.
+    pub stack: StackId,
+    /// Where to.
+    pub to: Destination,
+    /// Encoded head.
+    pub head: Bytes,
+    /// Payload, sent after the head.
+    pub payload: Payload,
+}
+
+impl Outgoing {
+    /// The whole datagram in one buffer (copies; for the simulator and tests).
+    pub fn to_bytes(&self) -> Bytes {
+        let mut buf = Vec::with_capacity(self.head.len() + self.payload.len());
+        buf.extend_from_slice(&self.head);
+        for chunk in self.payload.chunks() {
+            buf.extend_from_slice(chunk);
+        }
+        Bytes::from(buf)
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    stack: Stack,
+    conn: ConnId,
+}
+
+/// The connection identifier of a view's stack: a 32-bit hash of the addressing that is the same
+/// at every member and changes with every view (group, view id, stack). Old and new stacks get
+/// distinct ids, so they never receive each other's messages (thesis §2.3.4). The original used
+/// MD5; BLAKE3 is faster and as collision resistant for this purpose.
+pub fn conn_id(view: &ViewState) -> ConnId {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(view.group.0.as_bytes());
+    hasher.update(&[0]);
+    hasher.update(&view.view_id.ltime.to_le_bytes());
+    hasher.update(&view.view_id.coord.0.to_le_bytes());
+    hasher.update(view.stack.to_string().as_bytes());
+    let digest = hasher.finalize();
+    let bytes = digest.as_bytes();
+    ConnId(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+}
+
+/// The endpoints of one process and their stacks.
+#[derive(Debug, Default)]
+pub struct Node {
+    stacks: Vec<Option<Entry>>,
+    routes: BTreeMap<ConnId, SmallVec<[StackId; 1]>>,
+    transmits: VecDeque<Outgoing>,
+    events: VecDeque<(StackId, AppEvent)>,
+    stats: Stats,
+}
+
+impl Node {
+    /// A node with no stack.
+    pub fn new() -> Node {
+        Node::default()
+    }
+
+    /// Builds the stack for the member at `rank` of `view` and installs its connection id.
+    pub fn join(&mut self, now: Instant, view: Arc<ViewState>, rank: Rank) -> Result<StackId, StackSpecError> {
+        let conn = conn_id(&view);
+        let stack = Stack::new(view, rank, now)?;
+        let id = StackId(self.stacks.len() as u32);
+        self.stacks.push(Some(Entry { stack, conn }));
+        self.routes.entry(conn).or_default().push(id);
+        self.collect(id);
+        Ok(id)
+    }
+
+    /// Decodes and routes a datagram. Malformed or misaddressed datagrams are dropped and counted.
+    pub fn handle_datagram(&mut self, now: Instant, datagram: Bytes) {
+        let decoded = match datagram::decode(datagram) {
+            Ok(decoded) => decoded,
+            Err(_) => return self.stats.drop_one(DropReason::Malformed),
+        };
+        let Some(ids) = self.routes.get(&decoded.head.conn).cloned() else {
+            return self.stats.drop_one(DropReason::UnknownConn);
+        };
+        let head = decoded.head;
+        let mut msg = Some(Msg { hdrs: decoded.hdrs, payload: decoded.payload });
+        for (i, &id) in ids.iter().enumerate() {
+            let Some(entry) = self.stacks[id.0 as usize].as_mut() else { continue };
+            let stack = &mut entry.stack;
+            let in_view = usize::from(head.origin) < stack.view().len() && head.origin != stack.rank();
+            let for_me = match head.mux {
+                Mux::Cast => true,
+                Mux::Send { dest } => dest == stack.rank(),
+            };
+            if !in_view || !for_me {
+                stack.count_drop(DropReason::NotForMe);
+                continue;
+            }
+            let msg = if i + 1 == ids.len() { msg.take().expect("last use") } else { msg.clone().expect("present") };
+            stack.handle_recv(now, head.origin, head.mux, msg);
+            self.collect(id);
+        }
+    }
+
+    /// Fires due alarms of every stack.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for index in 0..self.stacks.len() {
+            let Some(entry) = self.stacks[index].as_mut() else { continue };
+            if entry.stack.poll_timeout().is_some_and(|at| at <= now) {
+                entry.stack.handle_timeout(now);
+                self.collect(StackId(index as u32));
+            }
+        }
+    }
+
+    /// An application action on stack `id`.
+    pub fn handle_action(&mut self, now: Instant, id: StackId, action: Action) -> Result<(), ApiError> {
+        let entry = self.entry(id)?;
+        let result = entry.stack.handle_action(now, action);
+        self.collect(id);
+        result
+    }
+
+    /// Tells stack `id` that `ranks` have failed (static membership: the driver's failure
+    /// detector stands in for the membership layers of a later release).
+    pub fn handle_fail(&mut self, now: Instant, id: StackId, ranks: RankSet) -> Result<(), ApiError> {
+        self.entry(id)?.stack.handle_fail(now, ranks);
+        self.collect(id);
+        Ok(())
+    }
+
+    /// The earliest alarm of any stack.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.stacks.iter().flatten().filter_map(|e| e.stack.poll_timeout()).min()
+    }
+
+    /// The next datagram to send.
+    pub fn poll_transmit(&mut self) -> Option<Outgoing> {
+        self.transmits.pop_front()
+    }
+
+    /// The next application event.
+    pub fn poll_event(&mut self) -> Option<(StackId, AppEvent)> {
+        self.events.pop_front()
+    }
+
+    /// Application events not yet polled.
+    pub fn pending_events(&self) -> usize {
+        self.events.len()
+    }
+
+    /// The stack `id`, if it is live.
+    pub fn stack(&self, id: StackId) -> Option<&Stack> {
+        self.stacks.get(id.0 as usize)?.as_ref().map(|e| &e.stack)
+    }
+
+    /// Live stacks.
+    pub fn stacks(&self) -> impl Iterator<Item = (StackId, &Stack)> {
+        self.stacks.iter().enumerate().filter_map(|(i, e)| e.as_ref().map(|e| (StackId(i as u32), &e.stack)))
+    }
+
+    /// Node-level drops plus every live stack's statistics.
+    pub fn stats(&self) -> Stats {
+        let mut total = self.stats.clone();
+        for (_, stack) in self.stacks() {
+            total.merge(stack.stats());
+        }
+        total
+    }
+
+    /// Removes stack `id` and its route: it has exited (thesis §2.3.4, `Exit`).
+    pub fn remove(&mut self, id: StackId) {
+        if let Some(entry) = self.stacks.get_mut(id.0 as usize).and_then(Option::take) {
+            if let Some(ids) = self.routes.get_mut(&entry.conn) {
+                ids.retain(|&mut other| other != id);
+                if ids.is_empty() {
+                    self.routes.remove(&entry.conn);
+                }
+            }
+        }
+    }
+
+    /// Whether any stack is routed under `conn`.
+    pub fn routes(&self, conn: ConnId) -> bool {
+        self.routes.contains_key(&conn)
+    }
+
+    fn entry(&mut self, id: StackId) -> Result<&mut Entry, ApiError> {
+        self.stacks.get_mut(id.0 as usize).and_then(Option::as_mut).ok_or(ApiError::NoSuchStack)
+    }
+
+    /// Moves stack `id`'s outputs into the node's queues, encoding datagrams.
+    fn collect(&mut self, id: StackId) {
+        let Some(entry) = self.stacks[id.0 as usize].as_mut() else { return };
+        let mut exited = false;
+        while let Some(transmit) = entry.stack.poll_transmit() {
+            let head = datagram::Head { conn: entry.conn, mux: transmit.mux, origin: entry.stack.rank() };
+            let mut buf = Vec::with_capacity(8 + 2 * transmit.msg.hdrs.len());
+            datagram::encode_head(&head, &transmit.msg.hdrs, &mut buf);
+            if buf.len() + transmit.msg.payload.len() > DATAGRAM_SIZE_MAX {
+                entry.stack.count_drop(DropReason::Oversized);
+                continue;
+            }
+            let view = entry.stack.view();
+            let to = match transmit.mux {
+                Mux::Cast => Destination::Cast { view: Arc::clone(view), except: entry.stack.rank() },
+                Mux::Send { dest } => Destination::Send(view.addresses[usize::from(dest)]),
+            };
+            self.transmits.push_back(Outgoing { stack: id, to, head: Bytes::from(buf), payload: transmit.msg.payload });
+        }
+        while let Some(event) = entry.stack.poll_event() {
+            exited |= event == AppEvent::Exit;
+            self.events.push_back((id, event));
+        }
+        if exited {
+            self.remove(id);
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Stack specifications: presets, property sets and explicit layer lists, validated against what
+//! each layer provides and requires (thesis Table 2.4 and §2.1.9; STYLE principle 12).
+
+use crate::layer::Service;
+use crate::layers::LayerKind;
+use crate::StackSpecError;
+use core::fmt;
+use std::sync::Arc;
+
+/// A property an application can ask of its stack (Ensemble's property names, thesis Table 2.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Property {
+    /// Fragmentation and reassembly of messages larger than a datagram.
+    Frag,
+    /// Flow control of casts and sends, with back-pressure to the application.
+    Flow,
+    /// A sender delivers its own casts.
+    Local,
+}
+
+impl Property {
+    /// Every property.
+    pub const ALL: &'static [Property] = &[Property::Frag, Property::Flow, Property::Local];
+
+    /// The property's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Property::Frag => "Frag",
+            Property::Flow => "Flow",
+            Property::Local => "Local",
+        }
+    }
+
+    /// The layers this property adds, and why.
+    fn layers(self) -> &'static [LayerKind] {
+        match self {
+            Property::Frag => &[LayerKind::Frag],
+            Property::Flow => &[LayerKind::Pt2ptw, LayerKind::Mflow],
+            Property::Local => &[LayerKind::Local],
+        }
+    }
+}
+
+/// Named property sets.
+pub const PRESETS: &[(&str, &[Property], &str)] = &[(
+    "fifo",
+    &[Property::Frag, Property::Flow, Property::Local],
+    "reliable FIFO multicast and point-to-point with fragmentation and flow control over a static view",
+)];
+
+/// The layers every stack built from properties has, and why.
+const BASE: &[(LayerKind, &str)] = &[
+    (LayerKind::Top, "every stack has a top"),
+    (LayerKind::Stable, "frees retransmission buffers and recovers lost tails (base)"),
+    (LayerKind::Appl, "the application's proxy (base)"),
+    (LayerKind::Pt2pt, "reliable FIFO point-to-point (base)"),
+    (LayerKind::Mnak, "reliable FIFO multicast (base)"),
+    (LayerKind::Bottom, "every stack has a bottom"),
+];
+
+/// A stack: the list of layers, top to bottom. Cheap to clone.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct StackSpec {
+    layers: Arc<[LayerKind]>,
+}
+
+impl StackSpec {
+    /// Parses a preset (`fifo`), a property set (`Frag+Flow+Local`, also comma-separated) or an
+    /// explicit layer list (`top:appl:frag:pt2ptw:mflow:pt2pt:mnak:bottom`).
+    pub fn parse(text: &str) -> Result<StackSpec, StackSpecError> {
+        let text = text.trim();
+        if text.contains(':') || LayerKind::from_name(text).is_some() {
+            let layers = text
+                .split(':')
+                .map(|name| {
+                    LayerKind::from_name(name.trim()).ok_or_else(|| {
+                        let known: Vec<_> = LayerKind::ALL.iter().map(|k| k.name()).collect();
+                        StackSpecError::UnknownLayer(name.trim().to_string(), known.join(", "))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            return StackSpec::from_layers(layers);
+        }
+        let mut properties = Vec::new();
+        for word in text.split(['+', ',']).map(str::trim).filter(|w| !w.is_empty()) {
+            if let Some((_, props, _)) = PRESETS.iter().find(|(name, _, _)| name.eq_ignore_ascii_case(word)) {
+                properties.extend_from_slice(props);
+            } else if let Some(prop) = Property::ALL.iter().find(|p| p.name().eq_ignore_ascii_case(word)) {
+                properties.push(*prop);
+            } else {
+                let mut known: Vec<_> = PRESETS.iter().map(|(name, _, _)| *name).collect();
+                known.extend(Property::ALL.iter().map(|p| p.name()));
+                return Err(StackSpecError::UnknownProperty(word.to_string(), known.join(", ")));
+            }
+        }
+        StackSpec::choose(&properties)
+    }
+
+    /// The stack providing `properties`, with the reason each layer was chosen.
+    pub fn choose_explained(properties: &[Property]) -> Result<Vec<(LayerKind, String)>, StackSpecError> {
+        let mut chosen: Vec<(LayerKind, String)> =
+            BASE.iter().map(|(kind, why)| (*kind, (*why).to_string())).collect();
+        for property in properties {
+            for &kind in property.layers() {
+                if !chosen.iter().any(|(k, _)| *k == kind) {
+                    chosen.push((kind, format!("property {}", property.name())));
+                }
+            }
+        }
+        // Canonical order: the registry lists layers top to bottom (thesis Fig 2.3).
+        chosen.sort_by_key(|(kind, _)| LayerKind::ALL.iter().position(|k| k == kind));
+        StackSpec::from_layers(chosen.iter().map(|(k, _)| *k).collect())?;
+        Ok(chosen)
+    }
+
+    /// The stack providing `properties`.
+    pub fn choose(properties: &[Property]) -> Result<StackSpec, StackSpecError> {
+        let chosen = StackSpec::choose_explained(properties)?;
+        StackSpec::from_layers(chosen.into_iter().map(|(k, _)| k).collect())
+    }
+
+    /// Validates an explicit layer list: `top` first, `bottom` last, one `appl`, no duplicates,
+    /// and every layer's requirements met by the layers below (or above) it.
+    pub fn from_layers(layers: Vec<LayerKind>) -> Result<StackSpec, StackSpecError> {
+        let names = || layers.iter().map(|k| k.name()).collect::<Vec<_>>().join(":");
+        if layers.first() != Some(&LayerKind::Top) || layers.last() != Some(&LayerKind::Bottom) {
+            return Err(StackSpecError::Ends(names()));
+        }
+        for (i, kind) in layers.iter().enumerate() {
+            if layers[..i].contains(kind) {
+                return Err(StackSpecError::Duplicate(kind.name()));
+            }
+        }
+        if !layers.contains(&LayerKind::Appl) {
+            return Err(StackSpecError::NoAppl);
+        }
+        let provided = |range: &[LayerKind], service: Service| range.iter().any(|k| k.spec().provides.contains(&service));
+        for (i, kind) in layers.iter().enumerate() {
+            let spec = kind.spec();
+            for &service in spec.requires_below {
+                if !provided(&layers[i + 1..], service) {
+                    return Err(StackSpecError::Missing { layer: spec.name, service, below: true });
+                }
+            }
+            for &service in spec.requires_above {
+                if !provided(&layers[..i], service) {
+                    return Err(StackSpecError::Missing { layer: spec.name, service, below: false });
+                }
+            }
+        }
+        Ok(StackSpec { layers: layers.into() })
+    }
+
+    /// The layers, top to bottom.
+    pub fn layers(&self) -> &[LayerKind] {
+        &self.layers
+    }
+}
+
+impl fmt::Display for StackSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<_> = self.layers.iter().map(|k| k.name()).collect();
+        f.write_str(&names.join(":"))
+    }
+}
+
+impl fmt::Debug for StackSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StackSpec({self})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fifo_preset_is_the_ensemble_order() {
+        let spec = StackSpec::parse("fifo").unwrap();
+        assert_eq!(spec.to_string(), "top:stable:appl:local:frag:pt2ptw:mflow:pt2pt:mnak:bottom");
+        assert_eq!(StackSpec::parse("Frag+Flow+Local").unwrap(), spec);
+        assert_eq!(StackSpec::parse(&spec.to_string()).unwrap(), spec);
+    }
+
+    #[test]
+    fn issue_example_layer_list_builds() {
+        // The example list of issue 2 lacks `stable`, which `mnak` needs above it to free buffers.
+        let err = StackSpec::parse("top:appl:frag:pt2ptw:mflow:pt2pt:mnak:bottom").unwrap_err();
+        assert_eq!(err, StackSpecError::Missing { layer: "mnak", service: Service::Stability, below: false });
+        StackSpec::parse("top:stable:appl:frag:pt2ptw:mflow:pt2pt:mnak:bottom").unwrap();
+    }
+
+    #[test]
+    fn missing_service_names_layer_and_service() {
+        let err = StackSpec::parse("top:appl:frag:bottom").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("`frag`") && text.contains("reliable FIFO"), "{text}");
+        assert!(matches!(StackSpec::parse("top:appl:mnak"), Err(StackSpecError::Ends(_))));
+        assert!(matches!(StackSpec::parse("top:bottom"), Err(StackSpecError::NoAppl)));
+        assert!(matches!(StackSpec::parse("top:appl:appl:bottom"), Err(StackSpecError::Duplicate("appl"))));
+        assert!(matches!(StackSpec::parse("top:nope:bottom"), Err(StackSpecError::UnknownLayer(..))));
+        assert!(matches!(StackSpec::parse("Fifo+Wings"), Err(StackSpecError::UnknownProperty(..))));
+        // The smallest valid stack: an unreliable one.
+        assert_eq!(StackSpec::parse("top:appl:bottom").unwrap().layers().len(), 3);
+    }
+}

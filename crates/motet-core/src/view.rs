@@ -1,0 +1,188 @@
+//! Endpoints, groups and the replicated, immutable [`ViewState`] (thesis §2.1.3-2.1.7, Table 2.3).
+
+use crate::layers::StackConfig;
+use crate::spec::StackSpec;
+use crate::Rank;
+use core::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// An endpoint identifier. It contains no address, so an endpoint can migrate between processes
+/// (thesis §2.1.3). Drivers choose it at random (the simulator from its seeded PRNG).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EndpointId(pub u64);
+
+impl fmt::Debug for EndpointId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "e{:016x}", self.0)
+    }
+}
+
+impl fmt::Display for EndpointId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// A group is only a name (thesis §2.1.4): there is no group object anywhere.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct GroupName(pub Arc<str>);
+
+impl GroupName {
+    /// A group called `name`.
+    pub fn new(name: &str) -> GroupName {
+        GroupName(Arc::from(name))
+    }
+}
+
+/// Where a process can be reached. Data only: the core never opens a socket.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub enum Address {
+    /// A node of the deterministic simulator.
+    Sim(u32),
+    /// A UDP/IP address.
+    Inet(SocketAddr),
+}
+
+/// A view identifier: a logical time plus the coordinator that made the view (thesis Table 2.3,
+/// `view_id`). Totally ordered by `(ltime, coord)`.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct ViewId {
+    /// Logical time, increasing with each view in a lineage.
+    pub ltime: u64,
+    /// The endpoint that installed the view.
+    pub coord: EndpointId,
+}
+
+/// The replicated, immutable configuration of a view: everything needed to build the protocol
+/// stack of any member (thesis §2.1.7, Table 2.3). All members of a view hold equal values; a new
+/// view is a modified copy, never an update in place.
+#[derive(Clone, PartialEq, Debug)]
+pub struct ViewState {
+    /// The group.
+    pub group: GroupName,
+    /// The protocol: the layer list of the stack, top to bottom.
+    pub stack: StackSpec,
+    /// Protocol parameters: every layer's configuration, equal at all members.
+    pub params: Arc<StackConfig>,
+    /// Rank of the coordinator.
+    pub coord: Rank,
+    /// This view's identifier.
+    pub view_id: ViewId,
+    /// Members, indexed by rank.
+    pub members: Vec<EndpointId>,
+    /// Address of each member's process, indexed by rank.
+    pub addresses: Vec<Address>,
+    /// Whether this is a primary-partition view.
+    pub primary: bool,
+    /// Identifiers of the views this one was formed from (empty for a first view).
+    pub prev_ids: Vec<ViewId>,
+    /// Group key material for security layers (room for a later issue; `None` means no key).
+    pub key: Option<Arc<[u8]>>,
+    /// Whether this is a state-transfer view (room for the `Xfer` layer).
+    pub xfer_view: bool,
+}
+
+impl ViewState {
+    /// A first view of `members` (coordinator = rank 0, logical time 0): what a static group starts
+    /// with, and what the simulator and tests build.
+    pub fn initial(
+        group: GroupName,
+        stack: StackSpec,
+        params: StackConfig,
+        members: Vec<EndpointId>,
+        addresses: Vec<Address>,
+    ) -> ViewState {
+        assert_eq!(members.len(), addresses.len(), "one address per member");
+        assert!(!members.is_empty(), "a view has at least one member");
+        ViewState {
+            group,
+            stack,
+            params: Arc::new(params),
+            coord: 0,
+            view_id: ViewId { ltime: 0, coord: members[0] },
+            members,
+            addresses,
+            primary: true,
+            prev_ids: Vec::new(),
+            key: None,
+            xfer_view: false,
+        }
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Never true: a view has at least one member.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The rank of `endpoint`, if it is a member.
+    pub fn rank_of(&self, endpoint: EndpointId) -> Option<Rank> {
+        self.members.iter().position(|&e| e == endpoint).map(|r| r as Rank)
+    }
+}
+
+/// A set of ranks (small bit set; views beyond 64 members spill to a vector of words).
+#[derive(Clone, PartialEq, Eq, Default, Hash)]
+pub struct RankSet {
+    words: smallvec::SmallVec<[u64; 1]>,
+}
+
+impl RankSet {
+    /// The empty set.
+    pub fn new() -> RankSet {
+        RankSet::default()
+    }
+    /// Adds `rank`.
+    pub fn insert(&mut self, rank: Rank) {
+        let (word, bit) = (usize::from(rank) / 64, rank % 64);
+        if self.words.len() <= word {
+            self.words.resize(word + 1, 0);
+        }
+        self.words[word] |= 1 << bit;
+    }
+    /// Whether `rank` is in the set.
+    pub fn contains(&self, rank: Rank) -> bool {
+        let (word, bit) = (usize::from(rank) / 64, rank % 64);
+        self.words.get(word).is_some_and(|w| w & (1 << bit) != 0)
+    }
+    /// Adds every member of `other`.
+    pub fn union_with(&mut self, other: &RankSet) {
+        if self.words.len() < other.words.len() {
+            self.words.resize(other.words.len(), 0);
+        }
+        for (a, b) in self.words.iter_mut().zip(&other.words) {
+            *a |= b;
+        }
+    }
+    /// Members in increasing order.
+    pub fn iter(&self) -> impl Iterator<Item = Rank> + '_ {
+        self.words.iter().enumerate().flat_map(|(i, &w)| {
+            (0..64).filter(move |b| w & (1 << b) != 0).map(move |b| (i * 64 + b) as Rank)
+        })
+    }
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.words.iter().all(|&w| w == 0)
+    }
+}
+
+impl FromIterator<Rank> for RankSet {
+    fn from_iter<I: IntoIterator<Item = Rank>>(iter: I) -> RankSet {
+        let mut set = RankSet::new();
+        for rank in iter {
+            set.insert(rank);
+        }
+        set
+    }
+}
+
+impl fmt::Debug for RankSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.iter()).finish()
+    }
+}

@@ -1,0 +1,183 @@
+//! The central codec: bounded readers and writers of the primitive field types.
+//!
+//! Integers are LEB128 varints (small sequence numbers and ranks take one byte); fixed-width
+//! fields are little-endian. Every read is bounds-checked and returns a [`WireError`] with the
+//! offset; nothing here can panic on any input.
+
+use crate::{WireError, WireErrorKind, RANKS_MAX};
+
+/// Appends encoded fields to a byte vector.
+#[derive(Debug)]
+pub struct Writer<'a> {
+    buf: &'a mut Vec<u8>,
+}
+
+impl<'a> Writer<'a> {
+    /// A writer appending to `buf`.
+    pub fn new(buf: &'a mut Vec<u8>) -> Writer<'a> {
+        Writer { buf }
+    }
+
+    fn out(&mut self) -> &mut Vec<u8> {
+        self.buf
+    }
+
+    /// One byte.
+    pub fn u8(&mut self, value: u8) {
+        self.out().push(value);
+    }
+
+    /// A little-endian `u32`.
+    pub fn u32_le(&mut self, value: u32) {
+        self.out().extend_from_slice(&value.to_le_bytes());
+    }
+
+    /// An unsigned LEB128 varint.
+    pub fn varint(&mut self, mut value: u64) {
+        let out = self.out();
+        while value >= 0x80 {
+            out.push((value as u8) | 0x80);
+            value >>= 7;
+        }
+        out.push(value as u8);
+    }
+
+    /// A length-prefixed vector of varints.
+    pub fn varint_vec(&mut self, values: &[u64]) {
+        debug_assert!(values.len() <= RANKS_MAX);
+        self.varint(values.len() as u64);
+        for &value in values {
+            self.varint(value);
+        }
+    }
+}
+
+/// Reads fields from a byte slice, tracking the offset for error reports.
+#[derive(Debug, Clone)]
+pub struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader over `bytes`, starting at offset 0.
+    pub fn new(bytes: &'a [u8]) -> Reader<'a> {
+        Reader { bytes, pos: 0 }
+    }
+
+    /// Current offset.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// Bytes not yet read.
+    pub fn remaining(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
+
+    /// An error of `kind` at the current offset.
+    pub fn error(&self, kind: WireErrorKind) -> WireError {
+        WireError { kind, offset: self.pos }
+    }
+
+    /// One byte.
+    pub fn u8(&mut self) -> Result<u8, WireError> {
+        let byte = *self.bytes.get(self.pos).ok_or(self.error(WireErrorKind::Truncated))?;
+        self.pos += 1;
+        Ok(byte)
+    }
+
+    /// A little-endian `u32`.
+    pub fn u32_le(&mut self) -> Result<u32, WireError> {
+        let end = self.pos.checked_add(4).filter(|&end| end <= self.bytes.len());
+        let end = end.ok_or(self.error(WireErrorKind::Truncated))?;
+        let mut raw = [0u8; 4];
+        raw.copy_from_slice(&self.bytes[self.pos..end]);
+        self.pos = end;
+        Ok(u32::from_le_bytes(raw))
+    }
+
+    /// An unsigned LEB128 varint of at most 10 bytes that fits in 64 bits.
+    pub fn varint(&mut self) -> Result<u64, WireError> {
+        let start = self.pos;
+        let mut value: u64 = 0;
+        for index in 0..10 {
+            let byte = self.u8()?;
+            let bits = u64::from(byte & 0x7f);
+            if index == 9 && bits > 1 {
+                return Err(WireError { kind: WireErrorKind::Varint, offset: start });
+            }
+            value |= bits << (7 * index);
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(WireError { kind: WireErrorKind::Varint, offset: start })
+    }
+
+    /// A varint that must fit a rank (`u16`).
+    pub fn rank(&mut self) -> Result<u16, WireError> {
+        let offset = self.pos;
+        let value = self.varint()?;
+        u16::try_from(value).map_err(|_| WireError { kind: WireErrorKind::Range, offset })
+    }
+
+    /// A varint that must fit a `u32`.
+    pub fn varint_u32(&mut self) -> Result<u32, WireError> {
+        let offset = self.pos;
+        let value = self.varint()?;
+        u32::try_from(value).map_err(|_| WireError { kind: WireErrorKind::Range, offset })
+    }
+
+    /// A length-prefixed vector of varints. The length is checked against [`RANKS_MAX`] and
+    /// against the bytes that remain (each element takes at least one byte) *before* allocating.
+    pub fn varint_vec(&mut self) -> Result<Vec<u64>, WireError> {
+        let offset = self.pos;
+        let len = self.varint()?;
+        if len > RANKS_MAX as u64 || len > self.remaining() as u64 {
+            return Err(WireError { kind: WireErrorKind::VectorLength(len), offset });
+        }
+        let mut values = Vec::with_capacity(len as usize);
+        for _ in 0..len {
+            values.push(self.varint()?);
+        }
+        Ok(values)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn varint_round_trip(value: u64) {
+            let mut buf = Vec::new();
+            Writer::new(&mut buf).varint(value);
+            prop_assert!(buf.len() <= 10);
+            let mut reader = Reader::new(&buf);
+            prop_assert_eq!(reader.varint().unwrap(), value);
+            prop_assert_eq!(reader.remaining(), 0);
+        }
+    }
+
+    #[test]
+    fn overlong_varint_is_an_error() {
+        let bytes = [0xffu8; 11];
+        assert_eq!(Reader::new(&bytes).varint().unwrap_err().kind, WireErrorKind::Varint);
+        // Ten bytes whose last one overflows 64 bits.
+        let mut bytes = [0xffu8; 10];
+        bytes[9] = 0x02;
+        assert_eq!(Reader::new(&bytes).varint().unwrap_err().kind, WireErrorKind::Varint);
+        assert_eq!(Reader::new(&[0x80]).varint().unwrap_err().kind, WireErrorKind::Truncated);
+    }
+
+    #[test]
+    fn vector_length_is_checked_before_allocation() {
+        let mut buf = Vec::new();
+        Writer::new(&mut buf).varint(u64::MAX);
+        let err = Reader::new(&buf).varint_vec().unwrap_err();
+        assert_eq!(err.kind, WireErrorKind::VectorLength(u64::MAX));
+    }
+}

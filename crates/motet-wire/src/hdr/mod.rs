@@ -1,0 +1,132 @@
+//! Typed per-layer headers, one file per layer (mirroring `motet-core/src/layers/`), and the
+//! central [`Header`] enum that the codec marshals.
+//!
+//! Each layer pushes exactly one header on every message it passes down and its peer pops it on
+//! the way up, in the opposite order (header locality, thesis §2.1.5 and Fig 2.2). The stack's
+//! header is *not* a byte concatenation defined by the layers: layers only see typed values and
+//! this module decides the bytes (thesis §2.1.5 p.12: "one string of bytes defines all the headers").
+//!
+//! Encoding of one header: variant 0 of every layer carries no fields and is one byte,
+//! `0x80 | layer_tag`; any other variant is `layer_tag, variant, fields...`.
+
+use crate::codec::{Reader, Writer};
+use crate::{WireError, WireErrorKind};
+use smallvec::SmallVec;
+
+pub mod appl;
+pub mod bottom;
+pub mod frag;
+pub mod local;
+pub mod mflow;
+pub mod mnak;
+pub mod pt2pt;
+pub mod pt2ptw;
+pub mod stable;
+
+/// The header of one layer: a closed enum whose variant 0 has no fields.
+pub trait LayerHeader: Sized + Clone + core::fmt::Debug + PartialEq {
+    /// The layer's tag on the wire, in `1..=127`, unique per layer.
+    const LAYER: u8;
+    /// This value's variant number; 0 only for the field-less default variant.
+    fn variant(&self) -> u8;
+    /// Writes the fields of a non-zero variant.
+    fn encode_fields(&self, w: &mut Writer<'_>);
+    /// Reads the fields of `variant`.
+    fn decode_fields(variant: u8, r: &mut Reader<'_>) -> Result<Self, WireError>;
+}
+
+/// The header stack of a message: pushed top-down on the way down, popped bottom-up on the way up.
+/// Inline capacity covers the deepest preset stack so the common path does not allocate.
+pub type HeaderStack = SmallVec<[Header; 12]>;
+
+macro_rules! headers {
+    ($($variant:ident($module:ident)),* $(,)?) => {
+        /// One layer's header, tagged by layer. This is the only type the codec marshals.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum Header {
+            $(
+                #[doc = concat!("A header of the `", stringify!($module), "` layer.")]
+                $variant($module::Header),
+            )*
+        }
+
+        $(
+            impl From<$module::Header> for Header {
+                fn from(header: $module::Header) -> Header {
+                    Header::$variant(header)
+                }
+            }
+
+            impl TryFrom<Header> for $module::Header {
+                type Error = Header;
+                fn try_from(header: Header) -> Result<$module::Header, Header> {
+                    match header {
+                        Header::$variant(h) => Ok(h),
+                        other => Err(other),
+                    }
+                }
+            }
+        )*
+
+        impl Header {
+            /// Appends this header's encoding.
+            pub fn encode(&self, w: &mut Writer<'_>) {
+                match self {
+                    $(Header::$variant(h) => encode_one(h, w),)*
+                }
+            }
+
+            /// Reads one header.
+            pub fn decode(r: &mut Reader<'_>) -> Result<Header, WireError> {
+                let offset = r.position();
+                let tag = r.u8()?;
+                let (layer, variant) = if tag & 0x80 != 0 { (tag & 0x7f, 0) } else { (tag, r.u8()?) };
+                if tag & 0x80 == 0 && variant == 0 {
+                    // Variant 0 has exactly one encoding, so that bytes and values are in bijection.
+                    return Err(WireError { kind: WireErrorKind::Variant { layer, variant }, offset });
+                }
+                $(
+                    if layer == $module::Header::LAYER {
+                        return Ok(Header::$variant($module::Header::decode_fields(variant, r)?));
+                    }
+                )*
+                Err(WireError { kind: WireErrorKind::Layer(layer), offset })
+            }
+
+            /// The name of the layer this header belongs to.
+            pub fn layer_name(&self) -> &'static str {
+                match self {
+                    $(Header::$variant(_) => stringify!($module),)*
+                }
+            }
+        }
+    };
+}
+
+headers! {
+    Bottom(bottom),
+    Mnak(mnak),
+    Pt2pt(pt2pt),
+    Stable(stable),
+    Frag(frag),
+    Pt2ptw(pt2ptw),
+    Mflow(mflow),
+    Local(local),
+    Appl(appl),
+}
+
+fn encode_one<H: LayerHeader>(header: &H, w: &mut Writer<'_>) {
+    let variant = header.variant();
+    if variant == 0 {
+        w.u8(0x80 | H::LAYER);
+    } else {
+        w.u8(H::LAYER);
+        w.u8(variant);
+        header.encode_fields(w);
+    }
+}
+
+/// The error for an unknown variant of layer `H`, at the reader's position.
+pub(crate) fn bad_variant<H: LayerHeader>(variant: u8, r: &Reader<'_>) -> WireError {
+    r.error(WireErrorKind::Variant { layer: H::LAYER, variant })
+}

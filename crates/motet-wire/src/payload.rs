@@ -1,0 +1,138 @@
+//! Zero-copy payloads: a chain of reference-counted buffers (thesis §4.4.2, "iovec arrays").
+
+use bytes::{Bytes, BytesMut};
+use smallvec::SmallVec;
+
+/// An immutable message payload made of reference-counted chunks. Slicing and concatenation never
+/// copy bytes: they only adjust the chunk list (thesis §4.4.2 p.64, the `Iovec` operations `sub` and
+/// `concat`).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Payload {
+    chunks: SmallVec<[Bytes; 2]>,
+    len: usize,
+}
+
+impl Payload {
+    /// The empty payload.
+    pub fn new() -> Payload {
+        Payload::default()
+    }
+
+    /// Total length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the payload has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The chunks, in order, for scatter-gather I/O.
+    pub fn chunks(&self) -> &[Bytes] {
+        &self.chunks
+    }
+
+    /// Appends another payload's chunks (no byte is copied).
+    pub fn append(&mut self, other: Payload) {
+        self.len += other.len;
+        self.chunks.extend(other.chunks);
+    }
+
+    /// Appends one chunk (no byte is copied). Empty chunks are skipped.
+    pub fn push(&mut self, chunk: Bytes) {
+        if !chunk.is_empty() {
+            self.len += chunk.len();
+            self.chunks.push(chunk);
+        }
+    }
+
+    /// The bytes `[start, start + len)` as a new payload sharing the same buffers.
+    ///
+    /// # Panics
+    /// When the range is outside the payload: callers compute ranges from `len()`.
+    pub fn slice(&self, start: usize, len: usize) -> Payload {
+        assert!(start + len <= self.len, "payload slice {start}+{len} beyond {}", self.len);
+        let mut out = Payload::new();
+        let mut skip = start;
+        let mut want = len;
+        for chunk in &self.chunks {
+            if want == 0 {
+                break;
+            }
+            if skip >= chunk.len() {
+                skip -= chunk.len();
+                continue;
+            }
+            let take = (chunk.len() - skip).min(want);
+            out.push(chunk.slice(skip..skip + take));
+            want -= take;
+            skip = 0;
+        }
+        out
+    }
+
+    /// Copies the payload into one contiguous buffer. Only for the application boundary and tests;
+    /// the protocol path never calls it.
+    pub fn to_bytes(&self) -> Bytes {
+        match self.chunks.len() {
+            0 => Bytes::new(),
+            1 => self.chunks[0].clone(),
+            _ => {
+                let mut buf = BytesMut::with_capacity(self.len);
+                for chunk in &self.chunks {
+                    buf.extend_from_slice(chunk);
+                }
+                buf.freeze()
+            }
+        }
+    }
+}
+
+impl From<Bytes> for Payload {
+    fn from(chunk: Bytes) -> Payload {
+        let mut payload = Payload::new();
+        payload.push(chunk);
+        payload
+    }
+}
+
+impl From<&'static [u8]> for Payload {
+    fn from(bytes: &'static [u8]) -> Payload {
+        Payload::from(Bytes::from_static(bytes))
+    }
+}
+
+impl From<Vec<u8>> for Payload {
+    fn from(bytes: Vec<u8>) -> Payload {
+        Payload::from(Bytes::from(bytes))
+    }
+}
+
+impl core::fmt::Debug for Payload {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Payload({} B in {} chunks)", self.len, self.chunks.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slice_and_append_share_buffers() {
+        let a = Bytes::from_static(b"hello ");
+        let b = Bytes::from_static(b"world");
+        let mut p = Payload::from(a.clone());
+        p.append(Payload::from(b.clone()));
+        assert_eq!(p.len(), 11);
+        assert_eq!(&p.to_bytes()[..], b"hello world");
+        let s = p.slice(4, 4);
+        assert_eq!(&s.to_bytes()[..], b"o wo");
+        assert_eq!(s.chunks().len(), 2);
+        // No copy: the slice points into the original buffers.
+        assert_eq!(s.chunks()[0].as_ptr(), a[4..].as_ptr());
+        assert_eq!(s.chunks()[1].as_ptr(), b.as_ptr());
+        assert!(p.slice(11, 0).is_empty());
+    }
+}
