@@ -15,7 +15,9 @@ pub enum ApiError {
         dest: Option<Rank>,
     },
     /// The message is larger than the stack accepts.
-    #[error("message of {size} bytes exceeds the stack's maximum of {max} bytes; split it or raise appl.message_size_max")]
+    #[error(
+        "message of {size} bytes exceeds the stack's maximum of {max} bytes; split it or raise appl.message_size_max"
+    )]
     TooLarge {
         /// The message size.
         size: usize,

@@ -200,6 +200,7 @@ reasons! {
     OutOfWindow: "a sequence number too far ahead to buffer",
     Oversized: "the encoded datagram exceeds the maximum size",
     FragViolation: "fragments arrived out of the expected order or count",
+    Orphan: "part of a failed member's message that can never be completed",
     Disabled: "the stack has left or exited",
     Gossip: "a gossip vector of the wrong length",
 }

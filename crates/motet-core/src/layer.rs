@@ -4,7 +4,7 @@
 //! randomness: they push outputs into an [`Outbox`] and the [`Stack`](crate::Stack) dispatches
 //! them (STYLE principle 2; Ensemble's functional composition, thesis §5.2).
 
-use crate::event::{AppEvent, Counter, DropReason, Dn, Up};
+use crate::event::{AppEvent, Counter, Dn, DropReason, Up};
 use crate::time::Instant;
 use crate::Rank;
 use std::collections::VecDeque;

@@ -237,6 +237,13 @@ impl Node {
         }
     }
 
+    /// Asserts the invariants of every live stack (the simulator calls this after every step).
+    pub fn check_invariants(&self) {
+        for (_, stack) in self.stacks() {
+            stack.check_invariants();
+        }
+    }
+
     /// Whether any stack is routed under `conn`.
     pub fn routes(&self, conn: ConnId) -> bool {
         self.routes.contains_key(&conn)

@@ -98,8 +98,7 @@ impl StackSpec {
 
     /// The stack providing `properties`, with the reason each layer was chosen.
     pub fn choose_explained(properties: &[Property]) -> Result<Vec<(LayerKind, String)>, StackSpecError> {
-        let mut chosen: Vec<(LayerKind, String)> =
-            BASE.iter().map(|(kind, why)| (*kind, (*why).to_string())).collect();
+        let mut chosen: Vec<(LayerKind, String)> = BASE.iter().map(|(kind, why)| (*kind, (*why).to_string())).collect();
         for property in properties {
             for &kind in property.layers() {
                 if !chosen.iter().any(|(k, _)| *k == kind) {
@@ -134,7 +133,8 @@ impl StackSpec {
         if !layers.contains(&LayerKind::Appl) {
             return Err(StackSpecError::NoAppl);
         }
-        let provided = |range: &[LayerKind], service: Service| range.iter().any(|k| k.spec().provides.contains(&service));
+        let provided =
+            |range: &[LayerKind], service: Service| range.iter().any(|k| k.spec().provides.contains(&service));
         for (i, kind) in layers.iter().enumerate() {
             let spec = kind.spec();
             for &service in spec.requires_below {

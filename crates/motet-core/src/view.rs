@@ -161,9 +161,10 @@ impl RankSet {
     }
     /// Members in increasing order.
     pub fn iter(&self) -> impl Iterator<Item = Rank> + '_ {
-        self.words.iter().enumerate().flat_map(|(i, &w)| {
-            (0..64).filter(move |b| w & (1 << b) != 0).map(move |b| (i * 64 + b) as Rank)
-        })
+        self.words
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &w)| (0..64).filter(move |b| w & (1 << b) != 0).map(move |b| (i * 64 + b) as Rank))
     }
     /// Whether the set is empty.
     pub fn is_empty(&self) -> bool {

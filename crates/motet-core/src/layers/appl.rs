@@ -180,7 +180,10 @@ mod tests {
             let result = h.layer.handle_action(action, &mut out);
             (result, events.len())
         };
-        assert_eq!(run(&mut h, Action::Cast(b"12345".as_slice().into())).0, Err(ApiError::TooLarge { size: 5, max: 4 }));
+        assert_eq!(
+            run(&mut h, Action::Cast(b"12345".as_slice().into())).0,
+            Err(ApiError::TooLarge { size: 5, max: 4 })
+        );
         let (result, emitted) = run(&mut h, Action::Send(vec![1, 7], b"x".as_slice().into()));
         assert_eq!((result, emitted), (Err(ApiError::NoSuchRank { rank: 7, len: 3 }), 0));
         h.up(Up::FlowBlock { dest: None, blocked: true });

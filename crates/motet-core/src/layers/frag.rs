@@ -6,10 +6,17 @@
 //! and in order. Header: `Whole` (the common case, one byte before compression) or
 //! `Part { index, count }`. The headers of the layers above travel on the first fragment only.
 //! Unreliable casts are never fragmented.
+//!
+//! A member that fails mid-message leaves a partial reassembly behind. The partial is kept while
+//! the survivors may still relay the rest (`mnak` repairs a failed origin's casts from any
+//! holder); once stability shows that every live member holds the same prefix of the failed
+//! origin's casts (`stable == max`), nothing more can come, so the partial is discarded and
+//! everything later from that origin is dropped as an orphan. Delivery from a failed origin thus
+//! stays a FIFO prefix.
 
 use crate::event::{Counter, Dn, DropReason, Msg, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
-use crate::view::ViewState;
+use crate::view::{RankSet, ViewState};
 use crate::Rank;
 use motet_wire::hdr::frag::Header;
 use motet_wire::{HeaderStack, Payload};
@@ -55,6 +62,10 @@ pub struct Frag {
     casts: Vec<Option<Partial>>,
     /// Per origin rank: the send being reassembled.
     sends: Vec<Option<Partial>>,
+    /// Ranks reported failed.
+    failed: RankSet,
+    /// Failed origins whose unfinished message was discarded: nothing more is accepted from them.
+    cut: RankSet,
 }
 
 impl Frag {
@@ -66,6 +77,8 @@ impl Frag {
             count_max: u32::try_from(fragments).unwrap_or(u32::MAX),
             casts: (0..view.len()).map(|_| None).collect(),
             sends: (0..view.len()).map(|_| None).collect(),
+            failed: RankSet::new(),
+            cut: RankSet::new(),
         }
     }
 
@@ -88,7 +101,14 @@ impl Frag {
     }
 
     /// Adds a fragment; returns the whole message when it is complete.
-    fn reassemble(slot: &mut Option<Partial>, count_max: u32, index: u32, count: u32, msg: Msg, out: &mut Outbox<'_>) -> Option<Msg> {
+    fn reassemble(
+        slot: &mut Option<Partial>,
+        count_max: u32,
+        index: u32,
+        count: u32,
+        msg: Msg,
+        out: &mut Outbox<'_>,
+    ) -> Option<Msg> {
         if count < 2 || count > count_max || index >= count {
             out.drop_input(DropReason::FragViolation);
             return None;
@@ -122,6 +142,9 @@ impl Frag {
 impl Layer for Frag {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
         match ev {
+            Up::Cast { origin, .. } | Up::Send { origin, .. } if self.cut.contains(origin) => {
+                out.drop_input(DropReason::Orphan);
+            }
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 Some(Header::Whole) => out.up(Up::Cast { origin, msg, qos }),
                 Some(Header::Part { index, count }) => {
@@ -148,16 +171,32 @@ impl Layer for Frag {
 
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
         match ev {
-            Dn::Cast { msg, qos: qos @ crate::event::Qos::Unreliable } => out.dn(Dn::Cast { msg: msg.with(Header::Whole), qos }),
+            Dn::Cast { msg, qos: qos @ crate::event::Qos::Unreliable } => {
+                out.dn(Dn::Cast { msg: msg.with(Header::Whole), qos })
+            }
             Dn::Cast { msg, qos } => self.split(msg, out, |msg, out| out.dn(Dn::Cast { msg, qos })),
             Dn::Send { dest, msg } => self.split(msg, out, |msg, out| out.dn(Dn::Send { dest, msg })),
             Dn::Fail(ranks) => {
-                let n = self.casts.len();
-                for rank in ranks.iter().filter(|&r| usize::from(r) < n) {
-                    self.casts[usize::from(rank)] = None;
-                    self.sends[usize::from(rank)] = None;
+                // Sends are not relayed by others (`bottom` drops what the failed member still
+                // sends), so an unfinished send can never complete.
+                for rank in ranks.iter() {
+                    if self.sends.get_mut(usize::from(rank)).and_then(Option::take).is_some() {
+                        out.drop_input(DropReason::Orphan);
+                    }
                 }
+                self.failed.union_with(&ranks);
                 out.dn(Dn::Fail(ranks));
+            }
+            Dn::Stable(stability) => {
+                let failed: Vec<Rank> = self.failed.iter().filter(|&r| usize::from(r) < self.casts.len()).collect();
+                for origin in failed {
+                    let o = usize::from(origin);
+                    if stability.stable[o] == stability.max[o] && self.casts[o].take().is_some() {
+                        self.cut.insert(origin);
+                        out.drop_input(DropReason::Orphan);
+                    }
+                }
+                out.dn(Dn::Stable(stability));
             }
             other => out.dn(other),
         }

@@ -109,7 +109,8 @@ impl Layer for Mflow {
         match ev {
             Dn::Cast { msg, qos: Qos::Reliable } => {
                 let consumed = self.consumed();
-                match self.window.offer(msg.with(Header::NoHdr), consumed, self.config.window, self.config.pending_max) {
+                match self.window.offer(msg.with(Header::NoHdr), consumed, self.config.window, self.config.pending_max)
+                {
                     Offer::Send(msg) => out.dn(Dn::Cast { msg, qos: Qos::Reliable }),
                     Offer::Blocked => {
                         out.count(Counter::FlowBlocked);

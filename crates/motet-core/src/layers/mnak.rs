@@ -90,7 +90,12 @@ pub struct Mnak {
 impl Mnak {
     /// An `mnak` for `view`.
     pub fn new(config: &Config, view: &ViewState, rank: Rank) -> Mnak {
-        Mnak { config: config.clone(), rank, failed: RankSet::new(), origins: (0..view.len()).map(|_| Origin::default()).collect() }
+        Mnak {
+            config: config.clone(),
+            rank,
+            failed: RankSet::new(),
+            origins: (0..view.len()).map(|_| Origin::default()).collect(),
+        }
     }
 
     /// NAKs `lo..=hi` of `origin`: to the origin while it lives, else to the whole view.
@@ -213,7 +218,9 @@ impl Layer for Mnak {
                 o.received += 1;
                 out.dn(Dn::Cast { msg: msg.with(Header::Data { seqno }), qos: Qos::Reliable });
             }
-            Dn::Cast { msg, qos: Qos::Unreliable } => out.dn(Dn::Cast { msg: msg.with(Header::Unrel), qos: Qos::Unreliable }),
+            Dn::Cast { msg, qos: Qos::Unreliable } => {
+                out.dn(Dn::Cast { msg: msg.with(Header::Unrel), qos: Qos::Unreliable })
+            }
             Dn::Send { dest, msg } => out.dn(Dn::Send { dest, msg: msg.with(Header::NoHdr) }),
             Dn::StableReq => {
                 let counts: Arc<[u64]> = self.origins.iter().map(|o| o.received).collect();

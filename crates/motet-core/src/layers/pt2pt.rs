@@ -83,7 +83,12 @@ pub struct Pt2pt {
 impl Pt2pt {
     /// A `pt2pt` for `view`.
     pub fn new(config: &Config, view: &ViewState, rank: Rank) -> Pt2pt {
-        Pt2pt { config: config.clone(), rank, failed: RankSet::new(), peers: (0..view.len()).map(|_| Peer::default()).collect() }
+        Pt2pt {
+            config: config.clone(),
+            rank,
+            failed: RankSet::new(),
+            peers: (0..view.len()).map(|_| Peer::default()).collect(),
+        }
     }
 
     fn send_ack(&mut self, peer: Rank, out: &mut Outbox<'_>) {

@@ -78,8 +78,8 @@ impl Layer for Pt2ptw {
                     let o = usize::from(origin);
                     // A count beyond what we sent is a protocol violation; clamp rather than trust it.
                     self.acked[o] = self.acked[o].max(count.min(self.windows[o].sent));
-                    let released =
-                        self.windows[o].release(self.acked[o], self.config.window, |msg| out.dn(Dn::Send { dest: origin, msg }));
+                    let released = self.windows[o]
+                        .release(self.acked[o], self.config.window, |msg| out.dn(Dn::Send { dest: origin, msg }));
                     if released {
                         out.up(Up::FlowBlock { dest: Some(origin), blocked: false });
                     }
@@ -102,7 +102,12 @@ impl Layer for Pt2ptw {
             }
             Dn::Send { dest, msg } => {
                 let d = usize::from(dest);
-                match self.windows[d].offer(msg.with(Header::NoHdr), self.acked[d], self.config.window, self.config.pending_max) {
+                match self.windows[d].offer(
+                    msg.with(Header::NoHdr),
+                    self.acked[d],
+                    self.config.window,
+                    self.config.pending_max,
+                ) {
                     Offer::Send(msg) => out.dn(Dn::Send { dest, msg }),
                     Offer::Blocked => {
                         out.count(Counter::FlowBlocked);

@@ -96,7 +96,8 @@ impl Stable {
     fn gossip(&mut self, out: &mut Outbox<'_>) {
         self.dirty = false;
         out.count(Counter::Gossip);
-        let gossip = Gossip { received: self.rows[usize::from(self.rank)].clone(), stable: self.published.stable.clone() };
+        let gossip =
+            Gossip { received: self.rows[usize::from(self.rank)].clone(), stable: self.published.stable.clone() };
         out.dn(Dn::Cast { msg: Msg::default().with(Header::Gossip(Arc::new(gossip))), qos: Qos::Unreliable });
     }
 }

@@ -15,6 +15,7 @@ pub enum Header {
 
 impl LayerHeader for Header {
     const LAYER: u8 = 9;
+    const ZERO: Self = Header::Data;
     fn variant(&self) -> u8 {
         match self {
             Header::Data => 0,

@@ -13,6 +13,7 @@ pub enum Header {
 
 impl LayerHeader for Header {
     const LAYER: u8 = 1;
+    const ZERO: Self = Header::NoHdr;
     fn variant(&self) -> u8 {
         0
     }

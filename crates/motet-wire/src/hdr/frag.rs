@@ -20,6 +20,7 @@ pub enum Header {
 
 impl LayerHeader for Header {
     const LAYER: u8 = 5;
+    const ZERO: Self = Header::Whole;
     fn variant(&self) -> u8 {
         match self {
             Header::Whole => 0,

@@ -27,7 +27,9 @@ pub mod stable;
 pub trait LayerHeader: Sized + Clone + core::fmt::Debug + PartialEq {
     /// The layer's tag on the wire, in `1..=127`, unique per layer.
     const LAYER: u8;
-    /// This value's variant number; 0 only for the field-less default variant.
+    /// The field-less variant 0, encoded as the single byte `0x80 | LAYER`.
+    const ZERO: Self;
+    /// This value's variant number; 0 only for [`LayerHeader::ZERO`].
     fn variant(&self) -> u8;
     /// Writes the fields of a non-zero variant.
     fn encode_fields(&self, w: &mut Writer<'_>);
@@ -87,6 +89,9 @@ macro_rules! headers {
                 }
                 $(
                     if layer == $module::Header::LAYER {
+                        if variant == 0 {
+                            return Ok(Header::$variant(<$module::Header as LayerHeader>::ZERO));
+                        }
                         return Ok(Header::$variant($module::Header::decode_fields(variant, r)?));
                     }
                 )*

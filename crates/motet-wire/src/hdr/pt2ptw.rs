@@ -18,6 +18,7 @@ pub enum Header {
 
 impl LayerHeader for Header {
     const LAYER: u8 = 6;
+    const ZERO: Self = Header::NoHdr;
     fn variant(&self) -> u8 {
         match self {
             Header::NoHdr => 0,

@@ -1,0 +1,154 @@
+//! Simulation options: the workload, the network model and the faults. Everything a run does
+//! follows from these and the seed; `SimOptions::swarm` derives all fault parameters from the
+//! seed (TigerBeetle's swarm testing).
+
+use motet_core::{Duration, StackConfig, StackSpec};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+/// The network model. Probabilities are per datagram per destination.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NetConfig {
+    /// Probability a datagram is lost.
+    pub loss: f64,
+    /// Probability a datagram is delivered twice.
+    pub dup: f64,
+    /// Probability a datagram is held back by an extra delay (so later ones overtake it).
+    pub reorder: f64,
+    /// Minimum one-way delay, in microseconds.
+    pub delay_min_us: u64,
+    /// Mean of the exponential delay added to the minimum, in microseconds.
+    pub delay_mean_us: u64,
+    /// Largest extra delay of a reordered datagram, in microseconds.
+    pub reorder_max_us: u64,
+}
+
+impl Default for NetConfig {
+    fn default() -> NetConfig {
+        NetConfig { loss: 0.0, dup: 0.0, reorder: 0.0, delay_min_us: 100, delay_mean_us: 400, reorder_max_us: 5_000 }
+    }
+}
+
+/// A partition: during `[start, end)` no datagram crosses between `side` and the other nodes, in
+/// the directions given.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Partition {
+    /// When it forms (from the start of the run), in milliseconds.
+    pub start_ms: u64,
+    /// When it heals, in milliseconds.
+    pub end_ms: u64,
+    /// The nodes on one side.
+    pub side: Vec<usize>,
+    /// True when only datagrams *from* `side` are blocked (an asymmetric partition).
+    pub one_way: bool,
+}
+
+/// Everything that defines a run.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// The seed of the run's only random number generator.
+    pub seed: u64,
+    /// Number of nodes (one endpoint each, all in one static view).
+    pub nodes: usize,
+    /// The protocol stack.
+    pub stack: StackSpec,
+    /// Its parameters.
+    pub config: StackConfig,
+    /// Casts each node makes.
+    pub casts: u32,
+    /// Point-to-point sends each node makes (to random other nodes).
+    pub sends: u32,
+    /// Largest payload, in bytes (sizes are uniform in `16..=payload_max`; above `frag_size`
+    /// messages are fragmented).
+    pub payload_max: usize,
+    /// Casts and sends are spread uniformly over this period, in milliseconds.
+    pub workload_ms: u64,
+    /// The network.
+    pub net: NetConfig,
+    /// Nodes that crash (fail-stop), at uniformly random times within the workload period.
+    pub crashes: usize,
+    /// How long after a crash the survivors are told (the failure detector's delay), in ms.
+    pub detect_ms: u64,
+    /// Partitions that form and heal during the run.
+    pub partitions: Vec<Partition>,
+    /// Virtual time after which a run that has not quiesced is a liveness failure, in ms.
+    pub time_max_ms: u64,
+}
+
+impl SimOptions {
+    /// Fault-free defaults for `nodes` nodes running `stack`.
+    pub fn new(seed: u64, nodes: usize, stack: StackSpec) -> SimOptions {
+        SimOptions {
+            seed,
+            nodes,
+            stack,
+            config: StackConfig::default(),
+            casts: 20,
+            sends: 5,
+            payload_max: 3000,
+            workload_ms: 1_000,
+            net: NetConfig::default(),
+            crashes: 0,
+            detect_ms: 300,
+            partitions: Vec::new(),
+            time_max_ms: 120_000,
+        }
+    }
+
+    /// Derives every fault parameter from the seed: loss, duplication, reordering, delays, payload
+    /// sizes, crashes and partitions (symmetric or asymmetric).
+    pub fn swarm(seed: u64, nodes: usize, stack: StackSpec) -> SimOptions {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5157_4152_4d00_0000);
+        let mut options = SimOptions::new(seed, nodes, stack);
+        options.net = NetConfig {
+            loss: if rng.gen_bool(0.2) { 0.0 } else { rng.gen_range(0.0..0.3) },
+            dup: if rng.gen_bool(0.5) { 0.0 } else { rng.gen_range(0.0..0.1) },
+            reorder: if rng.gen_bool(0.3) { 0.0 } else { rng.gen_range(0.0..0.5) },
+            delay_min_us: rng.gen_range(10..2_000),
+            delay_mean_us: rng.gen_range(10..5_000),
+            reorder_max_us: rng.gen_range(100..20_000),
+        };
+        options.payload_max = if rng.gen_bool(0.5) { 64 } else { rng.gen_range(64..5_000) };
+        options.workload_ms = rng.gen_range(10..2_000);
+        options.crashes = usize::from(nodes > 2 && rng.gen_bool(0.3));
+        if nodes > 1 && rng.gen_bool(0.3) {
+            let start_ms = rng.gen_range(0..options.workload_ms);
+            let side_len = rng.gen_range(1..nodes);
+            let mut side: Vec<usize> = (0..nodes).collect();
+            for i in 0..side_len {
+                let j = rng.gen_range(i..nodes);
+                side.swap(i, j);
+            }
+            side.truncate(side_len);
+            side.sort_unstable();
+            options.partitions.push(Partition {
+                start_ms,
+                end_ms: start_ms + rng.gen_range(1..3_000),
+                side,
+                one_way: rng.gen_bool(0.3),
+            });
+        }
+        options
+    }
+
+    /// The `motet sim` command line that replays this run.
+    pub fn replay_command(&self, swarm: bool) -> String {
+        let mut cmd = format!("motet sim --nodes {} --seed {} --stack {}", self.nodes, self.seed, self.stack);
+        if swarm {
+            cmd.push_str(" --swarm");
+        } else {
+            cmd.push_str(&format!(
+                " --loss {} --dup {} --reorder {} --crashes {}",
+                self.net.loss, self.net.dup, self.net.reorder, self.crashes
+            ));
+        }
+        cmd.push_str(&format!(" --casts {} --sends {}", self.casts, self.sends));
+        cmd
+    }
+
+    /// The workload's duration.
+    pub fn workload(&self) -> Duration {
+        Duration::from_millis(self.workload_ms)
+    }
+}

@@ -1,0 +1,384 @@
+//! Oracles: the guarantees of the stack, checked globally over the trace of a run (STYLE
+//! principle 11). They know nothing of the protocol's internals: they read what the application
+//! saw and what the layers still hold at the end.
+//!
+//! - **exactly once at every correct destination**: every cast from a correct (never crashed)
+//!   sender is delivered once at every correct node, the sender included; every send from a
+//!   correct sender to a correct destination is delivered once there;
+//! - **per-sender FIFO**: on each channel (origin → node, casts; origin → dest, sends) the
+//!   delivered messages are exactly the first k sent, in order, for some k;
+//! - **no creation**: everything delivered was sent, by the origin it is attributed to, on the
+//!   channel it arrived on;
+//! - **integrity**: delivered bytes equal sent bytes;
+//! - **quiescence**: the run went quiet before its time limit, and then every retransmission,
+//!   reordering and flow-control buffer of every live node is empty.
+
+use bytes::Bytes;
+use motet_core::Instant;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A cast, or a send to a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Channel {
+    /// A multicast.
+    Cast,
+    /// A point-to-point message to `dest`.
+    Send {
+        /// Destination node.
+        dest: usize,
+    },
+}
+
+/// Identifies a message of the workload: who sent it, how, and its index on that channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct MsgId {
+    /// Sending node.
+    pub origin: usize,
+    /// Cast or send.
+    pub channel: Channel,
+    /// Position on the channel, from 0.
+    pub index: u32,
+}
+
+const MAGIC: u8 = 0x4d;
+const TAG_LEN: usize = 12;
+
+impl MsgId {
+    /// The payload tag that identifies the message inside its own bytes.
+    pub fn tag(&self) -> [u8; TAG_LEN] {
+        let mut tag = [0u8; TAG_LEN];
+        tag[0] = MAGIC;
+        tag[1..3].copy_from_slice(&(self.origin as u16).to_le_bytes());
+        let (kind, dest) = match self.channel {
+            Channel::Cast => (0u8, 0u16),
+            Channel::Send { dest } => (1, dest as u16),
+        };
+        tag[3] = kind;
+        tag[4..6].copy_from_slice(&dest.to_le_bytes());
+        tag[6..10].copy_from_slice(&self.index.to_le_bytes());
+        tag
+    }
+
+    /// Reads the tag back from a payload.
+    pub fn parse(payload: &[u8]) -> Option<MsgId> {
+        if payload.len() < TAG_LEN || payload[0] != MAGIC {
+            return None;
+        }
+        let origin = usize::from(u16::from_le_bytes([payload[1], payload[2]]));
+        let dest = usize::from(u16::from_le_bytes([payload[4], payload[5]]));
+        let channel = match payload[3] {
+            0 => Channel::Cast,
+            1 => Channel::Send { dest },
+            _ => return None,
+        };
+        let index = u32::from_le_bytes([payload[6], payload[7], payload[8], payload[9]]);
+        Some(MsgId { origin, channel, index })
+    }
+}
+
+/// One message accepted by a sender's endpoint.
+#[derive(Clone, Debug)]
+pub struct Sent {
+    /// Which message.
+    pub id: MsgId,
+    /// When the endpoint accepted it.
+    pub time: Instant,
+    /// Hash of its bytes.
+    pub digest: u64,
+}
+
+/// One delivery to an application.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    /// When.
+    pub time: Instant,
+    /// At which node.
+    pub node: usize,
+    /// The origin rank the stack reported.
+    pub origin: usize,
+    /// Whether it arrived as a cast (else a send).
+    pub cast: bool,
+    /// The bytes delivered.
+    pub payload: Bytes,
+}
+
+/// What a run did, as far as the oracles care.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    /// Number of nodes.
+    pub nodes: usize,
+    /// Messages accepted by their senders, in acceptance order.
+    pub sent: Vec<Sent>,
+    /// Deliveries, in the order they happened.
+    pub deliveries: Vec<Delivery>,
+    /// For each node, when it crashed (None: correct).
+    pub crashed: Vec<Option<Instant>>,
+    /// Whether the run went quiet before its time limit.
+    pub quiesced: bool,
+    /// For each node alive at the end: messages still held, per layer.
+    pub buffered: Vec<Vec<(&'static str, usize)>>,
+}
+
+/// A broken guarantee.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind")]
+pub enum Violation {
+    /// A message a correct node should have delivered was not.
+    Lost {
+        /// Which message.
+        id: MsgId,
+        /// Where it is missing.
+        node: usize,
+    },
+    /// Delivered more than once.
+    Duplicate {
+        /// Which message.
+        id: MsgId,
+        /// Where.
+        node: usize,
+    },
+    /// Delivered out of order or after a gap.
+    Fifo {
+        /// Which message.
+        id: MsgId,
+        /// Where.
+        node: usize,
+        /// The index that should have come next.
+        expected: u32,
+    },
+    /// Delivered but never sent, or attributed to the wrong origin or channel.
+    Created {
+        /// Where.
+        node: usize,
+        /// What was wrong.
+        detail: String,
+    },
+    /// Bytes differ from what was sent.
+    Corrupt {
+        /// Which message.
+        id: MsgId,
+        /// Where.
+        node: usize,
+    },
+    /// A live node still holds messages after quiescence.
+    NotQuiescent {
+        /// Where.
+        node: usize,
+        /// Layer and count.
+        layer: &'static str,
+        /// Messages held.
+        held: usize,
+    },
+    /// The run did not go quiet within its time limit.
+    Liveness {
+        /// What was still going on.
+        detail: String,
+    },
+    /// A layer's invariant check or the stack's scheduler failed (a panic inside the core).
+    Invariant {
+        /// The panic message.
+        detail: String,
+    },
+}
+
+/// A stable 64-bit digest of bytes (BLAKE3, truncated).
+pub fn digest(bytes: &[u8]) -> u64 {
+    let hash = blake3::hash(bytes);
+    u64::from_le_bytes(hash.as_bytes()[..8].try_into().expect("8 bytes"))
+}
+
+/// Runs every oracle over `trace`.
+pub fn check(trace: &Trace) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    let sent: BTreeMap<MsgId, u64> = trace.sent.iter().map(|s| (s.id, s.digest)).collect();
+    let correct = |node: usize| trace.crashed.get(node).is_some_and(Option::is_none);
+
+    // No creation, integrity, no duplication, FIFO: one pass over the deliveries.
+    let mut next: BTreeMap<(usize, usize, Channel), u32> = BTreeMap::new();
+    let mut delivered: BTreeSet<(usize, MsgId)> = BTreeSet::new();
+    for d in &trace.deliveries {
+        let Some(id) = MsgId::parse(&d.payload) else {
+            violations.push(Violation::Created {
+                node: d.node,
+                detail: format!("untagged payload of {} B", d.payload.len()),
+            });
+            continue;
+        };
+        let Some(&expected_digest) = sent.get(&id) else {
+            violations.push(Violation::Created { node: d.node, detail: format!("{id:?} was never sent") });
+            continue;
+        };
+        let channel_ok = match id.channel {
+            Channel::Cast => d.cast,
+            Channel::Send { dest } => !d.cast && dest == d.node,
+        };
+        if id.origin != d.origin || !channel_ok {
+            let detail = format!("{id:?} delivered as {} from {}", if d.cast { "cast" } else { "send" }, d.origin);
+            violations.push(Violation::Created { node: d.node, detail });
+            continue;
+        }
+        if digest(&d.payload) != expected_digest {
+            violations.push(Violation::Corrupt { id, node: d.node });
+        }
+        if !delivered.insert((d.node, id)) {
+            violations.push(Violation::Duplicate { id, node: d.node });
+            continue;
+        }
+        let expected = next.entry((d.node, id.origin, id.channel)).or_insert(0);
+        if id.index != *expected {
+            violations.push(Violation::Fifo { id, node: d.node, expected: *expected });
+        }
+        *expected = (*expected).max(id.index + 1);
+    }
+
+    // Exactly once at every correct destination (at-most-once was checked above).
+    for s in &trace.sent {
+        if !correct(s.id.origin) {
+            continue;
+        }
+        let mut check_at = |node: usize| {
+            if correct(node) && !delivered.contains(&(node, s.id)) {
+                violations.push(Violation::Lost { id: s.id, node });
+            }
+        };
+        match s.id.channel {
+            Channel::Cast => (0..trace.nodes).for_each(&mut check_at),
+            Channel::Send { dest } => check_at(dest),
+        }
+    }
+
+    // Quiescence.
+    if !trace.quiesced {
+        violations.push(Violation::Liveness { detail: "the run did not go quiet before its time limit".into() });
+    }
+    for (node, layers) in trace.buffered.iter().enumerate() {
+        for &(layer, held) in layers {
+            if held > 0 {
+                violations.push(Violation::NotQuiescent { node, layer, held });
+            }
+        }
+    }
+    violations
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A correct trace of 3 nodes: each casts twice, node 0 sends once to node 1.
+    fn good() -> Trace {
+        let mut trace = Trace {
+            nodes: 3,
+            crashed: vec![None; 3],
+            quiesced: true,
+            buffered: vec![vec![("mnak", 0)]; 3],
+            ..Trace::default()
+        };
+        let mut ids = Vec::new();
+        for origin in 0..3 {
+            for index in 0..2 {
+                ids.push(MsgId { origin, channel: Channel::Cast, index });
+            }
+        }
+        ids.push(MsgId { origin: 0, channel: Channel::Send { dest: 1 }, index: 0 });
+        for id in ids {
+            let mut bytes = id.tag().to_vec();
+            bytes.extend_from_slice(b"payload");
+            let payload = Bytes::from(bytes);
+            trace.sent.push(Sent { id, time: Instant::ZERO, digest: digest(&payload) });
+            let nodes: Vec<usize> = match id.channel {
+                Channel::Cast => (0..3).collect(),
+                Channel::Send { dest } => vec![dest],
+            };
+            for node in nodes {
+                let cast = id.channel == Channel::Cast;
+                trace.deliveries.push(Delivery {
+                    time: Instant::ZERO,
+                    node,
+                    origin: id.origin,
+                    cast,
+                    payload: payload.clone(),
+                });
+            }
+        }
+        trace
+    }
+
+    #[test]
+    fn a_correct_trace_passes() {
+        assert_eq!(check(&good()), vec![]);
+    }
+
+    #[test]
+    fn catches_a_lost_delivery() {
+        let mut trace = good();
+        trace.deliveries.remove(4); // origin 0 index 1 at node 1
+        assert!(matches!(check(&trace)[..], [Violation::Lost { node: 1, .. }]), "{:?}", check(&trace));
+    }
+
+    #[test]
+    fn a_crashed_sender_need_not_be_delivered_but_a_crashed_receiver_is_excused_too() {
+        let mut trace = good();
+        trace.deliveries.retain(|d| !(d.origin == 2 && d.node == 0));
+        trace.crashed[2] = Some(Instant::ZERO);
+        assert_eq!(check(&trace), vec![]);
+    }
+
+    #[test]
+    fn catches_a_duplicate() {
+        let mut trace = good();
+        let again = trace.deliveries[0].clone();
+        trace.deliveries.push(again);
+        assert!(matches!(check(&trace)[..], [Violation::Duplicate { node: 0, .. }]));
+    }
+
+    #[test]
+    fn catches_reordering() {
+        let mut trace = good();
+        // Deliveries 0..3 are origin 0 index 0 at nodes 0,1,2; 3..6 are index 1.
+        trace.deliveries.swap(0, 3);
+        let violations = check(&trace);
+        assert!(violations.iter().any(|v| matches!(v, Violation::Fifo { node: 0, expected: 0, .. })), "{violations:?}");
+    }
+
+    #[test]
+    fn catches_creation_and_misattribution() {
+        let mut trace = good();
+        let mut forged = trace.deliveries[0].clone();
+        forged.payload = Bytes::from_static(b"never sent by anyone");
+        trace.deliveries.push(forged);
+        let mut misattributed = trace.deliveries[0].clone();
+        misattributed.origin = 2;
+        trace.deliveries[0] = misattributed;
+        let violations = check(&trace);
+        assert_eq!(violations.iter().filter(|v| matches!(v, Violation::Created { .. })).count(), 2, "{violations:?}");
+    }
+
+    #[test]
+    fn catches_a_send_delivered_at_the_wrong_node_or_as_a_cast() {
+        let mut trace = good();
+        let send = trace.deliveries.iter_mut().find(|d| !d.cast).expect("one send");
+        send.node = 2;
+        assert!(check(&trace).iter().any(|v| matches!(v, Violation::Created { node: 2, .. })));
+    }
+
+    #[test]
+    fn catches_corruption() {
+        let mut trace = good();
+        let mut bytes = trace.deliveries[1].payload.to_vec();
+        *bytes.last_mut().unwrap() ^= 1;
+        trace.deliveries[1].payload = Bytes::from(bytes);
+        assert!(matches!(check(&trace)[..], [Violation::Corrupt { node: 1, .. }]));
+    }
+
+    #[test]
+    fn catches_buffers_left_after_quiescence_and_lack_of_quiescence() {
+        let mut trace = good();
+        trace.buffered[2] = vec![("pt2pt", 3)];
+        trace.quiesced = false;
+        let violations = check(&trace);
+        assert!(violations.contains(&Violation::NotQuiescent { node: 2, layer: "pt2pt", held: 3 }));
+        assert!(violations.iter().any(|v| matches!(v, Violation::Liveness { .. })));
+    }
+}

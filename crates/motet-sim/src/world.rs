@@ -1,0 +1,452 @@
+//! The simulated world: N nodes in one thread, virtual time, one seeded PRNG, and a network that
+//! loses, duplicates, reorders, delays and partitions datagrams. Every datagram goes through the
+//! real wire codec. Fail-stop crashes are reported to the survivors after a detection delay, as
+//! the membership layers of a later release will do.
+
+use crate::options::SimOptions;
+use crate::oracle::{self, Channel, Delivery, MsgId, Sent, Trace, Violation};
+use bytes::Bytes;
+use motet_core::layer::Stats;
+use motet_core::{
+    Action, Address, ApiError, AppEvent, Duration, EndpointId, GroupName, Instant, Node, RankSet, StackId, ViewState,
+};
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::sync::Arc;
+
+/// What a run produced.
+#[derive(Debug, Clone)]
+pub struct SimReport {
+    /// The seed.
+    pub seed: u64,
+    /// BLAKE3 of every delivery and every datagram's fate, in order: equal seeds give equal hashes.
+    pub trace_hash: String,
+    /// Broken guarantees (empty when the run passed).
+    pub violations: Vec<Violation>,
+    /// Casts delivered, summed over nodes.
+    pub cast_deliveries: u64,
+    /// Sends delivered, summed over nodes.
+    pub send_deliveries: u64,
+    /// Datagrams handed to the network (per destination).
+    pub datagrams: u64,
+    /// Datagrams the network lost (including partitions and crashed receivers).
+    pub datagrams_lost: u64,
+    /// Virtual time at the end of the run.
+    pub end: Instant,
+    /// Drops and protocol counters summed over nodes.
+    pub stats: Stats,
+    /// Notable events, for `motet demo` and failing-seed reports.
+    pub story: Vec<(Instant, String)>,
+    /// The trace the oracles checked.
+    pub trace: Trace,
+}
+
+#[derive(Debug)]
+enum Event {
+    Deliver { from: usize, to: usize, datagram: Bytes },
+    Submit { node: usize, id: MsgId },
+    Crash { node: usize },
+    FailNotice { node: usize, failed: usize },
+    PartitionChange,
+}
+
+#[derive(Debug)]
+struct Scheduled {
+    at: Instant,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+struct SimNode {
+    node: Node,
+    stack: StackId,
+    alive: bool,
+    backlog: VecDeque<MsgId>,
+}
+
+struct World<'a> {
+    options: &'a SimOptions,
+    rng: ChaCha8Rng,
+    now: Instant,
+    seq: u64,
+    queue: BinaryHeap<Reverse<Scheduled>>,
+    nodes: Vec<SimNode>,
+    in_flight: u64,
+    submissions_left: u64,
+    trace: Trace,
+    hasher: blake3::Hasher,
+    datagrams: u64,
+    datagrams_lost: u64,
+    story: Vec<(Instant, String)>,
+}
+
+/// Runs one simulation to completion and checks it. A panic inside the core (a broken layer
+/// invariant) is caught and reported as a violation, so one bad seed does not stop a sweep.
+pub fn run(options: &SimOptions) -> SimReport {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| World::new(options).run()));
+    match outcome {
+        Ok(report) => report,
+        Err(panic) => {
+            let detail = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "non-string panic".into());
+            SimReport {
+                seed: options.seed,
+                trace_hash: String::new(),
+                violations: vec![Violation::Invariant { detail }],
+                cast_deliveries: 0,
+                send_deliveries: 0,
+                datagrams: 0,
+                datagrams_lost: 0,
+                end: Instant::ZERO,
+                stats: Stats::default(),
+                story: Vec::new(),
+                trace: Trace::default(),
+            }
+        }
+    }
+}
+
+impl<'a> World<'a> {
+    fn new(options: &'a SimOptions) -> World<'a> {
+        let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
+        let n = options.nodes;
+        assert!(n >= 1, "a simulation needs at least one node");
+        let members: Vec<EndpointId> = (0..n).map(|_| EndpointId(rng.next_u64())).collect();
+        let view = Arc::new(ViewState::initial(
+            GroupName::new("sim"),
+            options.stack.clone(),
+            options.config.clone(),
+            members,
+            (0..n as u32).map(Address::Sim).collect(),
+        ));
+        let now = Instant::ZERO;
+        let nodes = (0..n)
+            .map(|rank| {
+                let mut node = Node::new();
+                let stack = node.join(now, Arc::clone(&view), rank as u16).expect("the stack spec was validated");
+                SimNode { node, stack, alive: true, backlog: VecDeque::new() }
+            })
+            .collect();
+        let mut world = World {
+            options,
+            rng,
+            now,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            nodes,
+            in_flight: 0,
+            submissions_left: 0,
+            trace: Trace { nodes: n, crashed: vec![None; n], ..Trace::default() },
+            hasher: blake3::Hasher::new(),
+            datagrams: 0,
+            datagrams_lost: 0,
+            story: Vec::new(),
+        };
+        world.plan();
+        world
+    }
+
+    fn schedule(&mut self, at: Instant, event: Event) {
+        self.seq += 1;
+        self.queue.push(Reverse(Scheduled { at, seq: self.seq, event }));
+    }
+
+    /// Plans the workload, the crashes and the partitions.
+    fn plan(&mut self) {
+        let n = self.options.nodes;
+        let workload = self.options.workload().0.max(1);
+        for origin in 0..n {
+            let mut planned: Vec<(u64, Channel)> = Vec::new();
+            for _ in 0..self.options.casts {
+                planned.push((self.rng.gen_range(0..workload), Channel::Cast));
+            }
+            if n > 1 {
+                for _ in 0..self.options.sends {
+                    let mut dest = self.rng.gen_range(0..n - 1);
+                    if dest >= origin {
+                        dest += 1;
+                    }
+                    planned.push((self.rng.gen_range(0..workload), Channel::Send { dest }));
+                }
+            }
+            planned.sort_unstable();
+            let mut next_index = std::collections::BTreeMap::new();
+            for (at, channel) in planned {
+                let index = next_index.entry(channel).or_insert(0u32);
+                let id = MsgId { origin, channel, index: *index };
+                *index += 1;
+                self.submissions_left += 1;
+                self.schedule(Instant(at), Event::Submit { node: origin, id });
+            }
+        }
+        let mut candidates: Vec<usize> = (0..n).collect();
+        for _ in 0..self.options.crashes.min(n.saturating_sub(1)) {
+            let node = candidates.remove(self.rng.gen_range(0..candidates.len()));
+            let at = Instant(self.rng.gen_range(0..workload));
+            self.schedule(at, Event::Crash { node });
+        }
+        for partition in &self.options.partitions {
+            let (start, end) = (
+                Instant::ZERO + Duration::from_millis(partition.start_ms),
+                Instant::ZERO + Duration::from_millis(partition.end_ms),
+            );
+            self.schedule(start, Event::PartitionChange);
+            self.schedule(end, Event::PartitionChange);
+        }
+    }
+
+    fn partitioned(&self, from: usize, to: usize) -> bool {
+        let now_ms = self.now.0 / 1_000_000;
+        self.options.partitions.iter().any(|p| {
+            let active = p.start_ms <= now_ms && now_ms < p.end_ms;
+            let (a, b) = (p.side.contains(&from), p.side.contains(&to));
+            active && a != b && (!p.one_way || a)
+        })
+    }
+
+    fn note(&mut self, text: String) {
+        self.story.push((self.now, text));
+    }
+
+    fn run(mut self) -> SimReport {
+        let time_max = Instant::ZERO + Duration::from_millis(self.options.time_max_ms);
+        loop {
+            let next_event = self.queue.peek().map(|Reverse(s)| s.at);
+            let next_timer = self.nodes.iter().filter(|n| n.alive).filter_map(|n| n.node.poll_timeout()).min();
+            let Some(at) = [next_event, next_timer].into_iter().flatten().min() else { break };
+            if at > time_max {
+                break;
+            }
+            self.now = self.now.max(at);
+            if next_event == Some(at) {
+                let Reverse(scheduled) = self.queue.pop().expect("peeked");
+                self.handle(scheduled.event);
+            } else {
+                for index in 0..self.nodes.len() {
+                    let node = &mut self.nodes[index];
+                    if node.alive && node.node.poll_timeout().is_some_and(|t| t <= self.now) {
+                        node.node.handle_timeout(self.now);
+                        self.flush(index);
+                    }
+                }
+            }
+            if self.quiet() {
+                self.trace.quiesced = true;
+                break;
+            }
+        }
+        self.finish()
+    }
+
+    fn quiet(&self) -> bool {
+        self.in_flight == 0
+            && self.submissions_left == 0
+            && self
+                .nodes
+                .iter()
+                .filter(|n| n.alive)
+                .all(|n| n.backlog.is_empty() && n.node.stack(n.stack).is_some_and(|s| s.buffered() == 0))
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Deliver { from, to, datagram } => {
+                self.in_flight -= 1;
+                if !self.nodes[to].alive {
+                    self.datagrams_lost += 1;
+                    return;
+                }
+                self.hasher.update(&self.now.0.to_le_bytes());
+                self.hasher.update(&[b'r', from as u8, to as u8]);
+                self.nodes[to].node.handle_datagram(self.now, datagram);
+                self.flush(to);
+            }
+            Event::Submit { node, id } => {
+                self.submissions_left -= 1;
+                if self.nodes[node].alive {
+                    self.nodes[node].backlog.push_back(id);
+                    self.submit(node);
+                }
+            }
+            Event::Crash { node } => {
+                self.nodes[node].alive = false;
+                self.trace.crashed[node] = Some(self.now);
+                self.note(format!("node {node} crashes (fail-stop)"));
+                let at = self.now + Duration::from_millis(self.options.detect_ms);
+                for other in (0..self.nodes.len()).filter(|&o| o != node) {
+                    self.schedule(at, Event::FailNotice { node: other, failed: node });
+                }
+            }
+            Event::FailNotice { node, failed } => {
+                if self.nodes[node].alive {
+                    if node == 0 || (0..node).all(|o| !self.nodes[o].alive) {
+                        self.note(format!("survivors are told node {failed} failed"));
+                    }
+                    let ranks: RankSet = [failed as u16].into_iter().collect();
+                    let stack = self.nodes[node].stack;
+                    self.nodes[node].node.handle_fail(self.now, stack, ranks).expect("the stack is live");
+                    self.flush(node);
+                }
+            }
+            Event::PartitionChange => {
+                let active: Vec<_> = self
+                    .options
+                    .partitions
+                    .iter()
+                    .filter(|p| p.start_ms <= self.now.0 / 1_000_000 && self.now.0 / 1_000_000 < p.end_ms)
+                    .map(|p| format!("{:?}{}", p.side, if p.one_way { " (one way)" } else { "" }))
+                    .collect();
+                let text = if active.is_empty() {
+                    "the network heals".to_string()
+                } else {
+                    format!("the network partitions: {} cut off", active.join(", "))
+                };
+                self.note(text);
+            }
+        }
+    }
+
+    /// Submits the node's backlog in order until flow control pushes back.
+    fn submit(&mut self, node: usize) {
+        while let Some(&id) = self.nodes[node].backlog.front() {
+            let len = self.rng.gen_range(16..=self.options.payload_max.max(16));
+            let mut bytes = id.tag().to_vec();
+            bytes.resize(len.max(bytes.len()), 0);
+            self.rng.fill_bytes(&mut bytes[12..]);
+            let payload = Bytes::from(bytes);
+            let action = match id.channel {
+                Channel::Cast => Action::Cast(payload.clone().into()),
+                Channel::Send { dest } => Action::Send(vec![dest as u16], payload.clone().into()),
+            };
+            let sim = &mut self.nodes[node];
+            match sim.node.handle_action(self.now, sim.stack, action) {
+                Ok(()) => {
+                    sim.backlog.pop_front();
+                    self.trace.sent.push(Sent { id, time: self.now, digest: oracle::digest(&payload) });
+                    self.flush(node);
+                }
+                Err(ApiError::FlowBlocked { .. }) => break,
+                Err(other) => panic!("the simulated application misused the API: {other}"),
+            }
+        }
+    }
+
+    /// Sends the node's datagrams into the network and hands its events to the application.
+    fn flush(&mut self, index: usize) {
+        self.nodes[index].node.check_invariants();
+        while let Some(out) = self.nodes[index].node.poll_transmit() {
+            let datagram = out.to_bytes();
+            for address in out.to.addresses() {
+                let Address::Sim(to) = address else { unreachable!("simulated addresses only") };
+                self.transmit(index, to as usize, datagram.clone());
+            }
+        }
+        let mut released = false;
+        while let Some((_, event)) = self.nodes[index].node.poll_event() {
+            match event {
+                AppEvent::Cast { origin, payload } => {
+                    self.deliver(index, usize::from(origin), true, payload.to_bytes())
+                }
+                AppEvent::Send { origin, payload } => {
+                    self.deliver(index, usize::from(origin), false, payload.to_bytes())
+                }
+                AppEvent::FlowBlock { blocked: false, .. } => released = true,
+                AppEvent::View { .. } | AppEvent::FlowBlock { .. } | AppEvent::Block | AppEvent::Exit => {}
+            }
+        }
+        if released && self.nodes[index].alive {
+            self.submit(index);
+        }
+    }
+
+    fn deliver(&mut self, node: usize, origin: usize, cast: bool, payload: Bytes) {
+        self.hasher.update(&self.now.0.to_le_bytes());
+        self.hasher.update(&[b'd', node as u8, origin as u8, cast as u8]);
+        self.hasher.update(&oracle::digest(&payload).to_le_bytes());
+        self.trace.deliveries.push(Delivery { time: self.now, node, origin, cast, payload });
+    }
+
+    /// The network: loss, partitions, delay (minimum plus exponential), reordering, duplication.
+    fn transmit(&mut self, from: usize, to: usize, datagram: Bytes) {
+        let net = &self.options.net;
+        self.datagrams += 1;
+        let lost = self.rng.gen_bool(net.loss) || self.partitioned(from, to);
+        self.hasher.update(&[b's', from as u8, to as u8, lost as u8]);
+        if lost {
+            self.datagrams_lost += 1;
+            return;
+        }
+        let copies = if self.rng.gen_bool(net.dup) { 2 } else { 1 };
+        for _ in 0..copies {
+            let uniform: f64 = self.rng.gen_range(f64::EPSILON..1.0);
+            let mut delay_us = net.delay_min_us + (-(uniform.ln()) * net.delay_mean_us as f64) as u64;
+            if self.rng.gen_bool(net.reorder) {
+                delay_us += self.rng.gen_range(0..=net.reorder_max_us);
+            }
+            self.in_flight += 1;
+            let at = self.now + Duration::from_micros(delay_us);
+            self.schedule(at, Event::Deliver { from, to, datagram: datagram.clone() });
+        }
+    }
+
+    fn finish(mut self) -> SimReport {
+        let mut stats = Stats::default();
+        for (index, sim) in self.nodes.iter().enumerate() {
+            stats.merge(&sim.node.stats());
+            let buffered = if sim.alive {
+                sim.node.stack(sim.stack).map(|s| s.buffered_by_layer()).unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            if index < self.trace.buffered.len() {
+                self.trace.buffered[index] = buffered;
+            } else {
+                self.trace.buffered.push(buffered);
+            }
+        }
+        if self.trace.quiesced {
+            self.note("the group is quiet: every retransmission buffer is empty".into());
+        } else {
+            self.note(format!("time limit reached with {} datagrams in flight", self.in_flight));
+        }
+        let violations = oracle::check(&self.trace);
+        let cast_deliveries = self.trace.deliveries.iter().filter(|d| d.cast).count() as u64;
+        let send_deliveries = self.trace.deliveries.len() as u64 - cast_deliveries;
+        self.hasher.update(&self.now.0.to_le_bytes());
+        SimReport {
+            seed: self.options.seed,
+            trace_hash: self.hasher.finalize().to_hex()[..16].to_string(),
+            violations,
+            cast_deliveries,
+            send_deliveries,
+            datagrams: self.datagrams,
+            datagrams_lost: self.datagrams_lost,
+            end: self.now,
+            stats,
+            story: self.story,
+            trace: self.trace,
+        }
+    }
+}
