@@ -68,6 +68,12 @@ impl StackSpec {
     /// Parses a preset (`fifo`), a property set (`Frag+Flow+Local`, also comma-separated) or an
     /// explicit layer list (`top:appl:frag:pt2ptw:mflow:pt2pt:mnak:bottom`).
     pub fn parse(text: &str) -> Result<StackSpec, StackSpecError> {
+        StackSpec::parse_explained(text).map(|(spec, _)| spec)
+    }
+
+    /// Like [`StackSpec::parse`], also saying why each layer is in the stack (for
+    /// `motet stack explain`).
+    pub fn parse_explained(text: &str) -> Result<(StackSpec, Vec<(LayerKind, String)>), StackSpecError> {
         let text = text.trim();
         if text.contains(':') || LayerKind::from_name(text).is_some() {
             let layers = text
@@ -79,7 +85,8 @@ impl StackSpec {
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            return StackSpec::from_layers(layers);
+            let reasons = layers.iter().map(|&k| (k, "named in the layer list".to_string())).collect();
+            return Ok((StackSpec::from_layers(layers)?, reasons));
         }
         let mut properties = Vec::new();
         for word in text.split(['+', ',']).map(str::trim).filter(|w| !w.is_empty()) {
@@ -93,7 +100,9 @@ impl StackSpec {
                 return Err(StackSpecError::UnknownProperty(word.to_string(), known.join(", ")));
             }
         }
-        StackSpec::choose(&properties)
+        let reasons = StackSpec::choose_explained(&properties)?;
+        let spec = StackSpec::from_layers(reasons.iter().map(|(k, _)| *k).collect())?;
+        Ok((spec, reasons))
     }
 
     /// The stack providing `properties`, with the reason each layer was chosen.

@@ -12,7 +12,9 @@
 //! has failed the NAK is cast to the view and whoever holds the messages answers. The fast path is
 //! Fig 5.2: a cast with the next expected seqno is stored and passed up. A periodic sweep, armed
 //! only while a gap is open, re-NAKs. Stability gossip also carries the most any member holds, so
-//! a lost *last* cast (which no later cast reveals) is NAKed too.
+//! a lost *last* cast (which no later cast reveals) is NAKed too. Casts of a failed origin that
+//! no live member can supply (beyond a gap every survivor shares) are forgotten once stability
+//! settles, so the group goes quiet.
 
 use crate::event::{Counter, Dn, DropReason, Msg, Qos, Stability, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -170,6 +172,15 @@ impl Mnak {
                 o.buf_lo += 1;
             }
             o.max_known = o.max_known.max(stability.max[rank]);
+            // A failed origin whose casts every live member holds up to the same point: what lies
+            // beyond a gap was seen by no one alive and cannot be repaired. Forget it (later
+            // gossip can still reveal more, and then it is NAKed again).
+            let settled = stability.stable[rank] == stability.max[rank] && o.received == stability.max[rank];
+            if self.failed.contains(rank as Rank) && settled {
+                o.ooo.clear();
+                o.max_known = o.received;
+                o.naked_upto = o.received;
+            }
         }
         for origin in 0..self.origins.len() as Rank {
             let o = &self.origins[usize::from(origin)];

@@ -1,0 +1,38 @@
+//! `motet`: the command-line front end.
+
+mod demo;
+mod sim;
+mod stack;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Motet: group communication with composable micro-protocol layers.
+#[derive(Parser)]
+#[command(name = "motet", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the deterministic simulator over one seed or a range of seeds and check the guarantees.
+    Sim(sim::SimArgs),
+    /// A simulated 5-member group under loss and a crash, told as a story, with the verdict.
+    Demo(demo::DemoArgs),
+    /// Inspect stack specifications.
+    Stack {
+        #[command(subcommand)]
+        command: stack::StackCommand,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Sim(args) => sim::run(args),
+        Command::Demo(args) => demo::run(args),
+        Command::Stack { command } => stack::run(command),
+    }
+}

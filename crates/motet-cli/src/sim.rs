@@ -1,0 +1,243 @@
+//! `motet sim`: run seeds through the deterministic simulator and report the oracles' verdict.
+//!
+//! Contract (scripts rely on it): with `--json`, one JSON object on stdout with at least `runs`,
+//! `violations`, `failed_seeds`, `deliveries` (cast deliveries summed over nodes and runs) and,
+//! for a single `--seed`, `trace_hash`. The exit status is 0 exactly when `violations` is 0.
+
+use clap::Args;
+use motet_core::StackSpec;
+use motet_sim::{run as run_one, SimOptions, SimReport};
+use serde::Serialize;
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+#[derive(Args, Debug)]
+pub(crate) struct SimArgs {
+    /// Number of members, all in one static view.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    nodes: u16,
+    /// Run one seed.
+    #[arg(long, conflicts_with = "seeds")]
+    seed: Option<u64>,
+    /// Run a range of seeds, `A..B` (both included).
+    #[arg(long, value_parser = parse_range)]
+    seeds: Option<(u64, u64)>,
+    /// Probability that a datagram is lost.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    loss: f64,
+    /// Probability that a datagram is duplicated.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    dup: f64,
+    /// Probability that a datagram is delayed so later ones overtake it.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    reorder: f64,
+    /// The stack: a preset, a property set or a layer list (see `motet stack explain`).
+    #[arg(long, default_value = "fifo")]
+    stack: String,
+    /// Casts per member.
+    #[arg(long, default_value_t = 20)]
+    casts: u32,
+    /// Point-to-point sends per member, to random other members.
+    #[arg(long, default_value_t = 5)]
+    sends: u32,
+    /// Members that crash (fail-stop) at random times.
+    #[arg(long, default_value_t = 0)]
+    crashes: usize,
+    /// Largest payload in bytes (larger than 1024 exercises fragmentation).
+    #[arg(long, default_value_t = 3000)]
+    payload_max: usize,
+    /// Derive all fault parameters (loss, duplication, reordering, delays, crashes, partitions)
+    /// from each seed instead of the flags above.
+    #[arg(long)]
+    swarm: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Worker threads (runs are independent; the report does not depend on this).
+    #[arg(long)]
+    jobs: Option<usize>,
+}
+
+fn parse_range(text: &str) -> Result<(u64, u64), String> {
+    let (a, b) = text.split_once("..").ok_or("expected A..B")?;
+    let b = b.trim_start_matches('=');
+    let (a, b): (u64, u64) = (a.parse().map_err(|e| format!("{e}"))?, b.parse().map_err(|e| format!("{e}"))?);
+    if a > b {
+        return Err(format!("empty range {a}..{b}"));
+    }
+    Ok((a, b))
+}
+
+fn probability(text: &str) -> Result<f64, String> {
+    let p: f64 = text.parse().map_err(|e| format!("{e}"))?;
+    if !(0.0..=1.0).contains(&p) {
+        return Err(format!("{p} is not a probability in [0, 1]"));
+    }
+    Ok(p)
+}
+
+#[derive(Serialize)]
+struct Failure {
+    seed: u64,
+    replay: String,
+    violations: Vec<motet_sim::Violation>,
+}
+
+#[derive(Serialize)]
+struct Summary {
+    stack: String,
+    nodes: u16,
+    runs: usize,
+    violations: usize,
+    failed_seeds: Vec<u64>,
+    deliveries: u64,
+    send_deliveries: u64,
+    datagrams: u64,
+    datagrams_lost: u64,
+    retransmissions: u64,
+    naks: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace_hash: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    virtual_ms: Option<f64>,
+    failures: Vec<Failure>,
+}
+
+impl SimArgs {
+    fn options(&self, stack: &StackSpec, seed: u64) -> SimOptions {
+        let nodes = usize::from(self.nodes);
+        let mut options = if self.swarm {
+            SimOptions::swarm(seed, nodes, stack.clone())
+        } else {
+            SimOptions::new(seed, nodes, stack.clone())
+        };
+        if !self.swarm {
+            options.net.loss = self.loss;
+            options.net.dup = self.dup;
+            options.net.reorder = self.reorder;
+            options.crashes = self.crashes;
+            options.payload_max = self.payload_max;
+        }
+        options.casts = self.casts;
+        options.sends = self.sends;
+        options
+    }
+}
+
+pub(crate) fn run(args: SimArgs) -> ExitCode {
+    let stack = match StackSpec::parse(&args.stack) {
+        Ok(stack) => stack,
+        Err(err) => {
+            eprintln!("motet sim: cannot build stack `{}`: {err}", args.stack);
+            return ExitCode::from(2);
+        }
+    };
+    let seeds: Vec<u64> = match (args.seed, args.seeds) {
+        (Some(seed), _) => vec![seed],
+        (None, Some((a, b))) => (a..=b).collect(),
+        (None, None) => vec![1],
+    };
+    let reports = run_all(&args, &stack, &seeds);
+
+    let mut summary = Summary {
+        stack: stack.to_string(),
+        nodes: args.nodes,
+        runs: reports.len(),
+        violations: 0,
+        failed_seeds: Vec::new(),
+        deliveries: 0,
+        send_deliveries: 0,
+        datagrams: 0,
+        datagrams_lost: 0,
+        retransmissions: 0,
+        naks: 0,
+        trace_hash: (reports.len() == 1).then(|| reports[0].trace_hash.clone()),
+        virtual_ms: (reports.len() == 1).then(|| reports[0].end.0 as f64 / 1e6),
+        failures: Vec::new(),
+    };
+    for report in &reports {
+        summary.violations += report.violations.len();
+        summary.deliveries += report.cast_deliveries;
+        summary.send_deliveries += report.send_deliveries;
+        summary.datagrams += report.datagrams;
+        summary.datagrams_lost += report.datagrams_lost;
+        summary.retransmissions += report.stats.counter(motet_core::Counter::Retransmit);
+        summary.naks += report.stats.counter(motet_core::Counter::NakSent);
+        if !report.violations.is_empty() {
+            summary.failed_seeds.push(report.seed);
+            if summary.failures.len() < 10 {
+                summary.failures.push(Failure {
+                    seed: report.seed,
+                    replay: args.options(&stack, report.seed).replay_command(args.swarm),
+                    violations: report.violations.iter().take(5).cloned().collect(),
+                });
+            }
+        }
+    }
+
+    if args.json {
+        println!("{}", serde_json::to_string(&summary).expect("serializable"));
+    } else {
+        println!("stack     {} ({} nodes)", summary.stack, summary.nodes);
+        println!("runs      {}", summary.runs);
+        println!("delivered {} casts, {} sends", summary.deliveries, summary.send_deliveries);
+        println!(
+            "network   {} datagrams, {} lost; {} retransmissions, {} NAKs",
+            summary.datagrams, summary.datagrams_lost, summary.retransmissions, summary.naks
+        );
+        if let Some(hash) = &summary.trace_hash {
+            println!("trace     {hash}");
+        }
+        println!("verdict   {} violations", summary.violations);
+        for failure in &summary.failures {
+            println!("  seed {} failed: {:?}", failure.seed, failure.violations.first());
+            println!("    replay: {}", failure.replay);
+        }
+    }
+    if summary.violations == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Runs the seeds on worker threads; results come back in seed order.
+fn run_all(args: &SimArgs, stack: &StackSpec, seeds: &[u64]) -> Vec<SimReport> {
+    let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let failed = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<SimReport>>> = Mutex::new((0..seeds.len()).map(|_| None).collect());
+    let progress = std::io::stderr().is_terminal() && seeds.len() > 1;
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(seeds.len()) {
+            scope.spawn(|| loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&seed) = seeds.get(index) else { break };
+                // The simulator catches layer panics itself; keep their default message quiet.
+                let report = run_one(&args.options(stack, seed));
+                if !report.violations.is_empty() {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+                results.lock().expect("no poisoning")[index] = Some(report);
+                let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if progress {
+                    let mut err = std::io::stderr().lock();
+                    let _ = write!(
+                        err,
+                        "\rsim: {finished}/{} seeds, {} failed",
+                        seeds.len(),
+                        failed.load(Ordering::Relaxed)
+                    );
+                    let _ = err.flush();
+                }
+            });
+        }
+    });
+    if progress {
+        eprintln!();
+    }
+    results.into_inner().expect("no poisoning").into_iter().map(|r| r.expect("every seed ran")).collect()
+}
