@@ -22,7 +22,7 @@ pub struct Msg {
 impl Msg {
     /// A message with no header yet.
     pub fn new(payload: Payload) -> Msg {
-        Msg { hdrs: HeaderStack::new(), payload }
+        Msg { hdrs: HeaderStack::with_capacity(motet_wire::hdr::HEADER_CAPACITY), payload }
     }
     /// Pushes this layer's header (on the way down).
     pub fn push(&mut self, header: impl Into<Header>) {

@@ -16,6 +16,7 @@ pub mod layers;
 pub mod node;
 pub mod spec;
 pub mod stack;
+pub mod testkit;
 pub mod time;
 pub mod view;
 

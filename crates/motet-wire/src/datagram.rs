@@ -122,7 +122,7 @@ pub fn decode(datagram: Bytes) -> Result<Decoded, WireError> {
     if count > HEADER_COUNT_MAX {
         return Err(r.error(WireErrorKind::HeaderCount(count)));
     }
-    let mut hdrs = HeaderStack::new();
+    let mut hdrs = HeaderStack::with_capacity(count.max(1));
     for _ in 0..count {
         hdrs.push(Header::decode(&mut r)?);
     }
