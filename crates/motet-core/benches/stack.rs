@@ -20,7 +20,7 @@ fn cast_round(c: &mut Criterion) {
                 group.act(0, Action::Cast(payload.clone())).expect("flow control releases within the pump");
                 sent += 1;
                 // Let stability run now and then, as the sweep timer would, so buffers stay bounded.
-                if sent % 1024 == 0 {
+                if sent.is_multiple_of(1024) {
                     group.tick(Duration::from_millis(100));
                 }
             });

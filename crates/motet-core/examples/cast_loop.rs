@@ -12,7 +12,7 @@ fn main() {
     let payload = Payload::from(vec![7u8; size]);
     for sent in 1..=count {
         group.act(0, Action::Cast(payload.clone())).expect("flow control releases within the pump");
-        if sent % 1024 == 0 {
+        if sent.is_multiple_of(1024) {
             group.tick(Duration::from_millis(100));
         }
     }

@@ -1,0 +1,95 @@
+//! The `motet` command as scripts use it: the `sim` JSON contract and exit status, determinism
+//! across processes, the demo, and stack errors.
+
+use std::process::Command;
+
+fn motet(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_motet")).args(args).output().expect("motet runs");
+    let stdout = String::from_utf8(output.stdout).expect("utf-8");
+    let stderr = String::from_utf8(output.stderr).expect("utf-8");
+    (output.status.code().unwrap_or(-1), stdout, stderr)
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// Issue 2, "done when": 500 seeds of a 5-member fifo group under 20% loss, 5% duplication and
+/// 30% reordering deliver every cast at every member, the sender included.
+#[test]
+fn issue_2_sim_contract_500_seeds_under_loss() {
+    let args = [
+        "sim", "--nodes", "5", "--seeds", "1..500", "--loss", "0.2", "--dup", "0.05", "--reorder", "0.3", "--stack",
+        "fifo", "--casts", "20", "--json",
+    ];
+    let (code, stdout, stderr) = motet(&args);
+    let report = json(&stdout);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert_eq!(report["runs"], 500);
+    assert_eq!(report["violations"], 0);
+    assert_eq!(report["failed_seeds"], serde_json::json!([]));
+    assert_eq!(report["deliveries"], 500 * 5 * 20 * 5);
+    assert!(report.get("trace_hash").is_none(), "trace_hash is for single seeds");
+}
+
+#[test]
+fn issue_2_sim_with_a_crash_has_no_violations() {
+    let args = [
+        "sim", "--nodes", "5", "--seeds", "1..500", "--loss", "0.2", "--dup", "0.05", "--reorder", "0.3", "--stack",
+        "fifo", "--casts", "20", "--crashes", "1", "--json",
+    ];
+    let (code, stdout, _) = motet(&args);
+    assert_eq!(code, 0, "{stdout}");
+    assert_eq!(json(&stdout)["violations"], 0);
+}
+
+#[test]
+fn the_same_seed_gives_the_same_trace_hash_across_processes() {
+    for seed in ["3", "17", "99"] {
+        let run = || json(&motet(&["sim", "--nodes", "5", "--seed", seed, "--swarm", "--json"]).1)["trace_hash"].clone();
+        let first = run();
+        assert!(first.as_str().is_some_and(|h| h.len() == 16), "{first}");
+        assert_eq!(first, run(), "seed {seed}");
+    }
+}
+
+#[test]
+fn violations_give_a_failing_exit_status_and_a_replay_command() {
+    // A stack without reliability under loss: the oracles must fail it.
+    let (code, stdout, _) =
+        motet(&["sim", "--nodes", "3", "--seeds", "1..3", "--loss", "0.3", "--stack", "top:appl:local:bottom", "--json"]);
+    let report = json(&stdout);
+    assert_ne!(code, 0);
+    assert!(report["violations"].as_u64().unwrap() > 0);
+    let replay = report["failures"][0]["replay"].as_str().expect("a replay command");
+    assert!(replay.starts_with("motet sim --nodes 3 --seed "), "{replay}");
+}
+
+#[test]
+fn bad_arguments_are_refused_with_a_reason() {
+    let (code, _, stderr) = motet(&["sim", "--loss", "1.5"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("not a probability"), "{stderr}");
+    let (code, _, stderr) = motet(&["sim", "--stack", "top:appl:frag:bottom"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("`frag` requires reliable FIFO"), "{stderr}");
+}
+
+#[test]
+fn demo_tells_a_story_and_passes() {
+    let (code, stdout, _) = motet(&["demo"]);
+    assert_eq!(code, 0, "{stdout}");
+    for needle in ["crashes", "PASS: 0 violations", "the same trace", "member 4"] {
+        assert!(stdout.contains(needle), "missing {needle:?} in:\n{stdout}");
+    }
+}
+
+#[test]
+fn stack_explain_names_layers_and_reasons() {
+    let (code, stdout, _) = motet(&["stack", "explain", "fifo"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("10 layers") && stdout.contains("property Flow") && stdout.contains("mflow"), "{stdout}");
+    let (code, _, stderr) = motet(&["stack", "explain", "top:appl:mnak:bottom"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("`mnak` requires stability detection above it"), "{stderr}");
+}
