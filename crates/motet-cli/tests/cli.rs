@@ -19,8 +19,22 @@ fn json(text: &str) -> serde_json::Value {
 #[test]
 fn issue_2_sim_contract_500_seeds_under_loss() {
     let args = [
-        "sim", "--nodes", "5", "--seeds", "1..500", "--loss", "0.2", "--dup", "0.05", "--reorder", "0.3", "--stack",
-        "fifo", "--casts", "20", "--json",
+        "sim",
+        "--nodes",
+        "5",
+        "--seeds",
+        "1..500",
+        "--loss",
+        "0.2",
+        "--dup",
+        "0.05",
+        "--reorder",
+        "0.3",
+        "--stack",
+        "fifo",
+        "--casts",
+        "20",
+        "--json",
     ];
     let (code, stdout, stderr) = motet(&args);
     let report = json(&stdout);
@@ -35,8 +49,24 @@ fn issue_2_sim_contract_500_seeds_under_loss() {
 #[test]
 fn issue_2_sim_with_a_crash_has_no_violations() {
     let args = [
-        "sim", "--nodes", "5", "--seeds", "1..500", "--loss", "0.2", "--dup", "0.05", "--reorder", "0.3", "--stack",
-        "fifo", "--casts", "20", "--crashes", "1", "--json",
+        "sim",
+        "--nodes",
+        "5",
+        "--seeds",
+        "1..500",
+        "--loss",
+        "0.2",
+        "--dup",
+        "0.05",
+        "--reorder",
+        "0.3",
+        "--stack",
+        "fifo",
+        "--casts",
+        "20",
+        "--crashes",
+        "1",
+        "--json",
     ];
     let (code, stdout, _) = motet(&args);
     assert_eq!(code, 0, "{stdout}");
@@ -46,7 +76,8 @@ fn issue_2_sim_with_a_crash_has_no_violations() {
 #[test]
 fn the_same_seed_gives_the_same_trace_hash_across_processes() {
     for seed in ["3", "17", "99"] {
-        let run = || json(&motet(&["sim", "--nodes", "5", "--seed", seed, "--swarm", "--json"]).1)["trace_hash"].clone();
+        let run =
+            || json(&motet(&["sim", "--nodes", "5", "--seed", seed, "--swarm", "--json"]).1)["trace_hash"].clone();
         let first = run();
         assert!(first.as_str().is_some_and(|h| h.len() == 16), "{first}");
         assert_eq!(first, run(), "seed {seed}");
@@ -56,8 +87,18 @@ fn the_same_seed_gives_the_same_trace_hash_across_processes() {
 #[test]
 fn violations_give_a_failing_exit_status_and_a_replay_command() {
     // A stack without reliability under loss: the oracles must fail it.
-    let (code, stdout, _) =
-        motet(&["sim", "--nodes", "3", "--seeds", "1..3", "--loss", "0.3", "--stack", "top:appl:local:bottom", "--json"]);
+    let (code, stdout, _) = motet(&[
+        "sim",
+        "--nodes",
+        "3",
+        "--seeds",
+        "1..3",
+        "--loss",
+        "0.3",
+        "--stack",
+        "top:appl:local:bottom",
+        "--json",
+    ]);
     let report = json(&stdout);
     assert_ne!(code, 0);
     assert!(report["violations"].as_u64().unwrap() > 0);
