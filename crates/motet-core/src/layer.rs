@@ -7,6 +7,7 @@
 use crate::event::{AppEvent, Counter, Dn, DropReason, Up};
 use crate::time::Instant;
 use crate::Rank;
+use motet_wire::Header;
 use std::collections::VecDeque;
 
 /// A micro-protocol layer.
@@ -169,6 +170,36 @@ impl Outbox<'_> {
     /// Counts protocol activity.
     pub fn count(&mut self, counter: Counter) {
         self.stats.counters[counter as usize] += 1;
+    }
+
+    /// The common case of a layer whose header on this message is the trivial `expected`: pops it
+    /// from a cast or send and passes the event up (a different header is dropped as a mismatch);
+    /// any other event passes up untouched.
+    pub fn pass_up<H>(&mut self, ev: Up, expected: H)
+    where
+        H: TryFrom<Header> + PartialEq,
+    {
+        match ev {
+            Up::Cast { origin, mut msg, qos } => match msg.pop_as::<H>() {
+                Some(h) if h == expected => self.up(Up::Cast { origin, msg, qos }),
+                _ => self.drop_input(DropReason::HeaderMismatch),
+            },
+            Up::Send { origin, mut msg } => match msg.pop_as::<H>() {
+                Some(h) if h == expected => self.up(Up::Send { origin, msg }),
+                _ => self.drop_input(DropReason::HeaderMismatch),
+            },
+            other => self.up(other),
+        }
+    }
+
+    /// The common case going down: pushes `header` on a cast or send and passes the event down;
+    /// any other event passes down untouched.
+    pub fn pass_dn(&mut self, ev: Dn, header: impl Into<Header>) {
+        match ev {
+            Dn::Cast { msg, qos } => self.dn(Dn::Cast { msg: msg.with(header), qos }),
+            Dn::Send { dest, msg } => self.dn(Dn::Send { dest, msg: msg.with(header) }),
+            other => self.dn(other),
+        }
     }
 }
 

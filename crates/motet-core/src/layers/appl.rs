@@ -146,11 +146,7 @@ impl Layer for Appl {
     }
 
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
-        match ev {
-            Dn::Cast { msg, qos } => out.dn(Dn::Cast { msg: msg.with(Header::NoHdr), qos }),
-            Dn::Send { dest, msg } => out.dn(Dn::Send { dest, msg: msg.with(Header::NoHdr) }),
-            other => out.dn(other),
-        }
+        out.pass_dn(ev, Header::NoHdr);
     }
 
     fn check_invariants(&self) {

@@ -44,22 +44,13 @@ impl Layer for Bottom {
             Up::Cast { origin, .. } | Up::Send { origin, .. } if !self.enabled || self.failed.contains(origin) => {
                 out.drop_input(if self.enabled { DropReason::FromFailed } else { DropReason::Disabled });
             }
-            Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
-                Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
-                None => out.drop_input(DropReason::HeaderMismatch),
-            },
-            Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
-                Some(Header::NoHdr) => out.up(Up::Send { origin, msg }),
-                None => out.drop_input(DropReason::HeaderMismatch),
-            },
-            other => out.up(other),
+            other => out.pass_up(other, Header::NoHdr),
         }
     }
 
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
         match ev {
-            Dn::Cast { msg, qos } if self.enabled => out.dn(Dn::Cast { msg: msg.with(Header::NoHdr), qos }),
-            Dn::Send { dest, msg } if self.enabled => out.dn(Dn::Send { dest, msg: msg.with(Header::NoHdr) }),
+            ev @ (Dn::Cast { .. } | Dn::Send { .. }) if self.enabled => out.pass_dn(ev, Header::NoHdr),
             Dn::Cast { .. } | Dn::Send { .. } => out.drop_input(DropReason::Disabled),
             Dn::Fail(ranks) => self.failed.union_with(&ranks),
             Dn::Leave => self.enabled = false,

@@ -5,7 +5,7 @@
 //! A cast going down is passed down and a copy goes straight back up, so the sender delivers its
 //! own casts in the order it sent them, without a network round trip.
 
-use crate::event::{Dn, DropReason, Up};
+use crate::event::{Dn, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
 use crate::view::ViewState;
 use crate::Rank;
@@ -40,17 +40,7 @@ impl Local {
 
 impl Layer for Local {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
-        match ev {
-            Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
-                Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
-                None => out.drop_input(DropReason::HeaderMismatch),
-            },
-            Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
-                Some(Header::NoHdr) => out.up(Up::Send { origin, msg }),
-                None => out.drop_input(DropReason::HeaderMismatch),
-            },
-            other => out.up(other),
-        }
+        out.pass_up(ev, Header::NoHdr);
     }
 
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
@@ -60,8 +50,7 @@ impl Layer for Local {
                 out.up(Up::Cast { origin: self.rank, msg: msg.clone(), qos });
                 out.dn(Dn::Cast { msg: msg.with(Header::NoHdr), qos });
             }
-            Dn::Send { dest, msg } => out.dn(Dn::Send { dest, msg: msg.with(Header::NoHdr) }),
-            other => out.dn(other),
+            other => out.pass_dn(other, Header::NoHdr),
         }
     }
 

@@ -119,14 +119,12 @@ impl Layer for Mflow {
                     Offer::Queued => {}
                 }
             }
-            Dn::Cast { msg, qos } => out.dn(Dn::Cast { msg: msg.with(Header::NoHdr), qos }),
-            Dn::Send { dest, msg } => out.dn(Dn::Send { dest, msg: msg.with(Header::NoHdr) }),
             Dn::Fail(ranks) => {
                 self.failed.union_with(&ranks);
                 self.release(out);
                 out.dn(Dn::Fail(ranks));
             }
-            other => out.dn(other),
+            other => out.pass_dn(other, Header::NoHdr),
         }
     }
 

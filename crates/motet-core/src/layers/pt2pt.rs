@@ -172,11 +172,7 @@ impl Layer for Pt2pt {
                 Some(Header::Nak { lo, hi }) => self.retransmit(origin, lo, hi, out),
                 Some(Header::NoHdr) | None => out.drop_input(DropReason::HeaderMismatch),
             },
-            Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
-                Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
-                _ => out.drop_input(DropReason::HeaderMismatch),
-            },
-            other => out.up(other),
+            other => out.pass_up(other, Header::NoHdr),
         }
     }
 
@@ -194,7 +190,6 @@ impl Layer for Pt2pt {
                 out.dn(Dn::Send { dest, msg: msg.with(Header::Data { seqno }) });
                 out.alarm(out.now() + self.config.sweep_interval);
             }
-            Dn::Cast { msg, qos } => out.dn(Dn::Cast { msg: msg.with(Header::NoHdr), qos }),
             Dn::Fail(ranks) => {
                 let n = self.peers.len();
                 for rank in ranks.iter().filter(|&r| usize::from(r) < n) {
@@ -206,7 +201,7 @@ impl Layer for Pt2pt {
                 }
                 out.dn(Dn::Fail(ranks));
             }
-            other => out.dn(other),
+            other => out.pass_dn(other, Header::NoHdr),
         }
     }
 

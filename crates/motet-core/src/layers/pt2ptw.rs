@@ -86,11 +86,7 @@ impl Layer for Pt2ptw {
                 }
                 None => out.drop_input(DropReason::HeaderMismatch),
             },
-            Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
-                Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
-                _ => out.drop_input(DropReason::HeaderMismatch),
-            },
-            other => out.up(other),
+            other => out.pass_up(other, Header::NoHdr),
         }
     }
 
@@ -116,7 +112,6 @@ impl Layer for Pt2ptw {
                     Offer::Queued => {}
                 }
             }
-            Dn::Cast { msg, qos } => out.dn(Dn::Cast { msg: msg.with(Header::NoHdr), qos }),
             Dn::Fail(ranks) => {
                 let n = self.windows.len();
                 for rank in ranks.iter().filter(|&r| usize::from(r) < n) {
@@ -127,7 +122,7 @@ impl Layer for Pt2ptw {
                 }
                 out.dn(Dn::Fail(ranks));
             }
-            other => out.dn(other),
+            other => out.pass_dn(other, Header::NoHdr),
         }
     }
 

@@ -150,24 +150,18 @@ impl Layer for Stable {
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
                 None => out.drop_input(DropReason::HeaderMismatch),
             },
-            Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
-                Some(Header::NoHdr) => out.up(Up::Send { origin, msg }),
-                _ => out.drop_input(DropReason::HeaderMismatch),
-            },
-            other => out.up(other),
+            other => out.pass_up(other, Header::NoHdr),
         }
     }
 
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
         match ev {
-            Dn::Cast { msg, qos } => out.dn(Dn::Cast { msg: msg.with(Header::NoHdr), qos }),
-            Dn::Send { dest, msg } => out.dn(Dn::Send { dest, msg: msg.with(Header::NoHdr) }),
             Dn::Fail(ranks) => {
                 self.failed.union_with(&ranks);
                 out.dn(Dn::Fail(ranks));
                 self.publish(out);
             }
-            other => out.dn(other),
+            other => out.pass_dn(other, Header::NoHdr),
         }
     }
 
