@@ -109,6 +109,11 @@ impl<'a> Reader<'a> {
             }
             value |= bits << (7 * index);
             if byte & 0x80 == 0 {
+                // A zero final byte after continuation bytes is padding: refuse it, so every value
+                // has exactly one encoding (decode and encode are inverse bijections).
+                if byte == 0 && index > 0 {
+                    return Err(WireError { kind: WireErrorKind::Varint, offset: start });
+                }
                 return Ok(value);
             }
         }
@@ -166,6 +171,8 @@ mod tests {
     fn overlong_varint_is_an_error() {
         let bytes = [0xffu8; 11];
         assert_eq!(Reader::new(&bytes).varint().unwrap_err().kind, WireErrorKind::Varint);
+        // Padding: 0 written in two bytes.
+        assert_eq!(Reader::new(&[0x80, 0x00]).varint().unwrap_err().kind, WireErrorKind::Varint);
         // Ten bytes whose last one overflows 64 bits.
         let mut bytes = [0xffu8; 10];
         bytes[9] = 0x02;

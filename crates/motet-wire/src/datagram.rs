@@ -112,15 +112,15 @@ pub fn decode(datagram: Bytes) -> Result<Decoded, WireError> {
     let conn = ConnId(r.u32_le()?);
     let mux_offset = r.position();
     let mux = r.u8()?;
+    if mux > 1 {
+        return Err(WireError { kind: WireErrorKind::Mux(mux), offset: mux_offset });
+    }
     let origin = r.rank()?;
-    let mux = match mux {
-        0 => Mux::Cast,
-        1 => Mux::Send { dest: r.rank()? },
-        other => return Err(WireError { kind: WireErrorKind::Mux(other), offset: mux_offset }),
-    };
+    let mux = if mux == 0 { Mux::Cast } else { Mux::Send { dest: r.rank()? } };
+    let count_offset = r.position();
     let count = usize::from(r.u8()?);
     if count > HEADER_COUNT_MAX {
-        return Err(r.error(WireErrorKind::HeaderCount(count)));
+        return Err(WireError { kind: WireErrorKind::HeaderCount(count), offset: count_offset });
     }
     let mut hdrs = HeaderStack::with_capacity(count.max(1));
     for _ in 0..count {
