@@ -32,6 +32,9 @@ pub enum ApiError {
         /// View size.
         len: usize,
     },
+    /// A view change is in progress; retry after the next `AppEvent::View`.
+    #[error("the group is changing view; wait for the next View event and send again")]
+    Blocked,
     /// The endpoint has left; no further actions are possible.
     #[error("the endpoint has left the group; join again to send")]
     Left,

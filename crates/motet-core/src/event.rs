@@ -91,6 +91,28 @@ pub enum Dn {
     Stable(Arc<Stability>),
     /// This endpoint leaves: the stack stops sending.
     Leave,
+    /// View-change flush (thesis Table 2.1 `Block`): stop the application and drain what is in
+    /// flight; every layer passes it down once its own pending sends are out and acknowledged, and
+    /// `bottom` reflects it as [`Up::BlockOk`].
+    Block,
+    /// Deliver casts up to this cut (per origin counts) before the view ends, and none of a failed
+    /// origin's casts beyond it. Answered by [`Up::CutReached`].
+    Cut(Arc<[u64]>),
+    /// The coordinator's membership layer asks `sync` to start flush round `round`, excluding
+    /// `failed`.
+    SyncFlush {
+        /// Round number, increasing per coordinator.
+        round: u64,
+        /// Members being excluded.
+        failed: RankSet,
+    },
+    /// The coordinator's membership layer asks `sync` to announce the cut of round `round`.
+    SyncCut {
+        /// Round number.
+        round: u64,
+        /// Per origin, casts every survivor must deliver in this view.
+        cut: Arc<[u64]>,
+    },
 }
 
 /// Events travelling up the stack (towards the application and the membership layers).
@@ -123,6 +145,45 @@ pub enum Up {
         /// Blocked (true) or released (false).
         blocked: bool,
     },
+    /// These members are suspected of having failed (thesis Table 2.1 `Suspect`).
+    Suspect(RankSet),
+    /// The coordinator is now `rank` (thesis Table 2.1 `Elect`).
+    Elect(Rank),
+    /// The flush reached the bottom: nothing of ours is pending; per origin, casts received.
+    BlockOk(Arc<[u64]>),
+    /// Every cast up to the cut has been delivered.
+    CutReached,
+    /// (At the coordinator) member `from` is flushed for round `round`, with its cast counts.
+    FlushOk {
+        /// The member.
+        from: Rank,
+        /// The round.
+        round: u64,
+        /// Its per-origin cast counts.
+        counts: Arc<[u64]>,
+    },
+    /// (At the coordinator) member `from` delivered the cut of round `round`.
+    CutOk {
+        /// The member.
+        from: Rank,
+        /// The round.
+        round: u64,
+    },
+    /// (At members) `sync` acknowledged the cut of `round` announced by `coord`: only a view from
+    /// that round may be installed.
+    CutDone {
+        /// The coordinator of the round.
+        coord: Rank,
+        /// The round.
+        round: u64,
+    },
+    /// A member asks to leave (membership layers exclude it at the next view).
+    LeaveReq(Rank),
+    /// The next view is agreed: leaves the top of the stack so the driver builds its stack
+    /// (thesis §2.1.9, `NewView`).
+    NewView(Arc<ViewState>),
+    /// This stack has nothing left to do (thesis §2.1.9, `Exit`).
+    Exit,
 }
 
 /// What the application asks of its endpoint (thesis §2.1.10 "actions").
@@ -170,7 +231,7 @@ pub enum AppEvent {
         /// Blocked (true) or released (false).
         blocked: bool,
     },
-    /// The endpoint has left this stack; no more events follow from it.
+    /// The endpoint has left the group; no more events follow from it.
     Exit,
 }
 

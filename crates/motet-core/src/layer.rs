@@ -52,6 +52,18 @@ pub enum Service {
     LocalDelivery,
     /// The application interface.
     Application,
+    /// Suspicion of failed members (heartbeats).
+    FailureDetection,
+    /// Suspicions shared with the whole view.
+    SuspicionSharing,
+    /// An agreed coordinator.
+    Election,
+    /// The view-change flush (block, drain, cut).
+    Flush,
+    /// View changes: the group membership service.
+    Membership,
+    /// Reliable leave requests.
+    Leave,
 }
 
 impl Service {
@@ -68,6 +80,12 @@ impl Service {
             Service::SendFlow => "point-to-point flow control",
             Service::LocalDelivery => "local delivery of own casts",
             Service::Application => "application interface",
+            Service::FailureDetection => "failure detection",
+            Service::SuspicionSharing => "suspicion sharing",
+            Service::Election => "coordinator election",
+            Service::Flush => "view-change flush",
+            Service::Membership => "group membership",
+            Service::Leave => "reliable leave",
         }
     }
 }

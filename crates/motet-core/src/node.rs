@@ -16,7 +16,7 @@
 use crate::error::{ApiError, StackSpecError};
 use crate::event::{Action, AppEvent, DropReason, Msg};
 use crate::layer::Stats;
-use crate::stack::Stack;
+use crate::stack::{Stack, TopOutput};
 use crate::time::Instant;
 use crate::view::{Address, RankSet, ViewState};
 use crate::Rank;
@@ -85,6 +85,8 @@ impl Outgoing {
 struct Entry {
     stack: Stack,
     conn: ConnId,
+    /// The stack passed out its successor view and is lingering.
+    replaced: bool,
 }
 
 /// The connection identifier of a view's stack: a 32-bit hash of the addressing that is the same
@@ -111,6 +113,8 @@ pub struct Node {
     transmits: VecDeque<Outgoing>,
     events: VecDeque<(StackId, AppEvent)>,
     stats: Stats,
+    /// The time of the input being handled (stacks built for new views start at it).
+    now: Instant,
 }
 
 impl Node {
@@ -121,10 +125,11 @@ impl Node {
 
     /// Builds the stack for the member at `rank` of `view` and installs its connection id.
     pub fn join(&mut self, now: Instant, view: Arc<ViewState>, rank: Rank) -> Result<StackId, StackSpecError> {
+        self.now = now;
         let conn = conn_id(&view);
         let stack = Stack::new(view, rank, now)?;
         let id = StackId(self.stacks.len() as u32);
-        self.stacks.push(Some(Entry { stack, conn }));
+        self.stacks.push(Some(Entry { stack, conn, replaced: false }));
         self.routes.entry(conn).or_default().push(id);
         self.collect(id);
         Ok(id)
@@ -132,6 +137,7 @@ impl Node {
 
     /// Decodes and routes a datagram. Malformed or misaddressed datagrams are dropped and counted.
     pub fn handle_datagram(&mut self, now: Instant, datagram: Bytes) {
+        self.now = now;
         let decoded = match datagram::decode(datagram) {
             Ok(decoded) => decoded,
             Err(_) => return self.stats.drop_one(DropReason::Malformed),
@@ -161,6 +167,7 @@ impl Node {
 
     /// Fires due alarms of every stack.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = now;
         for index in 0..self.stacks.len() {
             let Some(entry) = self.stacks[index].as_mut() else { continue };
             if entry.stack.poll_timeout().is_some_and(|at| at <= now) {
@@ -172,6 +179,7 @@ impl Node {
 
     /// An application action on stack `id`.
     pub fn handle_action(&mut self, now: Instant, id: StackId, action: Action) -> Result<(), ApiError> {
+        self.now = now;
         let entry = self.entry(id)?;
         let result = entry.stack.handle_action(now, action);
         self.collect(id);
@@ -181,6 +189,7 @@ impl Node {
     /// Tells stack `id` that `ranks` have failed (static membership: the driver's failure
     /// detector stands in for the membership layers of a later release).
     pub fn handle_fail(&mut self, now: Instant, id: StackId, ranks: RankSet) -> Result<(), ApiError> {
+        self.now = now;
         self.entry(id)?.stack.handle_fail(now, ranks);
         self.collect(id);
         Ok(())
@@ -253,10 +262,12 @@ impl Node {
         self.stacks.get_mut(id.0 as usize).and_then(Option::as_mut).ok_or(ApiError::NoSuchStack)
     }
 
-    /// Moves stack `id`'s outputs into the node's queues, encoding datagrams.
+    /// Moves stack `id`'s outputs into the node's queues, encoding datagrams; builds the stack of
+    /// a new view (thesis §2.3.4) and removes a stack that exits.
     fn collect(&mut self, id: StackId) {
         let Some(entry) = self.stacks[id.0 as usize].as_mut() else { return };
         let mut exited = false;
+        let mut next_view = None;
         while let Some(transmit) = entry.stack.poll_transmit() {
             let head = datagram::Head { conn: entry.conn, mux: transmit.mux, origin: entry.stack.rank() };
             let mut buf = Vec::with_capacity(8 + 2 * transmit.msg.hdrs.len());
@@ -273,11 +284,37 @@ impl Node {
             self.transmits.push_back(Outgoing { stack: id, to, head: Bytes::from(buf), payload: transmit.msg.payload });
         }
         while let Some(event) = entry.stack.poll_event() {
-            exited |= event == AppEvent::Exit;
             self.events.push_back((id, event));
         }
+        while let Some(output) = entry.stack.poll_top() {
+            match output {
+                TopOutput::NewView(view) => {
+                    entry.replaced = true;
+                    let endpoint = entry.stack.view().members[usize::from(entry.stack.rank())];
+                    next_view = Some((view, endpoint));
+                }
+                TopOutput::Exit => exited = true,
+            }
+        }
         if exited {
+            // A stack that was replaced by its successor just finished lingering; any other exit
+            // is the endpoint leaving the group.
+            if !self.stacks[id.0 as usize].as_ref().is_some_and(|e| e.replaced) {
+                self.events.push_back((id, AppEvent::Exit));
+            }
             self.remove(id);
+        }
+        if let Some((view, endpoint)) = next_view {
+            match view.rank_of(endpoint) {
+                Some(rank) => {
+                    let now = self.now;
+                    // The successor stack uses the same, already validated, spec and parameters.
+                    if self.join(now, view, rank).is_err() {
+                        self.stats.drop_one(DropReason::Disabled);
+                    }
+                }
+                None => self.stats.drop_one(DropReason::NotForMe),
+            }
         }
     }
 }

@@ -16,11 +16,27 @@ pub enum Property {
     Flow,
     /// A sender delivers its own casts.
     Local,
+    /// Group membership: views change on failures and leaves.
+    Gmp,
+    /// View synchronization: the flush that gives virtual synchrony.
+    Sync,
+    /// Failure detection by heartbeats.
+    Suspect,
+    /// Suspicion sharing.
+    Slander,
 }
 
 impl Property {
     /// Every property.
-    pub const ALL: &'static [Property] = &[Property::Frag, Property::Flow, Property::Local];
+    pub const ALL: &'static [Property] = &[
+        Property::Frag,
+        Property::Flow,
+        Property::Local,
+        Property::Gmp,
+        Property::Sync,
+        Property::Suspect,
+        Property::Slander,
+    ];
 
     /// The property's name.
     pub fn name(self) -> &'static str {
@@ -28,6 +44,10 @@ impl Property {
             Property::Frag => "Frag",
             Property::Flow => "Flow",
             Property::Local => "Local",
+            Property::Gmp => "Gmp",
+            Property::Sync => "Sync",
+            Property::Suspect => "Suspect",
+            Property::Slander => "Slander",
         }
     }
 
@@ -37,16 +57,35 @@ impl Property {
             Property::Frag => &[LayerKind::Frag],
             Property::Flow => &[LayerKind::Pt2ptw, LayerKind::Mflow],
             Property::Local => &[LayerKind::Local],
+            Property::Gmp => &[LayerKind::Intra, LayerKind::Leave, LayerKind::Elect],
+            Property::Sync => &[LayerKind::Sync],
+            Property::Suspect => &[LayerKind::Suspect],
+            Property::Slander => &[LayerKind::Slander],
         }
     }
 }
 
 /// Named property sets.
-pub const PRESETS: &[(&str, &[Property], &str)] = &[(
-    "fifo",
-    &[Property::Frag, Property::Flow, Property::Local],
-    "reliable FIFO multicast and point-to-point with fragmentation and flow control over a static view",
-)];
+pub const PRESETS: &[(&str, &[Property], &str)] = &[
+    (
+        "fifo",
+        &[Property::Frag, Property::Flow, Property::Local],
+        "reliable FIFO multicast and point-to-point with fragmentation and flow control over a static view",
+    ),
+    (
+        "vsync",
+        &[
+            Property::Gmp,
+            Property::Sync,
+            Property::Suspect,
+            Property::Slander,
+            Property::Frag,
+            Property::Flow,
+            Property::Local,
+        ],
+        "virtually synchronous reliable FIFO multicast and point-to-point, with membership (failures, leaves)",
+    ),
+];
 
 /// The layers every stack built from properties has, and why.
 const BASE: &[(LayerKind, &str)] = &[

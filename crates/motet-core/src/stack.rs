@@ -28,6 +28,15 @@ pub struct Transmit {
     pub msg: Msg,
 }
 
+/// What leaves the top of a stack (thesis §2.1.9: only `NewView` and `Exit`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum TopOutput {
+    /// Build the stack of the next view from this `ViewState`.
+    NewView(Arc<ViewState>),
+    /// This stack is done: remove its routes and free it.
+    Exit,
+}
+
 /// One endpoint's protocol stack for one view.
 #[derive(Debug)]
 pub struct Stack {
@@ -40,6 +49,7 @@ pub struct Stack {
     alarms: Vec<Option<Instant>>,
     app: VecDeque<AppEvent>,
     transmits: VecDeque<Transmit>,
+    top: VecDeque<TopOutput>,
     stats: Stats,
 }
 
@@ -62,6 +72,7 @@ impl Stack {
             scratch: Vec::new(),
             app: VecDeque::new(),
             transmits: VecDeque::new(),
+            top: VecDeque::new(),
             stats: Stats::default(),
         };
         let bottom = stack.layers.len() - 1;
@@ -138,6 +149,11 @@ impl Stack {
         self.transmits.pop_front()
     }
 
+    /// The next output from the top of the stack.
+    pub fn poll_top(&mut self) -> Option<TopOutput> {
+        self.top.pop_front()
+    }
+
     /// The next upcall for the application.
     pub fn poll_event(&mut self) -> Option<AppEvent> {
         self.app.pop_front()
@@ -202,12 +218,13 @@ impl Stack {
         let bottom = self.layers.len() - 1;
         for ev in self.scratch.drain(..) {
             match ev {
-                Ev::Up(up) => {
-                    // Only NewView and Exit may leave the top (thesis §2.1.9); `top` absorbs
-                    // everything else, and static membership has neither yet.
-                    assert!(index > 0, "event {up:?} left the top of the stack");
-                    self.queue.push_back((index - 1, Ev::Up(up)));
-                }
+                Ev::Up(up) if index == 0 => match up {
+                    // Only NewView and Exit may leave the top (thesis §2.1.9).
+                    Up::NewView(view) => self.top.push_back(TopOutput::NewView(view)),
+                    Up::Exit => self.top.push_back(TopOutput::Exit),
+                    other => panic!("event {other:?} left the top of the stack"),
+                },
+                Ev::Up(up) => self.queue.push_back((index - 1, Ev::Up(up))),
                 Ev::Dn(dn) if index == bottom => match dn {
                     Dn::Cast { msg, .. } => self.transmits.push_back(Transmit { mux: Mux::Cast, msg }),
                     Dn::Send { dest, msg } => self.transmits.push_back(Transmit { mux: Mux::Send { dest }, msg }),

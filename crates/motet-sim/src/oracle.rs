@@ -77,6 +77,24 @@ impl MsgId {
     }
 }
 
+/// A view's identity in the trace: (logical time, coordinator endpoint).
+pub type ViewKey = (u64, u64);
+
+/// A view installed by a node.
+#[derive(Clone, Debug)]
+pub struct Installed {
+    /// When.
+    pub time: Instant,
+    /// Which node.
+    pub node: usize,
+    /// The view.
+    pub view: ViewKey,
+    /// Its members, as node indices, in rank order.
+    pub members: Vec<usize>,
+    /// Whether it is a primary view.
+    pub primary: bool,
+}
+
 /// One message accepted by a sender's endpoint.
 #[derive(Clone, Debug)]
 pub struct Sent {
@@ -86,6 +104,8 @@ pub struct Sent {
     pub time: Instant,
     /// Hash of its bytes.
     pub digest: u64,
+    /// The view it was sent in.
+    pub view: ViewKey,
 }
 
 /// One delivery to an application.
@@ -101,6 +121,8 @@ pub struct Delivery {
     pub cast: bool,
     /// The bytes delivered.
     pub payload: Bytes,
+    /// The view it was delivered in.
+    pub view: ViewKey,
 }
 
 /// What a run did, as far as the oracles care.
@@ -118,6 +140,10 @@ pub struct Trace {
     pub quiesced: bool,
     /// For each node alive at the end: messages still held, per layer.
     pub buffered: Vec<Vec<(&'static str, usize)>>,
+    /// Views installed, in the order they were installed.
+    pub views: Vec<Installed>,
+    /// Whether the oracle should require the live members to end in one common view.
+    pub membership: bool,
 }
 
 /// A broken guarantee.
@@ -180,6 +206,114 @@ pub enum Violation {
         /// The panic message.
         detail: String,
     },
+    /// Two members installed views with the same id but different members.
+    ViewAgreement {
+        /// The view.
+        view: ViewKey,
+    },
+    /// A member's view ids did not increase, or two members installed two views in opposite orders.
+    ViewOrder {
+        /// Where.
+        node: usize,
+        /// What was wrong.
+        detail: String,
+    },
+    /// Two members moved from one view to the same next view having delivered different casts.
+    VirtualSynchrony {
+        /// The view they left.
+        view: ViewKey,
+        /// The two members.
+        nodes: (usize, usize),
+    },
+    /// A message was delivered in another view than the one it was sent in.
+    SendingView {
+        /// Which message.
+        id: MsgId,
+        /// Where.
+        node: usize,
+    },
+}
+
+/// For each (node, view it installed): the view it installed next, if any.
+fn successors(trace: &Trace) -> BTreeMap<(usize, ViewKey), ViewKey> {
+    let mut last: BTreeMap<usize, ViewKey> = BTreeMap::new();
+    let mut next = BTreeMap::new();
+    for v in &trace.views {
+        if let Some(previous) = last.insert(v.node, v.view) {
+            next.insert((v.node, previous), v.view);
+        }
+    }
+    next
+}
+
+/// The membership oracles: view agreement, consistent order, virtual synchrony, and (when the run
+/// quiesced) that the live members end in one common view.
+fn check_views(trace: &Trace, successor: &BTreeMap<(usize, ViewKey), ViewKey>, violations: &mut Vec<Violation>) {
+    // View agreement: one membership per view id.
+    let mut membership: BTreeMap<ViewKey, &Vec<usize>> = BTreeMap::new();
+    for v in &trace.views {
+        if let Some(previous) = membership.insert(v.view, &v.members) {
+            if previous != &v.members {
+                violations.push(Violation::ViewAgreement { view: v.view });
+            }
+        }
+    }
+    // Consistent order: increasing logical time per member; no two members install two views in
+    // opposite orders.
+    let mut order: BTreeMap<usize, Vec<ViewKey>> = BTreeMap::new();
+    for v in &trace.views {
+        let seq = order.entry(v.node).or_default();
+        if seq.last().is_some_and(|last| last.0 >= v.view.0) {
+            violations
+                .push(Violation::ViewOrder { node: v.node, detail: format!("{:?} after {:?}", v.view, seq.last()) });
+        }
+        seq.push(v.view);
+    }
+    let position: BTreeMap<(usize, ViewKey), usize> =
+        order.iter().flat_map(|(&node, seq)| seq.iter().enumerate().map(move |(i, &v)| ((node, v), i))).collect();
+    for (&(p, v1), &i1) in &position {
+        for (&(q, v2), &j2) in position.range((p + 1, (0, 0))..) {
+            let (Some(&i2), Some(&j1)) = (position.get(&(p, v2)), position.get(&(q, v1))) else { continue };
+            if v1 < v2 && (i1 < i2) != (j1 < j2) {
+                violations.push(Violation::ViewOrder {
+                    node: q,
+                    detail: format!("{v1:?} and {v2:?} in the opposite order to node {p}"),
+                });
+            }
+        }
+    }
+    // Virtual synchrony: members moving from V to the same V' delivered the same casts in V.
+    let mut casts_in: BTreeMap<(usize, ViewKey), BTreeSet<MsgId>> = BTreeMap::new();
+    for d in trace.deliveries.iter().filter(|d| d.cast) {
+        if let Some(id) = MsgId::parse(&d.payload) {
+            casts_in.entry((d.node, d.view)).or_default().insert(id);
+        }
+    }
+    let empty = BTreeSet::new();
+    let mut groups: BTreeMap<(ViewKey, ViewKey), Vec<usize>> = BTreeMap::new();
+    for (&(node, from), &to) in successor {
+        groups.entry((from, to)).or_default().push(node);
+    }
+    for ((from, _), nodes) in groups {
+        for pair in nodes.windows(2) {
+            let a = casts_in.get(&(pair[0], from)).unwrap_or(&empty);
+            let b = casts_in.get(&(pair[1], from)).unwrap_or(&empty);
+            if a != b {
+                violations.push(Violation::VirtualSynchrony { view: from, nodes: (pair[0], pair[1]) });
+            }
+        }
+    }
+    // Liveness of membership: a quiet run ends with the correct members in one view of exactly them.
+    if trace.membership && trace.quiesced {
+        let correct: Vec<usize> = (0..trace.nodes).filter(|&n| trace.crashed[n].is_none()).collect();
+        let finals: BTreeSet<ViewKey> =
+            correct.iter().filter_map(|n| order.get(n).and_then(|s| s.last().copied())).collect();
+        let agreed = finals.len() == 1 && membership.get(finals.iter().next().unwrap()).is_some_and(|m| **m == correct);
+        if !agreed {
+            violations
+                .push(Violation::Liveness { detail: format!("correct members {correct:?} end in views {finals:?}") });
+        }
+    }
 }
 
 /// A stable 64-bit digest of bytes (BLAKE3, truncated).
@@ -192,6 +326,7 @@ pub fn digest(bytes: &[u8]) -> u64 {
 pub fn check(trace: &Trace) -> Vec<Violation> {
     let mut violations = Vec::new();
     let sent: BTreeMap<MsgId, u64> = trace.sent.iter().map(|s| (s.id, s.digest)).collect();
+    let sent_view: BTreeMap<MsgId, ViewKey> = trace.sent.iter().map(|s| (s.id, s.view)).collect();
     let correct = |node: usize| trace.crashed.get(node).is_some_and(Option::is_none);
 
     // No creation, integrity, no duplication, FIFO: one pass over the deliveries.
@@ -221,6 +356,9 @@ pub fn check(trace: &Trace) -> Vec<Violation> {
         if digest(&d.payload) != expected_digest {
             violations.push(Violation::Corrupt { id, node: d.node });
         }
+        if sent_view.get(&id) != Some(&d.view) {
+            violations.push(Violation::SendingView { id, node: d.node });
+        }
         if !delivered.insert((d.node, id)) {
             violations.push(Violation::Duplicate { id, node: d.node });
             continue;
@@ -232,13 +370,20 @@ pub fn check(trace: &Trace) -> Vec<Violation> {
         *expected = (*expected).max(id.index + 1);
     }
 
-    // Exactly once at every correct destination (at-most-once was checked above).
+    // Exactly once at every correct destination that goes on with the sender (at-most-once was
+    // checked above): a message sent in view V must reach every correct member of V that leaves V
+    // for the same next view as the sender, or stays in V to the end with it.
+    let successor = successors(trace);
+    let members: BTreeMap<ViewKey, &Vec<usize>> = trace.views.iter().map(|v| (v.view, &v.members)).collect();
     for s in &trace.sent {
         if !correct(s.id.origin) {
             continue;
         }
+        let next = successor.get(&(s.id.origin, s.view));
         let mut check_at = |node: usize| {
-            if correct(node) && !delivered.contains(&(node, s.id)) {
+            let in_view = members.get(&s.view).is_none_or(|m| m.contains(&node));
+            let together = successor.get(&(node, s.view)) == next;
+            if correct(node) && in_view && together && !delivered.contains(&(node, s.id)) {
                 violations.push(Violation::Lost { id: s.id, node });
             }
         };
@@ -247,6 +392,7 @@ pub fn check(trace: &Trace) -> Vec<Violation> {
             Channel::Send { dest } => check_at(dest),
         }
     }
+    check_views(trace, &successor, &mut violations);
 
     // Quiescence.
     if !trace.quiesced {
@@ -286,7 +432,7 @@ mod tests {
             let mut bytes = id.tag().to_vec();
             bytes.extend_from_slice(b"payload");
             let payload = Bytes::from(bytes);
-            trace.sent.push(Sent { id, time: Instant::ZERO, digest: digest(&payload) });
+            trace.sent.push(Sent { id, time: Instant::ZERO, digest: digest(&payload), view: (0, 0) });
             let nodes: Vec<usize> = match id.channel {
                 Channel::Cast => (0..3).collect(),
                 Channel::Send { dest } => vec![dest],
@@ -299,10 +445,78 @@ mod tests {
                     origin: id.origin,
                     cast,
                     payload: payload.clone(),
+                    view: (0, 0),
                 });
             }
         }
+        for node in 0..3 {
+            trace.views.push(installed(node, (0, 0), vec![0, 1, 2]));
+        }
         trace
+    }
+
+    fn installed(node: usize, view: ViewKey, members: Vec<usize>) -> Installed {
+        Installed { time: Instant::ZERO, node, view, members, primary: true }
+    }
+
+    /// `good()` plus a second view (1, 7) of members 0 and 1, after node 2 crashed.
+    fn with_view_change() -> Trace {
+        let mut trace = good();
+        trace.membership = true;
+        trace.crashed[2] = Some(Instant::ZERO);
+        trace.views.push(installed(0, (1, 7), vec![0, 1]));
+        trace.views.push(installed(1, (1, 7), vec![0, 1]));
+        trace
+    }
+
+    #[test]
+    fn a_correct_view_change_passes() {
+        assert_eq!(check(&with_view_change()), vec![]);
+    }
+
+    #[test]
+    fn catches_disagreement_on_a_views_members() {
+        let mut trace = with_view_change();
+        trace.views[4].members = vec![0, 1, 2];
+        assert!(check(&trace).iter().any(|v| matches!(v, Violation::ViewAgreement { view: (1, 7) })));
+    }
+
+    #[test]
+    fn catches_views_installed_out_of_order() {
+        let mut trace = with_view_change();
+        trace.views.push(installed(1, (1, 3), vec![1]));
+        assert!(check(&trace).iter().any(|v| matches!(v, Violation::ViewOrder { node: 1, .. })));
+        // Two members installing the same two views in opposite orders.
+        let mut trace = good();
+        trace.views.push(installed(0, (1, 1), vec![0, 1]));
+        trace.views.push(installed(0, (2, 2), vec![0, 1]));
+        trace.views.push(installed(1, (2, 2), vec![0, 1]));
+        trace.views.push(installed(1, (1, 1), vec![0, 1]));
+        assert!(check(&trace).iter().any(|v| matches!(v, Violation::ViewOrder { .. })));
+    }
+
+    #[test]
+    fn catches_a_virtual_synchrony_violation() {
+        let mut trace = with_view_change();
+        // Node 1 moves on to the next view without a cast that node 0 delivered in the old one.
+        trace.deliveries.retain(|d| !(d.node == 1 && d.origin == 2 && d.cast));
+        let violations = check(&trace);
+        assert!(violations.contains(&Violation::VirtualSynchrony { view: (0, 0), nodes: (0, 1) }), "{violations:?}");
+    }
+
+    #[test]
+    fn catches_delivery_outside_the_sending_view() {
+        let mut trace = with_view_change();
+        trace.deliveries[0].view = (1, 7);
+        assert!(check(&trace).iter().any(|v| matches!(v, Violation::SendingView { node: 0, .. })));
+    }
+
+    #[test]
+    fn catches_members_that_never_converge() {
+        let mut trace = with_view_change();
+        trace.views.pop(); // node 1 never installs the common view
+        let violations = check(&trace);
+        assert!(violations.iter().any(|v| matches!(v, Violation::Liveness { .. })), "{violations:?}");
     }
 
     #[test]

@@ -4,15 +4,17 @@
 //! the membership layers of a later release will do.
 
 use crate::options::SimOptions;
-use crate::oracle::{self, Channel, Delivery, MsgId, Sent, Trace, Violation};
+use crate::oracle::{self, Channel, Delivery, Installed, MsgId, Sent, Trace, ViewKey, Violation};
 use bytes::Bytes;
 use motet_core::layer::Stats;
 use motet_core::{
-    Action, Address, ApiError, AppEvent, Duration, EndpointId, GroupName, Instant, Node, RankSet, StackId, ViewState,
+    Action, Address, ApiError, AppEvent, Duration, EndpointId, GroupName, Instant, LayerKind, Node, RankSet, StackId,
+    ViewState,
 };
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cmp::Reverse;
+use std::collections::BTreeMap;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
@@ -78,9 +80,22 @@ impl Ord for Scheduled {
 
 struct SimNode {
     node: Node,
+    /// The endpoint's current stack (the latest view's).
     stack: StackId,
+    /// The view of each of this node's stacks, learned from its `View` event.
+    views: BTreeMap<StackId, Arc<ViewState>>,
     alive: bool,
     backlog: VecDeque<MsgId>,
+}
+
+impl SimNode {
+    fn view(&self) -> &Arc<ViewState> {
+        &self.views[&self.stack]
+    }
+}
+
+fn key(view: &ViewState) -> ViewKey {
+    (view.view_id.ltime, view.view_id.coord.0)
 }
 
 struct World<'a> {
@@ -97,6 +112,10 @@ struct World<'a> {
     datagrams: u64,
     datagrams_lost: u64,
     story: Vec<(Instant, String)>,
+    /// Endpoint id → node index.
+    endpoints: BTreeMap<EndpointId, usize>,
+    /// Whether the stack has its own membership (else the simulator reports crashes as `Fail`).
+    membership: bool,
 }
 
 /// Runs one simulation to completion and checks it. A panic inside the core (a broken layer
@@ -134,6 +153,7 @@ impl<'a> World<'a> {
         let n = options.nodes;
         assert!(n >= 1, "a simulation needs at least one node");
         let members: Vec<EndpointId> = (0..n).map(|_| EndpointId(rng.next_u64())).collect();
+        let endpoints = members.iter().enumerate().map(|(i, &e)| (e, i)).collect();
         let view = Arc::new(ViewState::initial(
             GroupName::new("sim"),
             options.stack.clone(),
@@ -146,7 +166,8 @@ impl<'a> World<'a> {
             .map(|rank| {
                 let mut node = Node::new();
                 let stack = node.join(now, Arc::clone(&view), rank as u16).expect("the stack spec was validated");
-                SimNode { node, stack, alive: true, backlog: VecDeque::new() }
+                let views = [(stack, Arc::clone(&view))].into_iter().collect();
+                SimNode { node, stack, views, alive: true, backlog: VecDeque::new() }
             })
             .collect();
         let mut world = World {
@@ -158,11 +179,18 @@ impl<'a> World<'a> {
             nodes,
             in_flight: 0,
             submissions_left: 0,
-            trace: Trace { nodes: n, crashed: vec![None; n], ..Trace::default() },
+            trace: Trace {
+                nodes: n,
+                crashed: vec![None; n],
+                membership: options.stack.layers().contains(&LayerKind::Intra),
+                ..Trace::default()
+            },
             hasher: blake3::Hasher::new(),
             datagrams: 0,
             datagrams_lost: 0,
             story: Vec::new(),
+            endpoints,
+            membership: options.stack.layers().contains(&LayerKind::Intra),
         };
         world.plan();
         world
@@ -232,6 +260,9 @@ impl<'a> World<'a> {
 
     fn run(mut self) -> SimReport {
         let time_max = Instant::ZERO + Duration::from_millis(self.options.time_max_ms);
+        for index in 0..self.nodes.len() {
+            self.flush(index);
+        }
         loop {
             let next_event = self.queue.peek().map(|Reverse(s)| s.at);
             let next_timer = self.nodes.iter().filter(|n| n.alive).filter_map(|n| n.node.poll_timeout()).min();
@@ -294,9 +325,12 @@ impl<'a> World<'a> {
                 self.nodes[node].alive = false;
                 self.trace.crashed[node] = Some(self.now);
                 self.note(format!("node {node} crashes (fail-stop)"));
-                let at = self.now + Duration::from_millis(self.options.detect_ms);
-                for other in (0..self.nodes.len()).filter(|&o| o != node) {
-                    self.schedule(at, Event::FailNotice { node: other, failed: node });
+                if !self.membership {
+                    // Static membership: the simulator plays the failure detector.
+                    let at = self.now + Duration::from_millis(self.options.detect_ms);
+                    for other in (0..self.nodes.len()).filter(|&o| o != node) {
+                        self.schedule(at, Event::FailNotice { node: other, failed: node });
+                    }
                 }
             }
             Event::FailNotice { node, failed } => {
@@ -304,8 +338,12 @@ impl<'a> World<'a> {
                     if node == 0 || (0..node).all(|o| !self.nodes[o].alive) {
                         self.note(format!("survivors are told node {failed} failed"));
                     }
-                    let ranks: RankSet = [failed as u16].into_iter().collect();
                     let stack = self.nodes[node].stack;
+                    let Some(rank) = self.nodes[node].view().members.iter().position(|e| self.endpoints[e] == failed)
+                    else {
+                        return;
+                    };
+                    let ranks: RankSet = [rank as u16].into_iter().collect();
                     self.nodes[node].node.handle_fail(self.now, stack, ranks).expect("the stack is live");
                     self.flush(node);
                 }
@@ -341,13 +379,14 @@ impl<'a> World<'a> {
                 Channel::Send { dest } => Action::Send(vec![dest as u16], payload.clone().into()),
             };
             let sim = &mut self.nodes[node];
+            let view = key(sim.view());
             match sim.node.handle_action(self.now, sim.stack, action) {
                 Ok(()) => {
                     sim.backlog.pop_front();
-                    self.trace.sent.push(Sent { id, time: self.now, digest: oracle::digest(&payload) });
+                    self.trace.sent.push(Sent { id, time: self.now, digest: oracle::digest(&payload), view });
                     self.flush(node);
                 }
-                Err(ApiError::FlowBlocked { .. }) => break,
+                Err(ApiError::FlowBlocked { .. } | ApiError::Blocked) => break,
                 Err(other) => panic!("the simulated application misused the API: {other}"),
             }
         }
@@ -364,16 +403,16 @@ impl<'a> World<'a> {
             }
         }
         let mut released = false;
-        while let Some((_, event)) = self.nodes[index].node.poll_event() {
+        while let Some((stack, event)) = self.nodes[index].node.poll_event() {
             match event {
-                AppEvent::Cast { origin, payload } => {
-                    self.deliver(index, usize::from(origin), true, payload.to_bytes())
+                AppEvent::View { view, .. } => {
+                    self.install(index, stack, view);
+                    released = true;
                 }
-                AppEvent::Send { origin, payload } => {
-                    self.deliver(index, usize::from(origin), false, payload.to_bytes())
-                }
+                AppEvent::Cast { origin, payload } => self.deliver(index, stack, origin, true, payload.to_bytes()),
+                AppEvent::Send { origin, payload } => self.deliver(index, stack, origin, false, payload.to_bytes()),
                 AppEvent::FlowBlock { blocked: false, .. } => released = true,
-                AppEvent::View { .. } | AppEvent::FlowBlock { .. } | AppEvent::Block | AppEvent::Exit => {}
+                AppEvent::FlowBlock { .. } | AppEvent::Block | AppEvent::Exit => {}
             }
         }
         if released && self.nodes[index].alive {
@@ -381,11 +420,30 @@ impl<'a> World<'a> {
         }
     }
 
-    fn deliver(&mut self, node: usize, origin: usize, cast: bool, payload: Bytes) {
+    /// A node's stack installed its view: it becomes the node's current stack.
+    fn install(&mut self, node: usize, stack: StackId, view: Arc<ViewState>) {
+        let members: Vec<usize> = view.members.iter().map(|e| self.endpoints[e]).collect();
+        let view_key = key(&view);
+        self.hasher.update(&self.now.0.to_le_bytes());
+        self.hasher.update(&[b'v', node as u8]);
+        self.hasher.update(&view_key.0.to_le_bytes());
+        self.hasher.update(&view_key.1.to_le_bytes());
+        if view_key.0 > 0 {
+            self.note(format!("node {node} installs view {} of {:?}", view_key.0, members));
+        }
+        self.trace.views.push(Installed { time: self.now, node, view: view_key, members, primary: view.primary });
+        let sim = &mut self.nodes[node];
+        sim.views.insert(stack, view);
+        sim.stack = stack;
+    }
+
+    fn deliver(&mut self, node: usize, stack: StackId, origin: u16, cast: bool, payload: Bytes) {
+        let view = &self.nodes[node].views[&stack];
+        let (origin, view) = (self.endpoints[&view.members[usize::from(origin)]], key(view));
         self.hasher.update(&self.now.0.to_le_bytes());
         self.hasher.update(&[b'd', node as u8, origin as u8, cast as u8]);
         self.hasher.update(&oracle::digest(&payload).to_le_bytes());
-        self.trace.deliveries.push(Delivery { time: self.now, node, origin, cast, payload });
+        self.trace.deliveries.push(Delivery { time: self.now, node, origin, cast, payload, view });
     }
 
     /// The network: loss, partitions, delay (minimum plus exponential), reordering, duplication.

@@ -49,6 +49,8 @@ pub struct Appl {
     left: bool,
     cast_blocked: bool,
     send_blocked: RankSet,
+    /// A view change is flushing this stack: no new messages (thesis Table 2.1 `Block`).
+    blocked: bool,
 }
 
 impl Appl {
@@ -61,6 +63,7 @@ impl Appl {
             left: false,
             cast_blocked: false,
             send_blocked: RankSet::new(),
+            blocked: false,
         }
     }
 
@@ -69,6 +72,9 @@ impl Appl {
     pub fn handle_action(&mut self, action: Action, out: &mut Outbox<'_>) -> Result<(), ApiError> {
         if self.left {
             return Err(ApiError::Left);
+        }
+        if self.blocked && !matches!(action, Action::Leave) {
+            return Err(ApiError::Blocked);
         }
         match action {
             Action::Cast(payload) => {
@@ -98,9 +104,10 @@ impl Appl {
                 }
             }
             Action::Leave => {
+                // Membership layers above handle the request; in a static stack `top` ends the
+                // stack at once. Either way the driver reports `Exit` when the stack ends.
                 self.left = true;
-                out.dn(Dn::Leave);
-                out.deliver(AppEvent::Exit);
+                out.up(Up::LeaveReq(self.rank));
             }
         }
         Ok(())
@@ -146,6 +153,10 @@ impl Layer for Appl {
     }
 
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        if matches!(ev, Dn::Block) && !self.blocked {
+            self.blocked = true;
+            out.deliver(AppEvent::Block);
+        }
         out.pass_dn(ev, Header::NoHdr);
     }
 
@@ -190,7 +201,7 @@ mod tests {
         h.app.clear();
         assert_eq!(run(&mut h, Action::Send(vec![0], b"me".as_slice().into())), (Ok(()), 0));
         assert!(matches!(h.app.pop_front(), Some(AppEvent::Send { origin: 0, .. })));
-        assert_eq!(run(&mut h, Action::Leave), (Ok(()), 1));
+        assert_eq!(run(&mut h, Action::Leave), (Ok(()), 1), "a leave request goes up");
         assert_eq!(run(&mut h, Action::Leave).0, Err(ApiError::Left));
         let _ = Out::Up(Up::Init);
     }

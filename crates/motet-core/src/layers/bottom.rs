@@ -54,8 +54,13 @@ impl Layer for Bottom {
             Dn::Cast { .. } | Dn::Send { .. } => out.drop_input(DropReason::Disabled),
             Dn::Fail(ranks) => self.failed.union_with(&ranks),
             Dn::Leave => self.enabled = false,
-            // Nothing lies below: stability events end here.
-            Dn::StableReq | Dn::Stable(_) => {}
+            // The flush reached the bottom: everything above is drained. (`mnak`, if present,
+            // adds its counts on the way up.)
+            Dn::Block => out.up(Up::BlockOk(std::sync::Arc::from(Vec::new()))),
+            // No `mnak` below would have answered: there is nothing to wait for.
+            Dn::Cut(_) => out.up(Up::CutReached),
+            // Nothing lies below: stability and membership requests end here.
+            Dn::StableReq | Dn::Stable(_) | Dn::SyncFlush { .. } | Dn::SyncCut { .. } => {}
         }
     }
 

@@ -48,6 +48,8 @@ pub struct Mflow {
     credit: Vec<u64>,
     /// Per origin: how many of its casts we consumed.
     consumers: Vec<Consumer>,
+    /// A flush (`Block`) waits here until every pending cast is out.
+    block_held: bool,
 }
 
 impl Mflow {
@@ -60,6 +62,7 @@ impl Mflow {
             window: Window::default(),
             credit: vec![0; view.len()],
             consumers: vec![Consumer::default(); view.len()],
+            block_held: false,
         }
     }
 
@@ -73,6 +76,11 @@ impl Mflow {
         let consumed = self.consumed();
         if self.window.release(consumed, self.config.window, |msg| out.dn(Dn::Cast { msg, qos: Qos::Reliable })) {
             out.up(Up::FlowBlock { dest: None, blocked: false });
+        }
+        // A held flush continues once nothing is pending.
+        if self.block_held && self.window.pending() == 0 {
+            self.block_held = false;
+            out.dn(Dn::Block);
         }
     }
 }
@@ -121,8 +129,12 @@ impl Layer for Mflow {
             }
             Dn::Fail(ranks) => {
                 self.failed.union_with(&ranks);
-                self.release(out);
                 out.dn(Dn::Fail(ranks));
+                self.release(out);
+            }
+            Dn::Block => {
+                self.block_held = true;
+                self.release(out);
             }
             other => out.pass_dn(other, Header::NoHdr),
         }

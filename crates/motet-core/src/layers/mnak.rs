@@ -87,6 +87,11 @@ pub struct Mnak {
     rank: Rank,
     failed: RankSet,
     origins: Vec<Origin>,
+    /// The view-change cut, once announced: deliver up to it, and nothing of a failed origin
+    /// beyond it (so every survivor delivers exactly the same casts in this view).
+    cut: Option<Arc<[u64]>>,
+    /// `CutReached` has not been reported for the current cut yet.
+    cut_pending: bool,
 }
 
 impl Mnak {
@@ -97,7 +102,44 @@ impl Mnak {
             rank,
             failed: RankSet::new(),
             origins: (0..view.len()).map(|_| Origin::default()).collect(),
+            cut: None,
+            cut_pending: false,
         }
+    }
+
+    /// Whether a cast of a failed origin lies beyond the announced cut.
+    fn beyond_cut(&self, origin: Rank, seqno: Seqno) -> bool {
+        self.failed.contains(origin) && self.cut.as_ref().is_some_and(|cut| seqno >= cut[usize::from(origin)])
+    }
+
+    /// Reports `CutReached` once every origin is delivered up to the cut.
+    fn check_cut(&mut self, out: &mut Outbox<'_>) {
+        let Some(cut) = &self.cut else { return };
+        if self.cut_pending && self.origins.iter().zip(cut.iter()).all(|(o, &c)| o.received >= c) {
+            self.cut_pending = false;
+            out.up(Up::CutReached);
+        }
+    }
+
+    fn set_cut(&mut self, cut: Arc<[u64]>, out: &mut Outbox<'_>) {
+        if cut.len() != self.origins.len() {
+            out.drop_input(DropReason::Gossip);
+            return;
+        }
+        for (o, &c) in self.origins.iter_mut().zip(cut.iter()) {
+            o.max_known = o.max_known.max(c);
+        }
+        self.cut = Some(cut);
+        self.cut_pending = true;
+        for origin in 0..self.origins.len() as Rank {
+            if origin == self.rank {
+                continue;
+            }
+            if let Some((lo, hi)) = self.origins[usize::from(origin)].gap() {
+                self.nak(origin, lo, hi, out);
+            }
+        }
+        self.check_cut(out);
     }
 
     /// NAKs `lo..=hi` of `origin`: to the origin while it lives, else to the whole view.
@@ -132,6 +174,10 @@ impl Mnak {
 
     /// Receives cast `seqno` of `origin` (first transmission or retransmission).
     fn recv_cast(&mut self, origin: Rank, seqno: Seqno, msg: Msg, out: &mut Outbox<'_>) {
+        if self.beyond_cut(origin, seqno) {
+            out.drop_input(DropReason::Orphan);
+            return;
+        }
         let window = self.config.recv_window_max;
         let o = &mut self.origins[usize::from(origin)];
         if seqno < o.received || o.ooo.contains_key(&seqno) {
@@ -148,6 +194,7 @@ impl Mnak {
                 o.received += 1;
                 out.up(Up::Cast { origin, msg: next, qos: Qos::Reliable });
             }
+            self.check_cut(out);
             return;
         }
         if seqno - o.received > window {
@@ -204,6 +251,8 @@ impl Layer for Mnak {
                 Some(Header::Nak { origin: whose, lo, hi }) => self.answer(whose, lo, hi, origin, out),
                 _ => out.drop_input(DropReason::HeaderMismatch),
             },
+            // The flush reached the bottom: report our counts with it (Ensemble's `collect`).
+            Up::BlockOk(_) => out.up(Up::BlockOk(self.origins.iter().map(|o| o.received).collect())),
             Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => out.up(Up::Send { origin, msg }),
                 Some(Header::Nak { origin: whose, lo, hi }) => self.answer(whose, lo, hi, origin, out),
@@ -242,7 +291,9 @@ impl Layer for Mnak {
                 self.failed.union_with(&ranks);
                 out.dn(Dn::Fail(ranks));
             }
-            Dn::Leave => out.dn(Dn::Leave),
+            Dn::Block => out.dn(Dn::Block),
+            Dn::Cut(cut) => self.set_cut(cut, out),
+            other @ (Dn::Leave | Dn::SyncFlush { .. } | Dn::SyncCut { .. }) => out.dn(other),
         }
     }
 

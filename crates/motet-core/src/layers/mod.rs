@@ -11,14 +11,20 @@ use std::sync::Arc;
 
 pub mod appl;
 pub mod bottom;
+pub mod elect;
 mod flow;
 pub mod frag;
+pub mod intra;
+pub mod leave;
 pub mod local;
 pub mod mflow;
 pub mod mnak;
 pub mod pt2pt;
 pub mod pt2ptw;
+pub mod slander;
 pub mod stable;
+pub mod suspect;
+pub mod sync;
 pub mod top;
 
 macro_rules! registry {
@@ -84,6 +90,12 @@ macro_rules! registry {
 
 registry! {
     Top => top::Top,
+    Intra => intra::Intra,
+    Leave => leave::Leave,
+    Elect => elect::Elect,
+    Slander => slander::Slander,
+    Sync => sync::Sync,
+    Suspect => suspect::Suspect,
     Stable => stable::Stable,
     Appl => appl::Appl,
     Local => local::Local,

@@ -78,6 +78,8 @@ pub struct Pt2pt {
     rank: Rank,
     failed: RankSet,
     peers: Vec<Peer>,
+    /// A flush (`Block`) waits here until every send to a live peer is acknowledged.
+    block_held: bool,
 }
 
 impl Pt2pt {
@@ -88,6 +90,15 @@ impl Pt2pt {
             rank,
             failed: RankSet::new(),
             peers: (0..view.len()).map(|_| Peer::default()).collect(),
+            block_held: false,
+        }
+    }
+
+    /// Lets a held `Block` continue down once every send is acknowledged.
+    fn release_block(&mut self, out: &mut Outbox<'_>) {
+        if self.block_held && self.peers.iter().all(|p| p.unacked.is_empty()) {
+            self.block_held = false;
+            out.dn(Dn::Block);
         }
     }
 
@@ -168,6 +179,7 @@ impl Layer for Pt2pt {
                         p.unacked.pop_front();
                         p.acked += 1;
                     }
+                    self.release_block(out);
                 }
                 Some(Header::Nak { lo, hi }) => self.retransmit(origin, lo, hi, out),
                 Some(Header::NoHdr) | None => out.drop_input(DropReason::HeaderMismatch),
@@ -200,6 +212,11 @@ impl Layer for Pt2pt {
                     p.ooo.clear();
                 }
                 out.dn(Dn::Fail(ranks));
+                self.release_block(out);
+            }
+            Dn::Block => {
+                self.block_held = true;
+                self.release_block(out);
             }
             other => out.pass_dn(other, Header::NoHdr),
         }

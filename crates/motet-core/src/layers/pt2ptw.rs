@@ -48,6 +48,8 @@ pub struct Pt2ptw {
     acked: Vec<u64>,
     /// Per origin: how many we consumed.
     consumers: Vec<Consumer>,
+    /// A flush (`Block`) waits here until every pending message is out.
+    block_held: bool,
 }
 
 impl Pt2ptw {
@@ -59,6 +61,15 @@ impl Pt2ptw {
             windows: (0..view.len()).map(|_| Window::default()).collect(),
             acked: vec![0; view.len()],
             consumers: vec![Consumer::default(); view.len()],
+            block_held: false,
+        }
+    }
+
+    /// Lets a held `Block` continue down once nothing is pending.
+    fn release_block(&mut self, out: &mut Outbox<'_>) {
+        if self.block_held && self.windows.iter().all(|w| w.pending() == 0) {
+            self.block_held = false;
+            out.dn(Dn::Block);
         }
     }
 }
@@ -83,6 +94,7 @@ impl Layer for Pt2ptw {
                     if released {
                         out.up(Up::FlowBlock { dest: Some(origin), blocked: false });
                     }
+                    self.release_block(out);
                 }
                 None => out.drop_input(DropReason::HeaderMismatch),
             },
@@ -121,6 +133,11 @@ impl Layer for Pt2ptw {
                     }
                 }
                 out.dn(Dn::Fail(ranks));
+                self.release_block(out);
+            }
+            Dn::Block => {
+                self.block_held = true;
+                self.release_block(out);
             }
             other => out.pass_dn(other, Header::NoHdr),
         }

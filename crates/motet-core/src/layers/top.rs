@@ -1,18 +1,31 @@
 //! `top`: the top-most layer (thesis Fig 2.3, §2.1.9).
 //!
 //! Provides: nothing. Requires: nothing. Header: none (no message passes through it).
-//! Only `NewView` and `Exit` may leave the top of a stack; with the static membership of this
-//! release there are neither, so `top` absorbs every event that reaches it from below and passes
-//! injected events (such as `Fail` from the driver's failure detector) down.
+//! Only `NewView` and `Exit` may leave the top of a stack (thesis §2.1.9). `top` passes `NewView`
+//! out and then lingers for `linger` so the old stack can still answer retransmission requests of
+//! members finishing the view, before it emits `Exit` (thesis §2.3.4: old stacks run beside new
+//! ones until they exit). A leave request that no membership layer handled (a static stack) ends
+//! the stack at once. Everything else that reaches the top is absorbed; events injected at the top
+//! (such as `Fail` from a driver's failure detector) go down.
 
 use crate::event::{Dn, Up};
 use crate::layer::{Layer, LayerSpec, Outbox};
+use crate::time::Duration;
 use crate::view::ViewState;
 use crate::Rank;
 
-/// `top` has no parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Config {}
+/// `top` parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// How long an old stack keeps running after its successor view is agreed. Default 2 s.
+    pub linger: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { linger: Duration::from_millis(2_000) }
+    }
+}
 
 /// Static description.
 pub static SPEC: LayerSpec = LayerSpec {
@@ -23,25 +36,54 @@ pub static SPEC: LayerSpec = LayerSpec {
     requires_above: &[],
 };
 
-/// `top` state (none).
+/// `top` state.
 #[derive(Debug)]
 pub struct Top {
-    absorbed: u64,
+    linger: Duration,
+    /// The successor view was passed out; the stack is lingering.
+    replaced: bool,
+    exited: bool,
 }
 
 impl Top {
     /// A `top` for `view`.
-    pub fn new(_config: &Config, _view: &ViewState, _rank: Rank) -> Top {
-        Top { absorbed: 0 }
+    pub fn new(config: &Config, _view: &ViewState, _rank: Rank) -> Top {
+        Top { linger: config.linger, replaced: false, exited: false }
+    }
+
+    fn exit(&mut self, out: &mut Outbox<'_>) {
+        if !self.exited {
+            self.exited = true;
+            out.up(Up::Exit);
+        }
     }
 }
 
 impl Layer for Top {
-    fn handle_up(&mut self, _ev: Up, _out: &mut Outbox<'_>) {
-        self.absorbed += 1;
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+        match ev {
+            Up::NewView(view) if !self.replaced && !self.exited => {
+                self.replaced = true;
+                out.up(Up::NewView(view));
+                out.alarm(out.now() + self.linger);
+            }
+            Up::LeaveReq(_) | Up::Exit => {
+                out.dn(Dn::Leave);
+                self.exit(out);
+            }
+            _ => {}
+        }
     }
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
         out.dn(ev);
     }
-    fn check_invariants(&self) {}
+    fn handle_timer(&mut self, out: &mut Outbox<'_>) {
+        if self.replaced {
+            out.dn(Dn::Leave);
+            self.exit(out);
+        }
+    }
+    fn check_invariants(&self) {
+        // Two flags, both only ever set: nothing can be inconsistent.
+    }
 }

@@ -14,13 +14,19 @@ use crate::{WireError, WireErrorKind};
 
 pub mod appl;
 pub mod bottom;
+pub mod elect;
 pub mod frag;
+pub mod intra;
+pub mod leave;
 pub mod local;
 pub mod mflow;
 pub mod mnak;
 pub mod pt2pt;
 pub mod pt2ptw;
+pub mod slander;
 pub mod stable;
+pub mod suspect;
+pub mod sync;
 
 /// The header of one layer: a closed enum whose variant 0 has no fields.
 pub trait LayerHeader: Sized + Clone + core::fmt::Debug + PartialEq {
@@ -124,6 +130,12 @@ headers! {
     Mflow(mflow),
     Local(local),
     Appl(appl),
+    Suspect(suspect),
+    Slander(slander),
+    Elect(elect),
+    Sync(sync),
+    Intra(intra),
+    Leave(leave),
 }
 
 fn encode_one<H: LayerHeader>(header: &H, w: &mut Writer<'_>) {

@@ -1,0 +1,65 @@
+//! `elect`: coordinator election (thesis Fig 2.3, Table 2.1 `Elect`).
+//!
+//! Provides: [`Service::Election`]. Requires below: [`Service::FailureDetection`].
+//! Header: `NoHdr` only. The coordinator is the lowest rank not suspected; suspicions are shared
+//! (`slander`) and only grow within a view, so every member converges on the same coordinator.
+//! A change is announced upward with `Elect(rank)`.
+
+use crate::event::{Dn, Up};
+use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::view::{RankSet, ViewState};
+use crate::Rank;
+use motet_wire::hdr::elect::Header;
+
+/// `elect` has no parameters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {}
+
+/// Static description.
+pub static SPEC: LayerSpec = LayerSpec {
+    name: "elect",
+    summary: "elects the lowest unsuspected rank as coordinator",
+    provides: &[Service::Election],
+    requires_below: &[Service::FailureDetection],
+    requires_above: &[],
+};
+
+/// `elect` state.
+#[derive(Debug)]
+pub struct Elect {
+    n: usize,
+    coord: Rank,
+    suspected: RankSet,
+}
+
+impl Elect {
+    /// An `elect` for `view`.
+    pub fn new(_config: &Config, view: &ViewState, _rank: Rank) -> Elect {
+        Elect { n: view.len(), coord: view.coord, suspected: RankSet::new() }
+    }
+}
+
+impl Layer for Elect {
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+        match ev {
+            Up::Suspect(ranks) => {
+                self.suspected.union_with(&ranks);
+                out.up(Up::Suspect(ranks));
+                let coord = (0..self.n as Rank).find(|&r| !self.suspected.contains(r)).unwrap_or(self.coord);
+                if coord != self.coord {
+                    self.coord = coord;
+                    out.up(Up::Elect(coord));
+                }
+            }
+            other => out.pass_up(other, Header::NoHdr),
+        }
+    }
+
+    fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        out.pass_dn(ev, Header::NoHdr);
+    }
+
+    fn check_invariants(&self) {
+        assert!(usize::from(self.coord) < self.n);
+    }
+}

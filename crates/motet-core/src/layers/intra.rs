@@ -1,0 +1,224 @@
+//! `intra`: view changes within a partition — failures and leaves (thesis Fig 2.3; Ensemble
+//! `intra`).
+//!
+//! Provides: [`Service::Membership`]. Requires below: [`Service::Flush`] and
+//! [`Service::Election`]. Header: `View { round, survivors }` and `NoHdr`.
+//!
+//! The coordinator (from `elect`) excludes every suspected or leaving member: it runs a flush round
+//! through `sync` (a new round whenever the set to exclude grows or the coordinator changes),
+//! collects every survivor's `FlushOk`, announces the cut, collects every `CutOk`, and casts the
+//! next view as the list of surviving ranks. Every member derives the same next `ViewState` from
+//! it: members and addresses of the survivors in rank order, view id = (logical time + 1, the
+//! coordinator), previous id = this view's, primary when it keeps a majority of a primary view.
+//! A member installs a view only from the round whose cut it completed (`CutDone`), which is what
+//! makes members that install the same view agree on what they delivered. A member left out of the
+//! view forms a view of its own (a singleton partition), unless it asked to leave, in which case
+//! its stack exits.
+
+use crate::event::{Dn, DropReason, Msg, Qos, Up};
+use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::view::{RankSet, ViewId, ViewState};
+use crate::Rank;
+use motet_wire::hdr::intra::Header;
+use motet_wire::Header as AnyHeader;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// `intra` has no parameters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {}
+
+/// Static description.
+pub static SPEC: LayerSpec = LayerSpec {
+    name: "intra",
+    summary: "coordinator-driven view changes inside a partition: failures and leaves",
+    provides: &[Service::Membership],
+    requires_below: &[Service::Flush, Service::Election],
+    requires_above: &[],
+};
+
+/// A flush round this member coordinates.
+#[derive(Debug)]
+struct Round {
+    round: u64,
+    failed: RankSet,
+    flush_ok: BTreeMap<Rank, Arc<[u64]>>,
+    cut_ok: RankSet,
+    cut_sent: bool,
+}
+
+/// `intra` state.
+#[derive(Debug)]
+pub struct Intra {
+    view: Arc<ViewState>,
+    rank: Rank,
+    coord: Rank,
+    suspects: RankSet,
+    leavers: RankSet,
+    rounds: u64,
+    active: Option<Round>,
+    cut_done: Option<(Rank, u64)>,
+    installed: bool,
+}
+
+impl Intra {
+    /// An `intra` for `view`.
+    pub fn new(_config: &Config, view: &Arc<ViewState>, rank: Rank) -> Intra {
+        Intra {
+            view: Arc::clone(view),
+            rank,
+            coord: view.coord,
+            suspects: RankSet::new(),
+            leavers: RankSet::new(),
+            rounds: 0,
+            active: None,
+            cut_done: None,
+            installed: false,
+        }
+    }
+
+    fn survivors<'a>(&'a self, failed: &'a RankSet) -> impl Iterator<Item = Rank> + 'a {
+        (0..self.view.len() as Rank).filter(move |&r| !failed.contains(r))
+    }
+
+    /// At the coordinator: starts a round when there is someone to exclude that the current round
+    /// does not exclude yet.
+    fn maybe_start(&mut self, out: &mut Outbox<'_>) {
+        if self.coord != self.rank || self.installed {
+            return;
+        }
+        let mut exclude = self.suspects.clone();
+        exclude.union_with(&self.leavers);
+        if exclude.is_empty() || self.active.as_ref().is_some_and(|a| a.failed == exclude) {
+            return;
+        }
+        self.rounds += 1;
+        let round = self.rounds;
+        self.active = Some(Round {
+            round,
+            failed: exclude.clone(),
+            flush_ok: BTreeMap::new(),
+            cut_ok: RankSet::new(),
+            cut_sent: false,
+        });
+        out.dn(Dn::SyncFlush { round, failed: exclude });
+    }
+
+    fn flush_ok(&mut self, from: Rank, round: u64, counts: Arc<[u64]>, out: &mut Outbox<'_>) {
+        let Some(active) = self.active.as_mut().filter(|a| a.round == round && !a.cut_sent) else { return };
+        active.flush_ok.insert(from, counts);
+        let failed = active.failed.clone();
+        let survivors: Vec<Rank> = self.survivors(&failed).collect();
+        let active = self.active.as_mut().expect("checked");
+        if survivors.iter().all(|r| active.flush_ok.contains_key(r)) {
+            let n = self.view.len();
+            let cut: Arc<[u64]> =
+                (0..n).map(|o| active.flush_ok.values().map(|counts| counts[o]).max().unwrap_or(0)).collect();
+            active.cut_sent = true;
+            out.dn(Dn::SyncCut { round, cut });
+        }
+    }
+
+    fn cut_ok(&mut self, from: Rank, round: u64, out: &mut Outbox<'_>) {
+        let Some(active) = self.active.as_mut().filter(|a| a.round == round && a.cut_sent) else { return };
+        active.cut_ok.insert(from);
+        let failed = active.failed.clone();
+        let survivors: Vec<Rank> = self.survivors(&failed).collect();
+        let active = self.active.as_ref().expect("checked");
+        if survivors.iter().all(|&r| active.cut_ok.contains(r)) {
+            let survivors = survivors.into_iter().map(u64::from).collect();
+            out.dn(Dn::Cast { msg: Msg::default().with(Header::View { round, survivors }), qos: Qos::Reliable });
+        }
+    }
+
+    /// The view every member derives from the coordinator's list of survivors.
+    fn next_view(&self, coord: Rank, survivors: &[Rank]) -> ViewState {
+        let old = &self.view;
+        let members: Vec<_> = survivors.iter().map(|&r| old.members[usize::from(r)]).collect();
+        ViewState {
+            coord: survivors.iter().position(|&r| r == coord).unwrap_or(0) as Rank,
+            view_id: ViewId { ltime: old.view_id.ltime + 1, coord: old.members[usize::from(coord)] },
+            addresses: survivors.iter().map(|&r| old.addresses[usize::from(r)]).collect(),
+            primary: old.primary && 2 * members.len() > old.len(),
+            prev_ids: vec![old.view_id],
+            members,
+            ..ViewState::clone(old)
+        }
+    }
+
+    fn install(&mut self, coord: Rank, round: u64, survivors: Vec<u64>, out: &mut Outbox<'_>) {
+        if self.installed || self.cut_done != Some((coord, round)) {
+            return; // not the round whose cut we delivered
+        }
+        if survivors.iter().any(|&r| r as usize >= self.view.len()) {
+            out.drop_input(DropReason::Gossip);
+            return;
+        }
+        self.installed = true;
+        let survivors: Vec<Rank> = survivors.iter().map(|&r| r as Rank).collect();
+        if survivors.contains(&self.rank) {
+            out.up(Up::NewView(Arc::new(self.next_view(coord, &survivors))));
+        } else {
+            self.leave_view(out);
+        }
+    }
+
+    /// This member is not in the next view: it exits if it asked to leave, else it goes on alone.
+    fn leave_view(&mut self, out: &mut Outbox<'_>) {
+        self.installed = true;
+        if self.leavers.contains(self.rank) {
+            out.up(Up::Exit);
+        } else {
+            let mut alone = self.next_view(self.rank, &[self.rank]);
+            alone.primary = false;
+            out.up(Up::NewView(Arc::new(alone)));
+        }
+    }
+}
+
+impl Layer for Intra {
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+        match ev {
+            Up::Suspect(ranks) => {
+                self.suspects.union_with(&ranks);
+                if self.suspects.contains(self.rank) && !self.installed && self.view.len() > 1 {
+                    // The others are excluding us: do not wait for their view.
+                    return self.leave_view(out);
+                }
+                self.maybe_start(out);
+            }
+            Up::Elect(coord) => {
+                self.coord = coord;
+                self.maybe_start(out);
+            }
+            Up::LeaveReq(rank) => {
+                self.leavers.insert(rank);
+                if rank == self.rank && self.view.len() == 1 {
+                    return self.leave_view(out);
+                }
+                self.maybe_start(out);
+            }
+            Up::FlushOk { from, round, counts } => self.flush_ok(from, round, counts, out),
+            Up::CutOk { from, round } => self.cut_ok(from, round, out),
+            Up::CutDone { coord, round } => self.cut_done = Some((coord, round)),
+            Up::Cast { origin, mut msg, .. }
+                if matches!(msg.hdrs.last(), Some(AnyHeader::Intra(Header::View { .. }))) =>
+            {
+                let Some(Header::View { round, survivors }) = msg.pop_as::<Header>() else { unreachable!("checked") };
+                self.install(origin, round, survivors, out);
+            }
+            other => out.pass_up(other, Header::NoHdr),
+        }
+    }
+
+    fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        out.pass_dn(ev, Header::NoHdr);
+    }
+
+    fn check_invariants(&self) {
+        assert!(usize::from(self.coord) < self.view.len());
+        if let Some(active) = &self.active {
+            assert!(active.round <= self.rounds);
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! `sync`: the view-change flush (thesis Fig 2.3, Table 2.1 `Block`/`BlockOk`; Ensemble `sync`,
+//! with the cut idea of `collect`, digest Appendix A.4).
+//!
+//! Provides: [`Service::Flush`]. Requires below: [`Service::ReliableCast`],
+//! [`Service::ReliableSend`], [`Service::CastCounts`] and [`Service::LocalDelivery`] (the
+//! coordinator hears its own casts). Header: `Flush`, `FlushOk`, `Cut`, `CutOk`, `NoHdr`.
+//!
+//! A round, run by the coordinator's membership layer through this layer:
+//! 1. the coordinator casts `Flush { round, failed }`;
+//! 2. every member not being excluded applies `Fail(failed)` and sends `Block` down: `appl` stops
+//!    the application, flow control and `pt2pt` hold the `Block` until their pending messages are
+//!    out and acknowledged, and it comes back up as `BlockOk` with `mnak`'s per-origin counts, which
+//!    the member sends to the coordinator (`FlushOk`);
+//! 3. the coordinator casts the cut, the per-origin maximum over the survivors' counts (`Cut`);
+//! 4. every member delivers up to the cut (repaired by `mnak` from whoever holds the casts) and
+//!    nothing of a failed origin beyond it, then answers `CutOk` and tells the layers above which
+//!    round it completed (`CutDone`): only that round's view may be installed.
+//!
+//! So every member that installs the next view delivered exactly the same casts in this one
+//! (virtual synchrony), although members fail, and coordinators change, during the flush: a new
+//! round starts over with fresh counts, and counts only grow.
+
+use crate::event::{Dn, DropReason, Msg, Qos, Up};
+use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::view::{RankSet, ViewState};
+use crate::Rank;
+use motet_wire::hdr::sync::Header;
+use motet_wire::Header as AnyHeader;
+use std::sync::Arc;
+
+/// `sync` has no parameters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {}
+
+/// Static description.
+pub static SPEC: LayerSpec = LayerSpec {
+    name: "sync",
+    summary: "view-change flush: block, drain, agree on a cut of casts, deliver it",
+    provides: &[Service::Flush],
+    requires_below: &[Service::ReliableCast, Service::ReliableSend, Service::CastCounts, Service::LocalDelivery],
+    requires_above: &[],
+};
+
+/// `sync` state.
+#[derive(Debug)]
+pub struct Sync {
+    rank: Rank,
+    n: usize,
+    /// The round this member is flushing for: (coordinator, round).
+    flushing: Option<(Rank, u64)>,
+    /// The round whose cut this member is delivering.
+    cutting: Option<(Rank, u64)>,
+}
+
+impl Sync {
+    /// A `sync` for `view`.
+    pub fn new(_config: &Config, view: &ViewState, rank: Rank) -> Sync {
+        Sync { rank, n: view.len(), flushing: None, cutting: None }
+    }
+
+    /// Sends `header` to the coordinator, or hands `local` up when we are the coordinator.
+    fn to_coord(&self, coord: Rank, header: Header, local: Up, out: &mut Outbox<'_>) {
+        if coord == self.rank {
+            out.up(local);
+        } else {
+            out.dn(Dn::Send { dest: coord, msg: Msg::default().with(header) });
+        }
+    }
+
+    fn ranks(&self, values: &[u64], out: &mut Outbox<'_>) -> Option<RankSet> {
+        if values.iter().any(|&r| r as usize >= self.n) {
+            out.drop_input(DropReason::Gossip);
+            return None;
+        }
+        Some(values.iter().map(|&r| r as Rank).collect())
+    }
+
+    fn vector(&self, values: Vec<u64>, out: &mut Outbox<'_>) -> Option<Arc<[u64]>> {
+        if values.len() != self.n {
+            out.drop_input(DropReason::Gossip);
+            return None;
+        }
+        Some(values.into())
+    }
+}
+
+impl Layer for Sync {
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+        match ev {
+            Up::Cast { origin, mut msg, qos } if matches!(msg.hdrs.last(), Some(AnyHeader::Sync(h)) if *h != Header::NoHdr) =>
+            {
+                let _ = qos;
+                match msg.pop_as::<Header>() {
+                    Some(Header::Flush { round, failed }) => {
+                        let Some(failed) = self.ranks(&failed, out) else { return };
+                        if failed.contains(self.rank) || failed.contains(origin) {
+                            return; // we are being excluded: the next view is not ours
+                        }
+                        self.flushing = Some((origin, round));
+                        self.cutting = None;
+                        out.up(Up::Suspect(failed.clone()));
+                        out.dn(Dn::Fail(failed));
+                        out.dn(Dn::Block);
+                    }
+                    Some(Header::Cut { round, cut }) if self.flushing == Some((origin, round)) => {
+                        let Some(cut) = self.vector(cut, out) else { return };
+                        self.cutting = Some((origin, round));
+                        out.dn(Dn::Cut(cut));
+                    }
+                    Some(Header::Cut { .. }) => {} // a stale or foreign round
+                    _ => out.drop_input(DropReason::HeaderMismatch),
+                }
+            }
+            Up::Send { origin, mut msg } if matches!(msg.hdrs.last(), Some(AnyHeader::Sync(h)) if *h != Header::NoHdr) => {
+                match msg.pop_as::<Header>() {
+                    Some(Header::FlushOk { round, counts }) => {
+                        let Some(counts) = self.vector(counts, out) else { return };
+                        out.up(Up::FlushOk { from: origin, round, counts });
+                    }
+                    Some(Header::CutOk { round }) => out.up(Up::CutOk { from: origin, round }),
+                    _ => out.drop_input(DropReason::HeaderMismatch),
+                }
+            }
+            Up::BlockOk(counts) => {
+                if let Some((coord, round)) = self.flushing {
+                    let header = Header::FlushOk { round, counts: counts.to_vec() };
+                    self.to_coord(coord, header, Up::FlushOk { from: self.rank, round, counts }, out);
+                }
+            }
+            Up::CutReached => {
+                if let Some((coord, round)) = self.cutting.take() {
+                    self.to_coord(coord, Header::CutOk { round }, Up::CutOk { from: self.rank, round }, out);
+                    out.up(Up::CutDone { coord, round });
+                }
+            }
+            other => out.pass_up(other, Header::NoHdr),
+        }
+    }
+
+    fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        match ev {
+            Dn::SyncFlush { round, failed } => {
+                let failed = failed.iter().map(u64::from).collect();
+                out.dn(Dn::Cast { msg: Msg::default().with(Header::Flush { round, failed }), qos: Qos::Reliable });
+            }
+            Dn::SyncCut { round, cut } => {
+                let msg = Msg::default().with(Header::Cut { round, cut: cut.to_vec() });
+                out.dn(Dn::Cast { msg, qos: Qos::Reliable });
+            }
+            other => out.pass_dn(other, Header::NoHdr),
+        }
+    }
+
+    fn check_invariants(&self) {
+        if let (Some(cutting), Some(flushing)) = (self.cutting, self.flushing) {
+            assert_eq!(cutting, flushing, "a cut belongs to the round being flushed");
+        }
+    }
+}
