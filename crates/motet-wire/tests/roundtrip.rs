@@ -84,6 +84,36 @@ proptest! {
         check_header(header)?;
     }
 
+    #[test]
+    fn suspect_header_is_canonical(header in suspect_hdr()) {
+        check_header(header)?;
+    }
+
+    #[test]
+    fn slander_header_is_canonical(header in slander_hdr()) {
+        check_header(header)?;
+    }
+
+    #[test]
+    fn elect_header_is_canonical(header in elect_hdr()) {
+        check_header(header)?;
+    }
+
+    #[test]
+    fn sync_header_is_canonical(header in sync_hdr()) {
+        check_header(header)?;
+    }
+
+    #[test]
+    fn intra_header_is_canonical(header in intra_hdr()) {
+        check_header(header)?;
+    }
+
+    #[test]
+    fn leave_header_is_canonical(header in leave_hdr()) {
+        check_header(header)?;
+    }
+
     /// Through the central enum, so that the layer-tag dispatch is covered for every layer at once.
     #[test]
     fn any_header_round_trips(header in header()) {

@@ -5,7 +5,9 @@
 #![allow(dead_code)]
 
 use bytes::Bytes;
-use motet_wire::hdr::{appl, bottom, frag, local, mflow, mnak, pt2pt, pt2ptw, stable};
+use motet_wire::hdr::{
+    appl, bottom, elect, frag, intra, leave, local, mflow, mnak, pt2pt, pt2ptw, slander, stable, suspect, sync,
+};
 use motet_wire::{ConnId, Head, Header, Mux, Payload, Rank, Seqno, HEADER_COUNT_MAX};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -111,6 +113,43 @@ pub fn appl_hdr() -> impl Strategy<Value = appl::Header> {
     prop_oneof![Just(appl::Header::Data), Just(appl::Header::NoHdr)]
 }
 
+fn vec_any() -> impl Strategy<Value = Vec<u64>> {
+    prop::collection::vec(u64_any(), 0..=GOSSIP_LEN_MAX)
+}
+
+pub fn suspect_hdr() -> impl Strategy<Value = suspect::Header> {
+    prop_oneof![Just(suspect::Header::NoHdr), Just(suspect::Header::Heartbeat)]
+}
+
+pub fn slander_hdr() -> impl Strategy<Value = slander::Header> {
+    prop_oneof![Just(slander::Header::NoHdr), vec_any().prop_map(|ranks| slander::Header::Slander { ranks })]
+}
+
+pub fn elect_hdr() -> impl Strategy<Value = elect::Header> {
+    Just(elect::Header::NoHdr)
+}
+
+pub fn sync_hdr() -> impl Strategy<Value = sync::Header> {
+    prop_oneof![
+        Just(sync::Header::NoHdr),
+        (u64_any(), vec_any()).prop_map(|(round, failed)| sync::Header::Flush { round, failed }),
+        (u64_any(), vec_any()).prop_map(|(round, counts)| sync::Header::FlushOk { round, counts }),
+        (u64_any(), vec_any()).prop_map(|(round, cut)| sync::Header::Cut { round, cut }),
+        u64_any().prop_map(|round| sync::Header::CutOk { round }),
+    ]
+}
+
+pub fn intra_hdr() -> impl Strategy<Value = intra::Header> {
+    prop_oneof![
+        Just(intra::Header::NoHdr),
+        (u64_any(), vec_any()).prop_map(|(round, survivors)| intra::Header::View { round, survivors }),
+    ]
+}
+
+pub fn leave_hdr() -> impl Strategy<Value = leave::Header> {
+    prop_oneof![Just(leave::Header::NoHdr), Just(leave::Header::Leave)]
+}
+
 /// A header of any layer, every layer equally likely.
 pub fn header() -> impl Strategy<Value = Header> {
     prop_oneof![
@@ -123,6 +162,12 @@ pub fn header() -> impl Strategy<Value = Header> {
         mflow_hdr().prop_map(Header::from),
         local_hdr().prop_map(Header::from),
         appl_hdr().prop_map(Header::from),
+        suspect_hdr().prop_map(Header::from),
+        slander_hdr().prop_map(Header::from),
+        elect_hdr().prop_map(Header::from),
+        sync_hdr().prop_map(Header::from),
+        intra_hdr().prop_map(Header::from),
+        leave_hdr().prop_map(Header::from),
     ]
 }
 
