@@ -292,13 +292,23 @@ impl<'a> World<'a> {
     }
 
     fn quiet(&self) -> bool {
-        self.in_flight == 0
+        let drained = self.in_flight == 0
             && self.submissions_left == 0
             && self
                 .nodes
                 .iter()
                 .filter(|n| n.alive)
-                .all(|n| n.backlog.is_empty() && n.node.stack(n.stack).is_some_and(|s| s.buffered() == 0))
+                .all(|n| n.backlog.is_empty() && n.node.stack(n.stack).is_some_and(|s| s.buffered() == 0));
+        drained && (!self.membership || self.converged())
+    }
+
+    /// Every live node is in the same view, whose members are exactly the live nodes.
+    fn converged(&self) -> bool {
+        let live: Vec<usize> = (0..self.nodes.len()).filter(|&i| self.nodes[i].alive).collect();
+        let Some(&first) = live.first() else { return true };
+        let view = self.nodes[first].view();
+        let members: Vec<usize> = view.members.iter().map(|e| self.endpoints[e]).collect();
+        members == live && live.iter().all(|&i| key(self.nodes[i].view()) == key(view))
     }
 
     fn handle(&mut self, event: Event) {
@@ -376,7 +386,16 @@ impl<'a> World<'a> {
             let payload = Bytes::from(bytes);
             let action = match id.channel {
                 Channel::Cast => Action::Cast(payload.clone().into()),
-                Channel::Send { dest } => Action::Send(vec![dest as u16], payload.clone().into()),
+                Channel::Send { dest } => {
+                    // Sends address ranks of the current view; a destination outside it is
+                    // unreachable from here, and the application drops the message.
+                    let view = self.nodes[node].view();
+                    let Some(rank) = view.members.iter().position(|e| self.endpoints[e] == dest) else {
+                        self.nodes[node].backlog.pop_front();
+                        continue;
+                    };
+                    Action::Send(vec![rank as u16], payload.clone().into())
+                }
             };
             let sim = &mut self.nodes[node];
             let view = key(sim.view());

@@ -3,7 +3,8 @@
 //! Provides: [`Service::Election`]. Requires below: [`Service::FailureDetection`].
 //! Header: `NoHdr` only. The coordinator is the lowest rank not suspected; suspicions are shared
 //! (`slander`) and only grow within a view, so every member converges on the same coordinator.
-//! A change is announced upward with `Elect(rank)`.
+//! A change is announced upward with `Elect(rank)`. A member never suspects itself, so a partition
+//! cut off from the others elects its own coordinator.
 
 use crate::event::{Dn, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -28,14 +29,15 @@ pub static SPEC: LayerSpec = LayerSpec {
 #[derive(Debug)]
 pub struct Elect {
     n: usize,
+    rank: Rank,
     coord: Rank,
     suspected: RankSet,
 }
 
 impl Elect {
     /// An `elect` for `view`.
-    pub fn new(_config: &Config, view: &ViewState, _rank: Rank) -> Elect {
-        Elect { n: view.len(), coord: view.coord, suspected: RankSet::new() }
+    pub fn new(_config: &Config, view: &ViewState, rank: Rank) -> Elect {
+        Elect { n: view.len(), rank, coord: view.coord, suspected: RankSet::new() }
     }
 }
 
@@ -43,7 +45,9 @@ impl Layer for Elect {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
         match ev {
             Up::Suspect(ranks) => {
-                self.suspected.union_with(&ranks);
+                // Suspicion of ourselves (slandered by a partition that lost us) is not ours to act
+                // on: we stay a candidate, and the others exclude us with their own view.
+                self.suspected.union_with(&ranks.iter().filter(|&r| r != self.rank).collect());
                 out.up(Up::Suspect(ranks));
                 let coord = (0..self.n as Rank).find(|&r| !self.suspected.contains(r)).unwrap_or(self.coord);
                 if coord != self.coord {

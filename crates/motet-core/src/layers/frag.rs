@@ -12,7 +12,9 @@
 //! holder); once stability shows that every live member holds the same prefix of the failed
 //! origin's casts (`stable == max`), nothing more can come, so the partial is discarded and
 //! everything later from that origin is dropped as an orphan. Delivery from a failed origin thus
-//! stays a FIFO prefix.
+//! stays a FIFO prefix. In a stack with a view-change flush (`sync`) this is not done: the flush's
+//! agreed cut decides what of a failed member is delivered, identically at every survivor, and an
+//! unfinished message simply ends with the view's stack.
 
 use crate::event::{Counter, Dn, DropReason, Msg, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -66,6 +68,9 @@ pub struct Frag {
     failed: RankSet,
     /// Failed origins whose unfinished message was discarded: nothing more is accepted from them.
     cut: RankSet,
+    /// Whether to discard a failed origin's unfinished casts once stability settles (only in
+    /// stacks without a flush, which would otherwise decide differently at different members).
+    orphans_on_stability: bool,
 }
 
 impl Frag {
@@ -79,6 +84,7 @@ impl Frag {
             sends: (0..view.len()).map(|_| None).collect(),
             failed: RankSet::new(),
             cut: RankSet::new(),
+            orphans_on_stability: !view.stack.layers().contains(&super::LayerKind::Sync),
         }
     }
 
@@ -187,7 +193,7 @@ impl Layer for Frag {
                 self.failed.union_with(&ranks);
                 out.dn(Dn::Fail(ranks));
             }
-            Dn::Stable(stability) => {
+            Dn::Stable(stability) if self.orphans_on_stability => {
                 let failed: Vec<Rank> = self.failed.iter().filter(|&r| usize::from(r) < self.casts.len()).collect();
                 for origin in failed {
                     let o = usize::from(origin);

@@ -58,6 +58,9 @@ pub struct Intra {
     rounds: u64,
     active: Option<Round>,
     cut_done: Option<(Rank, u64)>,
+    /// As coordinator, the next view was cast: no further round in this view (a second round
+    /// would announce a different view under the same view id).
+    view_cast: bool,
     installed: bool,
 }
 
@@ -73,6 +76,7 @@ impl Intra {
             rounds: 0,
             active: None,
             cut_done: None,
+            view_cast: false,
             installed: false,
         }
     }
@@ -84,7 +88,7 @@ impl Intra {
     /// At the coordinator: starts a round when there is someone to exclude that the current round
     /// does not exclude yet.
     fn maybe_start(&mut self, out: &mut Outbox<'_>) {
-        if self.coord != self.rank || self.installed {
+        if self.coord != self.rank || self.installed || self.view_cast {
             return;
         }
         let mut exclude = self.suspects.clone();
@@ -126,6 +130,7 @@ impl Intra {
         let survivors: Vec<Rank> = self.survivors(&failed).collect();
         let active = self.active.as_ref().expect("checked");
         if survivors.iter().all(|&r| active.cut_ok.contains(r)) {
+            self.view_cast = true;
             let survivors = survivors.into_iter().map(u64::from).collect();
             out.dn(Dn::Cast { msg: Msg::default().with(Header::View { round, survivors }), qos: Qos::Reliable });
         }
@@ -180,11 +185,8 @@ impl Layer for Intra {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
         match ev {
             Up::Suspect(ranks) => {
-                self.suspects.union_with(&ranks);
-                if self.suspects.contains(self.rank) && !self.installed && self.view.len() > 1 {
-                    // The others are excluding us: do not wait for their view.
-                    return self.leave_view(out);
-                }
+                // Never exclude ourselves: if the others suspect us, they exclude us in their view.
+                self.suspects.union_with(&ranks.iter().filter(|&r| r != self.rank).collect());
                 self.maybe_start(out);
             }
             Up::Elect(coord) => {

@@ -92,6 +92,8 @@ pub struct Mnak {
     cut: Option<Arc<[u64]>>,
     /// `CutReached` has not been reported for the current cut yet.
     cut_pending: bool,
+    /// The stack has a view-change flush: a failed origin's casts wait for its cut.
+    freeze_failed: bool,
 }
 
 impl Mnak {
@@ -104,6 +106,7 @@ impl Mnak {
             origins: (0..view.len()).map(|_| Origin::default()).collect(),
             cut: None,
             cut_pending: false,
+            freeze_failed: view.stack.layers().contains(&super::LayerKind::Sync),
         }
     }
 
@@ -126,11 +129,20 @@ impl Mnak {
             out.drop_input(DropReason::Gossip);
             return;
         }
-        for (o, &c) in self.origins.iter_mut().zip(cut.iter()) {
+        for (rank, (o, &c)) in self.origins.iter_mut().zip(cut.iter()).enumerate() {
             o.max_known = o.max_known.max(c);
+            if self.failed.contains(rank as Rank) {
+                // Nothing of a failed origin beyond the cut is ever delivered in this view.
+                o.ooo.retain(|&seqno, _| seqno < c);
+            }
         }
         self.cut = Some(cut);
         self.cut_pending = true;
+        // Deliver what the freeze held back, up to the cut.
+        for origin in 0..self.origins.len() as Rank {
+            let limit = self.limit(origin);
+            self.drain(origin, limit, out);
+        }
         for origin in 0..self.origins.len() as Rank {
             if origin == self.rank {
                 continue;
@@ -173,27 +185,51 @@ impl Mnak {
     }
 
     /// Receives cast `seqno` of `origin` (first transmission or retransmission).
+    /// How far a failed origin's casts may be delivered: up to the cut once it is announced; in a
+    /// stack with a flush, not beyond what was delivered when the failure was declared until then
+    /// (what each member reported is what the cut is computed from, so delivering more before the
+    /// cut would let members end the view with different casts); without a flush, no limit.
+    fn limit(&self, origin: Rank) -> Seqno {
+        if !self.failed.contains(origin) {
+            return Seqno::MAX;
+        }
+        match &self.cut {
+            Some(cut) => cut[usize::from(origin)],
+            None if self.freeze_failed => self.origins[usize::from(origin)].received,
+            None => Seqno::MAX,
+        }
+    }
+
+    /// Delivers what waits in order behind `received`, up to `limit`.
+    fn drain(&mut self, origin: Rank, limit: Seqno, out: &mut Outbox<'_>) {
+        let o = &mut self.origins[usize::from(origin)];
+        while o.received < limit {
+            let Some(next) = o.ooo.remove(&o.received) else { break };
+            o.buf.push_back(next.clone());
+            o.received += 1;
+            out.up(Up::Cast { origin, msg: next, qos: Qos::Reliable });
+        }
+    }
+
+    /// Receives cast `seqno` of `origin` (first transmission or retransmission).
     fn recv_cast(&mut self, origin: Rank, seqno: Seqno, msg: Msg, out: &mut Outbox<'_>) {
         if self.beyond_cut(origin, seqno) {
             out.drop_input(DropReason::Orphan);
             return;
         }
+        let limit = self.limit(origin);
         let window = self.config.recv_window_max;
         let o = &mut self.origins[usize::from(origin)];
         if seqno < o.received || o.ooo.contains_key(&seqno) {
             out.drop_input(DropReason::Duplicate);
             return;
         }
-        if seqno == o.received {
+        if seqno == o.received && seqno < limit {
             // Fig 5.2 fast path: store for retransmission and pass up.
             o.buf.push_back(msg.clone());
             o.received += 1;
             out.up(Up::Cast { origin, msg, qos: Qos::Reliable });
-            while let Some(next) = o.ooo.remove(&o.received) {
-                o.buf.push_back(next.clone());
-                o.received += 1;
-                out.up(Up::Cast { origin, msg: next, qos: Qos::Reliable });
-            }
+            self.drain(origin, limit, out);
             self.check_cut(out);
             return;
         }
@@ -312,7 +348,7 @@ impl Layer for Mnak {
         for o in &self.origins {
             assert_eq!(o.buf_lo + o.buf.len() as Seqno, o.received, "buffer covers buf_lo..received");
             assert!(o.naked_upto <= o.received.max(o.naked_upto));
-            assert!(o.ooo.keys().all(|&s| s > o.received));
+            assert!(o.ooo.keys().all(|&s| s >= o.received), "ooo holds only what is not delivered");
         }
     }
 
