@@ -68,6 +68,9 @@ pub struct SimOptions {
     pub net: NetConfig,
     /// Nodes that crash (fail-stop), at uniformly random times within the workload period.
     pub crashes: usize,
+    /// Nodes that certainly crash (at uniformly random times within the workload period), in
+    /// addition to `crashes` chosen at random.
+    pub crash_nodes: Vec<usize>,
     /// How long after a crash the survivors are told (the failure detector's delay), in ms.
     pub detect_ms: u64,
     /// Partitions that form and heal during the run.
@@ -90,6 +93,7 @@ impl SimOptions {
             workload_ms: 1_000,
             net: NetConfig::default(),
             crashes: 0,
+            crash_nodes: Vec::new(),
             detect_ms: 300,
             partitions: Vec::new(),
             time_max_ms: 120_000,

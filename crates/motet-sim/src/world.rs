@@ -229,8 +229,13 @@ impl<'a> World<'a> {
                 self.schedule(Instant(at), Event::Submit { node: origin, id });
             }
         }
-        let mut candidates: Vec<usize> = (0..n).collect();
-        for _ in 0..self.options.crashes.min(n.saturating_sub(1)) {
+        let mut candidates: Vec<usize> = (0..n).filter(|c| !self.options.crash_nodes.contains(c)).collect();
+        for &node in &self.options.crash_nodes {
+            let at = Instant(self.rng.gen_range(0..workload));
+            self.schedule(at, Event::Crash { node });
+        }
+        let crashes = self.options.crashes.min(n.saturating_sub(1 + self.options.crash_nodes.len()));
+        for _ in 0..crashes {
             let node = candidates.remove(self.rng.gen_range(0..candidates.len()));
             let at = Instant(self.rng.gen_range(0..workload));
             self.schedule(at, Event::Crash { node });

@@ -18,7 +18,9 @@
 //!
 //! So every member that installs the next view delivered exactly the same casts in this one
 //! (virtual synchrony), although members fail, and coordinators change, during the flush: a new
-//! round starts over with fresh counts, and counts only grow.
+//! round starts over with fresh counts, and counts only grow. A member follows the latest round
+//! of a coordinator it has not seen excluded: a round from an excluded coordinator (whose casts
+//! other members still relay) is ignored.
 
 use crate::event::{Dn, DropReason, Msg, Qos, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -50,12 +52,14 @@ pub struct Sync {
     flushing: Option<(Rank, u64)>,
     /// The round whose cut this member is delivering.
     cutting: Option<(Rank, u64)>,
+    /// Every member excluded by a round we followed: their rounds are over for us.
+    failed: RankSet,
 }
 
 impl Sync {
     /// A `sync` for `view`.
     pub fn new(_config: &Config, view: &ViewState, rank: Rank) -> Sync {
-        Sync { rank, n: view.len(), flushing: None, cutting: None }
+        Sync { rank, n: view.len(), flushing: None, cutting: None, failed: RankSet::new() }
     }
 
     /// Sends `header` to the coordinator, or hands `local` up when we are the coordinator.
@@ -96,6 +100,12 @@ impl Layer for Sync {
                         if failed.contains(self.rank) || failed.contains(origin) {
                             return; // we are being excluded: the next view is not ours
                         }
+                        if self.failed.contains(origin) {
+                            // A round of a coordinator that a later round excluded (its casts are
+                            // still relayed by others): it can no longer conclude for us.
+                            return;
+                        }
+                        self.failed.union_with(&failed);
                         self.flushing = Some((origin, round));
                         self.cutting = None;
                         out.up(Up::Suspect(failed.clone()));
