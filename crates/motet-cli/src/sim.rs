@@ -98,6 +98,12 @@ struct Summary {
     datagrams_lost: u64,
     retransmissions: u64,
     naks: u64,
+    liveness_failures: usize,
+    views_installed: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    converge_ms_p50: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    converge_ms_max: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     trace_hash: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -157,12 +163,24 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         datagrams_lost: 0,
         retransmissions: 0,
         naks: 0,
+        liveness_failures: 0,
+        views_installed: 0,
+        converge_ms_p50: None,
+        converge_ms_max: None,
         trace_hash: (reports.len() == 1).then(|| reports[0].trace_hash.clone()),
         virtual_ms: (reports.len() == 1).then(|| reports[0].end.0 as f64 / 1e6),
         failures: Vec::new(),
     };
+    let mut converge: Vec<f64> = reports.iter().filter_map(|r| r.converge).map(|d| d.0 as f64 / 1e6).collect();
+    converge.sort_by(f64::total_cmp);
+    summary.converge_ms_p50 = converge.get(converge.len() / 2).copied();
+    summary.converge_ms_max = converge.last().copied();
     for report in &reports {
         summary.violations += report.violations.len();
+        summary.views_installed += report.views_installed;
+        if report.violations.iter().any(|v| matches!(v, motet_sim::Violation::Liveness { .. })) {
+            summary.liveness_failures += 1;
+        }
         summary.deliveries += report.cast_deliveries;
         summary.send_deliveries += report.send_deliveries;
         summary.datagrams += report.datagrams;
@@ -191,9 +209,16 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
             "network   {} datagrams, {} lost; {} retransmissions, {} NAKs",
             summary.datagrams, summary.datagrams_lost, summary.retransmissions, summary.naks
         );
+        if summary.views_installed > 0 {
+            println!("views     {} installed", summary.views_installed);
+        }
+        if let (Some(p50), Some(max)) = (summary.converge_ms_p50, summary.converge_ms_max) {
+            println!("converge  p50 {p50:.0} ms, max {max:.0} ms after the last fault");
+        }
         if let Some(hash) = &summary.trace_hash {
             println!("trace     {hash}");
         }
+        println!("liveness  {} runs failed to converge", summary.liveness_failures);
         println!("verdict   {} violations", summary.violations);
         for failure in &summary.failures {
             println!("  seed {} failed: {:?}", failure.seed, failure.violations.first());

@@ -41,6 +41,11 @@ pub struct SimReport {
     pub stats: Stats,
     /// Notable events, for `motet demo` and failing-seed reports.
     pub story: Vec<(Instant, String)>,
+    /// Views installed after the initial one, summed over nodes.
+    pub views_installed: u64,
+    /// For a run with faults that converged: virtual time from the last fault (a crash, or a
+    /// partition healing) to the installation of the final common view.
+    pub converge: Option<Duration>,
     /// The trace the oracles checked.
     pub trace: Trace,
 }
@@ -141,6 +146,8 @@ pub fn run(options: &SimOptions) -> SimReport {
                 end: Instant::ZERO,
                 stats: Stats::default(),
                 story: Vec::new(),
+                views_installed: 0,
+                converge: None,
                 trace: Trace::default(),
             }
         }
@@ -514,6 +521,16 @@ impl<'a> World<'a> {
             self.note(format!("time limit reached with {} datagrams in flight", self.in_flight));
         }
         let violations = oracle::check(&self.trace);
+        let views_installed = self.trace.views.iter().filter(|v| v.view.0 > 0).count() as u64;
+        let crash = self.trace.crashed.iter().flatten().max().copied();
+        let heal = self.options.partitions.iter().map(|p| Instant::ZERO + Duration::from_millis(p.end_ms)).max();
+        let last_fault = crash.into_iter().chain(heal).max();
+        let converged = self.trace.quiesced && self.membership;
+        let last_view = self.trace.views.last().map(|v| v.time);
+        let converge = match (converged, last_fault, last_view) {
+            (true, Some(fault), Some(view)) => Some(view.saturating_since(fault)),
+            _ => None,
+        };
         let cast_deliveries = self.trace.deliveries.iter().filter(|d| d.cast).count() as u64;
         let send_deliveries = self.trace.deliveries.len() as u64 - cast_deliveries;
         self.hasher.update(&self.now.0.to_le_bytes());
@@ -528,6 +545,8 @@ impl<'a> World<'a> {
             end: self.now,
             stats,
             story: self.story,
+            views_installed,
+            converge,
             trace: self.trace,
         }
     }
