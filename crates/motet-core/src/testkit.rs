@@ -18,6 +18,10 @@ pub struct Group {
     pub now: Instant,
     /// Application events delivered so far, per rank (counts only, to stay allocation-free).
     pub delivered: Vec<u64>,
+    /// The latest view each member installed.
+    pub views: Vec<Option<Arc<ViewState>>>,
+    /// Whether each member's endpoint has exited (left the group).
+    pub exited: Vec<bool>,
 }
 
 impl Group {
@@ -38,7 +42,7 @@ impl Group {
                 (node, id)
             })
             .collect();
-        let mut group = Group { nodes, now, delivered: vec![0; n] };
+        let mut group = Group { nodes, now, delivered: vec![0; n], views: vec![None; n], exited: vec![false; n] };
         group.pump();
         group
     }
@@ -73,9 +77,16 @@ impl Group {
                         self.nodes[to as usize].0.handle_datagram(self.now, datagram.clone());
                     }
                 }
-                while let Some((_, event)) = self.nodes[from].0.poll_event() {
-                    if matches!(event, AppEvent::Cast { .. } | AppEvent::Send { .. }) {
-                        self.delivered[from] += 1;
+                while let Some((stack, event)) = self.nodes[from].0.poll_event() {
+                    match event {
+                        AppEvent::Cast { .. } | AppEvent::Send { .. } => self.delivered[from] += 1,
+                        AppEvent::View { view, .. } => {
+                            // The newest stack is the one actions go to.
+                            self.nodes[from].1 = stack;
+                            self.views[from] = Some(view);
+                        }
+                        AppEvent::Exit => self.exited[from] = true,
+                        _ => {}
                     }
                 }
             }
@@ -94,6 +105,31 @@ impl Group {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_member_that_leaves_gets_exit_and_the_others_a_view_without_it() {
+        let mut group = Group::new(3, "vsync");
+        for i in 0..30u32 {
+            group.act(i as usize % 3, Action::Cast(i.to_le_bytes().to_vec().into())).unwrap();
+        }
+        group.act(1, Action::Leave).unwrap();
+        for _ in 0..20 {
+            group.tick(Duration::from_millis(100));
+        }
+        assert!(group.exited[1], "the leaver's stack exits");
+        assert!(!group.exited[0] && !group.exited[2]);
+        for rank in [0, 2] {
+            let view = group.views[rank].as_ref().unwrap();
+            assert_eq!(view.members, vec![EndpointId(0), EndpointId(2)]);
+            assert_eq!(view.view_id.ltime, 1);
+        }
+        // The leaver's casts sent before it asked were delivered everywhere (30 casts, 3 members).
+        assert_eq!(group.delivered, vec![30, 30, 30]);
+        // The new view works.
+        group.act(2, Action::Cast(b"after".as_slice().into())).unwrap();
+        assert_eq!(group.delivered, vec![31, 30, 31]);
+        assert_eq!(group.act(1, Action::Cast(b"x".as_slice().into())), Err(ApiError::NoSuchStack));
+    }
 
     #[test]
     fn fifo_group_delivers_and_frees_buffers_after_stability() {

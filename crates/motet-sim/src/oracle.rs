@@ -225,6 +225,11 @@ pub enum Violation {
         /// The two members.
         nodes: (usize, usize),
     },
+    /// Two concurrent views (neither descends from the other) were both primary.
+    Primary {
+        /// The two views.
+        views: (ViewKey, ViewKey),
+    },
     /// A message was delivered in another view than the one it was sent in.
     SendingView {
         /// Which message.
@@ -300,6 +305,32 @@ fn check_views(trace: &Trace, successor: &BTreeMap<(usize, ViewKey), ViewKey>, v
             let b = casts_in.get(&(pair[1], from)).unwrap_or(&empty);
             if a != b {
                 violations.push(Violation::VirtualSynchrony { view: from, nodes: (pair[0], pair[1]) });
+            }
+        }
+    }
+    // Primary partition: the primary views form one chain of descent (no two concurrent primaries).
+    let mut descendants: BTreeMap<ViewKey, BTreeSet<ViewKey>> = BTreeMap::new();
+    for (&(_, from), &to) in successor {
+        descendants.entry(from).or_default().insert(to);
+    }
+    let reaches = |a: ViewKey, b: ViewKey| {
+        let mut stack = vec![a];
+        let mut seen = BTreeSet::new();
+        while let Some(v) = stack.pop() {
+            if v == b {
+                return true;
+            }
+            if seen.insert(v) {
+                stack.extend(descendants.get(&v).into_iter().flatten().copied());
+            }
+        }
+        false
+    };
+    let primaries: BTreeSet<ViewKey> = trace.views.iter().filter(|v| v.primary).map(|v| v.view).collect();
+    for &a in &primaries {
+        for &b in primaries.range((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)) {
+            if !reaches(a, b) && !reaches(b, a) {
+                violations.push(Violation::Primary { views: (a, b) });
             }
         }
     }
@@ -509,6 +540,20 @@ mod tests {
         let mut trace = with_view_change();
         trace.deliveries[0].view = (1, 7);
         assert!(check(&trace).iter().any(|v| matches!(v, Violation::SendingView { node: 0, .. })));
+    }
+
+    #[test]
+    fn catches_two_concurrent_primary_views() {
+        let mut trace = good();
+        // A partition: {0, 1} and {2} both claim to be primary.
+        trace.views.push(installed(0, (1, 0), vec![0, 1]));
+        trace.views.push(installed(1, (1, 0), vec![0, 1]));
+        trace.views.push(installed(2, (1, 2), vec![2]));
+        let violations = check(&trace);
+        assert!(violations.contains(&Violation::Primary { views: ((1, 0), (1, 2)) }), "{violations:?}");
+        // The minority marked non-primary is fine.
+        trace.views.last_mut().unwrap().primary = false;
+        assert!(!check(&trace).iter().any(|v| matches!(v, Violation::Primary { .. })));
     }
 
     #[test]

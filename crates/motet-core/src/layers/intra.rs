@@ -5,9 +5,10 @@
 //! [`Service::Election`]. Header: `View { round, survivors }` and `NoHdr`.
 //!
 //! The coordinator (from `elect`) excludes every suspected or leaving member: it runs a flush round
-//! through `sync` (a new round whenever the set to exclude grows or the coordinator changes),
-//! collects every survivor's `FlushOk`, announces the cut, collects every `CutOk`, and casts the
-//! next view as the list of surviving ranks. Every member derives the same next `ViewState` from
+//! through `sync` (a new round whenever the set to exclude grows or the coordinator changes) in
+//! which the suspected are failed and leavers still take part (so all they sent is delivered),
+//! collects every participant's `FlushOk`, announces the cut, collects every `CutOk`, and casts
+//! the next view as the list of surviving ranks, leavers left out. Every member derives the same next `ViewState` from
 //! it: members and addresses of the survivors in rank order, view id = (logical time + 1, the
 //! coordinator), previous id = this view's, primary when it keeps a majority of a primary view.
 //! A member installs a view only from the round whose cut it completed (`CutDone`), which is what
@@ -42,6 +43,9 @@ pub static SPEC: LayerSpec = LayerSpec {
 struct Round {
     round: u64,
     failed: RankSet,
+    /// Members leaving: they take part in the flush (so everything they sent is delivered) but
+    /// are not in the next view.
+    leavers: RankSet,
     flush_ok: BTreeMap<Rank, Arc<[u64]>>,
     cut_ok: RankSet,
     cut_sent: bool,
@@ -91,21 +95,16 @@ impl Intra {
         if self.coord != self.rank || self.installed || self.view_cast {
             return;
         }
-        let mut exclude = self.suspects.clone();
-        exclude.union_with(&self.leavers);
-        if exclude.is_empty() || self.active.as_ref().is_some_and(|a| a.failed == exclude) {
+        let (failed, leavers) = (self.suspects.clone(), self.leavers.clone());
+        let nothing_to_do = failed.is_empty() && leavers.is_empty();
+        if nothing_to_do || self.active.as_ref().is_some_and(|a| a.failed == failed && a.leavers == leavers) {
             return;
         }
         self.rounds += 1;
         let round = self.rounds;
-        self.active = Some(Round {
-            round,
-            failed: exclude.clone(),
-            flush_ok: BTreeMap::new(),
-            cut_ok: RankSet::new(),
-            cut_sent: false,
-        });
-        out.dn(Dn::SyncFlush { round, failed: exclude });
+        let (flush_ok, cut_ok) = (BTreeMap::new(), RankSet::new());
+        self.active = Some(Round { round, failed: failed.clone(), leavers, flush_ok, cut_ok, cut_sent: false });
+        out.dn(Dn::SyncFlush { round, failed });
     }
 
     fn flush_ok(&mut self, from: Rank, round: u64, counts: Arc<[u64]>, out: &mut Outbox<'_>) {
@@ -131,7 +130,7 @@ impl Intra {
         let active = self.active.as_ref().expect("checked");
         if survivors.iter().all(|&r| active.cut_ok.contains(r)) {
             self.view_cast = true;
-            let survivors = survivors.into_iter().map(u64::from).collect();
+            let survivors = survivors.into_iter().filter(|&r| !active.leavers.contains(r)).map(u64::from).collect();
             out.dn(Dn::Cast { msg: Msg::default().with(Header::View { round, survivors }), qos: Qos::Reliable });
         }
     }
