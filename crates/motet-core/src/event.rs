@@ -106,6 +106,24 @@ pub enum Dn {
         /// Members being excluded.
         failed: RankSet,
     },
+    /// Group-level gossip to another partition (leaves the bottom on the group's gossip channel):
+    /// to one address, or to every known peer of the group.
+    Gossip {
+        /// The destination, or `None` for every peer.
+        to: Option<crate::view::Address>,
+        /// The message.
+        msg: Msg,
+    },
+    /// (`inter` → `intra`, at a coordinator) flush this view for a merge: run a round, and report
+    /// `MergeReady` instead of installing a view.
+    MergeFlush,
+    /// (`inter` → `intra`) cast this view, concluding merge round `round`.
+    CastFull {
+        /// The round the view concludes.
+        round: u64,
+        /// The view.
+        view: Arc<ViewState>,
+    },
     /// The coordinator's membership layer asks `sync` to announce the cut of round `round`.
     SyncCut {
         /// Round number.
@@ -176,6 +194,23 @@ pub enum Up {
         coord: Rank,
         /// The round.
         round: u64,
+    },
+    /// Group-level gossip from another partition.
+    Gossip(Msg),
+    /// (`heal` → `inter`) another partition of the group was found; its view id is larger, so we
+    /// ask to merge into it.
+    MergeWith {
+        /// Its coordinator's address.
+        contact: crate::view::Address,
+        /// Its view.
+        view: crate::view::ViewId,
+    },
+    /// (`intra` → `inter`) the merge flush of `round` is complete; these ranks survive it.
+    MergeReady {
+        /// The round.
+        round: u64,
+        /// Surviving ranks of the current view.
+        survivors: Vec<Rank>,
     },
     /// A member asks to leave (membership layers exclude it at the next view).
     LeaveReq(Rank),

@@ -64,6 +64,10 @@ pub enum Service {
     Membership,
     /// Reliable leave requests.
     Leave,
+    /// Discovery of other partitions.
+    Healing,
+    /// Merging of partitions.
+    Merging,
 }
 
 impl Service {
@@ -86,6 +90,8 @@ impl Service {
             Service::Flush => "view-change flush",
             Service::Membership => "group membership",
             Service::Leave => "reliable leave",
+            Service::Healing => "partition discovery",
+            Service::Merging => "partition merging",
         }
     }
 }

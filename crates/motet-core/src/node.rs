@@ -42,6 +42,8 @@ pub enum Destination {
     },
     /// One address.
     Send(Address),
+    /// Every known peer address of the group (group gossip to other partitions).
+    Peers(Arc<[Address]>),
 }
 
 impl Destination {
@@ -50,6 +52,7 @@ impl Destination {
         let (all, except, single): (&[Address], Option<usize>, Option<Address>) = match self {
             Destination::Cast { view, except } => (&view.addresses, Some(usize::from(*except)), None),
             Destination::Send(address) => (&[], None, Some(*address)),
+            Destination::Peers(peers) => (peers, None, None),
         };
         all.iter().enumerate().filter(move |(i, _)| Some(*i) != except).map(|(_, a)| *a).chain(single)
     }
@@ -105,6 +108,15 @@ pub fn conn_id(view: &ViewState) -> ConnId {
     ConnId(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
 }
 
+/// The connection id of a group's gossip channel, shared by all its views and partitions.
+pub fn gossip_conn_id(group: &crate::view::GroupName) -> ConnId {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"motet gossip\0");
+    hasher.update(group.0.as_bytes());
+    let bytes = *hasher.finalize().as_bytes();
+    ConnId(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+}
+
 /// The endpoints of one process and their stacks.
 #[derive(Debug, Default)]
 pub struct Node {
@@ -115,6 +127,9 @@ pub struct Node {
     stats: Stats,
     /// The time of the input being handled (stacks built for new views start at it).
     now: Instant,
+    /// Known peer addresses per group, for gossip to other partitions (set by the driver from its
+    /// discovery: seed lists, DNS, multicast).
+    peers: BTreeMap<crate::view::GroupName, Arc<[Address]>>,
 }
 
 impl Node {
@@ -131,8 +146,15 @@ impl Node {
         let id = StackId(self.stacks.len() as u32);
         self.stacks.push(Some(Entry { stack, conn, replaced: false }));
         self.routes.entry(conn).or_default().push(id);
+        let gossip = gossip_conn_id(&self.stacks[id.0 as usize].as_ref().expect("just pushed").stack.view().group);
+        self.routes.entry(gossip).or_default().push(id);
         self.collect(id);
         Ok(id)
+    }
+
+    /// Sets the addresses where other partitions of `group` may be found.
+    pub fn set_peers(&mut self, group: crate::view::GroupName, peers: Vec<Address>) {
+        self.peers.insert(group, peers.into());
     }
 
     /// Decodes and routes a datagram. Malformed or misaddressed datagrams are dropped and counted.
@@ -150,9 +172,10 @@ impl Node {
         for (i, &id) in ids.iter().enumerate() {
             let Some(entry) = self.stacks[id.0 as usize].as_mut() else { continue };
             let stack = &mut entry.stack;
-            let in_view = usize::from(head.origin) < stack.view().len() && head.origin != stack.rank();
+            let in_view = head.mux == Mux::Gossip
+                || (usize::from(head.origin) < stack.view().len() && head.origin != stack.rank());
             let for_me = match head.mux {
-                Mux::Cast => true,
+                Mux::Cast | Mux::Gossip => true,
                 Mux::Send { dest } => dest == stack.rank(),
             };
             if !in_view || !for_me {
@@ -237,10 +260,12 @@ impl Node {
     /// Removes stack `id` and its route: it has exited (thesis §2.3.4, `Exit`).
     pub fn remove(&mut self, id: StackId) {
         if let Some(entry) = self.stacks.get_mut(id.0 as usize).and_then(Option::take) {
-            if let Some(ids) = self.routes.get_mut(&entry.conn) {
-                ids.retain(|&mut other| other != id);
-                if ids.is_empty() {
-                    self.routes.remove(&entry.conn);
+            for conn in [entry.conn, gossip_conn_id(&entry.stack.view().group)] {
+                if let Some(ids) = self.routes.get_mut(&conn) {
+                    ids.retain(|&mut other| other != id);
+                    if ids.is_empty() {
+                        self.routes.remove(&conn);
+                    }
                 }
             }
         }
@@ -269,7 +294,12 @@ impl Node {
         let mut exited = false;
         let mut next_view = None;
         while let Some(transmit) = entry.stack.poll_transmit() {
-            let head = datagram::Head { conn: entry.conn, mux: transmit.mux, origin: entry.stack.rank() };
+            let view = entry.stack.view();
+            let (conn, origin) = match transmit.mux {
+                Mux::Gossip => (gossip_conn_id(&view.group), 0),
+                _ => (entry.conn, entry.stack.rank()),
+            };
+            let head = datagram::Head { conn, mux: transmit.mux, origin };
             let mut buf = Vec::with_capacity(8 + 2 * transmit.msg.hdrs.len());
             datagram::encode_head(&head, &transmit.msg.hdrs, &mut buf);
             if buf.len() + transmit.msg.payload.len() > DATAGRAM_SIZE_MAX {
@@ -277,9 +307,15 @@ impl Node {
                 continue;
             }
             let view = entry.stack.view();
-            let to = match transmit.mux {
-                Mux::Cast => Destination::Cast { view: Arc::clone(view), except: entry.stack.rank() },
-                Mux::Send { dest } => Destination::Send(view.addresses[usize::from(dest)]),
+            let to = match (transmit.mux, transmit.to) {
+                (Mux::Cast, _) => Destination::Cast { view: Arc::clone(view), except: entry.stack.rank() },
+                (Mux::Send { dest }, _) => Destination::Send(view.addresses[usize::from(dest)]),
+                (Mux::Gossip, Some(address)) => Destination::Send(address),
+                (Mux::Gossip, None) => {
+                    let own = view.addresses[usize::from(entry.stack.rank())];
+                    let peers = self.peers.get(&view.group).map(|p| p.iter().copied().filter(|&a| a != own).collect());
+                    Destination::Peers(peers.unwrap_or_else(|| Arc::from(Vec::new())))
+                }
             };
             self.transmits.push_back(Outgoing { stack: id, to, head: Bytes::from(buf), payload: transmit.msg.payload });
         }

@@ -24,6 +24,8 @@ pub enum Property {
     Suspect,
     /// Suspicion sharing.
     Slander,
+    /// Partition healing: discovery and merging of partitions (and of new members).
+    Heal,
 }
 
 impl Property {
@@ -36,6 +38,7 @@ impl Property {
         Property::Sync,
         Property::Suspect,
         Property::Slander,
+        Property::Heal,
     ];
 
     /// The property's name.
@@ -48,6 +51,7 @@ impl Property {
             Property::Sync => "Sync",
             Property::Suspect => "Suspect",
             Property::Slander => "Slander",
+            Property::Heal => "Heal",
         }
     }
 
@@ -61,6 +65,7 @@ impl Property {
             Property::Sync => &[LayerKind::Sync],
             Property::Suspect => &[LayerKind::Suspect],
             Property::Slander => &[LayerKind::Slander],
+            Property::Heal => &[LayerKind::Heal, LayerKind::Inter],
         }
     }
 }
@@ -77,13 +82,14 @@ pub const PRESETS: &[(&str, &[Property], &str)] = &[
         &[
             Property::Gmp,
             Property::Sync,
+            Property::Heal,
             Property::Suspect,
             Property::Slander,
             Property::Frag,
             Property::Flow,
             Property::Local,
         ],
-        "virtually synchronous reliable FIFO multicast and point-to-point, with membership (failures, leaves)",
+        "virtually synchronous reliable FIFO multicast and point-to-point, with membership (failures, leaves, merges)",
     ),
 ];
 

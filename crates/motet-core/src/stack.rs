@@ -22,10 +22,12 @@ use std::sync::Arc;
 /// A message leaving the bottom of a stack, to be encoded and transmitted by the driver.
 #[derive(Debug, Clone)]
 pub struct Transmit {
-    /// Cast, or send to a rank.
+    /// Cast, send to a rank, or group gossip.
     pub mux: Mux,
     /// Headers and payload.
     pub msg: Msg,
+    /// For gossip: one address, or `None` for every known peer of the group.
+    pub to: Option<crate::view::Address>,
 }
 
 /// What leaves the top of a stack (thesis §2.1.9: only `NewView` and `Exit`).
@@ -113,6 +115,7 @@ impl Stack {
     /// A message from the network, injected at the bottom.
     pub fn handle_recv(&mut self, now: Instant, origin: Rank, mux: Mux, msg: Msg) {
         let ev = match mux {
+            Mux::Gossip => Up::Gossip(msg),
             // The network is unreliable: `mnak` upgrades the guarantee when it sequences the cast.
             Mux::Cast => Up::Cast { origin, msg, qos: crate::event::Qos::Unreliable },
             Mux::Send { .. } => Up::Send { origin, msg },
@@ -226,8 +229,11 @@ impl Stack {
                 },
                 Ev::Up(up) => self.queue.push_back((index - 1, Ev::Up(up))),
                 Ev::Dn(dn) if index == bottom => match dn {
-                    Dn::Cast { msg, .. } => self.transmits.push_back(Transmit { mux: Mux::Cast, msg }),
-                    Dn::Send { dest, msg } => self.transmits.push_back(Transmit { mux: Mux::Send { dest }, msg }),
+                    Dn::Cast { msg, .. } => self.transmits.push_back(Transmit { mux: Mux::Cast, msg, to: None }),
+                    Dn::Send { dest, msg } => {
+                        self.transmits.push_back(Transmit { mux: Mux::Send { dest }, msg, to: None })
+                    }
+                    Dn::Gossip { to, msg } => self.transmits.push_back(Transmit { mux: Mux::Gossip, msg, to }),
                     other => panic!("bottom let a non-message event out: {other:?}"),
                 },
                 Ev::Dn(dn) => self.queue.push_back((index + 1, Ev::Dn(dn))),

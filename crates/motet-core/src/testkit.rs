@@ -22,6 +22,8 @@ pub struct Group {
     pub views: Vec<Option<Arc<ViewState>>>,
     /// Whether each member's endpoint has exited (left the group).
     pub exited: Vec<bool>,
+    /// When set, datagrams between these members and the others are dropped (a partition).
+    pub partition: Option<Vec<usize>>,
 }
 
 impl Group {
@@ -38,11 +40,13 @@ impl Group {
         let nodes = (0..n)
             .map(|rank| {
                 let mut node = Node::new();
+                node.set_peers(view.group.clone(), view.addresses.clone());
                 let id = node.join(now, Arc::clone(&view), rank as u16).expect("stack builds");
                 (node, id)
             })
             .collect();
-        let mut group = Group { nodes, now, delivered: vec![0; n], views: vec![None; n], exited: vec![false; n] };
+        let mut group =
+            Group { nodes, now, delivered: vec![0; n], views: vec![None; n], exited: vec![false; n], partition: None };
         group.pump();
         group
     }
@@ -74,7 +78,11 @@ impl Group {
                     let datagram = out.to_bytes();
                     for address in out.to.addresses() {
                         let Address::Sim(to) = address else { unreachable!("simulated addresses") };
-                        self.nodes[to as usize].0.handle_datagram(self.now, datagram.clone());
+                        let to = to as usize;
+                        if self.partition.as_ref().is_some_and(|side| side.contains(&from) != side.contains(&to)) {
+                            continue;
+                        }
+                        self.nodes[to].0.handle_datagram(self.now, datagram.clone());
                     }
                 }
                 while let Some((stack, event)) = self.nodes[from].0.poll_event() {
@@ -129,6 +137,37 @@ mod tests {
         group.act(2, Action::Cast(b"after".as_slice().into())).unwrap();
         assert_eq!(group.delivered, vec![31, 30, 31]);
         assert_eq!(group.act(1, Action::Cast(b"x".as_slice().into())), Err(ApiError::NoSuchStack));
+    }
+
+    #[test]
+    fn a_partition_splits_the_group_and_healing_merges_it_back() {
+        let mut group = Group::new(4, "vsync");
+        group.partition = Some(vec![0, 1]);
+        for _ in 0..30 {
+            group.tick(Duration::from_millis(100));
+        }
+        let members = |g: &Group, r: usize| g.views[r].as_ref().unwrap().members.clone();
+        assert_eq!(members(&group, 0), vec![EndpointId(0), EndpointId(1)]);
+        assert_eq!(members(&group, 3), vec![EndpointId(2), EndpointId(3)]);
+        // Two halves of four: neither holds a majority of the last primary view.
+        assert!(!group.views[0].as_ref().unwrap().primary && !group.views[3].as_ref().unwrap().primary);
+        group.partition = None;
+        for _ in 0..40 {
+            group.tick(Duration::from_millis(100));
+        }
+        let all: Vec<EndpointId> = (0..4).map(EndpointId).collect();
+        for rank in 0..4 {
+            let mut got = members(&group, rank);
+            got.sort();
+            assert_eq!(got, all, "rank {rank}: {:?}", group.views[rank]);
+        }
+        let id = group.views[0].as_ref().unwrap().view_id;
+        assert!((1..4).all(|r| group.views[r].as_ref().unwrap().view_id == id));
+        // The merged view carries both partitions' view ids and works.
+        assert_eq!(group.views[0].as_ref().unwrap().prev_ids.len(), 2);
+        group.act(1, Action::Cast(b"together".as_slice().into())).unwrap();
+        let before = group.delivered.clone();
+        assert!(before.iter().all(|&d| d == before[0]), "{before:?}");
     }
 
     #[test]

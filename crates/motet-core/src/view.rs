@@ -44,6 +44,26 @@ pub enum Address {
     Inet(SocketAddr),
 }
 
+impl From<Address> for motet_wire::WireAddress {
+    fn from(address: Address) -> motet_wire::WireAddress {
+        match address {
+            Address::Sim(node) => motet_wire::WireAddress::Sim(node),
+            Address::Inet(SocketAddr::V4(a)) => motet_wire::WireAddress::V4(a.ip().octets(), a.port()),
+            Address::Inet(SocketAddr::V6(a)) => motet_wire::WireAddress::V6(a.ip().octets(), a.port()),
+        }
+    }
+}
+
+impl From<motet_wire::WireAddress> for Address {
+    fn from(address: motet_wire::WireAddress) -> Address {
+        match address {
+            motet_wire::WireAddress::Sim(node) => Address::Sim(node),
+            motet_wire::WireAddress::V4(ip, port) => Address::Inet(SocketAddr::from((ip, port))),
+            motet_wire::WireAddress::V6(ip, port) => Address::Inet(SocketAddr::from((ip, port))),
+        }
+    }
+}
+
 /// A view identifier: a logical time plus the coordinator that made the view (thesis Table 2.3,
 /// `view_id`). Totally ordered by `(ltime, coord)`.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
@@ -118,6 +138,33 @@ impl ViewState {
     /// Never true: a view has at least one member.
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
+    }
+
+    /// The membership part of this view, for messages to members of other partitions.
+    pub fn to_full(&self) -> motet_wire::hdr::intra::FullView {
+        motet_wire::hdr::intra::FullView {
+            ltime: self.view_id.ltime,
+            coord: self.view_id.coord.0,
+            members: self.members.iter().map(|e| e.0).collect(),
+            addresses: self.addresses.iter().map(|&a| a.into()).collect(),
+            prev: self.prev_ids.iter().map(|v| (v.ltime, v.coord.0)).collect(),
+            primary: self.primary,
+        }
+    }
+
+    /// A view of this group, stack and parameters with the membership of `full`.
+    pub fn with_full(&self, full: &motet_wire::hdr::intra::FullView) -> ViewState {
+        let members: Vec<EndpointId> = full.members.iter().map(|&e| EndpointId(e)).collect();
+        let coord = EndpointId(full.coord);
+        ViewState {
+            coord: members.iter().position(|&e| e == coord).unwrap_or(0) as Rank,
+            view_id: ViewId { ltime: full.ltime, coord },
+            addresses: full.addresses.iter().map(|&a| a.into()).collect(),
+            primary: full.primary,
+            prev_ids: full.prev.iter().map(|&(ltime, c)| ViewId { ltime, coord: EndpointId(c) }).collect(),
+            members,
+            ..self.clone()
+        }
     }
 
     /// The rank of `endpoint`, if it is a member.

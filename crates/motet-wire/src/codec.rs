@@ -42,12 +42,54 @@ impl<'a> Writer<'a> {
         out.push(value as u8);
     }
 
+    /// A length-prefixed vector of addresses.
+    pub fn address_vec(&mut self, values: &[WireAddress]) {
+        debug_assert!(values.len() <= RANKS_MAX);
+        self.varint(values.len() as u64);
+        for value in values {
+            self.address(value);
+        }
+    }
+
     /// A length-prefixed vector of varints.
     pub fn varint_vec(&mut self, values: &[u64]) {
         debug_assert!(values.len() <= RANKS_MAX);
         self.varint(values.len() as u64);
         for &value in values {
             self.varint(value);
+        }
+    }
+}
+
+/// A network address as carried in membership messages (the core's `Address`, on the wire).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum WireAddress {
+    /// A simulated node.
+    Sim(u32),
+    /// IPv4 address and port.
+    V4([u8; 4], u16),
+    /// IPv6 address and port.
+    V6([u8; 16], u16),
+}
+
+impl Writer<'_> {
+    /// An address: tag, then the fields.
+    pub fn address(&mut self, address: &WireAddress) {
+        match address {
+            WireAddress::Sim(node) => {
+                self.u8(0);
+                self.varint((*node).into());
+            }
+            WireAddress::V4(ip, port) => {
+                self.u8(1);
+                self.out().extend_from_slice(ip);
+                self.varint((*port).into());
+            }
+            WireAddress::V6(ip, port) => {
+                self.u8(2);
+                self.out().extend_from_slice(ip);
+                self.varint((*port).into());
+            }
         }
     }
 }
@@ -132,6 +174,42 @@ impl<'a> Reader<'a> {
         let offset = self.pos;
         let value = self.varint()?;
         u32::try_from(value).map_err(|_| WireError { kind: WireErrorKind::Range, offset })
+    }
+
+    /// Fixed bytes.
+    pub fn bytes<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
+        let end = self.pos.checked_add(N).filter(|&end| end <= self.bytes.len());
+        let end = end.ok_or(self.error(WireErrorKind::Truncated))?;
+        let mut raw = [0u8; N];
+        raw.copy_from_slice(&self.bytes[self.pos..end]);
+        self.pos = end;
+        Ok(raw)
+    }
+
+    /// An address.
+    pub fn address(&mut self) -> Result<WireAddress, WireError> {
+        let offset = self.pos;
+        let port = |r: &mut Reader<'_>| {
+            let offset = r.pos;
+            u16::try_from(r.varint()?).map_err(|_| WireError { kind: WireErrorKind::Range, offset })
+        };
+        match self.u8()? {
+            0 => Ok(WireAddress::Sim(self.varint_u32()?)),
+            1 => Ok(WireAddress::V4(self.bytes()?, port(self)?)),
+            2 => Ok(WireAddress::V6(self.bytes()?, port(self)?)),
+            _ => Err(WireError { kind: WireErrorKind::Range, offset }),
+        }
+    }
+
+    /// A length-prefixed vector of addresses, its length checked before allocating (each address
+    /// takes at least two bytes).
+    pub fn address_vec(&mut self) -> Result<Vec<WireAddress>, WireError> {
+        let offset = self.pos;
+        let len = self.varint()?;
+        if len > RANKS_MAX as u64 || len.saturating_mul(2) > self.remaining() as u64 {
+            return Err(WireError { kind: WireErrorKind::VectorLength(len), offset });
+        }
+        (0..len).map(|_| self.address()).collect()
     }
 
     /// A length-prefixed vector of varints. The length is checked against [`RANKS_MAX`] and

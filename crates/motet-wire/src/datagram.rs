@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | version | 1 | [`VERSION`] |
 //! | conn | 4, little-endian | hash of (group, view id, stack) naming the destination stack(s) (thesis §2.3.1, §3.4.2) |
-//! | mux | 1 | multiplexing index: 0 cast, 1 send |
+//! | mux | 1 | multiplexing index: 0 cast, 1 send, 2 group gossip |
 //! | origin | varint | the sender's rank in the view |
 //! | dest | varint, sends only | the destination's rank |
 //! | count | 1 | number of headers, at most [`HEADER_COUNT_MAX`] |
@@ -35,6 +35,9 @@ pub enum Mux {
         /// The destination's rank.
         dest: Rank,
     },
+    /// Group-level gossip between partitions (discovery and merging); the connection id names the
+    /// group, not a view, and the origin is not a rank (always 0).
+    Gossip,
 }
 
 /// A connection identifier: names the protocol stack(s) a datagram is for.
@@ -80,6 +83,10 @@ pub fn encode_head(head: &Head, hdrs: &[Header], out: &mut Vec<u8>) {
             w.varint(head.origin.into());
             w.varint(dest.into());
         }
+        Mux::Gossip => {
+            w.u8(2);
+            w.varint(head.origin.into());
+        }
     }
     w.u8(hdrs.len() as u8);
     for header in hdrs.iter().rev() {
@@ -112,11 +119,15 @@ pub fn decode(datagram: Bytes) -> Result<Decoded, WireError> {
     let conn = ConnId(r.u32_le()?);
     let mux_offset = r.position();
     let mux = r.u8()?;
-    if mux > 1 {
+    if mux > 2 {
         return Err(WireError { kind: WireErrorKind::Mux(mux), offset: mux_offset });
     }
     let origin = r.rank()?;
-    let mux = if mux == 0 { Mux::Cast } else { Mux::Send { dest: r.rank()? } };
+    let mux = match mux {
+        0 => Mux::Cast,
+        1 => Mux::Send { dest: r.rank()? },
+        _ => Mux::Gossip,
+    };
     let count_offset = r.position();
     let count = usize::from(r.u8()?);
     if count > HEADER_COUNT_MAX {

@@ -16,6 +16,7 @@ mod error;
 pub mod hdr;
 mod payload;
 
+pub use codec::WireAddress;
 pub use datagram::{ConnId, Decoded, Head, Mux, DATAGRAM_SIZE_MAX, HEADER_COUNT_MAX, VERSION};
 pub use error::{WireError, WireErrorKind};
 pub use hdr::{Header, HeaderStack};

@@ -85,6 +85,16 @@ proptest! {
     }
 
     #[test]
+    fn heal_header_is_canonical(header in heal_hdr()) {
+        check_header(header)?;
+    }
+
+    #[test]
+    fn inter_header_is_canonical(header in inter_hdr()) {
+        check_header(header)?;
+    }
+
+    #[test]
     fn suspect_header_is_canonical(header in suspect_hdr()) {
         check_header(header)?;
     }

@@ -51,6 +51,9 @@ impl Layer for Bottom {
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
         match ev {
             ev @ (Dn::Cast { .. } | Dn::Send { .. }) if self.enabled => out.pass_dn(ev, Header::NoHdr),
+            // Gossip crosses partitions on the group's channel: no per-view header below.
+            ev @ Dn::Gossip { .. } if self.enabled => out.dn(ev),
+            Dn::Gossip { .. } => out.drop_input(DropReason::Disabled),
             Dn::Cast { .. } | Dn::Send { .. } => out.drop_input(DropReason::Disabled),
             Dn::Fail(ranks) => self.failed.union_with(&ranks),
             Dn::Leave => self.enabled = false,
@@ -60,7 +63,12 @@ impl Layer for Bottom {
             // No `mnak` below would have answered: there is nothing to wait for.
             Dn::Cut(_) => out.up(Up::CutReached),
             // Nothing lies below: stability and membership requests end here.
-            Dn::StableReq | Dn::Stable(_) | Dn::SyncFlush { .. } | Dn::SyncCut { .. } => {}
+            Dn::StableReq
+            | Dn::Stable(_)
+            | Dn::SyncFlush { .. }
+            | Dn::SyncCut { .. }
+            | Dn::MergeFlush
+            | Dn::CastFull { .. } => {}
         }
     }
 

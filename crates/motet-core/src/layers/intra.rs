@@ -14,7 +14,8 @@
 //! A member installs a view only from the round whose cut it completed (`CutDone`), which is what
 //! makes members that install the same view agree on what they delivered. A member left out of the
 //! view forms a view of its own (a singleton partition), unless it asked to leave, in which case
-//! its stack exits.
+//! its stack exits. For merges (`inter`) a round can end in `MergeReady` instead, and the view is
+//! then cast whole (`Full`), since it has members from outside this view.
 
 use crate::event::{Dn, DropReason, Msg, Qos, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -46,6 +47,8 @@ struct Round {
     /// Members leaving: they take part in the flush (so everything they sent is delivered) but
     /// are not in the next view.
     leavers: RankSet,
+    /// A merge flush (asked by `inter`): report `MergeReady` instead of casting a view.
+    merge: bool,
     flush_ok: BTreeMap<Rank, Arc<[u64]>>,
     cut_ok: RankSet,
     cut_sent: bool,
@@ -103,8 +106,35 @@ impl Intra {
         self.rounds += 1;
         let round = self.rounds;
         let (flush_ok, cut_ok) = (BTreeMap::new(), RankSet::new());
-        self.active = Some(Round { round, failed: failed.clone(), leavers, flush_ok, cut_ok, cut_sent: false });
+        self.active =
+            Some(Round { round, failed: failed.clone(), leavers, merge: false, flush_ok, cut_ok, cut_sent: false });
         out.dn(Dn::SyncFlush { round, failed });
+    }
+
+    /// At the coordinator, for `inter`: a flush round that ends in `MergeReady`.
+    fn merge_flush(&mut self, out: &mut Outbox<'_>) {
+        if self.coord != self.rank || self.installed || self.view_cast {
+            return;
+        }
+        self.rounds += 1;
+        let round = self.rounds;
+        let (failed, leavers) = (self.suspects.clone(), self.leavers.clone());
+        let (flush_ok, cut_ok) = (BTreeMap::new(), RankSet::new());
+        self.active =
+            Some(Round { round, failed: failed.clone(), leavers, merge: true, flush_ok, cut_ok, cut_sent: false });
+        out.dn(Dn::SyncFlush { round, failed });
+    }
+
+    /// At the coordinator, for `inter`: casts a whole view concluding merge round `round`.
+    fn cast_full(&mut self, round: u64, view: &ViewState, out: &mut Outbox<'_>) {
+        let Some(active) = self.active.as_ref().filter(|a| a.round == round && a.merge) else { return };
+        let survivors: Vec<Rank> = self.survivors(&active.failed).collect();
+        if self.view_cast || !survivors.iter().all(|&r| active.cut_ok.contains(r)) {
+            return;
+        }
+        self.view_cast = true;
+        let msg = Msg::default().with(Header::Full { round, view: Box::new(view.to_full()) });
+        out.dn(Dn::Cast { msg, qos: Qos::Reliable });
     }
 
     fn flush_ok(&mut self, from: Rank, round: u64, counts: Arc<[u64]>, out: &mut Outbox<'_>) {
@@ -129,6 +159,11 @@ impl Intra {
         let survivors: Vec<Rank> = self.survivors(&failed).collect();
         let active = self.active.as_ref().expect("checked");
         if survivors.iter().all(|&r| active.cut_ok.contains(r)) {
+            if active.merge {
+                let survivors = survivors.into_iter().filter(|&r| !active.leavers.contains(r)).collect();
+                out.up(Up::MergeReady { round, survivors });
+                return;
+            }
             self.view_cast = true;
             let survivors = survivors.into_iter().filter(|&r| !active.leavers.contains(r)).map(u64::from).collect();
             out.dn(Dn::Cast { msg: Msg::default().with(Header::View { round, survivors }), qos: Qos::Reliable });
@@ -190,6 +225,7 @@ impl Layer for Intra {
             }
             Up::Elect(coord) => {
                 self.coord = coord;
+                out.up(Up::Elect(coord));
                 self.maybe_start(out);
             }
             Up::LeaveReq(rank) => {
@@ -208,12 +244,31 @@ impl Layer for Intra {
                 let Some(Header::View { round, survivors }) = msg.pop_as::<Header>() else { unreachable!("checked") };
                 self.install(origin, round, survivors, out);
             }
+            Up::Cast { origin, mut msg, .. }
+                if matches!(msg.hdrs.last(), Some(AnyHeader::Intra(Header::Full { .. }))) =>
+            {
+                let Some(Header::Full { round, view }) = msg.pop_as::<Header>() else { unreachable!("checked") };
+                if self.installed || self.cut_done != Some((origin, round)) {
+                    return;
+                }
+                self.installed = true;
+                let next = self.view.with_full(&view);
+                if next.rank_of(self.view.members[usize::from(self.rank)]).is_some() {
+                    out.up(Up::NewView(Arc::new(next)));
+                } else {
+                    self.leave_view(out);
+                }
+            }
             other => out.pass_up(other, Header::NoHdr),
         }
     }
 
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
-        out.pass_dn(ev, Header::NoHdr);
+        match ev {
+            Dn::MergeFlush => self.merge_flush(out),
+            Dn::CastFull { round, view } => self.cast_full(round, &view, out),
+            other => out.pass_dn(other, Header::NoHdr),
+        }
     }
 
     fn check_invariants(&self) {

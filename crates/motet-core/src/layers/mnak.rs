@@ -329,7 +329,12 @@ impl Layer for Mnak {
             }
             Dn::Block => out.dn(Dn::Block),
             Dn::Cut(cut) => self.set_cut(cut, out),
-            other @ (Dn::Leave | Dn::SyncFlush { .. } | Dn::SyncCut { .. }) => out.dn(other),
+            other @ (Dn::Leave
+            | Dn::SyncFlush { .. }
+            | Dn::SyncCut { .. }
+            | Dn::Gossip { .. }
+            | Dn::MergeFlush
+            | Dn::CastFull { .. }) => out.dn(other),
         }
     }
 

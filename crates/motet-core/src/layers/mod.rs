@@ -14,6 +14,8 @@ pub mod bottom;
 pub mod elect;
 mod flow;
 pub mod frag;
+pub mod heal;
+pub mod inter;
 pub mod intra;
 pub mod leave;
 pub mod local;
@@ -90,6 +92,8 @@ macro_rules! registry {
 
 registry! {
     Top => top::Top,
+    Inter => inter::Inter,
+    Heal => heal::Heal,
     Intra => intra::Intra,
     Leave => leave::Leave,
     Elect => elect::Elect,

@@ -1,8 +1,56 @@
 //! Header of the `intra` layer: view installation within a partition (Ensemble `intra`).
 
 use super::{bad_variant, LayerHeader};
-use crate::codec::{Reader, Writer};
-use crate::WireError;
+use crate::codec::{Reader, WireAddress, Writer};
+use crate::{WireError, WireErrorKind};
+
+/// A whole view on the wire: what members outside the sender's view need to build it (merges).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FullView {
+    /// Logical time of the view.
+    pub ltime: u64,
+    /// Endpoint id of the coordinator that made it.
+    pub coord: u64,
+    /// Member endpoint ids, in rank order.
+    pub members: Vec<u64>,
+    /// Their addresses, in rank order (same length as `members`).
+    pub addresses: Vec<WireAddress>,
+    /// Previous view ids, as (ltime, coordinator) pairs.
+    pub prev: Vec<(u64, u64)>,
+    /// Whether the view is primary.
+    pub primary: bool,
+}
+
+impl FullView {
+    /// Appends the encoding.
+    pub fn encode(&self, w: &mut Writer<'_>) {
+        w.varint(self.ltime);
+        w.varint(self.coord);
+        w.varint_vec(&self.members);
+        w.address_vec(&self.addresses);
+        let prev: Vec<u64> = self.prev.iter().flat_map(|&(l, c)| [l, c]).collect();
+        w.varint_vec(&prev);
+        w.u8(u8::from(self.primary));
+    }
+
+    /// Reads one, checking that members and addresses match and the flag is a boolean.
+    pub fn decode(r: &mut Reader<'_>) -> Result<FullView, WireError> {
+        let (ltime, coord, members) = (r.varint()?, r.varint()?, r.varint_vec()?);
+        let offset = r.position();
+        let addresses = r.address_vec()?;
+        let prev = r.varint_vec()?;
+        let flag_offset = r.position();
+        let primary = r.u8()?;
+        if addresses.len() != members.len() || prev.len() % 2 != 0 || members.is_empty() {
+            return Err(WireError { kind: WireErrorKind::Range, offset });
+        }
+        if primary > 1 {
+            return Err(WireError { kind: WireErrorKind::Range, offset: flag_offset });
+        }
+        let prev = prev.chunks(2).map(|pair| (pair[0], pair[1])).collect();
+        Ok(FullView { ltime, coord, members, addresses, prev, primary: primary == 1 })
+    }
+}
 
 /// `intra` header.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +65,13 @@ pub enum Header {
         /// Surviving ranks of the current view.
         survivors: Vec<u64>,
     },
+    /// Coordinator → all: the next view, after round `round`, described in full (a merge).
+    Full {
+        /// The flush round this view concludes.
+        round: u64,
+        /// The view.
+        view: Box<FullView>,
+    },
 }
 
 impl LayerHeader for Header {
@@ -26,17 +81,26 @@ impl LayerHeader for Header {
         match self {
             Header::NoHdr => 0,
             Header::View { .. } => 1,
+            Header::Full { .. } => 2,
         }
     }
     fn encode_fields(&self, w: &mut Writer<'_>) {
-        if let Header::View { round, survivors } = self {
-            w.varint(*round);
-            w.varint_vec(survivors);
+        match self {
+            Header::NoHdr => {}
+            Header::View { round, survivors } => {
+                w.varint(*round);
+                w.varint_vec(survivors);
+            }
+            Header::Full { round, view } => {
+                w.varint(*round);
+                view.encode(w);
+            }
         }
     }
     fn decode_fields(variant: u8, r: &mut Reader<'_>) -> Result<Self, WireError> {
         match variant {
             1 => Ok(Header::View { round: r.varint()?, survivors: r.varint_vec()? }),
+            2 => Ok(Header::Full { round: r.varint()?, view: Box::new(FullView::decode(r)?) }),
             _ => Err(bad_variant::<Self>(variant, r)),
         }
     }

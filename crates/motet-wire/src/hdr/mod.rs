@@ -16,6 +16,8 @@ pub mod appl;
 pub mod bottom;
 pub mod elect;
 pub mod frag;
+pub mod heal;
+pub mod inter;
 pub mod intra;
 pub mod leave;
 pub mod local;
@@ -136,6 +138,8 @@ headers! {
     Sync(sync),
     Intra(intra),
     Leave(leave),
+    Heal(heal),
+    Inter(inter),
 }
 
 fn encode_one<H: LayerHeader>(header: &H, w: &mut Writer<'_>) {

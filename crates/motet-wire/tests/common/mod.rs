@@ -6,8 +6,10 @@
 
 use bytes::Bytes;
 use motet_wire::hdr::{
-    appl, bottom, elect, frag, intra, leave, local, mflow, mnak, pt2pt, pt2ptw, slander, stable, suspect, sync,
+    appl, bottom, elect, frag, heal, inter, intra, leave, local, mflow, mnak, pt2pt, pt2ptw, slander, stable, suspect,
+    sync,
 };
+use motet_wire::WireAddress;
 use motet_wire::{ConnId, Head, Header, Mux, Payload, Rank, Seqno, HEADER_COUNT_MAX};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -139,10 +141,57 @@ pub fn sync_hdr() -> impl Strategy<Value = sync::Header> {
     ]
 }
 
+pub fn address() -> impl Strategy<Value = WireAddress> {
+    prop_oneof![
+        any::<u32>().prop_map(WireAddress::Sim),
+        (any::<[u8; 4]>(), any::<u16>()).prop_map(|(ip, port)| WireAddress::V4(ip, port)),
+        (any::<[u8; 16]>(), any::<u16>()).prop_map(|(ip, port)| WireAddress::V6(ip, port)),
+    ]
+}
+
+pub fn full_view() -> impl Strategy<Value = intra::FullView> {
+    (
+        u64_any(),
+        u64_any(),
+        prop::collection::vec((u64_any(), address()), 1..8),
+        prop::collection::vec((u64_any(), u64_any()), 0..3),
+        any::<bool>(),
+    )
+        .prop_map(|(ltime, coord, members, prev, primary)| intra::FullView {
+            ltime,
+            coord,
+            addresses: members.iter().map(|m| m.1).collect(),
+            members: members.into_iter().map(|m| m.0).collect(),
+            prev,
+            primary,
+        })
+}
+
 pub fn intra_hdr() -> impl Strategy<Value = intra::Header> {
     prop_oneof![
         Just(intra::Header::NoHdr),
         (u64_any(), vec_any()).prop_map(|(round, survivors)| intra::Header::View { round, survivors }),
+        (u64_any(), full_view()).prop_map(|(round, view)| intra::Header::Full { round, view: Box::new(view) }),
+    ]
+}
+
+pub fn heal_hdr() -> impl Strategy<Value = heal::Header> {
+    prop_oneof![
+        Just(heal::Header::NoHdr),
+        (u64_any(), u64_any(), address()).prop_map(|(ltime, coord, contact)| heal::Header::Hello {
+            ltime,
+            coord,
+            contact
+        }),
+    ]
+}
+
+pub fn inter_hdr() -> impl Strategy<Value = inter::Header> {
+    prop_oneof![
+        Just(inter::Header::NoHdr),
+        full_view().prop_map(|view| inter::Header::Request { view: Box::new(view) }),
+        (u64_any(), u64_any(), full_view())
+            .prop_map(|(l, c, view)| inter::Header::Granted { request: (l, c), view: Box::new(view) }),
     ]
 }
 
@@ -168,11 +217,13 @@ pub fn header() -> impl Strategy<Value = Header> {
         sync_hdr().prop_map(Header::from),
         intra_hdr().prop_map(Header::from),
         leave_hdr().prop_map(Header::from),
+        heal_hdr().prop_map(Header::from),
+        inter_hdr().prop_map(Header::from),
     ]
 }
 
 pub fn head() -> impl Strategy<Value = Head> {
-    let mux = prop_oneof![Just(Mux::Cast), rank().prop_map(|dest| Mux::Send { dest })];
+    let mux = prop_oneof![Just(Mux::Cast), rank().prop_map(|dest| Mux::Send { dest }), Just(Mux::Gossip)];
     (any::<u32>(), mux, rank()).prop_map(|(conn, mux, origin)| Head { conn: ConnId(conn), mux, origin })
 }
 

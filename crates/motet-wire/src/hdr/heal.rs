@@ -1,0 +1,46 @@
+//! Header of the `heal` layer: partition discovery gossip (Ensemble `heal`; thesis Table 2.2
+//! `HealGos`).
+
+use super::{bad_variant, LayerHeader};
+use crate::codec::{Reader, WireAddress, Writer};
+use crate::WireError;
+
+/// `heal` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Header {
+    /// A message from above passing through.
+    NoHdr,
+    /// A coordinator announces its view to the group's other partitions.
+    Hello {
+        /// The view's logical time.
+        ltime: u64,
+        /// The view's coordinator (endpoint id).
+        coord: u64,
+        /// Where the coordinator can be reached.
+        contact: WireAddress,
+    },
+}
+
+impl LayerHeader for Header {
+    const LAYER: u8 = 16;
+    const ZERO: Self = Header::NoHdr;
+    fn variant(&self) -> u8 {
+        match self {
+            Header::NoHdr => 0,
+            Header::Hello { .. } => 1,
+        }
+    }
+    fn encode_fields(&self, w: &mut Writer<'_>) {
+        if let Header::Hello { ltime, coord, contact } = self {
+            w.varint(*ltime);
+            w.varint(*coord);
+            w.address(contact);
+        }
+    }
+    fn decode_fields(variant: u8, r: &mut Reader<'_>) -> Result<Self, WireError> {
+        match variant {
+            1 => Ok(Header::Hello { ltime: r.varint()?, coord: r.varint()?, contact: r.address()? }),
+            _ => Err(bad_variant::<Self>(variant, r)),
+        }
+    }
+}
