@@ -9,6 +9,7 @@ use motet_core::StackSpec;
 use motet_sim::{run as run_one, SimOptions, SimReport};
 use serde::Serialize;
 use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -58,6 +59,10 @@ pub(crate) struct SimArgs {
     /// Worker threads (runs are independent; the report does not depend on this).
     #[arg(long)]
     jobs: Option<usize>,
+    /// Draw the run as a space-time diagram (members, messages, views, faults) into this SVG
+    /// file. One seed only; the JSON and text output are unchanged.
+    #[arg(long, value_name = "FILE.svg")]
+    diagram: Option<PathBuf>,
 }
 
 fn parse_range(text: &str) -> Result<(u64, u64), String> {
@@ -128,6 +133,8 @@ impl SimArgs {
         }
         options.casts = self.casts;
         options.sends = self.sends;
+        // Recording does not change the run, only what the report holds.
+        options.record_datagrams = self.diagram.is_some();
         options
     }
 }
@@ -140,6 +147,10 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.diagram.is_some() && args.seeds.is_some() {
+        eprintln!("motet sim: --diagram draws one run: give a single --seed, not --seeds");
+        return ExitCode::from(2);
+    }
     let seeds: Vec<u64> = match (args.seed, args.seeds) {
         (Some(seed), _) => vec![seed],
         (None, Some((a, b))) => (a..=b).collect(),
@@ -224,6 +235,14 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
             println!("  seed {} failed: {:?}", failure.seed, failure.violations.first());
             println!("    replay: {}", failure.replay);
         }
+    }
+    if let Some(path) = &args.diagram {
+        let svg = motet_sim::render_svg(&reports[0], &args.options(&stack, reports[0].seed));
+        if let Err(err) = std::fs::write(path, svg) {
+            eprintln!("motet sim: cannot write the diagram to {}: {err}", path.display());
+            return ExitCode::from(2);
+        }
+        eprintln!("diagram: {}", path.display());
     }
     if summary.violations == 0 {
         ExitCode::SUCCESS

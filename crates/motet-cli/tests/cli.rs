@@ -134,3 +134,25 @@ fn stack_explain_names_layers_and_reasons() {
     assert_eq!(code, 2);
     assert!(stderr.contains("`mnak` requires stability detection above it"), "{stderr}");
 }
+
+#[test]
+fn sim_diagram_writes_an_svg_of_one_seed_and_refuses_a_range() {
+    let path = std::env::temp_dir().join(format!("motet-cli-diagram-{}.svg", std::process::id()));
+    let file = path.to_str().expect("utf-8 path");
+    let (code, stdout, stderr) =
+        motet(&["sim", "--nodes", "3", "--seed", "5", "--crashes", "1", "--diagram", file, "--json"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stderr.contains(&format!("diagram: {file}")), "{stderr}");
+    // The JSON is the same as without the diagram.
+    let (_, plain, _) = motet(&["sim", "--nodes", "3", "--seed", "5", "--crashes", "1", "--json"]);
+    assert_eq!(json(&stdout), json(&plain));
+    let svg = std::fs::read_to_string(&path).expect("the diagram was written");
+    let _ = std::fs::remove_file(&path);
+    assert!(svg.starts_with("<svg ") && svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains("seed 5") && svg.contains("crash "), "{}", &svg[..svg.len().min(500)]);
+
+    let (code, stdout, stderr) = motet(&["sim", "--seeds", "1..3", "--diagram", file]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("--diagram draws one run: give a single --seed"), "{stderr}");
+    assert!(!path.exists());
+}

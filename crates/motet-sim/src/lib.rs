@@ -5,13 +5,16 @@
 //! goes through the real wire codec; nodes crash (fail-stop). After every run the [`oracle`]s check
 //! the guarantees over the delivered trace, and the run's trace hash lets CI check that the same
 //! seed always gives the same run.
+//! [`render_svg`] draws a run as a space-time diagram.
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod diagram;
 pub mod options;
 pub mod oracle;
 mod world;
 
+pub use diagram::{render_svg, DatagramRecord, Lost};
 pub use options::{NetConfig, Partition, SimOptions};
 pub use oracle::Violation;
 pub use world::{run, SimReport};

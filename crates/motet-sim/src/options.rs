@@ -77,6 +77,10 @@ pub struct SimOptions {
     pub partitions: Vec<Partition>,
     /// Virtual time after which a run that has not quiesced is a liveness failure, in ms.
     pub time_max_ms: u64,
+    /// Record every datagram's fate in [`SimReport::datagrams_log`](crate::SimReport) (for
+    /// [`render_svg`](crate::render_svg)). Off by default to keep sweeps cheap; it does not change
+    /// the run (no extra random draws), so the trace hash is the same either way.
+    pub record_datagrams: bool,
 }
 
 impl SimOptions {
@@ -97,6 +101,7 @@ impl SimOptions {
             detect_ms: 300,
             partitions: Vec::new(),
             time_max_ms: 120_000,
+            record_datagrams: false,
         }
     }
 

@@ -339,7 +339,13 @@ fn check_views(trace: &Trace, successor: &BTreeMap<(usize, ViewKey), ViewKey>, v
         let correct: Vec<usize> = (0..trace.nodes).filter(|&n| trace.crashed[n].is_none()).collect();
         let finals: BTreeSet<ViewKey> =
             correct.iter().filter_map(|n| order.get(n).and_then(|s| s.last().copied())).collect();
-        let agreed = finals.len() == 1 && membership.get(finals.iter().next().unwrap()).is_some_and(|m| **m == correct);
+        let same_members = |m: &Vec<usize>| {
+            let mut m = m.clone();
+            m.sort_unstable();
+            m == correct
+        };
+        let agreed =
+            finals.len() == 1 && membership.get(finals.iter().next().unwrap()).is_some_and(|m| same_members(m));
         if !agreed {
             violations
                 .push(Violation::Liveness { detail: format!("correct members {correct:?} end in views {finals:?}") });

@@ -3,6 +3,7 @@
 //! real wire codec. Fail-stop crashes are reported to the survivors after a detection delay, as
 //! the membership layers of a later release will do.
 
+use crate::diagram::{DatagramRecord, Lost};
 use crate::options::SimOptions;
 use crate::oracle::{self, Channel, Delivery, Installed, MsgId, Sent, Trace, ViewKey, Violation};
 use bytes::Bytes;
@@ -48,11 +49,15 @@ pub struct SimReport {
     pub converge: Option<Duration>,
     /// The trace the oracles checked.
     pub trace: Trace,
+    /// Every datagram's fate, in the order they were sent (one record per copy), when
+    /// [`SimOptions::record_datagrams`] is set; empty otherwise.
+    pub datagrams_log: Vec<DatagramRecord>,
 }
 
+/// A scheduled event. `Deliver::record` indexes `datagrams_log` when datagrams are recorded.
 #[derive(Debug)]
 enum Event {
-    Deliver { from: usize, to: usize, datagram: Bytes },
+    Deliver { from: usize, to: usize, datagram: Bytes, record: Option<usize> },
     Submit { node: usize, id: MsgId },
     Crash { node: usize },
     FailNotice { node: usize, failed: usize },
@@ -121,6 +126,8 @@ struct World<'a> {
     endpoints: BTreeMap<EndpointId, usize>,
     /// Whether the stack has its own membership (else the simulator reports crashes as `Fail`).
     membership: bool,
+    /// Datagram fates, when `options.record_datagrams` (for diagrams).
+    datagrams_log: Vec<DatagramRecord>,
 }
 
 /// Runs one simulation to completion and checks it. A panic inside the core (a broken layer
@@ -149,6 +156,7 @@ pub fn run(options: &SimOptions) -> SimReport {
                 views_installed: 0,
                 converge: None,
                 trace: Trace::default(),
+                datagrams_log: Vec::new(),
             }
         }
     }
@@ -173,6 +181,8 @@ impl<'a> World<'a> {
             .map(|rank| {
                 let mut node = Node::new();
                 let stack = node.join(now, Arc::clone(&view), rank as u16).expect("the stack spec was validated");
+                // Discovery: every node knows every address (a seed list), for partition healing.
+                node.set_peers(view.group.clone(), view.addresses.clone());
                 let views = [(stack, Arc::clone(&view))].into_iter().collect();
                 SimNode { node, stack, views, alive: true, backlog: VecDeque::new() }
             })
@@ -198,6 +208,7 @@ impl<'a> World<'a> {
             story: Vec::new(),
             endpoints,
             membership: options.stack.layers().contains(&LayerKind::Intra),
+            datagrams_log: Vec::new(),
         };
         world.plan();
         world
@@ -319,17 +330,26 @@ impl<'a> World<'a> {
         let live: Vec<usize> = (0..self.nodes.len()).filter(|&i| self.nodes[i].alive).collect();
         let Some(&first) = live.first() else { return true };
         let view = self.nodes[first].view();
-        let members: Vec<usize> = view.members.iter().map(|e| self.endpoints[e]).collect();
+        let mut members: Vec<usize> = view.members.iter().map(|e| self.endpoints[e]).collect();
+        // Ranks follow the view's order (a merged view lists the granter's members first).
+        members.sort_unstable();
         members == live && live.iter().all(|&i| key(self.nodes[i].view()) == key(view))
     }
 
     fn handle(&mut self, event: Event) {
         match event {
-            Event::Deliver { from, to, datagram } => {
+            Event::Deliver { from, to, datagram, record } => {
                 self.in_flight -= 1;
+                let record = record.map(|index| &mut self.datagrams_log[index]);
                 if !self.nodes[to].alive {
+                    if let Some(record) = record {
+                        record.lost = Some(Lost::ReceiverDown { at: self.now });
+                    }
                     self.datagrams_lost += 1;
                     return;
+                }
+                if let Some(record) = record {
+                    record.delivered = Some(self.now);
                 }
                 self.hasher.update(&self.now.0.to_le_bytes());
                 self.hasher.update(&[b'r', from as u8, to as u8]);
@@ -481,14 +501,29 @@ impl<'a> World<'a> {
     fn transmit(&mut self, from: usize, to: usize, datagram: Bytes) {
         let net = &self.options.net;
         self.datagrams += 1;
-        let lost = self.rng.gen_bool(net.loss) || self.partitioned(from, to);
+        // One draw, whatever the partitions: recording must not change the run.
+        let dropped = self.rng.gen_bool(net.loss);
+        let partitioned = self.partitioned(from, to);
+        let lost = dropped || partitioned;
         self.hasher.update(&[b's', from as u8, to as u8, lost as u8]);
+        let record = self.options.record_datagrams;
         if lost {
+            if record {
+                let cause = if partitioned { Lost::Partition } else { Lost::Network };
+                self.datagrams_log.push(DatagramRecord {
+                    from,
+                    to,
+                    sent: self.now,
+                    delivered: None,
+                    duplicate: false,
+                    lost: Some(cause),
+                });
+            }
             self.datagrams_lost += 1;
             return;
         }
         let copies = if self.rng.gen_bool(net.dup) { 2 } else { 1 };
-        for _ in 0..copies {
+        for copy in 0..copies {
             let uniform: f64 = self.rng.gen_range(f64::EPSILON..1.0);
             let mut delay_us = net.delay_min_us + (-(uniform.ln()) * net.delay_mean_us as f64) as u64;
             if self.rng.gen_bool(net.reorder) {
@@ -496,7 +531,18 @@ impl<'a> World<'a> {
             }
             self.in_flight += 1;
             let at = self.now + Duration::from_micros(delay_us);
-            self.schedule(at, Event::Deliver { from, to, datagram: datagram.clone() });
+            let record = record.then(|| {
+                self.datagrams_log.push(DatagramRecord {
+                    from,
+                    to,
+                    sent: self.now,
+                    delivered: None,
+                    duplicate: copy > 0,
+                    lost: None,
+                });
+                self.datagrams_log.len() - 1
+            });
+            self.schedule(at, Event::Deliver { from, to, datagram: datagram.clone(), record });
         }
     }
 
@@ -548,6 +594,7 @@ impl<'a> World<'a> {
             views_installed,
             converge,
             trace: self.trace,
+            datagrams_log: self.datagrams_log,
         }
     }
 }

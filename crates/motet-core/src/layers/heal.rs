@@ -6,9 +6,11 @@
 //! gossip) and `NoHdr`.
 //!
 //! Every `gossip_interval` the coordinator of each partition gossips `Hello { view id, contact }`
-//! on the group's gossip channel to every known peer address. A coordinator that hears a partition
-//! with a *larger* view id asks `inter` to merge into it; the other side waits to be asked, so two
-//! partitions never ask each other at once. Thus a crashed-and-restarted process (a new singleton
+//! on the group's gossip channel to every known peer address. Partitions are ordered by (primary,
+//! view id): a coordinator that hears a *larger* partition asks `inter` to merge into it, and the
+//! larger one waits to be asked, so two partitions never ask each other at once and a primary
+//! partition is always the one that grants (it keeps its primary status; the requester's never
+//! carries over). Thus a crashed-and-restarted process (a new singleton
 //! endpoint) or the two sides of a healed partition find each other and merge.
 
 use crate::event::{Dn, Msg, Up};
@@ -60,6 +62,16 @@ impl Heal {
     }
 }
 
+impl Heal {
+    /// Announces our view, to one address or to every known peer.
+    fn hello(&self, to: Option<crate::view::Address>, out: &mut Outbox<'_>) {
+        let contact = self.view.addresses[usize::from(self.rank)].into();
+        let id = self.view.view_id;
+        let hello = Header::Hello { ltime: id.ltime, coord: id.coord.0, primary: self.view.primary, contact };
+        out.dn(Dn::Gossip { to, msg: Msg::default().with(hello) });
+    }
+}
+
 impl Layer for Heal {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
         match ev {
@@ -72,13 +84,22 @@ impl Layer for Heal {
                 out.up(Up::Elect(coord));
             }
             Up::Gossip(mut msg) if matches!(msg.hdrs.last(), Some(AnyHeader::Heal(Header::Hello { .. }))) => {
-                let Some(Header::Hello { ltime, coord, contact }) = msg.pop_as::<Header>() else { unreachable!() };
-                let theirs = ViewId { ltime, coord: EndpointId(coord) };
-                let ours = self.view.view_id;
+                let Some(Header::Hello { ltime, coord, primary, contact }) = msg.pop_as::<Header>() else {
+                    unreachable!()
+                };
+                let view = ViewId { ltime, coord: EndpointId(coord) };
+                let (theirs, ours) = ((primary, view), (self.view.primary, self.view.view_id));
                 let stranger = self.view.rank_of(EndpointId(coord)).is_none();
-                if self.coord == self.rank && stranger && theirs > ours && self.asked.is_none() {
-                    self.asked = Some(theirs);
-                    out.up(Up::MergeWith { contact: contact.into(), view: theirs });
+                if self.coord != self.rank || !stranger {
+                    return;
+                }
+                if theirs > ours && self.asked.is_none() {
+                    self.asked = Some(view);
+                    out.up(Up::MergeWith { contact: contact.into(), view });
+                } else if theirs < ours {
+                    // They wait for us to be asked, but may not know where we are (a new process
+                    // is in nobody's peer list): answer so they can ask.
+                    self.hello(Some(contact.into()), out);
                 }
             }
             other => out.pass_up(other, Header::NoHdr),
@@ -91,10 +112,7 @@ impl Layer for Heal {
 
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
         if self.coord == self.rank {
-            let contact = self.view.addresses[usize::from(self.rank)].into();
-            let id = self.view.view_id;
-            let hello = Header::Hello { ltime: id.ltime, coord: id.coord.0, contact };
-            out.dn(Dn::Gossip { to: None, msg: Msg::default().with(hello) });
+            self.hello(None, out);
         }
         out.alarm(out.now() + self.config.gossip_interval);
     }

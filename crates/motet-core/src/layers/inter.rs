@@ -8,8 +8,9 @@
 //! flushes its own partition (`intra` runs a round ending in `MergeReady`), then sends `Request`
 //! with its view to the other coordinator, repeating every `retry_interval`. The granter flushes
 //! its partition the same way, builds the merged view — its survivors then the requester's
-//! members, id (max logical time + 1, granter), both previous ids, primary if either was — casts
-//! it to its members and sends `Granted` to the requester, who casts it to its own. Both
+//! members, id (max logical time + 1, granter), both previous ids, primary if the granter's was —
+//! it to its members and sends `Granted` to the requester, who casts it to its own (the granter's
+//! old stack, lingering, answers a repeated request with the same grant). Both
 //! partitions were flushed, so each member ends its old view with virtual synchrony, and all
 //! install the same view. A requester that hears nothing within `merge_timeout` installs a view of
 //! its own partition instead (a failed merge), so its members are never blocked for long; the
@@ -63,8 +64,11 @@ enum Phase {
     Granting {
         request: Box<FullView>,
     },
-    /// The view is cast; this stack is about to be replaced.
-    Done,
+    /// The view is cast; this stack is about to be replaced. A granter keeps its grant to answer
+    /// a repeated request (the requester may have missed it).
+    Done {
+        grant: Option<(Address, (u64, u64), Header)>,
+    },
 }
 
 /// `inter` state.
@@ -117,7 +121,8 @@ impl Inter {
             view_id: ViewId { ltime: self.view.view_id.ltime.max(theirs.view_id.ltime) + 1, coord: me },
             members,
             addresses,
-            primary: self.view.primary || theirs.primary,
+            // Only the granter's status carries over: the requester may never install this view.
+            primary: self.view.primary,
             prev_ids: vec![self.view.view_id, theirs.view_id],
             ..ours
         }
@@ -140,9 +145,9 @@ impl Inter {
                 let contact = request.addresses[request.members.iter().position(|&e| e == request.coord).unwrap_or(0)];
                 let granted =
                     Header::Granted { request: (request.ltime, request.coord), view: Box::new(merged.to_full()) };
-                self.send(contact.into(), granted, out);
+                self.send(contact.into(), granted.clone(), out);
                 out.dn(Dn::CastFull { round, view: Arc::new(merged) });
-                self.phase = Phase::Done;
+                self.phase = Phase::Done { grant: Some((contact.into(), (request.ltime, request.coord), granted)) };
             }
             other => self.phase = other,
         }
@@ -165,9 +170,16 @@ impl Layer for Inter {
             Up::Gossip(mut msg) if matches!(msg.hdrs.last(), Some(AnyHeader::Inter(h)) if *h != Header::NoHdr) => {
                 match msg.pop_as::<Header>() {
                     Some(Header::Request { view: request }) => {
-                        let theirs = ViewId { ltime: request.ltime, coord: EndpointId(request.coord) };
+                        if let Phase::Done { grant: Some((contact, id, granted)) } = &self.phase {
+                            if *id == (request.ltime, request.coord) {
+                                self.send(*contact, granted.clone(), out);
+                            }
+                            return;
+                        }
+                        let theirs =
+                            (request.primary, ViewId { ltime: request.ltime, coord: EndpointId(request.coord) });
                         let disjoint = request.members.iter().all(|&e| self.view.rank_of(EndpointId(e)).is_none());
-                        let smaller = theirs < self.view.view_id;
+                        let smaller = theirs < (self.view.primary, self.view.view_id);
                         if matches!(self.phase, Phase::Idle) && self.coord == self.rank && disjoint && smaller {
                             self.phase = Phase::Granting { request };
                             out.dn(Dn::MergeFlush);
@@ -179,7 +191,7 @@ impl Layer for Inter {
                             if request == ours {
                                 let round = *round;
                                 out.dn(Dn::CastFull { round, view: Arc::new(self.view.with_full(&view)) });
-                                self.phase = Phase::Done;
+                                self.phase = Phase::Done { grant: None };
                             }
                         }
                     }
@@ -204,7 +216,7 @@ impl Layer for Inter {
                     let round = *round;
                     let alone = self.alone(survivors);
                     out.dn(Dn::CastFull { round, view: Arc::new(alone) });
-                    self.phase = Phase::Done;
+                    self.phase = Phase::Done { grant: None };
                 }
                 Some((_, survivors)) => {
                     let request = Header::Request { view: Box::new(self.partition(survivors).to_full()) };

@@ -16,6 +16,8 @@ pub enum Header {
         ltime: u64,
         /// The view's coordinator (endpoint id).
         coord: u64,
+        /// Whether the view is primary.
+        primary: bool,
         /// Where the coordinator can be reached.
         contact: WireAddress,
     },
@@ -31,15 +33,25 @@ impl LayerHeader for Header {
         }
     }
     fn encode_fields(&self, w: &mut Writer<'_>) {
-        if let Header::Hello { ltime, coord, contact } = self {
+        if let Header::Hello { ltime, coord, primary, contact } = self {
             w.varint(*ltime);
             w.varint(*coord);
+            w.u8(u8::from(*primary));
             w.address(contact);
         }
     }
     fn decode_fields(variant: u8, r: &mut Reader<'_>) -> Result<Self, WireError> {
         match variant {
-            1 => Ok(Header::Hello { ltime: r.varint()?, coord: r.varint()?, contact: r.address()? }),
+            1 => {
+                let (ltime, coord) = (r.varint()?, r.varint()?);
+                let offset = r.position();
+                let primary = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(WireError { kind: crate::WireErrorKind::Range, offset }),
+                };
+                Ok(Header::Hello { ltime, coord, primary, contact: r.address()? })
+            }
             _ => Err(bad_variant::<Self>(variant, r)),
         }
     }
