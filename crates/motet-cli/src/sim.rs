@@ -46,6 +46,10 @@ pub(crate) struct SimArgs {
     /// Members that crash (fail-stop) at random times.
     #[arg(long, default_value_t = 0)]
     crashes: usize,
+    /// Restart crashed members (each comes back as a new endpoint that must merge in; needs a
+    /// membership stack such as `vsync`).
+    #[arg(long)]
+    restart: bool,
     /// Largest payload in bytes (larger than 1024 exercises fragmentation).
     #[arg(long, default_value_t = 3000)]
     payload_max: usize,
@@ -129,6 +133,7 @@ impl SimArgs {
             options.net.dup = self.dup;
             options.net.reorder = self.reorder;
             options.crashes = self.crashes;
+            options.restart = self.restart;
             options.payload_max = self.payload_max;
         }
         options.casts = self.casts;

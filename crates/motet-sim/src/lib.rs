@@ -15,6 +15,6 @@ pub mod oracle;
 mod world;
 
 pub use diagram::{render_svg, DatagramRecord, Lost};
-pub use options::{NetConfig, Partition, SimOptions};
+pub use options::{LossBurst, NetConfig, Partition, SimOptions};
 pub use oracle::Violation;
 pub use world::{run, SimReport};

@@ -44,6 +44,18 @@ pub struct Partition {
     pub one_way: bool,
 }
 
+/// A burst of loss: during `[start_ms, end_ms)` datagrams are lost with probability `loss`
+/// (instead of the network's usual rate).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LossBurst {
+    /// When it starts, in milliseconds.
+    pub start_ms: u64,
+    /// When it ends, in milliseconds.
+    pub end_ms: u64,
+    /// Loss probability during the burst.
+    pub loss: f64,
+}
+
 /// Everything that defines a run.
 #[derive(Clone, Debug)]
 pub struct SimOptions {
@@ -71,6 +83,13 @@ pub struct SimOptions {
     /// Nodes that certainly crash (at uniformly random times within the workload period), in
     /// addition to `crashes` chosen at random.
     pub crash_nodes: Vec<usize>,
+    /// Whether a crashed node's process restarts (as a new endpoint, alone, which must merge
+    /// back into the group), `restart_ms` after its crash.
+    pub restart: bool,
+    /// Delay from a crash to the restart, in milliseconds.
+    pub restart_ms: u64,
+    /// Bursts of heavy loss.
+    pub loss_bursts: Vec<LossBurst>,
     /// How long after a crash the survivors are told (the failure detector's delay), in ms.
     pub detect_ms: u64,
     /// Partitions that form and heal during the run.
@@ -98,6 +117,9 @@ impl SimOptions {
             net: NetConfig::default(),
             crashes: 0,
             crash_nodes: Vec::new(),
+            restart: false,
+            restart_ms: 500,
+            loss_bursts: Vec::new(),
             detect_ms: 300,
             partitions: Vec::new(),
             time_max_ms: 120_000,
@@ -120,7 +142,14 @@ impl SimOptions {
         };
         options.payload_max = if rng.gen_bool(0.5) { 64 } else { rng.gen_range(64..5_000) };
         options.workload_ms = rng.gen_range(10..2_000);
-        options.crashes = usize::from(nodes > 2 && rng.gen_bool(0.3));
+        options.crashes = usize::from(nodes > 2 && rng.gen_bool(0.3)) + usize::from(nodes > 4 && rng.gen_bool(0.1));
+        options.restart = rng.gen_bool(0.5);
+        options.restart_ms = rng.gen_range(10..2_000);
+        if rng.gen_bool(0.3) {
+            let start_ms = rng.gen_range(0..options.workload_ms);
+            let end_ms = start_ms + rng.gen_range(50..800);
+            options.loss_bursts.push(LossBurst { start_ms, end_ms, loss: rng.gen_range(0.5..0.95) });
+        }
         if nodes > 1 && rng.gen_bool(0.3) {
             let start_ms = rng.gen_range(0..options.workload_ms);
             let side_len = rng.gen_range(1..nodes);
@@ -148,8 +177,12 @@ impl SimOptions {
             cmd.push_str(" --swarm");
         } else {
             cmd.push_str(&format!(
-                " --loss {} --dup {} --reorder {} --crashes {}",
-                self.net.loss, self.net.dup, self.net.reorder, self.crashes
+                " --loss {} --dup {} --reorder {} --crashes {}{}",
+                self.net.loss,
+                self.net.dup,
+                self.net.reorder,
+                self.crashes,
+                if self.restart { " --restart" } else { "" }
             ));
         }
         cmd.push_str(&format!(" --casts {} --sends {}", self.casts, self.sends));

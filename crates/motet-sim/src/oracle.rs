@@ -164,13 +164,13 @@ pub enum Violation {
         /// Where.
         node: usize,
     },
-    /// Delivered out of order or after a gap.
+    /// Delivered out of order or after a gap (within the view it was sent in).
     Fifo {
         /// Which message.
         id: MsgId,
         /// Where.
         node: usize,
-        /// The index that should have come next.
+        /// The index that should have come next (`u32::MAX`: nothing more was sent in that view).
         expected: u32,
     },
     /// Delivered but never sent, or attributed to the wrong origin or channel.
@@ -367,7 +367,13 @@ pub fn check(trace: &Trace) -> Vec<Violation> {
     let correct = |node: usize| trace.crashed.get(node).is_some_and(Option::is_none);
 
     // No creation, integrity, no duplication, FIFO: one pass over the deliveries.
-    let mut next: BTreeMap<(usize, usize, Channel), u32> = BTreeMap::new();
+    // FIFO per view: what a member delivers from a sender in view V is a prefix, in order, of what
+    // the sender sent in V (with one static view: of everything it sent).
+    let mut sent_in_view: BTreeMap<(usize, Channel, ViewKey), Vec<u32>> = BTreeMap::new();
+    for s in &trace.sent {
+        sent_in_view.entry((s.id.origin, s.id.channel, s.view)).or_default().push(s.id.index);
+    }
+    let mut next: BTreeMap<(usize, usize, Channel, ViewKey), usize> = BTreeMap::new();
     let mut delivered: BTreeSet<(usize, MsgId)> = BTreeSet::new();
     for d in &trace.deliveries {
         let Some(id) = MsgId::parse(&d.payload) else {
@@ -400,11 +406,16 @@ pub fn check(trace: &Trace) -> Vec<Violation> {
             violations.push(Violation::Duplicate { id, node: d.node });
             continue;
         }
-        let expected = next.entry((d.node, id.origin, id.channel)).or_insert(0);
-        if id.index != *expected {
-            violations.push(Violation::Fifo { id, node: d.node, expected: *expected });
+        let position = next.entry((d.node, id.origin, id.channel, d.view)).or_insert(0);
+        let in_view = sent_in_view.get(&(id.origin, id.channel, d.view)).map(Vec::as_slice).unwrap_or(&[]);
+        match in_view.get(*position) {
+            Some(&expected) if expected == id.index => *position += 1,
+            Some(&expected) => {
+                violations.push(Violation::Fifo { id, node: d.node, expected });
+                *position = in_view.iter().position(|&i| i == id.index).map_or(*position, |p| p + 1);
+            }
+            None => violations.push(Violation::Fifo { id, node: d.node, expected: u32::MAX }),
         }
-        *expected = (*expected).max(id.index + 1);
     }
 
     // Exactly once at every correct destination that goes on with the sender (at-most-once was

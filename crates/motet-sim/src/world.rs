@@ -57,10 +57,27 @@ pub struct SimReport {
 /// A scheduled event. `Deliver::record` indexes `datagrams_log` when datagrams are recorded.
 #[derive(Debug)]
 enum Event {
-    Deliver { from: usize, to: usize, datagram: Bytes, record: Option<usize> },
-    Submit { node: usize, id: MsgId },
-    Crash { node: usize },
-    FailNotice { node: usize, failed: usize },
+    Deliver {
+        from: usize,
+        to: usize,
+        datagram: Bytes,
+        record: Option<usize>,
+    },
+    Submit {
+        node: usize,
+        id: MsgId,
+    },
+    Crash {
+        node: usize,
+    },
+    /// The crashed process of `node` starts again as a new endpoint (a new node index).
+    Restart {
+        node: usize,
+    },
+    FailNotice {
+        node: usize,
+        failed: usize,
+    },
     PartitionChange,
 }
 
@@ -367,6 +384,9 @@ impl<'a> World<'a> {
                 self.nodes[node].alive = false;
                 self.trace.crashed[node] = Some(self.now);
                 self.note(format!("node {node} crashes (fail-stop)"));
+                if self.options.restart && self.membership {
+                    self.schedule(self.now + Duration::from_millis(self.options.restart_ms), Event::Restart { node });
+                }
                 if !self.membership {
                     // Static membership: the simulator plays the failure detector.
                     let at = self.now + Duration::from_millis(self.options.detect_ms);
@@ -375,6 +395,7 @@ impl<'a> World<'a> {
                     }
                 }
             }
+            Event::Restart { node } => self.restart(node),
             Event::FailNotice { node, failed } => {
                 if self.nodes[node].alive {
                     if node == 0 || (0..node).all(|o| !self.nodes[o].alive) {
@@ -406,6 +427,38 @@ impl<'a> World<'a> {
                 self.note(text);
             }
         }
+    }
+
+    /// A crashed process restarts: a new endpoint, at a new address, in a view of its own; the
+    /// others learn its address (as a re-resolved seed list would tell them), and it must merge.
+    fn restart(&mut self, old: usize) {
+        let index = self.nodes.len();
+        let endpoint = EndpointId(self.rng.next_u64());
+        let group = self.nodes[0].views.values().next().expect("every node has a view").group.clone();
+        let addresses: Vec<Address> = (0..=index as u32).map(Address::Sim).collect();
+        let mut alone = ViewState::initial(
+            group,
+            self.options.stack.clone(),
+            self.options.config.clone(),
+            vec![endpoint],
+            vec![Address::Sim(index as u32)],
+        );
+        // A process starting alone is not the primary partition: it must merge into it.
+        alone.primary = false;
+        let view = Arc::new(alone);
+        let mut node = Node::new();
+        node.set_peers(view.group.clone(), addresses.clone());
+        let stack = node.join(self.now, Arc::clone(&view), 0).expect("the stack spec was validated");
+        for sim in &mut self.nodes {
+            sim.node.set_peers(view.group.clone(), addresses.clone());
+        }
+        let views = [(stack, view)].into_iter().collect();
+        self.nodes.push(SimNode { node, stack, views, alive: true, backlog: VecDeque::new() });
+        self.endpoints.insert(endpoint, index);
+        self.trace.nodes += 1;
+        self.trace.crashed.push(None);
+        self.note(format!("node {old} restarts as a new endpoint, node {index}"));
+        self.flush(index);
     }
 
     /// Submits the node's backlog in order until flow control pushes back.
@@ -502,7 +555,9 @@ impl<'a> World<'a> {
         let net = &self.options.net;
         self.datagrams += 1;
         // One draw, whatever the partitions: recording must not change the run.
-        let dropped = self.rng.gen_bool(net.loss);
+        let now_ms = self.now.0 / 1_000_000;
+        let burst = self.options.loss_bursts.iter().find(|b| b.start_ms <= now_ms && now_ms < b.end_ms);
+        let dropped = self.rng.gen_bool(burst.map_or(net.loss, |b| b.loss));
         let partitioned = self.partitioned(from, to);
         let lost = dropped || partitioned;
         self.hasher.update(&[b's', from as u8, to as u8, lost as u8]);

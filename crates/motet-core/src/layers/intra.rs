@@ -26,9 +26,19 @@ use motet_wire::Header as AnyHeader;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// `intra` has no parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Config {}
+/// `intra` parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// How long a member that acknowledged a cut waits for its view before going on alone (the
+    /// coordinator failed after the cut). Default 3 s.
+    pub commit_timeout: crate::time::Duration,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { commit_timeout: crate::time::Duration::from_millis(3_000) }
+    }
+}
 
 /// Static description.
 pub static SPEC: LayerSpec = LayerSpec {
@@ -57,6 +67,7 @@ struct Round {
 /// `intra` state.
 #[derive(Debug)]
 pub struct Intra {
+    commit_timeout: crate::time::Duration,
     view: Arc<ViewState>,
     rank: Rank,
     coord: Rank,
@@ -73,8 +84,9 @@ pub struct Intra {
 
 impl Intra {
     /// An `intra` for `view`.
-    pub fn new(_config: &Config, view: &Arc<ViewState>, rank: Rank) -> Intra {
+    pub fn new(config: &Config, view: &Arc<ViewState>, rank: Rank) -> Intra {
         Intra {
+            commit_timeout: config.commit_timeout,
             view: Arc::clone(view),
             rank,
             coord: view.coord,
@@ -127,6 +139,9 @@ impl Intra {
 
     /// At the coordinator, for `inter`: casts a whole view concluding merge round `round`.
     fn cast_full(&mut self, round: u64, view: &ViewState, out: &mut Outbox<'_>) {
+        if self.installed {
+            return;
+        }
         let Some(active) = self.active.as_ref().filter(|a| a.round == round && a.merge) else { return };
         let survivors: Vec<Rank> = self.survivors(&active.failed).collect();
         if self.view_cast || !survivors.iter().all(|&r| active.cut_ok.contains(r)) {
@@ -138,6 +153,9 @@ impl Intra {
     }
 
     fn flush_ok(&mut self, from: Rank, round: u64, counts: Arc<[u64]>, out: &mut Outbox<'_>) {
+        if self.installed {
+            return; // we went on alone: this view's id is taken
+        }
         let Some(active) = self.active.as_mut().filter(|a| a.round == round && !a.cut_sent) else { return };
         active.flush_ok.insert(from, counts);
         let failed = active.failed.clone();
@@ -153,6 +171,9 @@ impl Intra {
     }
 
     fn cut_ok(&mut self, from: Rank, round: u64, out: &mut Outbox<'_>) {
+        if self.installed {
+            return; // we went on alone: this view's id is taken
+        }
         let Some(active) = self.active.as_mut().filter(|a| a.round == round && a.cut_sent) else { return };
         active.cut_ok.insert(from);
         let failed = active.failed.clone();
@@ -237,7 +258,10 @@ impl Layer for Intra {
             }
             Up::FlushOk { from, round, counts } => self.flush_ok(from, round, counts, out),
             Up::CutOk { from, round } => self.cut_ok(from, round, out),
-            Up::CutDone { coord, round } => self.cut_done = Some((coord, round)),
+            Up::CutDone { coord, round } => {
+                self.cut_done = Some((coord, round));
+                out.alarm(out.now() + self.commit_timeout);
+            }
             Up::Cast { origin, mut msg, .. }
                 if matches!(msg.hdrs.last(), Some(AnyHeader::Intra(Header::View { .. }))) =>
             {
@@ -268,6 +292,14 @@ impl Layer for Intra {
             Dn::MergeFlush => self.merge_flush(out),
             Dn::CastFull { round, view } => self.cast_full(round, &view, out),
             other => out.pass_dn(other, Header::NoHdr),
+        }
+    }
+
+    fn handle_timer(&mut self, out: &mut Outbox<'_>) {
+        // Committed to a view that never came: its coordinator failed after the cut. Go on alone
+        // (not primary) and merge back later.
+        if !self.installed && self.cut_done.is_some() && !self.view_cast {
+            self.leave_view(out);
         }
     }
 

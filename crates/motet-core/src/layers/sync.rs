@@ -20,7 +20,9 @@
 //! (virtual synchrony), although members fail, and coordinators change, during the flush: a new
 //! round starts over with fresh counts, and counts only grow. A member follows the latest round
 //! of a coordinator it has not seen excluded: a round from an excluded coordinator (whose casts
-//! other members still relay) is ignored.
+//! other members still relay) is ignored. Once it has acknowledged a cut it is committed to that
+//! round's view and follows no other round (its coordinator counts it as a member of the view);
+//! if that view never comes, `intra` makes it go on alone.
 
 use crate::event::{Dn, DropReason, Msg, Qos, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -54,12 +56,15 @@ pub struct Sync {
     cutting: Option<(Rank, u64)>,
     /// Every member excluded by a round we followed: their rounds are over for us.
     failed: RankSet,
+    /// We acknowledged this round's cut: we are committed to its view and follow no other round
+    /// (otherwise its coordinator could count us in a view we never install — two primaries).
+    committed: Option<(Rank, u64)>,
 }
 
 impl Sync {
     /// A `sync` for `view`.
     pub fn new(_config: &Config, view: &ViewState, rank: Rank) -> Sync {
-        Sync { rank, n: view.len(), flushing: None, cutting: None, failed: RankSet::new() }
+        Sync { rank, n: view.len(), flushing: None, cutting: None, failed: RankSet::new(), committed: None }
     }
 
     /// Sends `header` to the coordinator, or hands `local` up when we are the coordinator.
@@ -100,7 +105,7 @@ impl Layer for Sync {
                         if failed.contains(self.rank) || failed.contains(origin) {
                             return; // we are being excluded: the next view is not ours
                         }
-                        if self.failed.contains(origin) {
+                        if self.failed.contains(origin) || self.committed.is_some_and(|c| c != (origin, round)) {
                             // A round of a coordinator that a later round excluded (its casts are
                             // still relayed by others): it can no longer conclude for us.
                             return;
@@ -139,6 +144,7 @@ impl Layer for Sync {
             }
             Up::CutReached => {
                 if let Some((coord, round)) = self.cutting.take() {
+                    self.committed = Some((coord, round));
                     self.to_coord(coord, Header::CutOk { round }, Up::CutOk { from: self.rank, round }, out);
                     out.up(Up::CutDone { coord, round });
                 }
