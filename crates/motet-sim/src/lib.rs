@@ -12,6 +12,7 @@
 pub mod diagram;
 pub mod options;
 pub mod oracle;
+pub mod scenario;
 mod world;
 
 pub use diagram::{render_svg, DatagramRecord, Lost};

@@ -56,6 +56,17 @@ pub struct LossBurst {
     pub loss: f64,
 }
 
+/// A scripted fault or membership event (scenarios).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum ScriptAction {
+    /// The node crashes.
+    Crash(usize),
+    /// The node's process starts, alone (a singleton partition that must merge in).
+    Start(usize),
+    /// The node asks to leave the group.
+    Leave(usize),
+}
+
 /// Everything that defines a run.
 #[derive(Clone, Debug)]
 pub struct SimOptions {
@@ -90,6 +101,11 @@ pub struct SimOptions {
     pub restart_ms: u64,
     /// Bursts of heavy loss.
     pub loss_bursts: Vec<LossBurst>,
+    /// The nodes in the initial common view (`None`: all). The others have not started; a
+    /// scripted `Start` brings them up alone.
+    pub initial: Option<Vec<usize>>,
+    /// Scripted events, by time in milliseconds.
+    pub script: Vec<(u64, ScriptAction)>,
     /// How long after a crash the survivors are told (the failure detector's delay), in ms.
     pub detect_ms: u64,
     /// Partitions that form and heal during the run.
@@ -120,6 +136,8 @@ impl SimOptions {
             restart: false,
             restart_ms: 500,
             loss_bursts: Vec::new(),
+            initial: None,
+            script: Vec::new(),
             detect_ms: 300,
             partitions: Vec::new(),
             time_max_ms: 120_000,

@@ -144,6 +144,8 @@ pub struct Trace {
     pub views: Vec<Installed>,
     /// Whether the oracle should require the live members to end in one common view.
     pub membership: bool,
+    /// For each node, whether it left the group (it need not be in the final view).
+    pub left: Vec<bool>,
 }
 
 /// A broken guarantee.
@@ -336,7 +338,8 @@ fn check_views(trace: &Trace, successor: &BTreeMap<(usize, ViewKey), ViewKey>, v
     }
     // Liveness of membership: a quiet run ends with the correct members in one view of exactly them.
     if trace.membership && trace.quiesced {
-        let correct: Vec<usize> = (0..trace.nodes).filter(|&n| trace.crashed[n].is_none()).collect();
+        let stayed = |n: usize| trace.crashed[n].is_none() && !trace.left.get(n).copied().unwrap_or(false);
+        let correct: Vec<usize> = (0..trace.nodes).filter(|&n| stayed(n)).collect();
         let finals: BTreeSet<ViewKey> =
             correct.iter().filter_map(|n| order.get(n).and_then(|s| s.last().copied())).collect();
         let same_members = |m: &Vec<usize>| {

@@ -70,6 +70,14 @@ enum Event {
     Crash {
         node: usize,
     },
+    /// A node that has not started starts, alone.
+    Start {
+        node: usize,
+    },
+    /// A node asks to leave.
+    Leave {
+        node: usize,
+    },
     /// The crashed process of `node` starts again as a new endpoint (a new node index).
     Restart {
         node: usize,
@@ -134,6 +142,8 @@ struct World<'a> {
     nodes: Vec<SimNode>,
     in_flight: u64,
     submissions_left: u64,
+    /// Scheduled faults and membership events not yet happened: the fault phase is not over.
+    faults_left: u64,
     trace: Trace,
     hasher: blake3::Hasher,
     datagrams: u64,
@@ -186,21 +196,36 @@ impl<'a> World<'a> {
         assert!(n >= 1, "a simulation needs at least one node");
         let members: Vec<EndpointId> = (0..n).map(|_| EndpointId(rng.next_u64())).collect();
         let endpoints = members.iter().enumerate().map(|(i, &e)| (e, i)).collect();
-        let view = Arc::new(ViewState::initial(
-            GroupName::new("sim"),
-            options.stack.clone(),
-            options.config.clone(),
-            members,
-            (0..n as u32).map(Address::Sim).collect(),
-        ));
+        let initial: Vec<usize> = options.initial.clone().unwrap_or_else(|| (0..n).collect());
+        let all_addresses: Vec<Address> = (0..n as u32).map(Address::Sim).collect();
+        let group = GroupName::new("sim");
+        let view = (!initial.is_empty()).then(|| {
+            Arc::new(ViewState::initial(
+                group.clone(),
+                options.stack.clone(),
+                options.config.clone(),
+                initial.iter().map(|&i| members[i]).collect(),
+                initial.iter().map(|&i| Address::Sim(i as u32)).collect(),
+            ))
+        });
         let now = Instant::ZERO;
         let nodes = (0..n)
-            .map(|rank| {
+            .map(|index| {
                 let mut node = Node::new();
-                let stack = node.join(now, Arc::clone(&view), rank as u16).expect("the stack spec was validated");
                 // Discovery: every node knows every address (a seed list), for partition healing.
-                node.set_peers(view.group.clone(), view.addresses.clone());
-                let views = [(stack, Arc::clone(&view))].into_iter().collect();
+                node.set_peers(group.clone(), all_addresses.clone());
+                let (Some(rank), Some(view)) = (initial.iter().position(|&i| i == index), view.as_ref()) else {
+                    // Not started yet: no stack until a scripted `Start`.
+                    return SimNode {
+                        node,
+                        stack: StackId(u32::MAX),
+                        views: BTreeMap::new(),
+                        alive: false,
+                        backlog: VecDeque::new(),
+                    };
+                };
+                let stack = node.join(now, Arc::clone(view), rank as u16).expect("the stack spec was validated");
+                let views = [(stack, Arc::clone(view))].into_iter().collect();
                 SimNode { node, stack, views, alive: true, backlog: VecDeque::new() }
             })
             .collect();
@@ -213,9 +238,11 @@ impl<'a> World<'a> {
             nodes,
             in_flight: 0,
             submissions_left: 0,
+            faults_left: 0,
             trace: Trace {
                 nodes: n,
                 crashed: vec![None; n],
+                left: vec![false; n],
                 membership: options.stack.layers().contains(&LayerKind::Intra),
                 ..Trace::default()
             },
@@ -232,6 +259,9 @@ impl<'a> World<'a> {
     }
 
     fn schedule(&mut self, at: Instant, event: Event) {
+        if !matches!(event, Event::Deliver { .. } | Event::Submit { .. }) {
+            self.faults_left += 1;
+        }
         self.seq += 1;
         self.queue.push(Reverse(Scheduled { at, seq: self.seq, event }));
     }
@@ -274,6 +304,15 @@ impl<'a> World<'a> {
             let node = candidates.remove(self.rng.gen_range(0..candidates.len()));
             let at = Instant(self.rng.gen_range(0..workload));
             self.schedule(at, Event::Crash { node });
+        }
+        for (at_ms, action) in &self.options.script {
+            let at = Instant::ZERO + Duration::from_millis(*at_ms);
+            let event = match *action {
+                crate::options::ScriptAction::Crash(node) => Event::Crash { node },
+                crate::options::ScriptAction::Start(node) => Event::Start { node },
+                crate::options::ScriptAction::Leave(node) => Event::Leave { node },
+            };
+            self.schedule(at, event);
         }
         for partition in &self.options.partitions {
             let (start, end) = (
@@ -334,6 +373,7 @@ impl<'a> World<'a> {
     fn quiet(&self) -> bool {
         let drained = self.in_flight == 0
             && self.submissions_left == 0
+            && self.faults_left == 0
             && self
                 .nodes
                 .iter()
@@ -354,6 +394,9 @@ impl<'a> World<'a> {
     }
 
     fn handle(&mut self, event: Event) {
+        if !matches!(event, Event::Deliver { .. } | Event::Submit { .. }) {
+            self.faults_left -= 1;
+        }
         match event {
             Event::Deliver { from, to, datagram, record } => {
                 self.in_flight -= 1;
@@ -396,6 +439,16 @@ impl<'a> World<'a> {
                 }
             }
             Event::Restart { node } => self.restart(node),
+            Event::Start { node } => self.start(node),
+            Event::Leave { node } => {
+                if self.nodes[node].alive {
+                    self.trace.left[node] = true;
+                    self.note(format!("node {node} leaves"));
+                    let sim = &mut self.nodes[node];
+                    let _ = sim.node.handle_action(self.now, sim.stack, Action::Leave);
+                    self.flush(node);
+                }
+            }
             Event::FailNotice { node, failed } => {
                 if self.nodes[node].alive {
                     if node == 0 || (0..node).all(|o| !self.nodes[o].alive) {
@@ -429,6 +482,29 @@ impl<'a> World<'a> {
         }
     }
 
+    /// A node that had not started comes up alone (a singleton, non-primary view) and must merge.
+    fn start(&mut self, index: usize) {
+        if self.nodes[index].alive || self.trace.crashed[index].is_some() {
+            return;
+        }
+        let endpoint = *self.endpoints.iter().find(|(_, &i)| i == index).expect("every node has an endpoint").0;
+        let mut alone = ViewState::initial(
+            GroupName::new("sim"),
+            self.options.stack.clone(),
+            self.options.config.clone(),
+            vec![endpoint],
+            vec![Address::Sim(index as u32)],
+        );
+        alone.primary = false;
+        let view = Arc::new(alone);
+        let sim = &mut self.nodes[index];
+        sim.stack = sim.node.join(self.now, Arc::clone(&view), 0).expect("the stack spec was validated");
+        sim.views.insert(sim.stack, view);
+        sim.alive = true;
+        self.note(format!("node {index} starts alone"));
+        self.flush(index);
+    }
+
     /// A crashed process restarts: a new endpoint, at a new address, in a view of its own; the
     /// others learn its address (as a re-resolved seed list would tell them), and it must merge.
     fn restart(&mut self, old: usize) {
@@ -457,6 +533,7 @@ impl<'a> World<'a> {
         self.endpoints.insert(endpoint, index);
         self.trace.nodes += 1;
         self.trace.crashed.push(None);
+        self.trace.left.push(false);
         self.note(format!("node {old} restarts as a new endpoint, node {index}"));
         self.flush(index);
     }
@@ -491,6 +568,10 @@ impl<'a> World<'a> {
                     self.flush(node);
                 }
                 Err(ApiError::FlowBlocked { .. } | ApiError::Blocked) => break,
+                Err(ApiError::Left | ApiError::NoSuchStack) => {
+                    // This node left the group: its application sends no more.
+                    self.nodes[node].backlog.pop_front();
+                }
                 Err(other) => panic!("the simulated application misused the API: {other}"),
             }
         }
@@ -516,7 +597,8 @@ impl<'a> World<'a> {
                 AppEvent::Cast { origin, payload } => self.deliver(index, stack, origin, true, payload.to_bytes()),
                 AppEvent::Send { origin, payload } => self.deliver(index, stack, origin, false, payload.to_bytes()),
                 AppEvent::FlowBlock { blocked: false, .. } => released = true,
-                AppEvent::FlowBlock { .. } | AppEvent::Block | AppEvent::Exit => {}
+                AppEvent::Exit => self.nodes[index].alive = false,
+                AppEvent::FlowBlock { .. } | AppEvent::Block => {}
             }
         }
         if released && self.nodes[index].alive {

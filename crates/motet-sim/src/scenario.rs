@@ -1,0 +1,166 @@
+//! Scripted scenarios as readable test data (`tests/scenarios/*.txt`): a few lines set up a run
+//! (members, the initial view, loss, workload) and script faults and membership events at given
+//! times; `expect` lines state the views members must install. The oracles check every guarantee
+//! as in any run.
+//!
+//! ```text
+//! # thesis Figure 2.1: A, B, C merge; A fails; D starts alone; B, C, D merge
+//! nodes 4
+//! initial none           # every node starts alone ("none"), or a list of nodes in one view
+//! at 0 start 0 1 2       # start these nodes, each alone
+//! at 4000 crash 0
+//! at 5000 start 3
+//! expect views 1: [0 1 2] [1 2] [1 2 3]
+//! expect final: 1 2 3
+//! ```
+//!
+//! Commands: `nodes N`, `stack SPEC`, `seed S`, `loss P`, `casts K`, `sends K`, `workload_ms T`,
+//! `initial all|none|N...`, `at T crash|start|leave N...`, `at T partition N... [one-way]` (the
+//! listed nodes are cut off from the rest), `at T heal` (ends the open partitions), `expect views
+//! N: [members]...` (the member sets, as sets, of the views node N installs after its first), and
+//! `expect final: N...` (every live node ends in one view of exactly these members).
+
+use crate::options::{Partition, ScriptAction, SimOptions};
+use crate::world::SimReport;
+use motet_core::StackSpec;
+use std::collections::BTreeSet;
+
+/// What a scenario expects of the views.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expect {
+    /// The member sets of the views `node` installs after its first one, in order.
+    Views {
+        /// The node.
+        node: usize,
+        /// Member sets.
+        views: Vec<BTreeSet<usize>>,
+    },
+    /// Every live node ends in one view with exactly these members.
+    Final(BTreeSet<usize>),
+}
+
+/// A parsed scenario.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// Its name (the file name).
+    pub name: String,
+    /// The run.
+    pub options: SimOptions,
+    /// What must happen.
+    pub expect: Vec<Expect>,
+}
+
+fn numbers(words: &[&str]) -> Result<Vec<usize>, String> {
+    words.iter().map(|w| w.parse::<usize>().map_err(|e| format!("`{w}`: {e}"))).collect()
+}
+
+fn sets(text: &str) -> Result<Vec<BTreeSet<usize>>, String> {
+    text.split('[')
+        .filter(|part| !part.trim().is_empty())
+        .map(|part| {
+            let inner = part.split(']').next().ok_or("unclosed `[`")?;
+            Ok(numbers(&inner.split_whitespace().collect::<Vec<_>>())?.into_iter().collect())
+        })
+        .collect()
+}
+
+impl Scenario {
+    /// Parses a scenario; errors name the line.
+    pub fn parse(name: &str, text: &str) -> Result<Scenario, String> {
+        let mut options = SimOptions::new(1, 3, StackSpec::parse("vsync").expect("preset"));
+        options.casts = 5;
+        options.sends = 2;
+        options.workload_ms = 3_000;
+        let mut expect = Vec::new();
+        let mut open: Vec<usize> = Vec::new();
+        for (number, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let fail = |e: String| format!("{name}:{}: {e}: `{line}`", number + 1);
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let result: Result<(), String> = (|| {
+                match words.as_slice() {
+                    ["nodes", n] => options.nodes = n.parse().map_err(|e| format!("{e}"))?,
+                    ["stack", spec] => options.stack = StackSpec::parse(spec).map_err(|e| e.to_string())?,
+                    ["seed", s] => options.seed = s.parse().map_err(|e| format!("{e}"))?,
+                    ["loss", p] => options.net.loss = p.parse().map_err(|e| format!("{e}"))?,
+                    ["casts", k] => options.casts = k.parse().map_err(|e| format!("{e}"))?,
+                    ["sends", k] => options.sends = k.parse().map_err(|e| format!("{e}"))?,
+                    ["workload_ms", t] => options.workload_ms = t.parse().map_err(|e| format!("{e}"))?,
+                    ["initial", "all"] => options.initial = None,
+                    ["initial", "none"] => options.initial = Some(Vec::new()),
+                    ["initial", rest @ ..] => options.initial = Some(numbers(rest)?),
+                    ["at", t, "heal"] => {
+                        let t: u64 = t.parse().map_err(|e| format!("{e}"))?;
+                        for index in open.drain(..) {
+                            options.partitions[index].end_ms = t;
+                        }
+                    }
+                    ["at", t, "partition", rest @ ..] => {
+                        let one_way = rest.last() == Some(&"one-way");
+                        let side = numbers(if one_way { &rest[..rest.len() - 1] } else { rest })?;
+                        let start_ms = t.parse().map_err(|e| format!("{e}"))?;
+                        open.push(options.partitions.len());
+                        options.partitions.push(Partition { start_ms, end_ms: u64::MAX / 2, side, one_way });
+                    }
+                    ["at", t, action, rest @ ..] => {
+                        let t: u64 = t.parse().map_err(|e| format!("{e}"))?;
+                        for node in numbers(rest)? {
+                            let action = match *action {
+                                "crash" => ScriptAction::Crash(node),
+                                "start" => ScriptAction::Start(node),
+                                "leave" => ScriptAction::Leave(node),
+                                other => return Err(format!("unknown action `{other}`")),
+                            };
+                            options.script.push((t, action));
+                        }
+                    }
+                    ["expect", "final:", rest @ ..] => expect.push(Expect::Final(numbers(rest)?.into_iter().collect())),
+                    ["expect", "views", node, ..] => {
+                        let node = node.trim_end_matches(':').parse().map_err(|e| format!("{e}"))?;
+                        let views = sets(line.split_once(':').ok_or("expected `:`")?.1)?;
+                        expect.push(Expect::Views { node, views });
+                    }
+                    _ => return Err("unknown command".to_string()),
+                }
+                Ok(())
+            })();
+            result.map_err(fail)?;
+        }
+        Ok(Scenario { name: name.to_string(), options, expect })
+    }
+
+    /// What the run got wrong: oracle violations and unmet expectations (empty when it passed).
+    pub fn check(&self, report: &SimReport) -> Vec<String> {
+        let mut problems: Vec<String> = report.violations.iter().map(|v| format!("violation: {v:?}")).collect();
+        let trace = &report.trace;
+        for expect in &self.expect {
+            match expect {
+                Expect::Views { node, views } => {
+                    let got: Vec<BTreeSet<usize>> = trace
+                        .views
+                        .iter()
+                        .filter(|v| v.node == *node)
+                        .skip(1)
+                        .map(|v| v.members.iter().copied().collect())
+                        .collect();
+                    if &got != views {
+                        problems.push(format!("node {node} installed {got:?}, expected {views:?}"));
+                    }
+                }
+                Expect::Final(members) => {
+                    for node in members {
+                        let last = trace.views.iter().filter(|v| v.node == *node).last();
+                        let got: Option<BTreeSet<usize>> = last.map(|v| v.members.iter().copied().collect());
+                        if got.as_ref() != Some(members) {
+                            problems.push(format!("node {node} ended in {got:?}, expected {members:?}"));
+                        }
+                    }
+                }
+            }
+        }
+        problems
+    }
+}

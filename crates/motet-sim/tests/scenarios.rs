@@ -1,0 +1,35 @@
+//! Every scripted scenario in `tests/scenarios/` passes: no oracle violation and the expected
+//! views (issue 3, item 7).
+
+use motet_sim::scenario::Scenario;
+
+#[test]
+fn scripted_scenarios_pass() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    assert!(files.len() >= 6, "scenarios missing: {files:?}");
+    let mut failures = Vec::new();
+    for path in files {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let scenario = Scenario::parse(&name, &std::fs::read_to_string(&path).unwrap()).unwrap();
+        for seed in 1..=5 {
+            let mut options = scenario.options.clone();
+            options.seed = seed;
+            let report = motet_sim::run(&options);
+            let problems = scenario.check(&report);
+            if !problems.is_empty() {
+                failures.push(format!("{name} seed {seed}: {:?}", &problems[..problems.len().min(3)]));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_scenario_expecting_the_wrong_views_fails() {
+    let scenario = Scenario::parse("wrong", "nodes 3\nat 500 crash 2\nexpect final: 0 1 2\n").unwrap();
+    let problems = scenario.check(&motet_sim::run(&scenario.options));
+    assert!(problems.iter().any(|p| p.contains("expected")), "{problems:?}");
+    assert!(Scenario::parse("bad", "nodes three").unwrap_err().contains("bad:1"));
+}
