@@ -152,7 +152,7 @@ impl Scenario {
                 }
                 Expect::Final(members) => {
                     for node in members {
-                        let last = trace.views.iter().filter(|v| v.node == *node).last();
+                        let last = trace.views.iter().rev().find(|v| v.node == *node);
                         let got: Option<BTreeSet<usize>> = last.map(|v| v.members.iter().copied().collect());
                         if got.as_ref() != Some(members) {
                             problems.push(format!("node {node} ended in {got:?}, expected {members:?}"));
