@@ -338,7 +338,8 @@ fn violation_site(violation: &Violation) -> Option<(Option<MsgId>, usize, &'stat
 /// messages are drawn; with more than 5,000 datagram records, only application messages and lost
 /// datagrams (the caption says so), so that the file stays of bounded size.
 pub fn render_svg(report: &SimReport, options: &SimOptions) -> String {
-    let n = options.nodes.max(1);
+    // Restarted processes are new nodes after the first `options.nodes`.
+    let n = report.trace.nodes.max(options.nodes).max(1);
     let trace = &report.trace;
     let col = (720.0 / n as f64).clamp(24.0, 150.0);
     let x = |node: usize| LEFT + col * (node as f64 + 0.5);
@@ -591,14 +592,16 @@ pub fn render_svg(report: &SimReport, options: &SimOptions) -> String {
     }
     let _ = writeln!(out, "</g>");
 
-    // Members: a line while alive, a red ✕ at the crash.
+    // Members: a line while alive (from the first view a node installs: a node that starts or
+    // restarts later begins there), a red ✕ at the crash.
     for node in 0..n {
         let end = line_end(node);
+        let start = trace.views.iter().find(|v| v.node == node).map_or(scale.top, |v| scale.y(v.time));
         let _ = writeln!(
             out,
             r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#222" stroke-width="1.6"/>"##,
             x(node),
-            scale.top,
+            start,
             x(node),
             scale.y(end)
         );
