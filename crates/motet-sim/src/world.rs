@@ -488,6 +488,39 @@ impl<'a> World<'a> {
             return;
         }
         let endpoint = *self.endpoints.iter().find(|(_, &i)| i == index).expect("every node has an endpoint").0;
+        self.note(format!("node {index} starts alone"));
+        self.bring_up_alone(index, endpoint);
+    }
+
+    /// A crashed process restarts: a new endpoint, at a new address, in a view of its own; the
+    /// others learn its address (as a re-resolved seed list would tell them), and it must merge.
+    fn restart(&mut self, old: usize) {
+        let index = self.nodes.len();
+        let endpoint = EndpointId(self.rng.next_u64());
+        let addresses: Vec<Address> = (0..=index as u32).map(Address::Sim).collect();
+        let mut node = Node::new();
+        node.set_peers(GroupName::new("sim"), addresses.clone());
+        for sim in &mut self.nodes {
+            sim.node.set_peers(GroupName::new("sim"), addresses.clone());
+        }
+        self.nodes.push(SimNode {
+            node,
+            stack: StackId(u32::MAX),
+            views: BTreeMap::new(),
+            alive: false,
+            backlog: VecDeque::new(),
+        });
+        self.endpoints.insert(endpoint, index);
+        self.trace.nodes += 1;
+        self.trace.crashed.push(None);
+        self.trace.left.push(false);
+        self.note(format!("node {old} restarts as a new endpoint, node {index}"));
+        self.bring_up_alone(index, endpoint);
+    }
+
+    /// Joins `endpoint` at node `index` in a view of its own. A process starting alone is not the
+    /// primary partition: it must merge into it.
+    fn bring_up_alone(&mut self, index: usize, endpoint: EndpointId) {
         let mut alone = ViewState::initial(
             GroupName::new("sim"),
             self.options.stack.clone(),
@@ -501,40 +534,6 @@ impl<'a> World<'a> {
         sim.stack = sim.node.join(self.now, Arc::clone(&view), 0).expect("the stack spec was validated");
         sim.views.insert(sim.stack, view);
         sim.alive = true;
-        self.note(format!("node {index} starts alone"));
-        self.flush(index);
-    }
-
-    /// A crashed process restarts: a new endpoint, at a new address, in a view of its own; the
-    /// others learn its address (as a re-resolved seed list would tell them), and it must merge.
-    fn restart(&mut self, old: usize) {
-        let index = self.nodes.len();
-        let endpoint = EndpointId(self.rng.next_u64());
-        let group = self.nodes[0].views.values().next().expect("every node has a view").group.clone();
-        let addresses: Vec<Address> = (0..=index as u32).map(Address::Sim).collect();
-        let mut alone = ViewState::initial(
-            group,
-            self.options.stack.clone(),
-            self.options.config.clone(),
-            vec![endpoint],
-            vec![Address::Sim(index as u32)],
-        );
-        // A process starting alone is not the primary partition: it must merge into it.
-        alone.primary = false;
-        let view = Arc::new(alone);
-        let mut node = Node::new();
-        node.set_peers(view.group.clone(), addresses.clone());
-        let stack = node.join(self.now, Arc::clone(&view), 0).expect("the stack spec was validated");
-        for sim in &mut self.nodes {
-            sim.node.set_peers(view.group.clone(), addresses.clone());
-        }
-        let views = [(stack, view)].into_iter().collect();
-        self.nodes.push(SimNode { node, stack, views, alive: true, backlog: VecDeque::new() });
-        self.endpoints.insert(endpoint, index);
-        self.trace.nodes += 1;
-        self.trace.crashed.push(None);
-        self.trace.left.push(false);
-        self.note(format!("node {old} restarts as a new endpoint, node {index}"));
         self.flush(index);
     }
 
