@@ -13,8 +13,9 @@
 //! old stack, lingering, answers a repeated request with the same grant). Both
 //! partitions were flushed, so each member ends its old view with virtual synchrony, and all
 //! install the same view. A requester that hears nothing within `merge_timeout` installs a view of
-//! its own partition instead (a failed merge), so its members are never blocked for long; the
-//! granter ignores requests while busy (a denied merge, retried at the next gossip).
+//! its own partition instead (a failed merge), so its members are never blocked for long. A
+//! coordinator busy with another view change answers `Denied`, and the requester ends its flush
+//! at once the same way (the merge is retried at a later gossip).
 
 use crate::event::{Dn, DropReason, Msg, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -59,6 +60,8 @@ enum Phase {
         contact: Address,
         round: Option<(u64, Vec<Rank>)>,
         deadline: Instant,
+        /// The granter said no before our flush was done: end it at once when it is.
+        denied: bool,
     },
     /// We are flushing to grant `request`.
     Granting {
@@ -134,10 +137,11 @@ impl Inter {
 
     fn on_ready(&mut self, round: u64, survivors: Vec<Rank>, out: &mut Outbox<'_>) {
         match std::mem::replace(&mut self.phase, Phase::Idle) {
-            Phase::Requesting { contact, round: None, deadline } => {
+            Phase::Requesting { round: None, denied: true, .. } => self.fail(round, &survivors, out),
+            Phase::Requesting { contact, round: None, deadline, denied } => {
                 let request = Header::Request { view: Box::new(self.partition(&survivors).to_full()) };
                 self.send(contact, request, out);
-                self.phase = Phase::Requesting { contact, round: Some((round, survivors)), deadline };
+                self.phase = Phase::Requesting { contact, round: Some((round, survivors)), deadline, denied };
                 out.alarm(out.now() + self.config.retry_interval);
             }
             Phase::Granting { request } => {
@@ -154,6 +158,15 @@ impl Inter {
     }
 }
 
+impl Inter {
+    /// A failed or denied merge: end the flush with a view of our own partition.
+    fn fail(&mut self, round: u64, survivors: &[Rank], out: &mut Outbox<'_>) {
+        let alone = self.alone(survivors);
+        out.dn(Dn::CastFull { round, view: Arc::new(alone) });
+        self.phase = Phase::Done { grant: None };
+    }
+}
+
 impl Layer for Inter {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
         match ev {
@@ -161,7 +174,7 @@ impl Layer for Inter {
             Up::MergeWith { contact, view } if matches!(self.phase, Phase::Idle) && self.coord == self.rank => {
                 let _ = view;
                 let deadline = out.now() + self.config.merge_timeout;
-                self.phase = Phase::Requesting { contact, round: None, deadline };
+                self.phase = Phase::Requesting { contact, round: None, deadline, denied: false };
                 out.alarm(deadline);
                 out.dn(Dn::MergeFlush);
             }
@@ -180,9 +193,29 @@ impl Layer for Inter {
                             (request.primary, ViewId { ltime: request.ltime, coord: EndpointId(request.coord) });
                         let disjoint = request.members.iter().all(|&e| self.view.rank_of(EndpointId(e)).is_none());
                         let smaller = theirs < (self.view.primary, self.view.view_id);
-                        if matches!(self.phase, Phase::Idle) && self.coord == self.rank && disjoint && smaller {
+                        if self.coord != self.rank || !disjoint || !smaller {
+                            return; // not ours to answer (or already merged)
+                        }
+                        if matches!(self.phase, Phase::Idle) {
                             self.phase = Phase::Granting { request };
                             out.dn(Dn::MergeFlush);
+                        } else {
+                            let contact = request.addresses
+                                [request.members.iter().position(|&e| e == request.coord).unwrap_or(0)];
+                            self.send(contact.into(), Header::Denied { request: (request.ltime, request.coord) }, out);
+                        }
+                    }
+                    Some(Header::Denied { request }) => {
+                        if request != (self.view.view_id.ltime, self.view.view_id.coord.0) {
+                            return;
+                        }
+                        match &mut self.phase {
+                            Phase::Requesting { round: Some((round, survivors)), .. } => {
+                                let (round, survivors) = (*round, survivors.clone());
+                                self.fail(round, &survivors, out);
+                            }
+                            Phase::Requesting { denied, .. } => *denied = true,
+                            _ => {}
                         }
                     }
                     Some(Header::Granted { request, view }) => {
@@ -208,15 +241,12 @@ impl Layer for Inter {
 
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
         let now = out.now();
-        if let Phase::Requesting { contact, round, deadline } = &self.phase {
+        if let Phase::Requesting { contact, round, deadline, .. } = &self.phase {
             let (contact, deadline) = (*contact, *deadline);
             match round {
                 Some((round, survivors)) if now >= deadline => {
-                    // A failed merge: end the flush with a view of our own partition.
-                    let round = *round;
-                    let alone = self.alone(survivors);
-                    out.dn(Dn::CastFull { round, view: Arc::new(alone) });
-                    self.phase = Phase::Done { grant: None };
+                    let (round, survivors) = (*round, survivors.clone());
+                    self.fail(round, &survivors, out);
                 }
                 Some((_, survivors)) => {
                     let request = Header::Request { view: Box::new(self.partition(survivors).to_full()) };

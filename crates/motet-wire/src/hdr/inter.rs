@@ -16,6 +16,11 @@ pub enum Header {
         /// The requesting partition's view.
         view: Box<FullView>,
     },
+    /// The granter is busy with another view change: the requester should not wait.
+    Denied {
+        /// The requester's view id it answers, as (ltime, coordinator).
+        request: (u64, u64),
+    },
     /// The merged view, sent to the requesting coordinator.
     Granted {
         /// The requester's view id it answers, as (ltime, coordinator).
@@ -33,6 +38,7 @@ impl LayerHeader for Header {
             Header::NoHdr => 0,
             Header::Request { .. } => 1,
             Header::Granted { .. } => 2,
+            Header::Denied { .. } => 3,
         }
     }
     fn encode_fields(&self, w: &mut Writer<'_>) {
@@ -44,6 +50,10 @@ impl LayerHeader for Header {
                 w.varint(request.1);
                 view.encode(w);
             }
+            Header::Denied { request } => {
+                w.varint(request.0);
+                w.varint(request.1);
+            }
         }
     }
     fn decode_fields(variant: u8, r: &mut Reader<'_>) -> Result<Self, WireError> {
@@ -53,6 +63,7 @@ impl LayerHeader for Header {
                 let request = (r.varint()?, r.varint()?);
                 Ok(Header::Granted { request, view: Box::new(FullView::decode(r)?) })
             }
+            3 => Ok(Header::Denied { request: (r.varint()?, r.varint()?) }),
             _ => Err(bad_variant::<Self>(variant, r)),
         }
     }

@@ -187,6 +187,7 @@ pub fn inter_hdr() -> impl Strategy<Value = inter::Header> {
     prop_oneof![
         Just(inter::Header::NoHdr),
         full_view().prop_map(|view| inter::Header::Request { view: Box::new(view) }),
+        (u64_any(), u64_any()).prop_map(|(l, c)| inter::Header::Denied { request: (l, c) }),
         (u64_any(), u64_any(), full_view())
             .prop_map(|(l, c, view)| inter::Header::Granted { request: (l, c), view: Box::new(view) }),
     ]
