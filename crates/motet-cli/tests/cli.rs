@@ -16,27 +16,15 @@ fn json(text: &str) -> serde_json::Value {
 
 /// Issue 2, "done when": 500 seeds of a 5-member fifo group under 20% loss, 5% duplication and
 /// 30% reordering deliver every cast at every member, the sender included.
+/// The "done when" command of issue 2, with `extra` flags added.
+fn issue_2_command(extra: &[&'static str]) -> Vec<&'static str> {
+    let base = "sim --nodes 5 --seeds 1..500 --loss 0.2 --dup 0.05 --reorder 0.3 --stack fifo --casts 20 --json";
+    base.split(' ').chain(extra.iter().copied()).collect()
+}
+
 #[test]
 fn issue_2_sim_contract_500_seeds_under_loss() {
-    let args = [
-        "sim",
-        "--nodes",
-        "5",
-        "--seeds",
-        "1..500",
-        "--loss",
-        "0.2",
-        "--dup",
-        "0.05",
-        "--reorder",
-        "0.3",
-        "--stack",
-        "fifo",
-        "--casts",
-        "20",
-        "--json",
-    ];
-    let (code, stdout, stderr) = motet(&args);
+    let (code, stdout, stderr) = motet(&issue_2_command(&[]));
     let report = json(&stdout);
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert_eq!(report["runs"], 500);
@@ -48,26 +36,7 @@ fn issue_2_sim_contract_500_seeds_under_loss() {
 
 #[test]
 fn issue_2_sim_with_a_crash_has_no_violations() {
-    let args = [
-        "sim",
-        "--nodes",
-        "5",
-        "--seeds",
-        "1..500",
-        "--loss",
-        "0.2",
-        "--dup",
-        "0.05",
-        "--reorder",
-        "0.3",
-        "--stack",
-        "fifo",
-        "--casts",
-        "20",
-        "--crashes",
-        "1",
-        "--json",
-    ];
+    let args = issue_2_command(&["--crashes", "1"]);
     let (code, stdout, _) = motet(&args);
     assert_eq!(code, 0, "{stdout}");
     assert_eq!(json(&stdout)["violations"], 0);
