@@ -117,6 +117,32 @@ pub enum Dn {
     /// (`inter` → `intra`, at a coordinator) flush this view for a merge: run a round, and report
     /// `MergeReady` instead of installing a view.
     MergeFlush,
+    /// (`inter` → `merge`, at a flushed coordinator) ask `contact`'s partition to merge ours in;
+    /// `merge` repeats the request until it is answered (`MergeGranted`, `MergeDenied`) or times
+    /// out (`MergeFailed`).
+    MergeRequest {
+        /// The other partition's coordinator.
+        contact: crate::view::Address,
+        /// Our partition after its flush.
+        view: Box<motet_wire::hdr::intra::FullView>,
+    },
+    /// (`inter` → `merge`, at the granter) send the merged view to the requester, and answer its
+    /// repeated requests with it.
+    MergeGrant {
+        /// The requester's coordinator.
+        contact: crate::view::Address,
+        /// The requester's view id, as (ltime, coordinator).
+        request: (u64, u64),
+        /// The merged view.
+        view: Box<motet_wire::hdr::intra::FullView>,
+    },
+    /// (`inter` → `merge`) refuse a request: we are busy with another view change.
+    MergeDeny {
+        /// The requester's coordinator.
+        contact: crate::view::Address,
+        /// The requester's view id, as (ltime, coordinator).
+        request: (u64, u64),
+    },
     /// (`inter` → `intra`) cast this view, concluding merge round `round`.
     CastFull {
         /// The round the view concludes.
@@ -205,6 +231,15 @@ pub enum Up {
         /// Its view.
         view: crate::view::ViewId,
     },
+    /// (`merge` → `inter`) another partition's coordinator asks to merge into ours (raised once
+    /// per request; `merge` answers repeats of a request already granted).
+    MergeRequest(Box<motet_wire::hdr::intra::FullView>),
+    /// (`merge` → `inter`) our request was granted: this is the merged view.
+    MergeGranted(Box<motet_wire::hdr::intra::FullView>),
+    /// (`merge` → `inter`) our request was refused (the other coordinator was busy).
+    MergeDenied,
+    /// (`merge` → `inter`) our request went unanswered for `merge_timeout`.
+    MergeFailed,
     /// (`intra` → `inter`) the merge flush of `round` is complete; these ranks survive it.
     MergeReady {
         /// The round.

@@ -68,6 +68,10 @@ pub enum Service {
     Healing,
     /// Merging of partitions.
     Merging,
+    /// The reliable merge protocol between coordinators (request, grant, deny, fail).
+    MergeProtocol,
+    /// Primary-partition views.
+    PrimaryPartition,
 }
 
 impl Service {
@@ -92,6 +96,8 @@ impl Service {
             Service::Leave => "reliable leave",
             Service::Healing => "partition discovery",
             Service::Merging => "partition merging",
+            Service::MergeProtocol => "reliable merge requests",
+            Service::PrimaryPartition => "primary-partition views",
         }
     }
 }

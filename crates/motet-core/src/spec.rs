@@ -26,6 +26,9 @@ pub enum Property {
     Slander,
     /// Partition healing: discovery and merging of partitions (and of new members).
     Heal,
+    /// Primary-partition views: a view is primary when it holds a majority of the primary view
+    /// it follows.
+    Primary,
 }
 
 impl Property {
@@ -39,6 +42,7 @@ impl Property {
         Property::Suspect,
         Property::Slander,
         Property::Heal,
+        Property::Primary,
     ];
 
     /// The property's name.
@@ -52,6 +56,7 @@ impl Property {
             Property::Suspect => "Suspect",
             Property::Slander => "Slander",
             Property::Heal => "Heal",
+            Property::Primary => "Primary",
         }
     }
 
@@ -65,7 +70,8 @@ impl Property {
             Property::Sync => &[LayerKind::Sync],
             Property::Suspect => &[LayerKind::Suspect],
             Property::Slander => &[LayerKind::Slander],
-            Property::Heal => &[LayerKind::Heal, LayerKind::Inter],
+            Property::Heal => &[LayerKind::Heal, LayerKind::Inter, LayerKind::Merge],
+            Property::Primary => &[LayerKind::Primary],
         }
     }
 }

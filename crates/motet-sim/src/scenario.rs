@@ -18,7 +18,8 @@
 //! `initial all|none|N...`, `at T crash|start|leave N...`, `at T partition N... [one-way]` (the
 //! listed nodes are cut off from the rest), `at T heal` (ends the open partitions), `expect views
 //! N: [members]...` (the member sets, as sets, of the views node N installs after its first), and
-//! `expect final: N...` (every live node ends in one view of exactly these members).
+//! `expect final: N...` (every live node ends in one view of exactly these members) and `expect
+//! primary N: yes|no...` (whether each view node N installs after its first is primary).
 
 use crate::options::{Partition, ScriptAction, SimOptions};
 use crate::world::SimReport;
@@ -37,6 +38,13 @@ pub enum Expect {
     },
     /// Every live node ends in one view with exactly these members.
     Final(BTreeSet<usize>),
+    /// Whether each view `node` installs after its first one is primary, in order.
+    Primary {
+        /// The node.
+        node: usize,
+        /// One flag per view.
+        flags: Vec<bool>,
+    },
 }
 
 /// A parsed scenario.
@@ -118,6 +126,18 @@ impl Scenario {
                         }
                     }
                     ["expect", "final:", rest @ ..] => expect.push(Expect::Final(numbers(rest)?.into_iter().collect())),
+                    ["expect", "primary", node, flags @ ..] => {
+                        let node = node.trim_end_matches(':').parse().map_err(|e| format!("{e}"))?;
+                        let flags = flags
+                            .iter()
+                            .map(|f| match *f {
+                                "yes" => Ok(true),
+                                "no" => Ok(false),
+                                other => Err(format!("`{other}`: expected yes or no")),
+                            })
+                            .collect::<Result<_, _>>()?;
+                        expect.push(Expect::Primary { node, flags });
+                    }
                     ["expect", "views", node, ..] => {
                         let node = node.trim_end_matches(':').parse().map_err(|e| format!("{e}"))?;
                         let views = sets(line.split_once(':').ok_or("expected `:`")?.1)?;
@@ -148,6 +168,13 @@ impl Scenario {
                         .collect();
                     if &got != views {
                         problems.push(format!("node {node} installed {got:?}, expected {views:?}"));
+                    }
+                }
+                Expect::Primary { node, flags } => {
+                    let got: Vec<bool> =
+                        trace.views.iter().filter(|v| v.node == *node).skip(1).map(|v| v.primary).collect();
+                    if &got != flags {
+                        problems.push(format!("node {node}'s views were primary {got:?}, expected {flags:?}"));
                     }
                 }
                 Expect::Final(members) => {

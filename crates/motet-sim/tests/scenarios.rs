@@ -32,4 +32,8 @@ fn a_scenario_expecting_the_wrong_views_fails() {
     let problems = scenario.check(&motet_sim::run(&scenario.options));
     assert!(problems.iter().any(|p| p.contains("expected")), "{problems:?}");
     assert!(Scenario::parse("bad", "nodes three").unwrap_err().contains("bad:1"));
+    // Without the Primary property no view after the first is primary.
+    let scenario = Scenario::parse("flags", "nodes 3\nat 500 crash 2\nexpect primary 0: yes\n").unwrap();
+    let problems = scenario.check(&motet_sim::run(&scenario.options));
+    assert!(problems.iter().any(|p| p.contains("primary [false]")), "{problems:?}");
 }

@@ -112,13 +112,19 @@ fn vsync_survives_crashes_under_loss_with_virtual_synchrony() {
 /// loss bursts, duplication, reordering — every guarantee and convergence after the faults.
 #[test]
 fn vsync_swarm_passes() {
-    for (nodes, seeds) in [(7, 1..=60), (4, 61..=120)] {
+    let primary = StackSpec::parse("vsync+Primary").unwrap();
+    let mut later_primaries = 0;
+    for (nodes, seeds, stack) in [(7, 1..=60, vsync()), (5, 61..=120, primary)] {
         for seed in seeds {
-            let options = SimOptions::swarm(seed, nodes, vsync());
+            let options = SimOptions::swarm(seed, nodes, stack.clone());
             let report = run(&options);
             assert_eq!(first(&report.violations), [], "seed {seed}: {}", options.replay_command(true));
+            later_primaries += report.trace.views.iter().filter(|v| v.primary && v.view.0 > 0).count();
         }
     }
+    // The primary oracle had primary views after the first to check (only the `Primary` runs
+    // make them).
+    assert!(later_primaries > 100, "{later_primaries}");
 }
 
 #[test]

@@ -95,6 +95,16 @@ proptest! {
     }
 
     #[test]
+    fn merge_header_is_canonical(header in merge_hdr()) {
+        check_header(header)?;
+    }
+
+    #[test]
+    fn primary_header_is_canonical(header in primary_hdr()) {
+        check_header(header)?;
+    }
+
+    #[test]
     fn suspect_header_is_canonical(header in suspect_hdr()) {
         check_header(header)?;
     }

@@ -68,6 +68,9 @@ impl Layer for Bottom {
             | Dn::SyncFlush { .. }
             | Dn::SyncCut { .. }
             | Dn::MergeFlush
+            | Dn::MergeRequest { .. }
+            | Dn::MergeGrant { .. }
+            | Dn::MergeDeny { .. }
             | Dn::CastFull { .. } => {}
         }
     }

@@ -10,7 +10,7 @@
 //! collects every participant's `FlushOk`, announces the cut, collects every `CutOk`, and casts
 //! the next view as the list of surviving ranks, leavers left out. Every member derives the same next `ViewState` from
 //! it: members and addresses of the survivors in rank order, view id = (logical time + 1, the
-//! coordinator), previous id = this view's, primary when it keeps a majority of a primary view.
+//! coordinator), previous id = this view's (whether it is primary is `primary`'s decision).
 //! A member installs a view only from the round whose cut it completed (`CutDone`), which is what
 //! makes members that install the same view agree on what they delivered. A member left out of the
 //! view forms a view of its own (a singleton partition), unless it asked to leave, in which case
@@ -199,7 +199,7 @@ impl Intra {
             coord: survivors.iter().position(|&r| r == coord).unwrap_or(0) as Rank,
             view_id: ViewId { ltime: old.view_id.ltime + 1, coord: old.members[usize::from(coord)] },
             addresses: survivors.iter().map(|&r| old.addresses[usize::from(r)]).collect(),
-            primary: old.primary && 2 * members.len() > old.len(),
+            primary: false, // decided by `primary`, if the stack has it
             prev_ids: vec![old.view_id],
             members,
             ..ViewState::clone(old)

@@ -334,6 +334,9 @@ impl Layer for Mnak {
             | Dn::SyncCut { .. }
             | Dn::Gossip { .. }
             | Dn::MergeFlush
+            | Dn::MergeRequest { .. }
+            | Dn::MergeGrant { .. }
+            | Dn::MergeDeny { .. }
             | Dn::CastFull { .. }) => out.dn(other),
         }
     }

@@ -19,8 +19,10 @@ pub mod inter;
 pub mod intra;
 pub mod leave;
 pub mod local;
+pub mod merge;
 pub mod mflow;
 pub mod mnak;
+pub mod primary;
 pub mod pt2pt;
 pub mod pt2ptw;
 pub mod slander;
@@ -94,9 +96,11 @@ registry! {
     Top => top::Top,
     Inter => inter::Inter,
     Heal => heal::Heal,
+    Primary => primary::Primary,
     Intra => intra::Intra,
     Leave => leave::Leave,
     Elect => elect::Elect,
+    Merge => merge::Merge,
     Slander => slander::Slander,
     Sync => sync::Sync,
     Suspect => suspect::Suspect,

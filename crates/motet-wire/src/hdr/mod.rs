@@ -21,8 +21,10 @@ pub mod inter;
 pub mod intra;
 pub mod leave;
 pub mod local;
+pub mod merge;
 pub mod mflow;
 pub mod mnak;
+pub mod primary;
 pub mod pt2pt;
 pub mod pt2ptw;
 pub mod slander;
@@ -139,7 +141,9 @@ headers! {
     Intra(intra),
     Leave(leave),
     Heal(heal),
+    Merge(merge),
     Inter(inter),
+    Primary(primary),
 }
 
 fn encode_one<H: LayerHeader>(header: &H, w: &mut Writer<'_>) {

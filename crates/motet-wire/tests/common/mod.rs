@@ -6,8 +6,8 @@
 
 use bytes::Bytes;
 use motet_wire::hdr::{
-    appl, bottom, elect, frag, heal, inter, intra, leave, local, mflow, mnak, pt2pt, pt2ptw, slander, stable, suspect,
-    sync,
+    appl, bottom, elect, frag, heal, inter, intra, leave, local, merge, mflow, mnak, primary, pt2pt, pt2ptw, slander,
+    stable, suspect, sync,
 };
 use motet_wire::WireAddress;
 use motet_wire::{ConnId, Head, Header, Mux, Payload, Rank, Seqno, HEADER_COUNT_MAX};
@@ -183,14 +183,22 @@ pub fn heal_hdr() -> impl Strategy<Value = heal::Header> {
     ]
 }
 
-pub fn inter_hdr() -> impl Strategy<Value = inter::Header> {
+pub fn merge_hdr() -> impl Strategy<Value = merge::Header> {
     prop_oneof![
-        Just(inter::Header::NoHdr),
-        full_view().prop_map(|view| inter::Header::Request { view: Box::new(view) }),
-        (u64_any(), u64_any()).prop_map(|(l, c)| inter::Header::Denied { request: (l, c) }),
+        Just(merge::Header::NoHdr),
+        full_view().prop_map(|view| merge::Header::Request { view: Box::new(view) }),
+        (u64_any(), u64_any()).prop_map(|(l, c)| merge::Header::Denied { request: (l, c) }),
         (u64_any(), u64_any(), full_view())
-            .prop_map(|(l, c, view)| inter::Header::Granted { request: (l, c), view: Box::new(view) }),
+            .prop_map(|(l, c, view)| merge::Header::Granted { request: (l, c), view: Box::new(view) }),
     ]
+}
+
+pub fn inter_hdr() -> impl Strategy<Value = inter::Header> {
+    Just(inter::Header::NoHdr)
+}
+
+pub fn primary_hdr() -> impl Strategy<Value = primary::Header> {
+    Just(primary::Header::NoHdr)
 }
 
 pub fn leave_hdr() -> impl Strategy<Value = leave::Header> {
@@ -216,7 +224,9 @@ pub fn header() -> impl Strategy<Value = Header> {
         intra_hdr().prop_map(Header::from),
         leave_hdr().prop_map(Header::from),
         heal_hdr().prop_map(Header::from),
+        merge_hdr().prop_map(Header::from),
         inter_hdr().prop_map(Header::from),
+        primary_hdr().prop_map(Header::from),
     ]
 }
 

@@ -1,0 +1,248 @@
+//! `merge`: the reliable merge protocol between two partitions' coordinators (thesis Fig 2.3,
+//! Table 2.1 `MergeRequest`/`MergeGranted`/`MergeDenied`/`MergeFailed`; Ensemble `merge`).
+//!
+//! Provides: [`Service::MergeProtocol`]. Requires: nothing (it talks on the group's gossip
+//! channel). Header: `Request`, `Granted`, `Denied` (gossip between coordinators) and `NoHdr`.
+//!
+//! Gossip is unreliable, so this layer makes a merge request reliable the way Ensemble's does:
+//! the requester repeats `Request` every `retry_interval` until the granter answers `Granted` or
+//! `Denied`, and gives up after `merge_timeout` (`MergeFailed`), so a requester is never blocked
+//! for long. A granter keeps the grant it sent and answers a repeated request with it (the first
+//! `Granted` may have been lost), without bothering `inter` again. What to request, and whether to
+//! grant, is `inter`'s decision; this layer only carries it.
+
+use crate::event::{Dn, DropReason, Msg, Up};
+use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::time::{Duration, Instant};
+use crate::view::{Address, ViewState};
+use crate::Rank;
+use motet_wire::hdr::merge::Header;
+use motet_wire::Header as AnyHeader;
+
+/// `merge` parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// How often the requester repeats its request while waiting. Default 200 ms.
+    pub retry_interval: Duration,
+    /// How long the requester waits for an answer before giving up. Default 3 s.
+    pub merge_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { retry_interval: Duration::from_millis(200), merge_timeout: Duration::from_millis(3_000) }
+    }
+}
+
+/// Static description.
+pub static SPEC: LayerSpec = LayerSpec {
+    name: "merge",
+    summary: "carries merge requests and answers between coordinators, with retries and a timeout",
+    provides: &[Service::MergeProtocol],
+    requires_below: &[],
+    requires_above: &[],
+};
+
+/// The request we are waiting on.
+#[derive(Debug)]
+struct Pending {
+    contact: Address,
+    /// Our view id, which names the request: (ltime, coordinator).
+    id: (u64, u64),
+    request: Header,
+    deadline: Instant,
+}
+
+/// `merge` state.
+#[derive(Debug)]
+pub struct Merge {
+    config: Config,
+    pending: Option<Pending>,
+    /// The last grant we sent, to answer repeats of its request: (request id, contact, `Granted`).
+    granted: Option<((u64, u64), Address, Header)>,
+    /// Requests already raised to `inter`, so repeats are not raised again (one per view in
+    /// practice: a coordinator handles one merge per view).
+    raised: Vec<(u64, u64)>,
+}
+
+/// How many distinct requests one view remembers having raised; more are raised again.
+const RAISED_MAX: usize = 16;
+
+impl Merge {
+    /// A `merge` for `view`.
+    pub fn new(config: &Config, _view: &ViewState, _rank: Rank) -> Merge {
+        Merge { config: config.clone(), pending: None, granted: None, raised: Vec::new() }
+    }
+
+    fn send(to: Address, header: Header, out: &mut Outbox<'_>) {
+        out.dn(Dn::Gossip { to: Some(to), msg: Msg::default().with(header) });
+    }
+
+    /// An answer to request `id`: only the pending request's answer counts.
+    fn answered(&mut self, id: (u64, u64)) -> bool {
+        if self.pending.as_ref().is_some_and(|p| p.id == id) {
+            self.pending = None;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+impl Layer for Merge {
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+        match ev {
+            Up::Gossip(mut msg) if matches!(msg.hdrs.last(), Some(AnyHeader::Merge(h)) if *h != Header::NoHdr) => {
+                match msg.pop_as::<Header>() {
+                    Some(Header::Request { view }) => {
+                        let id = (view.ltime, view.coord);
+                        if let Some((granted_id, contact, grant)) = &self.granted {
+                            if *granted_id == id {
+                                Merge::send(*contact, grant.clone(), out);
+                                return;
+                            }
+                        }
+                        if self.raised.contains(&id) {
+                            return; // a repeat: `inter` is already flushing to grant it
+                        }
+                        if self.raised.len() == RAISED_MAX {
+                            self.raised.remove(0);
+                        }
+                        self.raised.push(id);
+                        out.up(Up::MergeRequest(view));
+                    }
+                    Some(Header::Granted { request, view }) => {
+                        if self.answered(request) {
+                            out.up(Up::MergeGranted(view));
+                        }
+                    }
+                    Some(Header::Denied { request }) => {
+                        if self.answered(request) {
+                            out.up(Up::MergeDenied);
+                        }
+                    }
+                    _ => out.drop_input(DropReason::HeaderMismatch),
+                }
+            }
+            other => out.pass_up(other, Header::NoHdr),
+        }
+    }
+
+    fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        match ev {
+            Dn::MergeRequest { contact, view } => {
+                let id = (view.ltime, view.coord);
+                let request = Header::Request { view };
+                Merge::send(contact, request.clone(), out);
+                let deadline = out.now() + self.config.merge_timeout;
+                self.pending = Some(Pending { contact, id, request, deadline });
+                out.alarm(out.now() + self.config.retry_interval);
+            }
+            Dn::MergeGrant { contact, request, view } => {
+                // A grant ends our interest in that request's repeats only with this stack.
+                let grant = Header::Granted { request, view };
+                Merge::send(contact, grant.clone(), out);
+                self.granted = Some((request, contact, grant));
+            }
+            Dn::MergeDeny { contact, request } => Merge::send(contact, Header::Denied { request }, out),
+            other => out.pass_dn(other, Header::NoHdr),
+        }
+    }
+
+    fn handle_timer(&mut self, out: &mut Outbox<'_>) {
+        let now = out.now();
+        let Some(pending) = &self.pending else { return };
+        if now >= pending.deadline {
+            self.pending = None;
+            out.up(Up::MergeFailed);
+        } else {
+            Merge::send(pending.contact, pending.request.clone(), out);
+            out.alarm((now + self.config.retry_interval).min(pending.deadline));
+        }
+    }
+
+    fn check_invariants(&self) {
+        assert!(self.raised.len() <= RAISED_MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::harness::{Harness, Out};
+    use motet_wire::hdr::intra::FullView;
+
+    fn full(ltime: u64, coord: u64) -> Box<FullView> {
+        let view = crate::testing::view(2);
+        let mut full = view.to_full();
+        full.ltime = ltime;
+        full.coord = coord;
+        Box::new(full)
+    }
+
+    fn gossip(out: &[Out]) -> Vec<Header> {
+        out.iter()
+            .filter_map(|o| match o {
+                Out::Dn(Dn::Gossip { msg, .. }) => match msg.hdrs.last() {
+                    Some(AnyHeader::Merge(h)) => Some(h.clone()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn incoming(header: Header) -> Up {
+        Up::Gossip(Msg::default().with(header))
+    }
+
+    /// Fires the layer's alarms until `until`, collecting the outputs.
+    fn run_until(h: &mut Harness<Merge>, until: Instant) -> Vec<Out> {
+        let mut all = Vec::new();
+        while let Some(at) = h.alarm.filter(|&at| at <= until) {
+            all.extend(h.timer(at));
+        }
+        all
+    }
+
+    #[test]
+    fn request_is_repeated_then_fails_at_the_timeout() {
+        let view = crate::testing::view(2);
+        let mut h = Harness::new(Merge::new(&Config::default(), &view, 0), 0);
+        let out = h.dn(Dn::MergeRequest { contact: Address::Sim(9), view: full(3, 1) });
+        assert!(matches!(gossip(&out)[..], [Header::Request { .. }]));
+        let out = run_until(&mut h, Instant::ZERO + Duration::from_millis(10_000));
+        assert!(matches!(out.last(), Some(Out::Up(Up::MergeFailed))), "{out:?}");
+        assert_eq!(gossip(&out).len(), 14, "repeated every 200 ms until the 3 s timeout");
+        assert!(h.alarm.is_none());
+        // A late grant is not raised.
+        let out = h.up(incoming(Header::Granted { request: (3, 1), view: full(4, 0) }));
+        assert!(out.is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn only_the_answer_to_our_request_counts() {
+        let view = crate::testing::view(2);
+        let mut h = Harness::new(Merge::new(&Config::default(), &view, 0), 0);
+        h.dn(Dn::MergeRequest { contact: Address::Sim(9), view: full(3, 1) });
+        let out = h.up(incoming(Header::Denied { request: (2, 1) }));
+        assert!(out.is_empty(), "an answer to another request: {out:?}");
+        let out = h.up(incoming(Header::Granted { request: (3, 1), view: full(4, 0) }));
+        assert!(matches!(&out[..], [Out::Up(Up::MergeGranted(v))] if v.ltime == 4), "{out:?}");
+        let out = run_until(&mut h, Instant::ZERO + Duration::from_millis(10_000));
+        assert!(out.is_empty(), "no repeats or failure once answered: {out:?}");
+    }
+
+    #[test]
+    fn a_repeated_request_is_raised_once_and_a_granted_one_is_answered_here() {
+        let view = crate::testing::view(2);
+        let mut h = Harness::new(Merge::new(&Config::default(), &view, 0), 0);
+        let request = || incoming(Header::Request { view: full(3, 7) });
+        let out = h.up(request());
+        assert!(matches!(&out[..], [Out::Up(Up::MergeRequest(v))] if v.coord == 7));
+        assert!(h.up(request()).is_empty(), "a repeat is not raised again");
+        h.dn(Dn::MergeGrant { contact: Address::Sim(7), request: (3, 7), view: full(4, 0) });
+        let out = h.up(request());
+        assert!(matches!(gossip(&out)[..], [Header::Granted { request: (3, 7), .. }]), "{out:?}");
+    }
+}
