@@ -12,10 +12,17 @@
 //! partition is always the one that grants (it keeps its primary status; the requester's never
 //! carries over). Thus a crashed-and-restarted process (a new singleton
 //! endpoint) or the two sides of a healed partition find each other and merge.
+//!
+//! Two rules keep healing from feeding on itself. A view asks at most once, and not before it is
+//! `gossip_interval` old (a hello heard earlier is remembered and acted on at the first tick), so
+//! a lineage of views that keep failing to merge — each failure makes a new view — asks at most
+//! once per `gossip_interval`, instead of once per round trip. And a stack replaced by its
+//! successor view (`NewView` passed up through it) falls silent: it lingers only to finish
+//! retransmissions, and must not announce or act on a view that is no longer current.
 
 use crate::event::{Dn, Msg, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
-use crate::time::Duration;
+use crate::time::{Duration, Instant};
 use crate::view::{EndpointId, ViewId, ViewState};
 use crate::Rank;
 use motet_wire::hdr::heal::Header;
@@ -53,12 +60,27 @@ pub struct Heal {
     coord: Rank,
     /// The partition we last asked to merge with (ask once per view).
     asked: Option<ViewId>,
+    /// When this view's stack started; it asks no earlier than `gossip_interval` after.
+    born: Option<Instant>,
+    /// A larger partition heard before we were old enough to ask: (contact, view).
+    candidate: Option<(crate::view::Address, ViewId)>,
+    /// A successor view has been installed: this stack only lingers.
+    replaced: bool,
 }
 
 impl Heal {
     /// A `heal` for `view`.
     pub fn new(config: &Config, view: &Arc<ViewState>, rank: Rank) -> Heal {
-        Heal { config: config.clone(), view: Arc::clone(view), rank, coord: view.coord, asked: None }
+        Heal {
+            config: config.clone(),
+            view: Arc::clone(view),
+            rank,
+            coord: view.coord,
+            asked: None,
+            born: None,
+            candidate: None,
+            replaced: false,
+        }
     }
 }
 
@@ -70,14 +92,31 @@ impl Heal {
         let hello = Header::Hello { ltime: id.ltime, coord: id.coord.0, primary: self.view.primary, contact };
         out.dn(Dn::Gossip { to, msg: Msg::default().with(hello) });
     }
+
+    /// Asks `inter` to merge into the partition of `view`, now or at the first tick.
+    fn ask(&mut self, contact: crate::view::Address, view: ViewId, out: &mut Outbox<'_>) {
+        let old_enough = self.born.is_some_and(|born| out.now() >= born + self.config.gossip_interval);
+        if old_enough {
+            self.asked = Some(view);
+            self.candidate = None;
+            out.up(Up::MergeWith { contact, view });
+        } else {
+            self.candidate = Some((contact, view));
+        }
+    }
 }
 
 impl Layer for Heal {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
         match ev {
             Up::Init => {
+                self.born = Some(out.now());
                 out.alarm(out.now() + self.config.gossip_interval);
                 out.up(Up::Init);
+            }
+            Up::NewView(view) => {
+                self.replaced = true;
+                out.up(Up::NewView(view));
             }
             Up::Elect(coord) => {
                 self.coord = coord;
@@ -90,12 +129,11 @@ impl Layer for Heal {
                 let view = ViewId { ltime, coord: EndpointId(coord) };
                 let (theirs, ours) = ((primary, view), (self.view.primary, self.view.view_id));
                 let stranger = self.view.rank_of(EndpointId(coord)).is_none();
-                if self.coord != self.rank || !stranger {
+                if self.coord != self.rank || !stranger || self.replaced {
                     return;
                 }
                 if theirs > ours && self.asked.is_none() {
-                    self.asked = Some(view);
-                    out.up(Up::MergeWith { contact: contact.into(), view });
+                    self.ask(contact.into(), view, out);
                 } else if theirs < ours {
                     // They wait for us to be asked, but may not know where we are (a new process
                     // is in nobody's peer list): answer so they can ask.
@@ -111,7 +149,15 @@ impl Layer for Heal {
     }
 
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
+        if self.replaced {
+            return;
+        }
         if self.coord == self.rank {
+            if let Some((contact, view)) = self.candidate.take() {
+                if self.asked.is_none() {
+                    self.ask(contact, view, out);
+                }
+            }
             self.hello(None, out);
         }
         out.alarm(out.now() + self.config.gossip_interval);
@@ -119,5 +165,53 @@ impl Layer for Heal {
 
     fn check_invariants(&self) {
         assert!(usize::from(self.coord) < self.view.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::harness::{Harness, Out};
+    use crate::view::Address;
+
+    fn hello_from(ltime: u64, coord: u64) -> Up {
+        let hello = Header::Hello { ltime, coord, primary: true, contact: Address::Sim(9).into() };
+        Up::Gossip(Msg::default().with(hello))
+    }
+
+    fn asked(out: &[Out]) -> bool {
+        out.iter().any(|o| matches!(o, Out::Up(Up::MergeWith { .. })))
+    }
+
+    #[test]
+    fn a_young_view_asks_at_its_first_tick_and_only_once() {
+        let view = crate::testing::view(1);
+        let mut h = Harness::new(Heal::new(&Config::default(), &view, 0), 0);
+        h.up(Up::Init);
+        assert!(!asked(&h.up(hello_from(5, 77))), "asked before the view was gossip_interval old");
+        let at = h.alarm.unwrap();
+        assert!(asked(&h.timer(at)), "the remembered hello is acted on at the first tick");
+        assert!(!asked(&h.up(hello_from(5, 77))), "asked twice in one view");
+    }
+
+    #[test]
+    fn an_old_view_asks_at_once() {
+        let view = crate::testing::view(1);
+        let mut h = Harness::new(Heal::new(&Config::default(), &view, 0), 0);
+        h.up(Up::Init);
+        let at = h.alarm.unwrap();
+        h.timer(at);
+        assert!(asked(&h.up(hello_from(5, 77))));
+    }
+
+    #[test]
+    fn a_replaced_stack_is_silent() {
+        let view = crate::testing::view(1);
+        let mut h = Harness::new(Heal::new(&Config::default(), &view, 0), 0);
+        h.up(Up::Init);
+        h.up(Up::NewView(Arc::clone(&view)));
+        let at = h.alarm.unwrap();
+        assert!(h.timer(at).is_empty(), "a replaced stack still gossips");
+        assert!(h.up(hello_from(5, 77)).is_empty(), "a replaced stack still acts on hellos");
     }
 }

@@ -1,0 +1,222 @@
+//! Configuration of a runtime (one per process) and of a group membership (one per joined group):
+//! builders for code, and TOML for files.
+//!
+//! ```toml
+//! [runtime]
+//! bind = "0.0.0.0:7001"
+//! advertise = "10.0.0.5:7001"   # what other members use to reach us (NAT, containers)
+//!
+//! [group]
+//! name = "inventory"
+//! stack = "vsync"
+//! peers = ["10.0.0.6:7001", "inventory-1.inventory.svc:7001"]
+//! ```
+
+use crate::Error;
+use motet_core::{GroupName, StackConfig, StackSpec};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// How a process reaches the network. Defaults: bind `127.0.0.1:0` (loopback, any port),
+/// advertise the bound address, block in `epoll` when idle.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// The UDP address to bind. Port 0 picks a free port.
+    pub bind: SocketAddr,
+    /// The address other members use to reach this process, when it differs from `bind` (NAT,
+    /// containers, or binding `0.0.0.0`). Required when `bind` is a wildcard address.
+    pub advertise: Option<SocketAddr>,
+    /// Spin on the socket instead of sleeping in `epoll` (lowest latency; burns a CPU).
+    pub busy_poll: bool,
+    /// Events held for the application, per process, before the runtime stops reading the
+    /// network (back-pressure: the senders' flow control then holds their messages).
+    pub event_queue: usize,
+    /// Actions (casts, sends) the application may queue to the event-loop thread before `cast`
+    /// blocks.
+    pub action_queue: usize,
+    /// Datagrams held when the socket's send buffer is full, before the oldest are dropped (the
+    /// protocol retransmits them) and counted.
+    pub send_backlog: usize,
+    /// Socket send and receive buffer sizes in bytes (the kernel may cap them).
+    pub socket_buffer: usize,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> RuntimeConfig {
+        RuntimeConfig {
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            advertise: None,
+            busy_poll: false,
+            event_queue: 16_384,
+            action_queue: 4_096,
+            send_backlog: 16_384,
+            socket_buffer: 4 << 20,
+        }
+    }
+}
+
+impl RuntimeConfig {
+    /// The default configuration bound to `bind`.
+    pub fn bind(bind: SocketAddr) -> RuntimeConfig {
+        RuntimeConfig { bind, ..RuntimeConfig::default() }
+    }
+
+    /// Sets the advertised address.
+    pub fn advertise(mut self, address: SocketAddr) -> RuntimeConfig {
+        self.advertise = Some(address);
+        self
+    }
+
+    /// Turns busy-polling on or off.
+    pub fn busy_poll(mut self, on: bool) -> RuntimeConfig {
+        self.busy_poll = on;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        if self.event_queue == 0 || self.action_queue == 0 || self.send_backlog == 0 {
+            return Err(Error::Config("event_queue, action_queue and send_backlog must be at least 1".into()));
+        }
+        if let Some(advertise) = self.advertise {
+            if advertise.ip().is_unspecified() || advertise.port() == 0 {
+                return Err(Error::Config(format!(
+                    "advertise address {advertise} must be a concrete IP and port other members can reach"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One group to join. The stack is a preset, a property set or a layer list (see
+/// `motet stack explain`); peers are `host:port` seeds where other members may be found (IP
+/// literals or DNS names, re-resolved every `resolve_interval`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupConfig {
+    /// The group's name.
+    pub name: String,
+    /// The stack specification.
+    pub stack: String,
+    /// Protocol parameters (the same at every member).
+    pub params: StackConfig,
+    /// Seed addresses of other members.
+    pub peers: Vec<String>,
+    /// How often DNS names among the peers are resolved again (container platforms move
+    /// members). Default 30 s.
+    pub resolve_interval: Duration,
+}
+
+impl GroupConfig {
+    /// A group called `name` on the `vsync` stack with no seeds.
+    pub fn new(name: &str) -> GroupConfig {
+        GroupConfig {
+            name: name.to_string(),
+            stack: "vsync".to_string(),
+            params: StackConfig::default(),
+            peers: Vec::new(),
+            resolve_interval: Duration::from_secs(30),
+        }
+    }
+
+    /// Sets the stack specification.
+    pub fn stack(mut self, spec: &str) -> GroupConfig {
+        self.stack = spec.to_string();
+        self
+    }
+
+    /// Adds seed addresses.
+    pub fn peers<I: IntoIterator<Item = S>, S: Into<String>>(mut self, peers: I) -> GroupConfig {
+        self.peers.extend(peers.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets the protocol parameters.
+    pub fn params(mut self, params: StackConfig) -> GroupConfig {
+        self.params = params;
+        self
+    }
+
+    /// The parsed and validated stack and group name.
+    pub(crate) fn resolve_spec(&self) -> Result<(GroupName, StackSpec), Error> {
+        if self.name.is_empty() {
+            return Err(Error::Config("the group name is empty".into()));
+        }
+        let spec = StackSpec::parse(&self.stack)?;
+        self.params.validate()?;
+        Ok((GroupName::new(&self.name), spec))
+    }
+}
+
+/// A whole configuration file: `[runtime]` and one `[group]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FileConfig {
+    /// The `[runtime]` table.
+    pub runtime: RuntimeConfig,
+    /// The `[group]` table.
+    pub group: GroupConfig,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileToml {
+    #[serde(default)]
+    runtime: RuntimeConfig,
+    group: GroupToml,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupToml {
+    name: String,
+    #[serde(default = "vsync")]
+    stack: String,
+    #[serde(default)]
+    peers: Vec<String>,
+    #[serde(default)]
+    resolve_interval_ms: Option<u64>,
+}
+
+fn vsync() -> String {
+    "vsync".to_string()
+}
+
+impl FileConfig {
+    /// Parses a TOML configuration. Unknown keys are errors (a misspelt key must not be ignored).
+    pub fn from_toml(text: &str) -> Result<FileConfig, Error> {
+        let file: FileToml = toml::from_str(text).map_err(|e| Error::Config(e.to_string()))?;
+        file.runtime.validate()?;
+        let mut group = GroupConfig::new(&file.group.name).stack(&file.group.stack).peers(file.group.peers);
+        if let Some(ms) = file.group.resolve_interval_ms {
+            group.resolve_interval = Duration::from_millis(ms);
+        }
+        group.resolve_spec()?;
+        Ok(FileConfig { runtime: file.runtime, group })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_file_parses_and_rejects_unknown_keys() {
+        let text = "[runtime]\nbind = \"127.0.0.1:7001\"\nbusy_poll = true\n\n[group]\nname = \"g\"\npeers = [\"127.0.0.1:7002\"]\n";
+        let config = FileConfig::from_toml(text).unwrap();
+        assert_eq!(config.runtime.bind, "127.0.0.1:7001".parse().unwrap());
+        assert!(config.runtime.busy_poll);
+        assert_eq!(config.group.stack, "vsync");
+        assert_eq!(config.group.peers, ["127.0.0.1:7002"]);
+        let err = FileConfig::from_toml("[group]\nname = \"g\"\nstak = \"fifo\"\n").unwrap_err();
+        assert!(err.to_string().contains("stak"), "{err}");
+        let err = FileConfig::from_toml("[group]\nname = \"g\"\nstack = \"nosuch\"\n").unwrap_err();
+        assert!(err.to_string().contains("nosuch"), "{err}");
+    }
+
+    #[test]
+    fn advertise_must_be_reachable() {
+        let config = RuntimeConfig::default().advertise("0.0.0.0:7001".parse().unwrap());
+        assert!(config.validate().unwrap_err().to_string().contains("concrete"));
+    }
+}

@@ -1,0 +1,47 @@
+//! The runtime's errors: each says what went wrong and what to do.
+
+use motet_core::{ApiError, EndpointId, StackSpecError};
+use thiserror::Error;
+
+/// Everything the runtime and its API can refuse.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// A socket could not be set up or used.
+    #[error("network: {context}: {source}")]
+    Io {
+        /// What the runtime was doing.
+        context: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A configuration value is wrong.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The stack specification or its parameters cannot be built.
+    #[error("stack: {0}")]
+    Stack(#[from] StackSpecError),
+    /// The protocol refused an action.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// A send named an endpoint that is not in the current view.
+    #[error("endpoint {0} is not in the current view; send to an id from the latest View event")]
+    NotMember(EndpointId),
+    /// A cast or send before the first view was installed.
+    #[error("no view installed yet; wait for the first View event")]
+    NoView,
+    /// This endpoint has left the group (or the runtime stopped it).
+    #[error("the endpoint has left the group; join again to communicate")]
+    Left,
+    /// The runtime's event loop has stopped.
+    #[error("the runtime has stopped (its event loop exited); start a new one")]
+    Stopped,
+    /// The application is not keeping up and the bounded queue is full.
+    #[error("{0} queue is full; consume events (or slow down) and retry")]
+    QueueFull(&'static str),
+}
+
+impl Error {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Error {
+        Error::Io { context: context.into(), source }
+    }
+}

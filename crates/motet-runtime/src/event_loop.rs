@@ -1,0 +1,556 @@
+//! The event loop: one per process, serving all its endpoints. It owns the sans-IO [`Node`] and
+//! the UDP socket, and does only I/O: datagrams in, due timers, application actions; datagrams
+//! out, application events. No protocol logic lives here (the core decides everything).
+//!
+//! Use it directly on your own thread ([`EventLoop::poll`] then [`EventLoop::next_event`]) for the
+//! lowest latency, or through [`crate::Runtime`], which runs it on a thread of its own.
+//!
+//! Back-pressure, end to end: when the application does not consume events and `event_queue` of
+//! them are waiting, the loop stops reading the socket; the kernel buffer fills, datagrams are
+//! lost, and the senders' flow control and retransmission hold their messages (nothing is lost
+//! for good). Actions the protocol cannot take now (flow control is blocking, or a view change is
+//! in progress) are parked in order and taken when the stack allows; the parking lot is bounded.
+
+use crate::clock::Clock;
+use crate::config::{GroupConfig, RuntimeConfig};
+use crate::io::UdpIo;
+use crate::{Error, Event, View};
+use bytes::Bytes;
+use motet_core::{
+    Action, Address, ApiError, AppEvent, EndpointId, GroupName, LayerKind, Node, Payload, Rank, StackId, ViewState,
+};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+const SOCKET: mio::Token = mio::Token(0);
+const WAKER: mio::Token = mio::Token(1);
+
+/// Receive batches handled per [`EventLoop::poll`] before timers and actions get a turn.
+const BATCHES_PER_POLL: usize = 16;
+/// Actions parked per endpoint (waiting for flow control or a view change) before more are
+/// refused with [`Error::QueueFull`].
+const PARKED_MAX: usize = 65_536;
+
+/// An application action, by endpoint id (translated to ranks of the current view when taken).
+#[derive(Clone, Debug)]
+pub(crate) enum Op {
+    Cast(Bytes),
+    Send(EndpointId, Bytes),
+    Leave,
+}
+
+/// Counters of the runtime itself (the protocol's are in [`motet_core::layer::Stats`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeStats {
+    /// Datagrams received.
+    pub datagrams_in: u64,
+    /// Datagrams sent (one per destination address).
+    pub datagrams_out: u64,
+    /// `recvmmsg` calls that returned data.
+    pub recv_batches: u64,
+    /// Sends that failed for a reason other than a full buffer (counted, then dropped).
+    pub send_errors: u64,
+    /// Datagrams held because the socket's send buffer was full.
+    pub send_backlogged: u64,
+    /// Backlogged datagrams dropped because the backlog was full (the protocol retransmits).
+    pub send_backlog_dropped: u64,
+    /// Times the loop stopped reading the socket because the application lagged.
+    pub app_backpressure: u64,
+    /// Parked sends dropped because their destination left the view before they could go.
+    pub sends_to_departed: u64,
+}
+
+/// One joined endpoint.
+#[derive(Debug)]
+struct MemberState {
+    current: StackId,
+    view: Option<Arc<ViewState>>,
+    parked: VecDeque<Op>,
+    /// A view change is in progress (between `Block` and the next view).
+    blocked: bool,
+    casts_blocked: bool,
+    sends_blocked: BTreeSet<Rank>,
+    /// Something that may unblock parked actions happened.
+    retry: bool,
+    left: bool,
+}
+
+/// DNS names among a group's peers, re-resolved periodically.
+#[derive(Debug)]
+struct Seeds {
+    group: GroupName,
+    peers: Vec<String>,
+    interval: Duration,
+    next: crate::clock::Deadline,
+}
+
+/// The event loop of one process. See the module documentation.
+pub struct EventLoop {
+    config: RuntimeConfig,
+    clock: Clock,
+    node: Node,
+    io: UdpIo,
+    poll: mio::Poll,
+    mio_events: mio::Events,
+    waker: Arc<mio::Waker>,
+    advertise: SocketAddr,
+    members: BTreeMap<EndpointId, MemberState>,
+    /// Which endpoint each stack serves, and its view (events of a stack that has just exited
+    /// are still translated with it).
+    owners: BTreeMap<StackId, (EndpointId, Arc<ViewState>)>,
+    ready: VecDeque<(EndpointId, Event)>,
+    backlog: VecDeque<(SocketAddr, Bytes, Payload)>,
+    writable_interest: bool,
+    /// The socket may have more datagrams (mio is edge-triggered: read until `WouldBlock`).
+    readable: bool,
+    seeds: Vec<Seeds>,
+    stats: RuntimeStats,
+}
+
+impl EventLoop {
+    /// Binds the socket and sets up polling.
+    pub fn new(config: RuntimeConfig) -> Result<EventLoop, Error> {
+        config.validate()?;
+        let mut io = UdpIo::bind(config.bind, config.socket_buffer)
+            .map_err(|e| Error::io(format!("binding {}", config.bind), e))?;
+        let local = io.local_addr().map_err(|e| Error::io("reading the bound address", e))?;
+        let advertise = match config.advertise {
+            Some(address) => address,
+            None if local.ip().is_unspecified() => {
+                return Err(Error::Config(format!(
+                    "bound to the wildcard address {local}: set `advertise` to the address other members use"
+                )))
+            }
+            None => local,
+        };
+        let poll = mio::Poll::new().map_err(|e| Error::io("creating the poller", e))?;
+        poll.registry()
+            .register(io.source(), SOCKET, mio::Interest::READABLE)
+            .map_err(|e| Error::io("registering the socket", e))?;
+        let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER).map_err(|e| Error::io("creating the waker", e))?);
+        Ok(EventLoop {
+            config,
+            clock: Clock::new(),
+            node: Node::new(),
+            io,
+            poll,
+            mio_events: mio::Events::with_capacity(64),
+            waker,
+            advertise,
+            members: BTreeMap::new(),
+            owners: BTreeMap::new(),
+            ready: VecDeque::new(),
+            backlog: VecDeque::new(),
+            writable_interest: false,
+            readable: true,
+            seeds: Vec::new(),
+            stats: RuntimeStats::default(),
+        })
+    }
+
+    /// The bound socket address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.io.local_addr().unwrap_or(self.config.bind)
+    }
+
+    /// The address other members reach this process at.
+    pub fn advertised_addr(&self) -> SocketAddr {
+        self.advertise
+    }
+
+    /// A handle that interrupts a blocking [`EventLoop::poll`] from another thread.
+    pub fn waker(&self) -> Arc<mio::Waker> {
+        Arc::clone(&self.waker)
+    }
+
+    /// Joins a group: the new endpoint starts alone in a view of its own (thesis §2.1.5: a new
+    /// endpoint is a singleton partition, not primary) and merges with the members it finds
+    /// through the seeds (`heal` gossips to them).
+    pub fn join(&mut self, group: &GroupConfig) -> Result<EndpointId, Error> {
+        let (name, spec) = group.resolve_spec()?;
+        if !spec.layers().contains(&LayerKind::Heal) || !spec.layers().contains(&LayerKind::Intra) {
+            return Err(Error::Config(format!(
+                "stack `{}` has no membership: a member started by the runtime begins alone and must merge, so it needs the Gmp and Heal properties (use `vsync`)",
+                group.stack
+            )));
+        }
+        let endpoint = EndpointId(rand::random());
+        let mut view = ViewState::initial(
+            name.clone(),
+            spec,
+            group.params.clone(),
+            vec![endpoint],
+            vec![Address::Inet(self.advertise)],
+        );
+        view.primary = false;
+        let view = Arc::new(view);
+        let peers = self.resolve(&group.peers);
+        self.node.set_peers(name.clone(), peers);
+        if group.peers.iter().any(|p| p.parse::<SocketAddr>().is_err()) {
+            let next = crate::clock::Deadline::after(&self.clock, group.resolve_interval);
+            self.seeds.push(Seeds { group: name, peers: group.peers.clone(), interval: group.resolve_interval, next });
+        }
+        let now = self.clock.now();
+        let stack = self.node.join(now, Arc::clone(&view), 0)?;
+        self.owners.insert(stack, (endpoint, view));
+        self.members.insert(
+            endpoint,
+            MemberState {
+                current: stack,
+                view: None,
+                parked: VecDeque::new(),
+                blocked: false,
+                casts_blocked: false,
+                sends_blocked: BTreeSet::new(),
+                retry: false,
+                left: false,
+            },
+        );
+        tracing::info!(group = %group.name, %endpoint, address = %self.advertise, "joined alone; merging with seeds");
+        self.flush();
+        Ok(endpoint)
+    }
+
+    /// Resolves seed addresses (IP literals at once, names through DNS), leaving out our own.
+    /// Names that do not resolve now are tried again later.
+    fn resolve(&self, peers: &[String]) -> Vec<Address> {
+        let mut out = BTreeSet::new();
+        for peer in peers {
+            match peer.to_socket_addrs() {
+                Ok(addresses) => out.extend(addresses.filter(|&a| a != self.advertise)),
+                Err(error) => tracing::warn!(%peer, %error, "seed address does not resolve (yet)"),
+            }
+        }
+        out.into_iter().map(Address::Inet).collect()
+    }
+
+    /// Casts `data` to the group (or parks it until flow control and view changes allow).
+    pub fn cast(&mut self, endpoint: EndpointId, data: Bytes) -> Result<(), Error> {
+        self.act(endpoint, Op::Cast(data))
+    }
+
+    /// Sends `data` to member `to` of the current view.
+    pub fn send(&mut self, endpoint: EndpointId, to: EndpointId, data: Bytes) -> Result<(), Error> {
+        let member = self.members.get(&endpoint).ok_or(Error::Left)?;
+        let view = member.view.as_ref().ok_or(Error::NoView)?;
+        if view.rank_of(to).is_none() {
+            return Err(Error::NotMember(to));
+        }
+        self.act(endpoint, Op::Send(to, data))
+    }
+
+    /// Leaves the group: the endpoint is excluded at the next view, then gets [`Event::Exit`].
+    pub fn leave(&mut self, endpoint: EndpointId) -> Result<(), Error> {
+        self.act(endpoint, Op::Leave)
+    }
+
+    pub(crate) fn act(&mut self, endpoint: EndpointId, op: Op) -> Result<(), Error> {
+        let member = self.members.get_mut(&endpoint).ok_or(Error::Left)?;
+        if member.left {
+            return Err(Error::Left);
+        }
+        if !member.parked.is_empty() {
+            if member.parked.len() >= PARKED_MAX {
+                return Err(Error::QueueFull("parked actions"));
+            }
+            member.parked.push_back(op);
+            return Ok(());
+        }
+        let now = self.clock.now();
+        let result = take(&mut self.node, now, member, &op, &mut self.stats);
+        let result = match result {
+            Err(Error::Api(ApiError::FlowBlocked { .. } | ApiError::Blocked | ApiError::NoSuchStack)) => {
+                member.parked.push_back(op);
+                Ok(())
+            }
+            other => other,
+        };
+        self.flush();
+        result
+    }
+
+    /// Waits up to `timeout` (forever with `None`) for datagrams, due timers or a wake-up, and
+    /// handles what came. Events for the application are then available from
+    /// [`EventLoop::next_event`].
+    pub fn poll(&mut self, timeout: Option<Duration>) -> Result<(), Error> {
+        let lagging = self.ready.len() >= self.config.event_queue;
+        let mut wait = self.node.poll_timeout().map(|at| self.clock.until(at));
+        if let Some(timeout) = timeout {
+            wait = Some(wait.map_or(timeout, |w| w.min(timeout)));
+        }
+        if self.config.busy_poll || (self.readable && !lagging) {
+            wait = Some(Duration::ZERO);
+        }
+        if let Some(seeds) = self.seeds.iter().map(|s| s.next).min() {
+            wait = Some(wait.map_or(seeds.until(&self.clock), |w| w.min(seeds.until(&self.clock))));
+        }
+        match self.poll.poll(&mut self.mio_events, wait) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io("polling", e)),
+        }
+        let mut writable = false;
+        for event in &self.mio_events {
+            if event.token() == SOCKET {
+                self.readable |= event.is_readable();
+                writable |= event.is_writable();
+            }
+        }
+        if writable {
+            self.drain_backlog();
+        }
+        if lagging {
+            self.stats.app_backpressure += 1;
+        } else if self.readable || self.config.busy_poll {
+            self.receive();
+        }
+        let now = self.clock.now();
+        if self.node.poll_timeout().is_some_and(|at| at <= now) {
+            self.node.handle_timeout(now);
+        }
+        self.reresolve();
+        self.flush();
+        Ok(())
+    }
+
+    /// The next event for the application, with the endpoint it is for.
+    pub fn next_event(&mut self) -> Option<(EndpointId, Event)> {
+        self.ready.pop_front()
+    }
+
+    /// Events waiting for the application.
+    pub fn pending_events(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// The runtime's counters.
+    pub fn runtime_stats(&self) -> RuntimeStats {
+        self.stats.clone()
+    }
+
+    /// The protocol's counters, summed over every stack of the process.
+    pub fn protocol_stats(&self) -> motet_core::layer::Stats {
+        self.node.stats()
+    }
+
+    /// The current view of `endpoint`, if it has one.
+    pub fn view(&self, endpoint: EndpointId) -> Option<&Arc<ViewState>> {
+        self.members.get(&endpoint)?.view.as_ref()
+    }
+
+    fn receive(&mut self) {
+        for _ in 0..BATCHES_PER_POLL {
+            if self.ready.len() >= self.config.event_queue {
+                return;
+            }
+            let node = &mut self.node;
+            let now = self.clock.now();
+            match self.io.recv_batch(|_, datagram| node.handle_datagram(now, datagram)) {
+                Ok(n) => {
+                    self.stats.datagrams_in += n as u64;
+                    self.stats.recv_batches += 1;
+                    self.flush();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.readable = false;
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // ICMP errors surface on some systems as receive errors; they say nothing
+                    // the failure detector does not.
+                    tracing::debug!(error = %e, "receive error");
+                    self.stats.send_errors += 1;
+                }
+            }
+        }
+    }
+
+    fn reresolve(&mut self) {
+        for index in 0..self.seeds.len() {
+            if self.seeds[index].next.until(&self.clock) > Duration::ZERO {
+                continue;
+            }
+            let peers = self.resolve(&self.seeds[index].peers);
+            let seeds = &mut self.seeds[index];
+            seeds.next = crate::clock::Deadline::after(&self.clock, seeds.interval);
+            self.node.set_peers(seeds.group.clone(), peers);
+        }
+    }
+
+    /// Sends what the node has for the network, turns its events into application events, and
+    /// takes parked actions that may now go.
+    fn flush(&mut self) {
+        loop {
+            while let Some(out) = self.node.poll_transmit() {
+                for address in out.to.addresses() {
+                    match address {
+                        Address::Inet(to) => self.send_one(to, &out.head, &out.payload),
+                        Address::Sim(_) => self.stats.send_errors += 1,
+                    }
+                }
+            }
+            self.collect_events();
+            if !self.retry_parked() {
+                break;
+            }
+        }
+    }
+
+    fn send_one(&mut self, to: SocketAddr, head: &Bytes, payload: &Payload) {
+        if !self.backlog.is_empty() {
+            return self.backlog_push(to, head, payload);
+        }
+        match self.io.send(to, head, payload) {
+            Ok(()) => self.stats.datagrams_out += 1,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.backlog_push(to, head, payload),
+            Err(e) => {
+                tracing::debug!(%to, error = %e, "send failed");
+                self.stats.send_errors += 1;
+            }
+        }
+    }
+
+    fn backlog_push(&mut self, to: SocketAddr, head: &Bytes, payload: &Payload) {
+        self.stats.send_backlogged += 1;
+        if self.backlog.len() >= self.config.send_backlog {
+            self.backlog.pop_front();
+            self.stats.send_backlog_dropped += 1;
+        }
+        self.backlog.push_back((to, head.clone(), payload.clone()));
+        if !self.writable_interest {
+            self.writable_interest = true;
+            let interest = mio::Interest::READABLE | mio::Interest::WRITABLE;
+            if let Err(e) = self.poll.registry().reregister(self.io.source(), SOCKET, interest) {
+                tracing::warn!(error = %e, "cannot wait for the socket to be writable");
+            }
+        }
+    }
+
+    fn drain_backlog(&mut self) {
+        while let Some((to, head, payload)) = self.backlog.front() {
+            match self.io.send(*to, head, payload) {
+                Ok(()) => self.stats.datagrams_out += 1,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => self.stats.send_errors += 1,
+            }
+            self.backlog.pop_front();
+        }
+        self.writable_interest = false;
+        if let Err(e) = self.poll.registry().reregister(self.io.source(), SOCKET, mio::Interest::READABLE) {
+            tracing::warn!(error = %e, "cannot reregister the socket");
+        }
+    }
+
+    fn collect_events(&mut self) {
+        let mut any = false;
+        while let Some((stack, event)) = self.node.poll_event() {
+            any = true;
+            if let AppEvent::View { view, rank } = &event {
+                let endpoint = view.members[usize::from(*rank)];
+                self.owners.insert(stack, (endpoint, Arc::clone(view)));
+            }
+            let Some((endpoint, view)) = self.owners.get(&stack).cloned() else { continue };
+            let Some(member) = self.members.get_mut(&endpoint) else { continue };
+            let current = stack == member.current;
+            let event = match event {
+                AppEvent::View { view, rank } => {
+                    member.current = stack;
+                    member.view = Some(Arc::clone(&view));
+                    member.blocked = false;
+                    member.casts_blocked = false;
+                    member.sends_blocked.clear();
+                    member.retry = true;
+                    Event::View(View::new(&view, rank))
+                }
+                AppEvent::Cast { origin, payload } => {
+                    Event::Cast { from: view.members[usize::from(origin)], data: payload.to_bytes() }
+                }
+                AppEvent::Send { origin, payload } => {
+                    Event::Send { from: view.members[usize::from(origin)], data: payload.to_bytes() }
+                }
+                AppEvent::Block => {
+                    if current {
+                        member.blocked = true;
+                    }
+                    Event::Block
+                }
+                AppEvent::FlowBlock { dest, blocked } => {
+                    if current {
+                        match dest {
+                            None => member.casts_blocked = blocked,
+                            Some(rank) if blocked => drop(member.sends_blocked.insert(rank)),
+                            Some(rank) => drop(member.sends_blocked.remove(&rank)),
+                        }
+                        member.retry |= !blocked;
+                    }
+                    continue;
+                }
+                AppEvent::Exit => {
+                    member.left = true;
+                    member.parked.clear();
+                    Event::Exit
+                }
+            };
+            self.ready.push_back((endpoint, event));
+        }
+        if any {
+            let node = &self.node;
+            self.owners.retain(|&stack, _| node.stack(stack).is_some());
+        }
+    }
+
+    /// Takes parked actions of endpoints that may have been unblocked. True if any was taken.
+    fn retry_parked(&mut self) -> bool {
+        let mut progress = false;
+        let now = self.clock.now();
+        for member in self.members.values_mut() {
+            if !std::mem::take(&mut member.retry) || member.blocked {
+                continue;
+            }
+            while let Some(op) = member.parked.pop_front() {
+                match take(&mut self.node, now, member, &op, &mut self.stats) {
+                    Err(Error::Api(ApiError::FlowBlocked { .. } | ApiError::Blocked | ApiError::NoSuchStack)) => {
+                        member.parked.push_front(op);
+                        break;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "parked action refused"),
+                    Ok(()) => progress = true,
+                }
+            }
+        }
+        progress
+    }
+}
+
+/// Hands one action to the endpoint's current stack.
+fn take(
+    node: &mut Node,
+    now: motet_core::Instant,
+    member: &MemberState,
+    op: &Op,
+    stats: &mut RuntimeStats,
+) -> Result<(), Error> {
+    let action = match op {
+        Op::Cast(data) => Action::Cast(payload(data)),
+        Op::Send(to, data) => {
+            let view = member.view.as_ref().ok_or(Error::Api(ApiError::Blocked))?;
+            let Some(rank) = view.rank_of(*to) else {
+                stats.sends_to_departed += 1;
+                return Ok(());
+            };
+            Action::Send(vec![rank], payload(data))
+        }
+        Op::Leave => Action::Leave,
+    };
+    node.handle_action(now, member.current, action).map_err(Error::from)
+}
+
+fn payload(data: &Bytes) -> Payload {
+    let mut payload = Payload::new();
+    payload.push(data.clone());
+    payload
+}

@@ -1,0 +1,82 @@
+//! The UDP socket: set up with `socket2`, polled with `mio`, received in batches with `recvmmsg`
+//! (through `quinn-udp`, which also takes GRO-coalesced segments), and sent scatter-gather with
+//! `sendmsg` so a payload is never copied into a send buffer (thesis §4.4.2: iovecs all the way
+//! to the kernel).
+
+use bytes::Bytes;
+use motet_core::Payload;
+use quinn_udp::{RecvMeta, UdpSockRef, UdpSocketState, BATCH_SIZE};
+use smallvec::SmallVec;
+use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, Type};
+use std::io::{self, IoSlice, IoSliceMut};
+use std::net::SocketAddr;
+
+/// Largest datagram the runtime receives in one slot: with GRO the kernel may hand over several
+/// segments of one sender coalesced into one buffer of up to 64 KiB.
+const SLOT: usize = 64 * 1024;
+
+/// One process's UDP socket.
+pub(crate) struct UdpIo {
+    socket: mio::net::UdpSocket,
+    state: UdpSocketState,
+    slots: Vec<Vec<u8>>,
+    meta: Vec<RecvMeta>,
+}
+
+impl UdpIo {
+    /// Binds `addr` with send and receive buffers of `buffer` bytes (as far as the kernel allows).
+    pub(crate) fn bind(addr: SocketAddr, buffer: usize) -> io::Result<UdpIo> {
+        let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+        // Failing to enlarge the buffers is not fatal: the kernel caps them at its maximum.
+        let _ = socket.set_recv_buffer_size(buffer);
+        let _ = socket.set_send_buffer_size(buffer);
+        socket.set_nonblocking(true)?;
+        socket.bind(&SockAddr::from(addr))?;
+        let std_socket: std::net::UdpSocket = socket.into();
+        let socket = mio::net::UdpSocket::from_std(std_socket);
+        let state = UdpSocketState::new(UdpSockRef::from(&socket))?;
+        Ok(UdpIo {
+            socket,
+            state,
+            slots: (0..BATCH_SIZE).map(|_| vec![0; SLOT]).collect(),
+            meta: vec![RecvMeta::default(); BATCH_SIZE],
+        })
+    }
+
+    pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.local_addr()
+    }
+
+    pub(crate) fn source(&mut self) -> &mut mio::net::UdpSocket {
+        &mut self.socket
+    }
+
+    /// Receives one batch (one `recvmmsg`), calling `each` with every datagram. Each datagram is
+    /// copied once out of the batch buffer into a buffer of its own size, so what the protocol
+    /// keeps (retransmission buffers) pins only its own bytes. `Err(WouldBlock)` when none is
+    /// waiting.
+    pub(crate) fn recv_batch(&mut self, mut each: impl FnMut(SocketAddr, Bytes)) -> io::Result<usize> {
+        let n = {
+            let mut bufs: SmallVec<[IoSliceMut<'_>; BATCH_SIZE]> =
+                self.slots.iter_mut().map(|slot| IoSliceMut::new(slot)).collect();
+            self.state.recv(UdpSockRef::from(&self.socket), &mut bufs, &mut self.meta)?
+        };
+        let mut datagrams = 0;
+        for (meta, slot) in self.meta.iter().zip(&self.slots).take(n) {
+            let stride = meta.stride.max(1);
+            for segment in slot[..meta.len].chunks(stride) {
+                each(meta.addr, Bytes::copy_from_slice(segment));
+                datagrams += 1;
+            }
+        }
+        Ok(datagrams)
+    }
+
+    /// Sends `head` then `payload` as one datagram to `to`, without copying either.
+    pub(crate) fn send(&self, to: SocketAddr, head: &[u8], payload: &Payload) -> io::Result<()> {
+        let mut slices: SmallVec<[IoSlice<'_>; 4]> = SmallVec::with_capacity(1 + payload.chunks().len());
+        slices.push(IoSlice::new(head));
+        slices.extend(payload.chunks().iter().map(|chunk| IoSlice::new(chunk)));
+        SockRef::from(&self.socket).send_to_vectored(&slices, &SockAddr::from(to)).map(|_| ())
+    }
+}

@@ -1,0 +1,349 @@
+//! [`Runtime`]: the event loop on a thread of its own, and [`Member`] handles for the
+//! application's threads.
+//!
+//! Actions go to the loop through one bounded channel (`action_queue`): `cast` blocks when it is
+//! full, which is the application's back-pressure. Events come back through one bounded channel
+//! per member (`event_queue`): when the application lags, the loop holds the next event, stops
+//! reading the socket, and is woken when the application takes one.
+
+use crate::config::{GroupConfig, RuntimeConfig};
+use crate::event_loop::{EventLoop, Op, RuntimeStats};
+use crate::{Error, Event};
+use bytes::Bytes;
+use motet_core::EndpointId;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// What the application's threads ask of the loop.
+enum Command {
+    Join { config: Box<GroupConfig>, reply: SyncSender<Result<Joined, Error>> },
+    Act { endpoint: EndpointId, op: Op },
+    Stats { reply: SyncSender<(RuntimeStats, motet_core::layer::Stats)> },
+    Stop,
+}
+
+struct Joined {
+    endpoint: EndpointId,
+    member: Arc<MemberShared>,
+    events: Receiver<Event>,
+    message_size_max: usize,
+}
+
+/// State shared by the loop and the application's handles.
+struct Shared {
+    commands: SyncSender<Command>,
+    waker: Arc<mio::Waker>,
+    /// The loop is about to sleep (or sleeps): a command must wake it.
+    sleeping: AtomicBool,
+}
+
+impl Shared {
+    fn command(&self, command: Command) -> Result<(), Error> {
+        self.commands.send(command).map_err(|_| Error::Stopped)?;
+        if self.sleeping.swap(false, Ordering::SeqCst) {
+            let _ = self.waker.wake();
+        }
+        Ok(())
+    }
+}
+
+/// What the loop and one member's handle share.
+#[derive(Default)]
+struct MemberShared {
+    /// Members of the latest view handed to the application.
+    view: Mutex<Option<Arc<[EndpointId]>>>,
+    left: AtomicBool,
+    /// The loop holds an event this member's full channel refused: wake it after a receive.
+    want_wake: AtomicBool,
+}
+
+/// A running event loop on its own thread. Dropping it stops the loop (members are not told:
+/// call [`Member::leave`] first for a graceful exit).
+pub struct Runtime {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    local: SocketAddr,
+    advertise: SocketAddr,
+}
+
+impl Runtime {
+    /// Binds the socket and starts the loop thread.
+    pub fn start(config: RuntimeConfig) -> Result<Runtime, Error> {
+        let event_loop = EventLoop::new(config.clone())?;
+        let (local, advertise) = (event_loop.local_addr(), event_loop.advertised_addr());
+        let (commands, receiver) = mpsc::sync_channel(config.action_queue);
+        let shared = Arc::new(Shared { commands, waker: event_loop.waker(), sleeping: AtomicBool::new(false) });
+        let loop_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("motet-loop".into())
+            .spawn(move || LoopThread::new(event_loop, receiver, loop_shared, config.event_queue).run())
+            .map_err(|e| Error::io("starting the event-loop thread", e))?;
+        Ok(Runtime { shared, thread: Some(thread), local, advertise })
+    }
+
+    /// Joins a group. The endpoint starts alone and merges with the members it finds through the
+    /// configured seeds; its first [`Event::View`] is of itself alone.
+    pub fn join(&self, config: GroupConfig) -> Result<Member, Error> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.shared.command(Command::Join { config: Box::new(config), reply })?;
+        let joined = answer.recv().map_err(|_| Error::Stopped)??;
+        Ok(Member {
+            endpoint: joined.endpoint,
+            shared: Arc::clone(&self.shared),
+            member: joined.member,
+            events: joined.events,
+            message_size_max: joined.message_size_max,
+            exited: AtomicBool::new(false),
+        })
+    }
+
+    /// The runtime's and the protocol's counters.
+    pub fn stats(&self) -> Result<(RuntimeStats, motet_core::layer::Stats), Error> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.shared.command(Command::Stats { reply })?;
+        answer.recv().map_err(|_| Error::Stopped)
+    }
+
+    /// The bound socket address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The address other members reach this process at.
+    pub fn advertised_addr(&self) -> SocketAddr {
+        self.advertise
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        let _ = self.shared.command(Command::Stop);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One endpoint in one group. Thread-safe: cast from any thread, receive on one.
+/// Dropping it leaves the group.
+pub struct Member {
+    endpoint: EndpointId,
+    shared: Arc<Shared>,
+    member: Arc<MemberShared>,
+    events: Receiver<Event>,
+    message_size_max: usize,
+    exited: AtomicBool,
+}
+
+impl Member {
+    /// This endpoint's id (as it appears in views).
+    pub fn id(&self) -> EndpointId {
+        self.endpoint
+    }
+
+    /// Multicasts `data` to the current view. Returns once the loop has queued it; the message
+    /// goes out as soon as flow control and view changes allow (FIFO with this member's other
+    /// casts). Blocks while `action_queue` actions wait for the loop.
+    pub fn cast(&self, data: impl Into<Bytes>) -> Result<(), Error> {
+        let data = data.into();
+        self.check(data.len())?;
+        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Cast(data) })
+    }
+
+    /// Sends `data` to member `to` of the current view.
+    pub fn send(&self, to: EndpointId, data: impl Into<Bytes>) -> Result<(), Error> {
+        let data = data.into();
+        self.check(data.len())?;
+        let view = self.member.view.lock().map_err(|_| Error::Stopped)?.clone().ok_or(Error::NoView)?;
+        if !view.contains(&to) {
+            return Err(Error::NotMember(to));
+        }
+        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Send(to, data) })
+    }
+
+    /// Leaves the group gracefully: the others install a view without this endpoint, and this
+    /// handle then receives [`Event::Exit`].
+    pub fn leave(&self) -> Result<(), Error> {
+        if self.member.left.load(Ordering::SeqCst) {
+            return Err(Error::Left);
+        }
+        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Leave })
+    }
+
+    /// The members of the latest view received, if any.
+    pub fn view(&self) -> Option<Vec<EndpointId>> {
+        self.member.view.lock().ok()?.as_ref().map(|v| v.to_vec())
+    }
+
+    /// The next event, waiting for it. `Err(Error::Left)` after [`Event::Exit`].
+    pub fn recv(&self) -> Result<Event, Error> {
+        let event = self.events.recv().map_err(|_| self.gone())?;
+        self.received(&event);
+        Ok(event)
+    }
+
+    /// The next event, waiting at most `timeout`.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Option<Event>, Error> {
+        match self.events.recv_timeout(timeout) {
+            Ok(event) => {
+                self.received(&event);
+                Ok(Some(event))
+            }
+            Err(RecvTimeoutError::Timeout) => Ok(None),
+            Err(RecvTimeoutError::Disconnected) => Err(self.gone()),
+        }
+    }
+
+    /// The next event if one is waiting.
+    pub fn try_recv(&self) -> Result<Option<Event>, Error> {
+        match self.events.try_recv() {
+            Ok(event) => {
+                self.received(&event);
+                Ok(Some(event))
+            }
+            Err(TryRecvError::Empty) => Ok(None),
+            Err(TryRecvError::Disconnected) => Err(self.gone()),
+        }
+    }
+
+    /// A blocking iterator over events, ending after [`Event::Exit`] (or when the runtime stops).
+    pub fn events(&self) -> impl Iterator<Item = Event> + '_ {
+        std::iter::from_fn(move || self.recv().ok())
+    }
+
+    fn received(&self, event: &Event) {
+        if *event == Event::Exit {
+            self.member.left.store(true, Ordering::SeqCst);
+            self.exited.store(true, Ordering::SeqCst);
+        }
+        if self.member.want_wake.swap(false, Ordering::SeqCst) {
+            let _ = self.shared.waker.wake();
+        }
+    }
+
+    fn gone(&self) -> Error {
+        if self.exited.load(Ordering::SeqCst) {
+            Error::Left
+        } else {
+            Error::Stopped
+        }
+    }
+
+    fn check(&self, size: usize) -> Result<(), Error> {
+        if self.member.left.load(Ordering::SeqCst) {
+            return Err(Error::Left);
+        }
+        if size > self.message_size_max {
+            return Err(Error::Api(motet_core::ApiError::TooLarge { size, max: self.message_size_max }));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if !self.member.left.load(Ordering::SeqCst) {
+            let _ = self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Leave });
+        }
+    }
+}
+
+/// The loop thread's state.
+struct LoopThread {
+    event_loop: EventLoop,
+    commands: Receiver<Command>,
+    shared: Arc<Shared>,
+    event_queue: usize,
+    members: BTreeMap<EndpointId, (SyncSender<Event>, Arc<MemberShared>)>,
+    /// An event whose member's channel was full, held (with everything after it) until it has room.
+    held: Option<(EndpointId, Event)>,
+}
+
+impl LoopThread {
+    fn new(event_loop: EventLoop, commands: Receiver<Command>, shared: Arc<Shared>, event_queue: usize) -> LoopThread {
+        LoopThread { event_loop, commands, shared, event_queue, members: BTreeMap::new(), held: None }
+    }
+
+    fn run(mut self) {
+        loop {
+            // Commands first, a bounded number per turn so the network is not starved.
+            for _ in 0..1024 {
+                match self.commands.try_recv() {
+                    Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return,
+                    Ok(command) => self.handle(command),
+                    Err(TryRecvError::Empty) => break,
+                }
+            }
+            self.dispatch();
+            self.shared.sleeping.store(true, Ordering::SeqCst);
+            match self.commands.try_recv() {
+                Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return,
+                Ok(command) => {
+                    self.shared.sleeping.store(false, Ordering::SeqCst);
+                    self.handle(command);
+                    continue;
+                }
+                Err(TryRecvError::Empty) => {}
+            }
+            let result = self.event_loop.poll(None);
+            self.shared.sleeping.store(false, Ordering::SeqCst);
+            if let Err(error) = result {
+                tracing::error!(%error, "event loop failed; stopping");
+                return;
+            }
+        }
+    }
+
+    fn handle(&mut self, command: Command) {
+        match command {
+            Command::Join { config, reply } => {
+                let result = self.event_loop.join(&config).map(|endpoint| {
+                    let (sender, events) = mpsc::sync_channel(self.event_queue);
+                    let member = Arc::new(MemberShared::default());
+                    self.members.insert(endpoint, (sender, Arc::clone(&member)));
+                    Joined { endpoint, member, events, message_size_max: config.params.appl.message_size_max }
+                });
+                let _ = reply.send(result);
+            }
+            Command::Act { endpoint, op } => {
+                if let Err(error) = self.event_loop.act(endpoint, op) {
+                    tracing::debug!(%endpoint, %error, "action refused");
+                }
+            }
+            Command::Stats { reply } => {
+                let _ = reply.send((self.event_loop.runtime_stats(), self.event_loop.protocol_stats()));
+            }
+            Command::Stop => {}
+        }
+    }
+
+    /// Hands events to the members' channels, in order, until one is full.
+    fn dispatch(&mut self) {
+        loop {
+            let Some((endpoint, event)) = self.held.take().or_else(|| self.event_loop.next_event()) else { return };
+            let Some((sender, member)) = self.members.get(&endpoint) else { continue };
+            if let Event::View(view) = &event {
+                if let Ok(mut current) = member.view.lock() {
+                    *current = Some(view.members.clone().into());
+                }
+            }
+            let exit = event == Event::Exit;
+            match sender.try_send(event) {
+                Ok(()) if exit => drop(self.members.remove(&endpoint)),
+                Ok(()) => {}
+                Err(TrySendError::Full(event)) => {
+                    member.want_wake.store(true, Ordering::SeqCst);
+                    self.held = Some((endpoint, event));
+                    return;
+                }
+                // The handle was dropped (it left): nobody listens.
+                Err(TrySendError::Disconnected(_)) => drop(self.members.remove(&endpoint)),
+            }
+        }
+    }
+}

@@ -1,0 +1,115 @@
+#![allow(clippy::disallowed_types)] // a test of real time: it waits on the wall clock
+//! Runtimes in one test process, over real UDP on loopback: members find each other through
+//! their seeds, merge into one view, and deliver each other's casts and sends.
+
+use motet_runtime::{EndpointId, Event, GroupConfig, Member, Runtime, RuntimeConfig, View};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+fn start(n: usize) -> (Vec<Runtime>, Vec<String>) {
+    let runtimes: Vec<Runtime> = (0..n).map(|_| Runtime::start(RuntimeConfig::default()).unwrap()).collect();
+    let addresses = runtimes.iter().map(|r| r.local_addr().to_string()).collect();
+    (runtimes, addresses)
+}
+
+/// Receives until every member's latest view has all of `members`, or panics after `limit`.
+fn converge(members: &[Member], limit: Duration) -> View {
+    let deadline = Instant::now() + limit;
+    let mut latest: BTreeMap<EndpointId, View> = BTreeMap::new();
+    loop {
+        for m in members {
+            while let Some(event) = m.try_recv().unwrap() {
+                if let Event::View(view) = event {
+                    latest.insert(m.id(), view);
+                }
+            }
+        }
+        let views: Vec<&View> = latest.values().collect();
+        if views.len() == members.len() && views.iter().all(|v| v.members.len() == members.len() && v.id == views[0].id)
+        {
+            return views[0].clone();
+        }
+        assert!(Instant::now() < deadline, "no common view after {limit:?}: {latest:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn three_members_merge_then_cast_and_send() {
+    let (runtimes, addresses) = start(3);
+    let members: Vec<Member> =
+        runtimes.iter().map(|r| r.join(GroupConfig::new("loopback").peers(addresses.clone())).unwrap()).collect();
+    let view = converge(&members, Duration::from_secs(30));
+    let casts = 200;
+    for (i, m) in members.iter().enumerate() {
+        for k in 0..casts {
+            m.cast(format!("{i}:{k}")).unwrap();
+        }
+    }
+    let to = view.members[0];
+    members[1].send(to, "private").unwrap();
+    // Every member delivers every cast, in each sender's order, and member 0 the send.
+    for m in &members {
+        let mut next: BTreeMap<EndpointId, usize> = BTreeMap::new();
+        let mut sends = 0;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while next.values().sum::<usize>() < casts * members.len() || (m.id() == to && sends == 0) {
+            let event = m.recv_timeout(Duration::from_millis(100)).unwrap();
+            assert!(Instant::now() < deadline, "member {} got {next:?}", m.id());
+            match event {
+                Some(Event::Cast { from, data }) => {
+                    let k = next.entry(from).or_default();
+                    let text = String::from_utf8(data.to_vec()).unwrap();
+                    assert_eq!(text.split(':').nth(1).unwrap(), k.to_string(), "FIFO from {from}");
+                    *k += 1;
+                }
+                Some(Event::Send { from, data }) => {
+                    assert_eq!(
+                        (from, &data[..]),
+                        (
+                            view.members[view.members.iter().position(|&e| e == members[1].id()).unwrap()],
+                            &b"private"[..]
+                        )
+                    );
+                    sends += 1;
+                }
+                Some(Event::View(v)) => panic!("unexpected view change {v:?}"),
+                _ => {}
+            }
+        }
+    }
+    let (stats, _) = runtimes[0].stats().unwrap();
+    assert!(stats.datagrams_in > 0 && stats.datagrams_out > 0, "{stats:?}");
+}
+
+#[test]
+fn a_member_that_leaves_is_excluded_and_gets_exit() {
+    let (runtimes, addresses) = start(3);
+    let members: Vec<Member> =
+        runtimes.iter().map(|r| r.join(GroupConfig::new("leave").peers(addresses.clone())).unwrap()).collect();
+    converge(&members, Duration::from_secs(30));
+    let leaver = members[2].id();
+    members[2].leave().unwrap();
+    let events: Vec<Event> = members[2].events().collect();
+    assert_eq!(events.last(), Some(&Event::Exit), "{events:?}");
+    assert!(matches!(members[2].cast("late"), Err(motet_runtime::Error::Left)));
+    let rest = &members[..2];
+    let view = converge(rest, Duration::from_secs(30));
+    assert!(!view.members.contains(&leaver));
+}
+
+#[test]
+fn errors_say_what_to_do() {
+    let runtime = Runtime::start(RuntimeConfig::default()).unwrap();
+    let err = runtime.join(GroupConfig::new("g").stack("fifo")).err().unwrap();
+    assert!(err.to_string().contains("use `vsync`"), "{err}");
+    let err = runtime.join(GroupConfig::new("g").stack("vsync+Nonsense")).err().unwrap();
+    assert!(err.to_string().contains("Nonsense"), "{err}");
+    let member = runtime.join(GroupConfig::new("g")).unwrap();
+    let err = member.send(EndpointId(42), "x").unwrap_err();
+    assert!(matches!(err, motet_runtime::Error::NoView | motet_runtime::Error::NotMember(_)), "{err}");
+    let big = vec![0u8; 2 << 20];
+    assert!(member.cast(big).unwrap_err().to_string().contains("exceeds"));
+    let err = Runtime::start(RuntimeConfig::bind("0.0.0.0:0".parse().unwrap())).err().unwrap();
+    assert!(err.to_string().contains("advertise"), "{err}");
+}
