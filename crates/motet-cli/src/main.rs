@@ -1,6 +1,7 @@
 //! `motet`: the command-line front end.
 
 mod demo;
+mod member;
 mod sim;
 mod stack;
 
@@ -21,6 +22,8 @@ enum Command {
     Sim(sim::SimArgs),
     /// A simulated 5-member group under loss and a crash, told as a story, with the verdict.
     Demo(demo::DemoArgs),
+    /// One group member as a process over UDP: stdin lines are cast, events are printed.
+    Member(member::MemberArgs),
     /// Inspect stack specifications.
     Stack {
         #[command(subcommand)]
@@ -34,5 +37,6 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Stack { command } => stack::run(command),
+        Command::Member(args) => member::run(args),
     }
 }

@@ -34,7 +34,7 @@ pub use config::{FileConfig, GroupConfig, RuntimeConfig};
 pub use error::Error;
 pub use event_loop::{EventLoop, RuntimeStats};
 pub use motet_core::{EndpointId, ViewId};
-pub use runtime::{Member, Runtime};
+pub use runtime::{Handle, Member, Runtime};
 
 use bytes::Bytes;
 use motet_core::{Rank, ViewState};

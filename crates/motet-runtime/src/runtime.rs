@@ -92,14 +92,13 @@ impl Runtime {
         let (reply, answer) = mpsc::sync_channel(1);
         self.shared.command(Command::Join { config: Box::new(config), reply })?;
         let joined = answer.recv().map_err(|_| Error::Stopped)??;
-        Ok(Member {
+        let handle = Handle {
             endpoint: joined.endpoint,
             shared: Arc::clone(&self.shared),
             member: joined.member,
-            events: joined.events,
             message_size_max: joined.message_size_max,
-            exited: AtomicBool::new(false),
-        })
+        };
+        Ok(Member { handle, events: joined.events, exited: AtomicBool::new(false) })
     }
 
     /// The runtime's and the protocol's counters.
@@ -129,18 +128,24 @@ impl Drop for Runtime {
     }
 }
 
-/// One endpoint in one group. Thread-safe: cast from any thread, receive on one.
-/// Dropping it leaves the group.
+/// One endpoint in one group: receive its events here; act through it or through [`Handle`]s
+/// (cloneable, for other threads). Dropping the member leaves the group.
 pub struct Member {
-    endpoint: EndpointId,
-    shared: Arc<Shared>,
-    member: Arc<MemberShared>,
+    handle: Handle,
     events: Receiver<Event>,
-    message_size_max: usize,
     exited: AtomicBool,
 }
 
-impl Member {
+/// A cloneable, thread-safe handle to act as a member (cast, send, leave) from any thread.
+#[derive(Clone)]
+pub struct Handle {
+    endpoint: EndpointId,
+    shared: Arc<Shared>,
+    member: Arc<MemberShared>,
+    message_size_max: usize,
+}
+
+impl Handle {
     /// This endpoint's id (as it appears in views).
     pub fn id(&self) -> EndpointId {
         self.endpoint
@@ -148,7 +153,7 @@ impl Member {
 
     /// Multicasts `data` to the current view. Returns once the loop has queued it; the message
     /// goes out as soon as flow control and view changes allow (FIFO with this member's other
-    /// casts). Blocks while `action_queue` actions wait for the loop.
+    /// casts). Blocks while `action_queue` actions wait for the loop (back-pressure).
     pub fn cast(&self, data: impl Into<Bytes>) -> Result<(), Error> {
         let data = data.into();
         self.check(data.len())?;
@@ -166,8 +171,8 @@ impl Member {
         self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Send(to, data) })
     }
 
-    /// Leaves the group gracefully: the others install a view without this endpoint, and this
-    /// handle then receives [`Event::Exit`].
+    /// Leaves the group gracefully: the others install a view without this endpoint, and the
+    /// member then receives [`Event::Exit`].
     pub fn leave(&self) -> Result<(), Error> {
         if self.member.left.load(Ordering::SeqCst) {
             return Err(Error::Left);
@@ -175,9 +180,51 @@ impl Member {
         self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Leave })
     }
 
-    /// The members of the latest view received, if any.
+    /// The members of the latest view handed to the application, if any.
     pub fn view(&self) -> Option<Vec<EndpointId>> {
         self.member.view.lock().ok()?.as_ref().map(|v| v.to_vec())
+    }
+
+    fn check(&self, size: usize) -> Result<(), Error> {
+        if self.member.left.load(Ordering::SeqCst) {
+            return Err(Error::Left);
+        }
+        if size > self.message_size_max {
+            return Err(Error::Api(motet_core::ApiError::TooLarge { size, max: self.message_size_max }));
+        }
+        Ok(())
+    }
+}
+
+impl Member {
+    /// A handle for acting from other threads.
+    pub fn handle(&self) -> Handle {
+        self.handle.clone()
+    }
+
+    /// This endpoint's id (as it appears in views).
+    pub fn id(&self) -> EndpointId {
+        self.handle.endpoint
+    }
+
+    /// See [`Handle::cast`].
+    pub fn cast(&self, data: impl Into<Bytes>) -> Result<(), Error> {
+        self.handle.cast(data)
+    }
+
+    /// See [`Handle::send`].
+    pub fn send(&self, to: EndpointId, data: impl Into<Bytes>) -> Result<(), Error> {
+        self.handle.send(to, data)
+    }
+
+    /// See [`Handle::leave`].
+    pub fn leave(&self) -> Result<(), Error> {
+        self.handle.leave()
+    }
+
+    /// The members of the latest view received, if any.
+    pub fn view(&self) -> Option<Vec<EndpointId>> {
+        self.handle.view()
     }
 
     /// The next event, waiting for it. `Err(Error::Left)` after [`Event::Exit`].
@@ -218,11 +265,11 @@ impl Member {
 
     fn received(&self, event: &Event) {
         if *event == Event::Exit {
-            self.member.left.store(true, Ordering::SeqCst);
+            self.handle.member.left.store(true, Ordering::SeqCst);
             self.exited.store(true, Ordering::SeqCst);
         }
-        if self.member.want_wake.swap(false, Ordering::SeqCst) {
-            let _ = self.shared.waker.wake();
+        if self.handle.member.want_wake.swap(false, Ordering::SeqCst) {
+            let _ = self.handle.shared.waker.wake();
         }
     }
 
@@ -233,22 +280,12 @@ impl Member {
             Error::Stopped
         }
     }
-
-    fn check(&self, size: usize) -> Result<(), Error> {
-        if self.member.left.load(Ordering::SeqCst) {
-            return Err(Error::Left);
-        }
-        if size > self.message_size_max {
-            return Err(Error::Api(motet_core::ApiError::TooLarge { size, max: self.message_size_max }));
-        }
-        Ok(())
-    }
 }
 
 impl Drop for Member {
     fn drop(&mut self) {
-        if !self.member.left.load(Ordering::SeqCst) {
-            let _ = self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Leave });
+        if !self.handle.member.left.load(Ordering::SeqCst) {
+            let _ = self.handle.leave();
         }
     }
 }

@@ -1,0 +1,258 @@
+//! `motet member`: one group member as a process, scriptable (issue 4's contract).
+//!
+//! Each line on stdin is cast to the group; each event is printed, with `--json` as one JSON
+//! object per line:
+//!
+//! ```text
+//! {"type":"view","view_id":"3:e0123456789abcdef","members":["e0123456789abcdef",...],"rank":0,"primary":false}
+//! {"type":"cast","from":"e0123456789abcdef","data":"hello"}
+//! {"type":"send","from":"e0123456789abcdef","data":"hello"}
+//! {"type":"block"}
+//! {"type":"exit"}
+//! {"type":"stats",...}            (with --stats, every --stats-interval and at exit)
+//! ```
+//!
+//! Endpoint ids are strings (`e` and 16 hex digits: JSON numbers lose 64-bit precision in many
+//! parsers); a view id is `"<logical time>:<coordinator id>"`. The end of stdin keeps the member
+//! running; SIGTERM (or SIGINT) leaves the group gracefully and exits 0 once the others have been
+//! told (or after 5 s).
+
+use clap::Args;
+use motet_runtime::{Error, Event, FileConfig, GroupConfig, Handle, Runtime, RuntimeConfig};
+use serde_json::json;
+use std::io::{BufRead, Write};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Args)]
+pub(crate) struct MemberArgs {
+    /// The group to join.
+    #[arg(long)]
+    group: Option<String>,
+    /// UDP address to bind (`IP:PORT`; port 0 picks one).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    bind: SocketAddr,
+    /// Address other members use to reach this one, if not the bound one (NAT, containers).
+    #[arg(long)]
+    advertise: Option<SocketAddr>,
+    /// Seed addresses of other members, comma-separated (`IP:PORT` or `host:port`).
+    #[arg(long, value_delimiter = ',')]
+    peers: Vec<String>,
+    /// The stack: a preset, a property set or a layer list (see `motet stack explain`).
+    #[arg(long, default_value = "vsync")]
+    stack: String,
+    /// A TOML file with `[runtime]` and `[group]` tables (flags given explicitly override it).
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
+    /// Print one JSON object per event.
+    #[arg(long)]
+    json: bool,
+    /// Spin on the socket instead of sleeping (lowest latency; burns a CPU).
+    #[arg(long)]
+    busy_poll: bool,
+    /// Print the protocol's and the runtime's counters every `--stats-interval` and at exit.
+    #[arg(long)]
+    stats: bool,
+    /// Seconds between `--stats` reports.
+    #[arg(long, default_value_t = 5)]
+    stats_interval: u64,
+}
+
+/// The JSON form of an endpoint id.
+pub(crate) fn id(endpoint: motet_runtime::EndpointId) -> String {
+    endpoint.to_string()
+}
+
+/// One event as a JSON object.
+pub(crate) fn event_json(event: &Event) -> serde_json::Value {
+    match event {
+        Event::View(view) => json!({
+            "type": "view",
+            "view_id": format!("{}:{}", view.id.ltime, id(view.id.coord)),
+            "members": view.members.iter().map(|&e| id(e)).collect::<Vec<_>>(),
+            "rank": view.rank,
+            "primary": view.primary,
+        }),
+        Event::Cast { from, data } => {
+            json!({"type": "cast", "from": id(*from), "data": String::from_utf8_lossy(data)})
+        }
+        Event::Send { from, data } => {
+            json!({"type": "send", "from": id(*from), "data": String::from_utf8_lossy(data)})
+        }
+        Event::Block => json!({"type": "block"}),
+        Event::Exit => json!({"type": "exit"}),
+    }
+}
+
+fn event_text(event: &Event) -> String {
+    match event {
+        Event::View(view) => {
+            let members: Vec<String> = view.members.iter().map(|&e| id(e)).collect();
+            format!("view {}:{} rank {} members [{}]", view.id.ltime, id(view.id.coord), view.rank, members.join(" "))
+        }
+        Event::Cast { from, data } => format!("cast {}: {}", id(*from), String::from_utf8_lossy(data)),
+        Event::Send { from, data } => format!("send {}: {}", id(*from), String::from_utf8_lossy(data)),
+        Event::Block => "block".into(),
+        Event::Exit => "exit".into(),
+    }
+}
+
+fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
+    let (rt, protocol) = runtime.stats().ok()?;
+    let drops: serde_json::Map<String, serde_json::Value> =
+        motet_core::DropReason::ALL.iter().map(|&r| (r.name().to_string(), json!(protocol.drops(r)))).collect();
+    let counters: serde_json::Map<String, serde_json::Value> =
+        motet_core::Counter::ALL.iter().map(|&c| (c.name().to_string(), json!(protocol.counter(c)))).collect();
+    Some(json!({
+        "type": "stats",
+        "datagrams_in": rt.datagrams_in,
+        "datagrams_out": rt.datagrams_out,
+        "recv_batches": rt.recv_batches,
+        "send_errors": rt.send_errors,
+        "send_backlog_dropped": rt.send_backlog_dropped,
+        "app_backpressure": rt.app_backpressure,
+        "counters": counters,
+        "drops": drops,
+    }))
+}
+
+/// The runtime and group configuration from the file and the flags.
+fn configure(args: &MemberArgs) -> Result<(RuntimeConfig, GroupConfig), String> {
+    let (mut runtime, mut group) = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+            let file = FileConfig::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            (file.runtime, file.group)
+        }
+        None => {
+            let name = args.group.clone().ok_or("--group is required (or --config with a [group] table)")?;
+            (RuntimeConfig::bind(args.bind), GroupConfig::new(&name).stack(&args.stack))
+        }
+    };
+    if args.config.is_some() {
+        if let Some(name) = &args.group {
+            group.name = name.clone();
+        }
+        if args.bind.port() != 0 {
+            runtime.bind = args.bind;
+        }
+        if args.stack != "vsync" {
+            group.stack = args.stack.clone();
+        }
+    }
+    if let Some(advertise) = args.advertise {
+        runtime.advertise = Some(advertise);
+    }
+    runtime.busy_poll |= args.busy_poll;
+    group.peers.extend(args.peers.iter().cloned());
+    Ok((runtime, group))
+}
+
+pub(crate) fn run(args: MemberArgs) -> ExitCode {
+    let (runtime_config, group) = match configure(&args) {
+        Ok(config) => config,
+        Err(message) => {
+            eprintln!("motet member: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match Runtime::start(runtime_config) {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("motet member: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    let member = match runtime.join(group) {
+        Ok(member) => member,
+        Err(error) => {
+            eprintln!("motet member: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        if let Err(error) = signal_hook::flag::register(signal, Arc::clone(&stop)) {
+            eprintln!("motet member: cannot handle signal {signal}: {error}");
+            return ExitCode::from(1);
+        }
+    }
+    spawn_stdin_caster(member.handle());
+    let print = |event: &Event| {
+        let line = if args.json { event_json(event).to_string() } else { event_text(event) };
+        let mut out = std::io::stdout().lock();
+        // A closed stdout (the reader went away) is not a reason to stop being a member.
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    };
+    let print_stats = || {
+        if let Some(stats) = stats_json(&runtime) {
+            println!("{stats}");
+        }
+    };
+    let stats_every = Duration::from_secs(args.stats_interval.max(1));
+    let mut since_stats = Duration::ZERO;
+    let tick = Duration::from_millis(50);
+    let mut leaving: Option<Duration> = None;
+    loop {
+        if stop.load(Ordering::SeqCst) && leaving.is_none() {
+            leaving = Some(Duration::ZERO);
+            if member.leave().is_err() {
+                break;
+            }
+        }
+        match member.recv_timeout(tick) {
+            Ok(Some(event)) => {
+                print(&event);
+                if event == Event::Exit {
+                    break;
+                }
+            }
+            Ok(None) => {}
+            Err(Error::Left) => break,
+            Err(error) => {
+                eprintln!("motet member: {error}");
+                return ExitCode::from(1);
+            }
+        }
+        if let Some(waited) = leaving.as_mut() {
+            *waited += tick;
+            if *waited > Duration::from_secs(5) {
+                eprintln!("motet member: the leave was not confirmed within 5 s; exiting anyway");
+                break;
+            }
+        }
+        if args.stats {
+            since_stats += tick;
+            if since_stats >= stats_every {
+                since_stats = Duration::ZERO;
+                print_stats();
+            }
+        }
+    }
+    if args.stats {
+        print_stats();
+    }
+    ExitCode::SUCCESS
+}
+
+/// Casts each stdin line on a thread of its own (reading stdin blocks). The end of stdin ends
+/// the thread, not the member.
+fn spawn_stdin_caster(member: Handle) {
+    let spawned = std::thread::Builder::new().name("stdin".into()).spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { return };
+            match member.cast(line) {
+                Ok(()) => {}
+                Err(Error::Left | Error::Stopped) => return,
+                Err(error) => eprintln!("motet member: cast refused: {error}"),
+            }
+        }
+    });
+    if let Err(error) = spawned {
+        eprintln!("motet member: cannot read stdin: {error}");
+    }
+}
