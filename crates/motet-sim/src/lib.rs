@@ -10,6 +10,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod diagram;
+pub mod logcheck;
 pub mod options;
 pub mod oracle;
 pub mod scenario;

@@ -1,0 +1,190 @@
+//! Real member processes over UDP on loopback (issue 4): `motet member --json` processes find
+//! each other, cast from all, one is killed with SIGKILL and restarted (a new endpoint), the
+//! survivors install the view without it and then with the new incarnation, and every log passes
+//! the simulator's checks as far as logs allow (`motet_sim::logcheck`).
+
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)] // real processes: wall-clock waits, reader threads
+
+use motet_sim::logcheck::{self, LogEvent, MemberLog};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One `motet member` process.
+struct Proc {
+    name: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Arc<Mutex<Vec<String>>>,
+    sent: Vec<String>,
+    killed: bool,
+}
+
+impl Proc {
+    fn spawn(name: &str, port: u16, peers: &str) -> Proc {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
+            .args(["member", "--group", "procs", "--bind", &format!("127.0.0.1:{port}"), "--peers", peers, "--json"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn motet member");
+        let stdout = child.stdout.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let stdin = child.stdin.take();
+        Proc { name: name.to_string(), child, stdin, lines, sent: Vec::new(), killed: false }
+    }
+
+    fn cast(&mut self, line: String) {
+        writeln!(self.stdin.as_mut().unwrap(), "{line}").unwrap();
+        self.sent.push(line);
+    }
+
+    fn events(&self) -> Vec<LogEvent> {
+        self.lines.lock().unwrap().iter().filter_map(|l| LogEvent::parse(l).unwrap()).collect()
+    }
+
+    fn log(&self) -> MemberLog {
+        MemberLog { name: self.name.clone(), events: self.events(), sent: self.sent.clone(), killed: self.killed }
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill").args([signal, &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_ports(n: usize) -> Vec<u16> {
+    let sockets: Vec<_> = (0..n).map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+    sockets.iter().map(|s| s.local_addr().unwrap().port()).collect()
+}
+
+/// Waits until `done` holds, or fails with `what` after `limit`.
+fn wait(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The live processes all end in one view whose members are exactly their endpoints.
+fn one_view_of(procs: &[&Proc]) -> bool {
+    let logs: Vec<MemberLog> = procs.iter().map(|p| p.log()).collect();
+    let mut endpoints: Vec<&str> = logs.iter().filter_map(|l| l.endpoint()).collect();
+    endpoints.sort_unstable();
+    let views: Vec<_> = logs.iter().map(|l| l.last_view()).collect();
+    views.iter().all(|v| {
+        v.is_some_and(|(id, members)| {
+            let mut members: Vec<&str> = members.iter().map(String::as_str).collect();
+            members.sort_unstable();
+            members == endpoints && Some(id) == views[0].map(|(id, _)| id)
+        })
+    }) && endpoints.len() == procs.len()
+}
+
+/// Every process in `receivers` delivered every line in `lines` cast by `sender`.
+fn delivered(receivers: &[&Proc], sender: &Proc, lines: &[String]) -> bool {
+    let Some(from) = sender.log().endpoint().map(str::to_string) else { return false };
+    receivers.iter().all(|r| {
+        let got: std::collections::BTreeSet<String> = r
+            .events()
+            .into_iter()
+            .filter_map(|e| match e {
+                LogEvent::Cast { from: f, data } if f == from => Some(data),
+                _ => None,
+            })
+            .collect();
+        lines.iter().all(|l| got.contains(l))
+    })
+}
+
+#[test]
+fn members_survive_a_sigkill_and_a_restart_with_consistent_deliveries() {
+    let ports = free_ports(4);
+    let peers: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let peers = peers.join(",");
+    let mut procs: Vec<Proc> = (0..4).map(|i| Proc::spawn(&format!("p{i}"), ports[i], &peers)).collect();
+    wait(Duration::from_secs(30), "four processes in one view", || one_view_of(&procs.iter().collect::<Vec<_>>()));
+
+    for round in 0..20 {
+        for p in procs.iter_mut() {
+            let line = format!("{}-{round}", p.name);
+            p.cast(line);
+        }
+    }
+    // SIGKILL the last process while its casts may still be in flight.
+    procs[3].child.kill().unwrap();
+    procs[3].child.wait().unwrap();
+    procs[3].killed = true;
+    let survivors = || procs[..3].iter().collect::<Vec<_>>();
+    wait(Duration::from_secs(30), "the survivors' view without the killed process", || one_view_of(&survivors()));
+    for p in &procs[..3] {
+        let lines = p.sent.clone();
+        wait(Duration::from_secs(30), "survivors' casts delivered", || delivered(&survivors(), p, &lines));
+    }
+
+    // The restarted process is a new endpoint on the same port; it merges in.
+    let mut dead = std::mem::replace(&mut procs[3], Proc::spawn("p3b", ports[3], &peers));
+    dead.killed = true;
+    wait(Duration::from_secs(30), "four processes in one view again", || {
+        one_view_of(&procs.iter().collect::<Vec<_>>())
+    });
+    for round in 0..10 {
+        for p in procs.iter_mut() {
+            let line = format!("{}-late-{round}", p.name);
+            p.cast(line);
+        }
+    }
+    for p in &procs {
+        let lines: Vec<String> = p.sent.iter().filter(|l| l.contains("-late-")).cloned().collect();
+        wait(Duration::from_secs(30), "late casts delivered", || {
+            delivered(&procs.iter().collect::<Vec<_>>(), p, &lines)
+        });
+    }
+
+    // SIGTERM: each leaves gracefully and exits 0 after its exit event.
+    for p in &procs {
+        p.signal("-TERM");
+    }
+    for p in procs.iter_mut() {
+        let status = p.child.wait().unwrap();
+        assert!(status.success(), "{} exited with {status}", p.name);
+    }
+    std::thread::sleep(Duration::from_millis(100)); // let the readers drain
+    for p in &procs {
+        assert_eq!(p.events().last(), Some(&LogEvent::Exit), "{} did not print its exit", p.name);
+    }
+    let mut logs: Vec<MemberLog> = procs.iter().map(Proc::log).collect();
+    logs.push(dead.log());
+    let problems = logcheck::check(&logs, false);
+    assert!(problems.is_empty(), "{problems:#?}");
+    let dead_id = dead.log().endpoint().unwrap().to_string();
+    // The survivors installed a view without the killed endpoint before the restart's.
+    for log in &logs[..3] {
+        let views: Vec<&[String]> = log
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                LogEvent::View { members, .. } => Some(members.as_slice()),
+                _ => None,
+            })
+            .collect();
+        let had = views.iter().position(|m| m.contains(&dead_id)).expect("saw the first incarnation");
+        assert!(views[had..].iter().any(|m| m.len() == 3 && !m.contains(&dead_id)), "{}: {views:?}", log.name);
+    }
+}

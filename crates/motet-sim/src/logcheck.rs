@@ -1,0 +1,312 @@
+//! The simulator's guarantees, checked over what real member processes printed: the JSON event
+//! logs of `motet member --json` (one per process incarnation), plus what each was given to cast.
+//!
+//! Real processes cannot record when the protocol accepted a cast, so the checks are those a log
+//! can support: view agreement, consistent view order, virtual synchrony (same casts in a view for
+//! members that move to the same next view), integrity (nothing invented, duplicated or
+//! misattributed), per-sender FIFO, self-delivery, and — when asked — that the live members end in
+//! one view of exactly themselves.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One event of a member's log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogEvent {
+    /// `{"type":"view","view_id":..,"members":[..],"rank":..}`.
+    View {
+        /// The view id as printed.
+        id: String,
+        /// Member ids in rank order.
+        members: Vec<String>,
+        /// This member's rank.
+        rank: usize,
+    },
+    /// `{"type":"cast","from":..,"data":..}`.
+    Cast {
+        /// Sender id.
+        from: String,
+        /// The text.
+        data: String,
+    },
+    /// `{"type":"send",..}`.
+    Send {
+        /// Sender id.
+        from: String,
+        /// The text.
+        data: String,
+    },
+    /// `{"type":"block"}`.
+    Block,
+    /// `{"type":"exit"}`.
+    Exit,
+}
+
+impl LogEvent {
+    /// Parses one line of `motet member --json`; `None` for lines of other types (stats).
+    pub fn parse(line: &str) -> Result<Option<LogEvent>, String> {
+        let value: serde_json::Value = serde_json::from_str(line).map_err(|e| format!("{e}: {line}"))?;
+        let text = |key: &str| value[key].as_str().map(str::to_string).ok_or(format!("no `{key}` in {line}"));
+        Ok(Some(match value["type"].as_str() {
+            Some("view") => LogEvent::View {
+                id: text("view_id")?,
+                members: value["members"]
+                    .as_array()
+                    .ok_or(format!("no members in {line}"))?
+                    .iter()
+                    .map(|m| m.as_str().map(str::to_string).ok_or(format!("bad member in {line}")))
+                    .collect::<Result<_, _>>()?,
+                rank: value["rank"].as_u64().ok_or(format!("no rank in {line}"))? as usize,
+            },
+            Some("cast") => LogEvent::Cast { from: text("from")?, data: text("data")? },
+            Some("send") => LogEvent::Send { from: text("from")?, data: text("data")? },
+            Some("block") => LogEvent::Block,
+            Some("exit") => LogEvent::Exit,
+            _ => return Ok(None),
+        }))
+    }
+}
+
+/// One process incarnation: its events, what it was given to cast (in order), and whether it was
+/// killed (so it owes nothing after its death).
+#[derive(Clone, Debug, Default)]
+pub struct MemberLog {
+    /// A name for messages.
+    pub name: String,
+    /// Its events in order.
+    pub events: Vec<LogEvent>,
+    /// The lines it cast, in order.
+    pub sent: Vec<String>,
+    /// It was killed (no self-delivery or final-view obligations).
+    pub killed: bool,
+}
+
+impl MemberLog {
+    /// This incarnation's endpoint id: its own entry in its first view.
+    pub fn endpoint(&self) -> Option<&str> {
+        self.events.iter().find_map(|e| match e {
+            LogEvent::View { members, rank, .. } => members.get(*rank).map(String::as_str),
+            _ => None,
+        })
+    }
+
+    /// The last view it installed.
+    pub fn last_view(&self) -> Option<(&str, &[String])> {
+        self.events.iter().rev().find_map(|e| match e {
+            LogEvent::View { id, members, .. } => Some((id.as_str(), members.as_slice())),
+            _ => None,
+        })
+    }
+}
+
+/// Casts delivered in one view, as (sender, text).
+type Delivered<'a> = BTreeSet<(&'a str, &'a str)>;
+
+/// The logical time of a printed view id (`"<ltime>:<coordinator>"`).
+fn ltime(id: &str) -> Option<u64> {
+    id.split(':').next()?.parse().ok()
+}
+
+/// Checks `logs`; with `converged`, the live (not killed) members must end in one view of exactly
+/// themselves. Returns one line per problem (empty: every check passed).
+pub fn check(logs: &[MemberLog], converged: bool) -> Vec<String> {
+    let mut problems = Vec::new();
+    // Who sent what: endpoint -> (log index, line -> position).
+    let mut senders: BTreeMap<&str, (usize, BTreeMap<&str, usize>)> = BTreeMap::new();
+    for (i, log) in logs.iter().enumerate() {
+        match log.endpoint() {
+            Some(endpoint) => {
+                let lines = log.sent.iter().enumerate().map(|(k, s)| (s.as_str(), k)).collect();
+                senders.insert(endpoint, (i, lines));
+            }
+            None => problems.push(format!("{}: installed no view", log.name)),
+        }
+    }
+    let mut views: BTreeMap<&str, &[String]> = BTreeMap::new();
+    let mut orders: Vec<Vec<&str>> = Vec::new();
+    // (view, next view) -> (log, casts delivered in the view).
+    let mut moves: BTreeMap<(&str, &str), Vec<(usize, Delivered<'_>)>> = BTreeMap::new();
+    for (i, log) in logs.iter().enumerate() {
+        let mut order = Vec::new();
+        let mut current: Option<&str> = None;
+        let mut in_view: Delivered<'_> = BTreeSet::new();
+        let mut seen: BTreeSet<(&str, &str)> = BTreeSet::new();
+        let mut last_index: BTreeMap<&str, usize> = BTreeMap::new();
+        for event in &log.events {
+            match event {
+                LogEvent::View { id, members, .. } => {
+                    match views.get(id.as_str()) {
+                        Some(known) if *known != members.as_slice() => problems.push(format!(
+                            "view agreement: {} installed {id} as {members:?}, others as {known:?}",
+                            log.name
+                        )),
+                        _ => drop(views.insert(id, members)),
+                    }
+                    if let (Some(prev), Some(next)) = (current.and_then(ltime), ltime(id)) {
+                        if next <= prev {
+                            problems.push(format!(
+                                "view order: {} went from {} to {id}",
+                                log.name,
+                                current.unwrap_or("")
+                            ));
+                        }
+                    }
+                    if let Some(prev) = current {
+                        moves.entry((prev, id)).or_default().push((i, std::mem::take(&mut in_view)));
+                    }
+                    in_view.clear();
+                    current = Some(id);
+                    order.push(id.as_str());
+                }
+                LogEvent::Cast { from, data } | LogEvent::Send { from, data } => {
+                    let cast = matches!(event, LogEvent::Cast { .. });
+                    if !seen.insert((from, data)) {
+                        problems.push(format!("duplicate: {} delivered {data:?} from {from} twice", log.name));
+                    }
+                    match senders.get(from.as_str()).and_then(|(_, lines)| lines.get(data.as_str())) {
+                        None => problems
+                            .push(format!("integrity: {} delivered {data:?} from {from}, who never sent it", log.name)),
+                        Some(&k) => {
+                            if cast {
+                                if let Some(&before) = last_index.get(from.as_str()) {
+                                    if k <= before {
+                                        problems.push(format!(
+                                            "fifo: {} delivered {data:?} from {from} after a later cast",
+                                            log.name
+                                        ));
+                                    }
+                                }
+                                last_index.insert(from, k);
+                            }
+                        }
+                    }
+                    if cast {
+                        in_view.insert((from, data));
+                    }
+                }
+                LogEvent::Block | LogEvent::Exit => {}
+            }
+        }
+        orders.push(order);
+        // Self-delivery: a member that was not killed delivers each of its own casts.
+        if !log.killed {
+            if let Some(me) = log.endpoint() {
+                for line in &log.sent {
+                    if !seen.contains(&(me, line.as_str())) {
+                        problems.push(format!("self-delivery: {} never delivered its own cast {line:?}", log.name));
+                    }
+                }
+            }
+        }
+    }
+    // Consistent order: no two members install two views in opposite orders.
+    let position: Vec<BTreeMap<&str, usize>> =
+        orders.iter().map(|o| o.iter().enumerate().map(|(k, &v)| (v, k)).collect()).collect();
+    for a in 0..logs.len() {
+        for b in a + 1..logs.len() {
+            let common: Vec<&str> = orders[a].iter().copied().filter(|v| position[b].contains_key(v)).collect();
+            for pair in common.windows(2) {
+                if position[b][pair[0]] > position[b][pair[1]] {
+                    problems.push(format!(
+                        "view order: {} and {} installed {} and {} in opposite orders",
+                        logs[a].name, logs[b].name, pair[0], pair[1]
+                    ));
+                }
+            }
+        }
+    }
+    // Virtual synchrony.
+    for ((from, to), group) in &moves {
+        for pair in group.windows(2) {
+            if pair[0].1 != pair[1].1 {
+                let (a, b) = (&logs[pair[0].0].name, &logs[pair[1].0].name);
+                let only_a: Vec<_> = pair[0].1.difference(&pair[1].1).take(3).collect();
+                let only_b: Vec<_> = pair[1].1.difference(&pair[0].1).take(3).collect();
+                problems.push(format!(
+                    "virtual synchrony: {a} and {b} both moved from {from} to {to} but delivered different casts in it (only {a}: {only_a:?}; only {b}: {only_b:?})"
+                ));
+            }
+        }
+    }
+    if converged {
+        let live: Vec<&MemberLog> = logs.iter().filter(|l| !l.killed).collect();
+        let endpoints: BTreeSet<&str> = live.iter().filter_map(|l| l.endpoint()).collect();
+        let finals: BTreeSet<Option<(&str, &[String])>> = live.iter().map(|l| l.last_view()).collect();
+        match finals.iter().next() {
+            Some(Some((id, members))) if finals.len() == 1 => {
+                let members: BTreeSet<&str> = members.iter().map(String::as_str).collect();
+                if members != endpoints {
+                    problems.push(format!(
+                        "liveness: the final view {id} has {members:?}, the live members are {endpoints:?}"
+                    ));
+                }
+            }
+            _ => problems.push(format!("liveness: the live members ended in different views: {finals:?}")),
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(id: &str, members: &[&str], rank: usize) -> LogEvent {
+        LogEvent::View { id: id.into(), members: members.iter().map(|m| m.to_string()).collect(), rank }
+    }
+
+    fn cast(from: &str, data: &str) -> LogEvent {
+        LogEvent::Cast { from: from.into(), data: data.into() }
+    }
+
+    /// Two members, a shared view, each casts twice, both deliver everything, then a common view.
+    fn good() -> Vec<MemberLog> {
+        let member = |name: &str, me: &str, rank: usize| MemberLog {
+            name: name.into(),
+            events: vec![
+                view("0:ea", &["ea", "eb"], rank),
+                cast("ea", "a1"),
+                cast("eb", "b1"),
+                cast("ea", "a2"),
+                cast("eb", "b2"),
+                view("1:ea", &["ea", "eb"], rank),
+            ],
+            sent: vec![format!("{}1", &me[1..]), format!("{}2", &me[1..])],
+            killed: false,
+        };
+        vec![member("A", "ea", 0), member("B", "eb", 1)]
+    }
+
+    #[test]
+    fn a_good_history_passes() {
+        assert_eq!(check(&good(), true), Vec::<String>::new());
+    }
+
+    #[test]
+    fn each_seeded_bug_is_caught() {
+        type Bug = Box<dyn Fn(&mut Vec<MemberLog>)>;
+        let cases: Vec<(&str, Bug)> = vec![
+            ("view agreement", Box::new(|l| l[1].events[5] = view("1:ea", &["ea"], 0))),
+            ("duplicate", Box::new(|l| l[1].events.insert(2, cast("ea", "a1")))),
+            ("integrity", Box::new(|l| l[1].events.insert(2, cast("ea", "zz")))),
+            ("fifo", Box::new(|l| l[1].events.swap(1, 3))),
+            ("self-delivery", Box::new(|l| drop(l[0].events.remove(1)))),
+            ("virtual synchrony", Box::new(|l| drop(l[1].events.remove(4)))),
+            ("view order", Box::new(|l| l[0].events[5] = view("0:ez", &["ea", "eb"], 0))),
+            ("liveness", Box::new(|l| drop(l[1].events.pop()))),
+        ];
+        for (name, bug) in cases {
+            let mut logs = good();
+            bug(&mut logs);
+            let problems = check(&logs, true);
+            assert!(problems.iter().any(|p| p.starts_with(name)), "{name} not caught: {problems:?}");
+        }
+    }
+
+    #[test]
+    fn parses_the_member_contract() {
+        let line = r#"{"type":"view","view_id":"2:e01","members":["e01","e02"],"rank":1,"primary":false}"#;
+        assert_eq!(LogEvent::parse(line).unwrap(), Some(view("2:e01", &["e01", "e02"], 1)));
+        assert_eq!(LogEvent::parse(r#"{"type":"stats"}"#).unwrap(), None);
+        assert!(LogEvent::parse("not json").is_err());
+    }
+}
