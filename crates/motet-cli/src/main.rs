@@ -2,6 +2,7 @@
 
 mod demo;
 mod member;
+mod perf;
 mod sim;
 mod stack;
 
@@ -24,6 +25,11 @@ enum Command {
     Demo(demo::DemoArgs),
     /// One group member as a process over UDP: stdin lines are cast, events are printed.
     Member(member::MemberArgs),
+    /// Measure latency and throughput between member processes over loopback, against raw UDP.
+    Perf {
+        #[command(subcommand)]
+        command: perf::PerfCommand,
+    },
     /// Inspect stack specifications.
     Stack {
         #[command(subcommand)]
@@ -38,5 +44,6 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Stack { command } => stack::run(command),
         Command::Member(args) => member::run(args),
+        Command::Perf { command } => perf::run(command),
     }
 }

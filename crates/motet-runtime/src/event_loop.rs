@@ -336,6 +336,12 @@ impl EventLoop {
         self.node.stats()
     }
 
+    /// Actions of `endpoint` parked until flow control or a view change lets them go (a sender
+    /// that wants to stay just ahead of the protocol casts while this is small).
+    pub fn parked(&self, endpoint: EndpointId) -> usize {
+        self.members.get(&endpoint).map_or(0, |m| m.parked.len())
+    }
+
     /// The current view of `endpoint`, if it has one.
     pub fn view(&self, endpoint: EndpointId) -> Option<&Arc<ViewState>> {
         self.members.get(&endpoint)?.view.as_ref()

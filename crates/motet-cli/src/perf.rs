@@ -1,0 +1,528 @@
+//! `motet perf latency` and `motet perf throughput`: Motet between real processes over loopback,
+//! each figure next to a raw-UDP baseline measured in the same run between the same processes
+//! (same CPU placement), so the ratio is what Motet costs.
+//!
+//! Both ends drive [`EventLoop`] on their main thread (no thread hop), sleeping in `epoll` or, with
+//! `--busy-poll`, spinning. The raw baseline does the same with a bare socket: blocking `recv`, or
+//! spinning on a non-blocking one.
+
+// This module measures real time and runs the raw-UDP peer on a thread.
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)]
+
+use clap::{Args, Subcommand};
+use motet_runtime::{EndpointId, Event, EventLoop, GroupConfig, RuntimeConfig};
+use serde_json::json;
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, UdpSocket};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Subcommand)]
+pub(crate) enum PerfCommand {
+    /// Round-trip time of a cast echoed by a second member process, and of raw UDP.
+    Latency(LatencyArgs),
+    /// Aggregate cast throughput delivered at one member, all members casting, and raw UDP.
+    Throughput(ThroughputArgs),
+    /// (internal) The other process of a measurement.
+    #[command(hide = true)]
+    Peer(PeerArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct LatencyArgs {
+    /// The stack.
+    #[arg(long, default_value = "vsync")]
+    stack: String,
+    /// Message size in bytes (at least 8).
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// Round trips measured (after 10% more as warm-up).
+    #[arg(long, default_value_t = 5000)]
+    samples: usize,
+    /// Spin instead of sleeping, in both processes.
+    #[arg(long)]
+    busy_poll: bool,
+    /// CPU placement: `same` pins both processes to CPU 0, `split` this one to CPU 0 and the
+    /// peer to CPU 1, `none` leaves it to the scheduler.
+    #[arg(long, default_value = "none")]
+    pin: String,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct ThroughputArgs {
+    /// Member processes, all casting (this one included).
+    #[arg(long, default_value_t = 3)]
+    members: usize,
+    /// Message size in bytes (at least 8).
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// The stack.
+    #[arg(long, default_value = "vsync")]
+    stack: String,
+    /// Seconds measured (after a one-second warm-up).
+    #[arg(long, default_value_t = 3)]
+    seconds: u64,
+    /// Casts each member offers per second (0: as fast as flow control allows). Beyond saturation
+    /// this shows whether throughput levels off.
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
+    /// Spin instead of sleeping.
+    #[arg(long)]
+    busy_poll: bool,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct PeerArgs {
+    #[arg(long)]
+    role: String,
+    #[arg(long)]
+    group: String,
+    #[arg(long)]
+    stack: String,
+    #[arg(long)]
+    bind: SocketAddr,
+    #[arg(long, value_delimiter = ',')]
+    peers: Vec<String>,
+    #[arg(long)]
+    udp_bind: SocketAddr,
+    #[arg(long)]
+    udp_target: Option<SocketAddr>,
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
+    #[arg(long)]
+    busy_poll: bool,
+    /// Pin this process to this CPU.
+    #[arg(long)]
+    cpu: Option<usize>,
+}
+
+/// Pins the calling thread to `cpu`.
+fn pin(cpu: Option<usize>) -> Result<(), String> {
+    match cpu {
+        Some(id) if !core_affinity::set_for_current(core_affinity::CoreId { id }) => {
+            Err(format!("cannot pin to CPU {id}"))
+        }
+        _ => Ok(()),
+    }
+}
+
+pub(crate) fn run(command: PerfCommand) -> ExitCode {
+    let result = match command {
+        PerfCommand::Latency(args) => latency(&args),
+        PerfCommand::Throughput(args) => throughput(&args),
+        PerfCommand::Peer(args) => peer(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("motet perf: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn free_addresses(n: usize) -> Result<Vec<SocketAddr>, String> {
+    let sockets: Vec<UdpSocket> =
+        (0..n).map(|_| UdpSocket::bind("127.0.0.1:0")).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    sockets.iter().map(|s| s.local_addr().map_err(|e| e.to_string())).collect()
+}
+
+/// A child `motet perf peer` process, killed when dropped.
+struct PeerProcess(Child);
+
+impl PeerProcess {
+    fn spawn(args: &[String]) -> Result<PeerProcess, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut child = Command::new(exe)
+            .arg("perf")
+            .arg("peer")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("starting the peer process: {e}"))?;
+        // Wait for "ready": its sockets are bound.
+        let stdout = child.stdout.take().ok_or("no peer stdout")?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).map_err(|e| e.to_string())?;
+        if line.trim() != "ready" {
+            return Err(format!("the peer process did not start: {line:?}"));
+        }
+        Ok(PeerProcess(child))
+    }
+}
+
+impl Drop for PeerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn join(
+    bind: SocketAddr,
+    busy_poll: bool,
+    group: &str,
+    stack: &str,
+    peers: &[SocketAddr],
+) -> Result<(EventLoop, EndpointId), String> {
+    let mut event_loop = EventLoop::new(RuntimeConfig::bind(bind).busy_poll(busy_poll)).map_err(|e| e.to_string())?;
+    let config = GroupConfig::new(group).stack(stack).peers(peers.iter().map(|p| p.to_string()));
+    let me = event_loop.join(&config).map_err(|e| e.to_string())?;
+    Ok((event_loop, me))
+}
+
+/// Polls until the endpoint's view has `n` members.
+fn wait_for_view(event_loop: &mut EventLoop, n: usize, limit: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        event_loop.poll(Some(Duration::from_millis(20))).map_err(|e| e.to_string())?;
+        let mut size = None;
+        while let Some((_, event)) = event_loop.next_event() {
+            if let Event::View(view) = event {
+                size = Some(view.members.len());
+            }
+        }
+        if size == Some(n) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the group did not form a view of {n} within {limit:?}"));
+        }
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn stamp(size: usize, seq: u64) -> Vec<u8> {
+    let mut data = vec![0u8; size.max(8)];
+    data[..8].copy_from_slice(&seq.to_le_bytes());
+    data
+}
+
+fn seq_of(data: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(data.get(..8)?.try_into().ok()?))
+}
+
+/// Round trips of `samples` (after a warm-up) through `round_trip`, in microseconds, sorted.
+fn measure(samples: usize, mut round_trip: impl FnMut(u64) -> Result<(), String>) -> Result<Vec<f64>, String> {
+    let warmup = samples / 10 + 10;
+    let mut rtts = Vec::with_capacity(samples);
+    for seq in 0..(warmup + samples) as u64 {
+        let start = Instant::now();
+        round_trip(seq)?;
+        if seq as usize >= warmup {
+            rtts.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    rtts.sort_by(f64::total_cmp);
+    Ok(rtts)
+}
+
+fn latency(args: &LatencyArgs) -> Result<(), String> {
+    let (my_cpu, their_cpu) = match args.pin.as_str() {
+        "none" => (None, None),
+        "same" => (Some(0), Some(0)),
+        "split" => (Some(0), Some(1)),
+        other => return Err(format!("--pin {other}: expected none, same or split")),
+    };
+    if args.busy_poll && args.pin == "same" {
+        return Err("--busy-poll with --pin same puts two spinning processes on one CPU (each waits a whole time slice); use --pin split".into());
+    }
+    pin(my_cpu)?;
+    let addresses = free_addresses(3)?;
+    let (mine, theirs, their_udp) = (addresses[0], addresses[1], addresses[2]);
+    let group = format!("perf-latency-{}", std::process::id());
+    let mut peer_args = vec![
+        "--role".to_string(),
+        "echo".into(),
+        "--group".into(),
+        group.clone(),
+        "--stack".into(),
+        args.stack.clone(),
+        "--bind".into(),
+        theirs.to_string(),
+        "--peers".into(),
+        mine.to_string(),
+        "--udp-bind".into(),
+        their_udp.to_string(),
+    ];
+    if args.busy_poll {
+        peer_args.push("--busy-poll".into());
+    }
+    if let Some(cpu) = their_cpu {
+        peer_args.extend(["--cpu".into(), cpu.to_string()]);
+    }
+    let _peer = PeerProcess::spawn(&peer_args)?;
+
+    // Raw UDP first, between the same two processes, with nothing else running; an empty
+    // datagram ends the peer's raw echo, and the peer then joins the group.
+    let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    socket.connect(their_udp).map_err(|e| e.to_string())?;
+    socket.set_nonblocking(args.busy_poll).map_err(|e| e.to_string())?;
+    socket.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; 65536];
+    let udp = measure(args.samples, |seq| {
+        socket.send(&stamp(args.size, seq)).map_err(|e| e.to_string())?;
+        loop {
+            match socket.recv(&mut buf) {
+                Ok(n) if seq_of(&buf[..n]) == Some(seq) => return Ok(()),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(format!("raw UDP echo: {e}")),
+            }
+        }
+    })?;
+    socket.send(&[]).map_err(|e| e.to_string())?;
+
+    let (mut event_loop, me) = join(mine, args.busy_poll, &group, &args.stack, &[theirs])?;
+    wait_for_view(&mut event_loop, 2, Duration::from_secs(30))?;
+    let rtts = measure(args.samples, |seq| {
+        let start = Instant::now();
+        event_loop.cast(me, stamp(args.size, seq).into()).map_err(|e| e.to_string())?;
+        loop {
+            event_loop.poll(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+            while let Some((_, event)) = event_loop.next_event() {
+                if let Event::Cast { from, data } = event {
+                    if from != me && seq_of(&data) == Some(seq) {
+                        return Ok(());
+                    }
+                }
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                return Err(format!("no echo of message {seq} within 10 s"));
+            }
+        }
+    })?;
+    let (p50, p99, udp50) = (percentile(&rtts, 0.5), percentile(&rtts, 0.99), percentile(&udp, 0.5));
+    let report = json!({
+        "stack": args.stack,
+        "size": args.size,
+        "busy_poll": args.busy_poll,
+        "pin": args.pin,
+        "rtt_us_p50": round(p50),
+        "rtt_us_p99": round(p99),
+        "samples": rtts.len(),
+        "udp_rtt_us_p50": round(udp50),
+        "udp_rtt_us_p99": round(percentile(&udp, 0.99)),
+        "ratio_p50": round(p50 / udp50),
+    });
+    if args.json {
+        println!("{report}");
+    } else {
+        println!(
+            "round trip, {} B on `{}` ({}, pin {}): p50 {:.1} us, p99 {:.1} us over {} samples; raw UDP p50 {:.1} us; ratio {:.2}",
+            args.size,
+            args.stack,
+            if args.busy_poll { "busy-poll" } else { "blocking" },
+            args.pin,
+            p50,
+            p99,
+            rtts.len(),
+            udp50,
+            p50 / udp50
+        );
+    }
+    Ok(())
+}
+
+fn round(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn throughput(args: &ThroughputArgs) -> Result<(), String> {
+    if args.members < 2 {
+        return Err("--members must be at least 2".into());
+    }
+    let addresses = free_addresses(2 * args.members)?;
+    let (members, udps) = addresses.split_at(args.members);
+    let group = format!("perf-throughput-{}", std::process::id());
+    // Bound before the peers start: they blast at it until it closes.
+    let raw = UdpSocket::bind(udps[0]).map_err(|e| e.to_string())?;
+    let mut peers = Vec::new();
+    for i in 1..args.members {
+        let mut peer_args = vec![
+            "--role".to_string(),
+            "blast".into(),
+            "--group".into(),
+            group.clone(),
+            "--stack".into(),
+            args.stack.clone(),
+            "--bind".into(),
+            members[i].to_string(),
+            "--peers".into(),
+            members.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(","),
+            "--udp-bind".into(),
+            udps[i].to_string(),
+            "--udp-target".into(),
+            udps[0].to_string(),
+            "--size".into(),
+            args.size.to_string(),
+            "--rate".into(),
+            args.rate.to_string(),
+        ];
+        if args.busy_poll {
+            peer_args.push("--busy-poll".into());
+        }
+        peers.push(PeerProcess::spawn(&peer_args)?);
+    }
+    // Raw UDP first: the peers blast datagrams at our raw socket until they see a view (they
+    // join the group only when told by our first group message; see `peer`).
+    raw.set_read_timeout(Some(Duration::from_millis(200))).map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; 65536];
+    let (mut udp_msgs, mut udp_start) = (0u64, None);
+    let measure = Duration::from_secs(args.seconds);
+    let warm = Duration::from_secs(1);
+    let begin = Instant::now();
+    while begin.elapsed() < warm + measure {
+        if raw.recv(&mut buf).is_ok() && begin.elapsed() >= warm {
+            udp_start.get_or_insert_with(Instant::now);
+            udp_msgs += 1;
+        }
+    }
+    let udp_rate = udp_msgs as f64 / udp_start.map_or(1.0, |s| s.elapsed().as_secs_f64());
+    drop(raw); // the peers' blasts now fail (connection refused) and they move on to the group
+
+    let (mut event_loop, me) = join(members[0], args.busy_poll, &group, &args.stack, &members[1..])?;
+    wait_for_view(&mut event_loop, args.members, Duration::from_secs(60))?;
+    let (mut delivered, mut from_others, mut bytes, mut seq) = (0u64, 0u64, 0u64, 0u64);
+    let begin = Instant::now();
+    let mut start: Option<Instant> = None;
+    let interval = (args.rate > 0).then(|| Duration::from_secs_f64(1.0 / args.rate as f64));
+    let mut next_cast = Instant::now();
+    while begin.elapsed() < warm + measure {
+        // Offer casts: at the given rate, or keep just ahead of flow control.
+        while event_loop.parked(me) < 64 && interval.is_none_or(|_| Instant::now() >= next_cast) {
+            event_loop.cast(me, stamp(args.size, seq).into()).map_err(|e| e.to_string())?;
+            seq += 1;
+            if let Some(interval) = interval {
+                next_cast += interval;
+            }
+        }
+        event_loop.poll(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
+        while let Some((_, event)) = event_loop.next_event() {
+            if let Event::Cast { from, data } = event {
+                if begin.elapsed() >= warm {
+                    start.get_or_insert_with(Instant::now);
+                    delivered += 1;
+                    from_others += u64::from(from != me);
+                    bytes += data.len() as u64;
+                }
+            }
+        }
+    }
+    let secs = start.map_or(1.0, |s| s.elapsed().as_secs_f64());
+    let (rate, mb) = (delivered as f64 / secs, bytes as f64 / secs / 1e6);
+    let others = from_others as f64 / secs;
+    drop(peers);
+    let report = json!({
+        "stack": args.stack,
+        "members": args.members,
+        "size": args.size,
+        "busy_poll": args.busy_poll,
+        "offered_per_member": args.rate,
+        "msgs_per_s": rate.round(),
+        "mb_per_s": round(mb),
+        "msgs_per_s_from_others": others.round(),
+        "udp_msgs_per_s": udp_rate.round(),
+        "ratio": round(rate / udp_rate),
+        "ratio_from_others": round(others / udp_rate),
+    });
+    if args.json {
+        println!("{report}");
+    } else {
+        println!(
+            "throughput at one member, {} members casting {} B on `{}`: {:.0} msgs/s ({:.2} MB/s), {:.0} of them from the others; raw UDP from {} senders: {:.0} msgs/s; ratio {:.2} ({:.2} from the others)",
+            args.members,
+            args.size,
+            args.stack,
+            rate,
+            mb,
+            others,
+            args.members - 1,
+            udp_rate,
+            rate / udp_rate,
+            others / udp_rate
+        );
+    }
+    Ok(())
+}
+
+/// The other process: `echo` answers each cast (and each raw datagram) with the same bytes;
+/// `blast` first sends raw datagrams to `udp_target` as fast as it can until they are refused,
+/// then joins the group and casts as fast as flow control allows (or at `rate`).
+fn peer(args: &PeerArgs) -> Result<(), String> {
+    let raw = UdpSocket::bind(args.udp_bind).map_err(|e| e.to_string())?;
+    let mut event_loop =
+        EventLoop::new(RuntimeConfig::bind(args.bind).busy_poll(args.busy_poll)).map_err(|e| e.to_string())?;
+    let config = GroupConfig::new(&args.group).stack(&args.stack).peers(args.peers.iter().cloned());
+    println!("ready");
+    match args.role.as_str() {
+        "echo" => {
+            pin(args.cpu)?;
+            raw.set_nonblocking(args.busy_poll).map_err(|e| e.to_string())?;
+            let mut buf = vec![0u8; 65536];
+            loop {
+                match raw.recv_from(&mut buf) {
+                    Ok((0, _)) => break,
+                    Ok((n, from)) => drop(raw.send_to(&buf[..n], from)),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            let me = event_loop.join(&config).map_err(|e| e.to_string())?;
+            loop {
+                event_loop.poll(None).map_err(|e| e.to_string())?;
+                while let Some((_, event)) = event_loop.next_event() {
+                    if let Event::Cast { from, data } = event {
+                        if from != me {
+                            event_loop.cast(me, data).map_err(|e| e.to_string())?;
+                        }
+                    }
+                }
+            }
+        }
+        "blast" => {
+            let target = args.udp_target.ok_or("--udp-target is required for blast")?;
+            raw.connect(target).map_err(|e| e.to_string())?;
+            let data = stamp(args.size, 0);
+            // Until the measuring process closes its raw socket: the kernel then reports the
+            // ICMP refusal on a later send.
+            while raw.send(&data).is_ok() {}
+            let me = event_loop.join(&config).map_err(|e| e.to_string())?;
+            let interval = (args.rate > 0).then(|| Duration::from_secs_f64(1.0 / args.rate as f64));
+            let mut next_cast = Instant::now();
+            let mut seq = 0u64;
+            let mut formed = false;
+            loop {
+                while formed && event_loop.parked(me) < 64 && interval.is_none_or(|_| Instant::now() >= next_cast) {
+                    event_loop.cast(me, stamp(args.size, seq).into()).map_err(|e| e.to_string())?;
+                    seq += 1;
+                    if let Some(interval) = interval {
+                        next_cast += interval;
+                    }
+                }
+                event_loop.poll(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
+                while let Some((_, event)) = event_loop.next_event() {
+                    if let Event::View(view) = event {
+                        formed = view.members.len() > 1;
+                    }
+                }
+            }
+        }
+        other => Err(format!("unknown role {other}")),
+    }
+}
