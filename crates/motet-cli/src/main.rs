@@ -1,8 +1,10 @@
 //! `motet`: the command-line front end.
 
 mod demo;
+mod demo_udp;
 mod member;
 mod perf;
+mod procs;
 mod sim;
 mod stack;
 
@@ -21,7 +23,8 @@ struct Cli {
 enum Command {
     /// Run the deterministic simulator over one seed or a range of seeds and check the guarantees.
     Sim(sim::SimArgs),
-    /// A simulated 5-member group under loss and a crash, told as a story, with the verdict.
+    /// Three member processes over UDP on loopback: merge, messages, a kill and a rejoin, told as
+    /// a story with the verdict (`--sim`: the simulated version).
     Demo(demo::DemoArgs),
     /// One group member as a process over UDP: stdin lines are cast, events are printed.
     Member(member::MemberArgs),

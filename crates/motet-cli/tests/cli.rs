@@ -87,7 +87,14 @@ fn bad_arguments_are_refused_with_a_reason() {
 
 #[test]
 fn demo_tells_a_story_and_passes() {
+    // Real processes over UDP on loopback.
     let (code, stdout, _) = motet(&["demo"]);
+    assert_eq!(code, 0, "{stdout}");
+    for needle in ["merged", "SIGKILL", "without it", "C' merged back in", "PASS"] {
+        assert!(stdout.contains(needle), "missing {needle:?} in:\n{stdout}");
+    }
+    // The simulated one.
+    let (code, stdout, _) = motet(&["demo", "--sim"]);
     assert_eq!(code, 0, "{stdout}");
     for needle in ["crashes", "PASS: 0 violations", "the same trace", "member 4"] {
         assert!(stdout.contains(needle), "missing {needle:?} in:\n{stdout}");

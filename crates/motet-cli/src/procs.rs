@@ -1,0 +1,137 @@
+//! `motet member` child processes, driven through their stdin and read through their JSON
+//! stdout (for `motet demo`; the multi-process test has its own copy, being outside the crate).
+
+// Real processes: wall-clock waits and a reader thread per child.
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)]
+
+use motet_sim::logcheck::{LogEvent, MemberLog};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One `motet member --json` process.
+pub(crate) struct MemberProcess {
+    pub(crate) name: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Arc<Mutex<Vec<String>>>,
+    sent: Vec<String>,
+    pub(crate) killed: bool,
+}
+
+impl MemberProcess {
+    pub(crate) fn spawn(name: &str, group: &str, port: u16, peers: &str) -> Result<MemberProcess, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let bind = format!("127.0.0.1:{port}");
+        let mut child = Command::new(exe)
+            .args(["member", "--group", group, "--bind", &bind, "--peers", peers, "--json"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("starting a member process: {e}"))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(mut lines) = sink.lock() {
+                    lines.push(line);
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Ok(MemberProcess { name: name.to_string(), child, stdin, lines, sent: Vec::new(), killed: false })
+    }
+
+    pub(crate) fn cast(&mut self, line: String) -> Result<(), String> {
+        let stdin = self.stdin.as_mut().ok_or("stdin closed")?;
+        writeln!(stdin, "{line}").map_err(|e| format!("{}: {e}", self.name))?;
+        self.sent.push(line);
+        Ok(())
+    }
+
+    pub(crate) fn log(&self) -> MemberLog {
+        let events = self.lines.lock().map(|l| l.iter().filter_map(|l| LogEvent::parse(l).ok().flatten()).collect());
+        MemberLog {
+            name: self.name.clone(),
+            events: events.unwrap_or_default(),
+            sent: self.sent.clone(),
+            killed: self.killed,
+        }
+    }
+
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.killed = true;
+    }
+
+    /// SIGTERM, then waits for the exit (true when it exited 0 within `limit`).
+    pub(crate) fn terminate(&mut self, limit: Duration) -> bool {
+        let pid = self.child.id().to_string();
+        if !Command::new("kill").args(["-TERM", &pid]).status().is_ok_and(|s| s.success()) {
+            return false;
+        }
+        let deadline = Instant::now() + limit;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return status.success(),
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => return false,
+            }
+        }
+    }
+
+    /// Casts delivered from `from`.
+    pub(crate) fn delivered_from(&self, from: &str) -> usize {
+        self.log().events.iter().filter(|e| matches!(e, LogEvent::Cast { from: f, .. } if f == from)).count()
+    }
+}
+
+impl Drop for MemberProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The processes all end in one view whose members are exactly their endpoints.
+pub(crate) fn one_view_of(procs: &[&MemberProcess]) -> Option<String> {
+    let logs: Vec<MemberLog> = procs.iter().map(|p| p.log()).collect();
+    let mut endpoints: Vec<&str> = logs.iter().filter_map(|l| l.endpoint()).collect();
+    endpoints.sort_unstable();
+    let first = logs.first()?.last_view()?.0.to_string();
+    let all = logs.iter().all(|l| {
+        l.last_view().is_some_and(|(id, members)| {
+            let mut members: Vec<&str> = members.iter().map(String::as_str).collect();
+            members.sort_unstable();
+            id == first && members == endpoints
+        })
+    });
+    (all && endpoints.len() == procs.len()).then_some(first)
+}
+
+/// Polls `done` until it gives a value or `limit` passes.
+pub(crate) fn wait_for<T>(limit: Duration, mut done: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = done() {
+            return Some(value);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Free loopback UDP ports.
+pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>, String> {
+    let sockets: Vec<std::net::UdpSocket> = (0..n)
+        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    sockets.iter().map(|s| s.local_addr().map(|a| a.port()).map_err(|e| e.to_string())).collect()
+}
