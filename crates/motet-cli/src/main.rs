@@ -1,5 +1,6 @@
 //! `motet`: the command-line front end.
 
+mod chat;
 mod demo;
 mod demo_udp;
 mod member;
@@ -26,6 +27,8 @@ enum Command {
     /// Three member processes over UDP on loopback: merge, messages, a kill and a rejoin, told as
     /// a story with the verdict (`--sim`: the simulated version).
     Demo(demo::DemoArgs),
+    /// Chat over a group, like Ensemble's mtalk: no set-up needed on one machine.
+    Chat(chat::ChatArgs),
     /// One group member as a process over UDP: stdin lines are cast, events are printed.
     Member(member::MemberArgs),
     /// Measure latency and throughput between member processes over loopback, against raw UDP.
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Stack { command } => stack::run(command),
         Command::Member(args) => member::run(args),
+        Command::Chat(args) => chat::run(args),
         Command::Perf { command } => perf::run(command),
     }
 }

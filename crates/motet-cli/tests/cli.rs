@@ -132,3 +132,50 @@ fn sim_diagram_writes_an_svg_of_one_seed_and_refuses_a_range() {
     assert!(stderr.contains("--diagram draws one run: give a single --seed"), "{stderr}");
     assert!(!path.exists());
 }
+
+#[test]
+#[allow(clippy::disallowed_methods, clippy::disallowed_types)] // reader threads, wall-clock waits
+fn two_chats_with_no_setup_see_each_other() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    use std::sync::{Arc, Mutex};
+    let spawn = |name: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
+            .args(["chat", "cli-test-room", "--name", name])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = Arc::new(Mutex::new(String::new()));
+        let (sink, stdout) = (Arc::clone(&lines), child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+        (child, lines)
+    };
+    let wait_for = |lines: &Arc<Mutex<String>>, needle: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !lines.lock().unwrap().contains(needle) {
+            assert!(std::time::Instant::now() < deadline, "no {needle:?} in:\n{}", lines.lock().unwrap());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    let ((mut a, a_out), (mut b, b_out)) = (spawn("ann"), spawn("bo"));
+    wait_for(&a_out, "2 here now");
+    wait_for(&b_out, "2 here now");
+    writeln!(a.stdin.as_mut().unwrap(), "hi bo").unwrap();
+    writeln!(b.stdin.as_mut().unwrap(), "hi ann").unwrap();
+    for out in [&a_out, &b_out] {
+        wait_for(out, "ann: hi bo");
+        wait_for(out, "bo: hi ann");
+    }
+    // End of input leaves the group.
+    drop(a.stdin.take());
+    drop(b.stdin.take());
+    for (mut child, out) in [(a, a_out), (b, b_out)] {
+        assert!(child.wait().unwrap().success());
+        wait_for(&out, "* left");
+    }
+}

@@ -1,0 +1,118 @@
+//! `motet chat GROUP`: a chat over a group, like Ensemble's `mtalk` demo. Every line typed is cast
+//! to the group; every message and every membership change is printed.
+//!
+//! With no flags it needs no set-up on one machine: it binds the first free port of
+//! 127.0.0.1:47470-47479 and looks for the others on all ten, so up to ten terminals chat at once.
+//! Across machines, give `--bind`, `--peers` (and `--advertise` behind NAT).
+
+use clap::Args;
+use motet_runtime::{Error, Event, GroupConfig, Runtime, RuntimeConfig};
+use std::io::BufRead;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The local ports tried when no address is given.
+const LOCAL_PORTS: std::ops::RangeInclusive<u16> = 47470..=47479;
+
+#[derive(Args)]
+pub(crate) struct ChatArgs {
+    /// The group (chat room).
+    group: String,
+    /// Your name (default: $USER).
+    #[arg(long)]
+    name: Option<String>,
+    /// UDP address to bind (default: the first free port of 127.0.0.1:47470-47479).
+    #[arg(long)]
+    bind: Option<SocketAddr>,
+    /// Address the others reach you at, if not the bound one.
+    #[arg(long)]
+    advertise: Option<SocketAddr>,
+    /// Where others may be, comma-separated (default: 127.0.0.1:47470-47479).
+    #[arg(long, value_delimiter = ',')]
+    peers: Vec<String>,
+}
+
+pub(crate) fn run(args: ChatArgs) -> ExitCode {
+    match chat(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("motet chat: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn start(args: &ChatArgs) -> Result<Runtime, String> {
+    let with_advertise = |config: RuntimeConfig| match args.advertise {
+        Some(a) => config.advertise(a),
+        None => config,
+    };
+    if let Some(bind) = args.bind {
+        return Runtime::start(with_advertise(RuntimeConfig::bind(bind))).map_err(|e| e.to_string());
+    }
+    for port in LOCAL_PORTS {
+        match Runtime::start(with_advertise(RuntimeConfig::bind(SocketAddr::from(([127, 0, 0, 1], port))))) {
+            Ok(runtime) => return Ok(runtime),
+            Err(Error::Io { .. }) => continue,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Err(format!("ports {}-{} on 127.0.0.1 are all taken; give --bind", LOCAL_PORTS.start(), LOCAL_PORTS.end()))
+}
+
+fn chat(args: ChatArgs) -> Result<(), String> {
+    let name = args.name.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "anonymous".into());
+    let runtime = start(&args)?;
+    let peers = if args.peers.is_empty() {
+        LOCAL_PORTS.map(|p| format!("127.0.0.1:{p}")).collect()
+    } else {
+        args.peers.clone()
+    };
+    let member = runtime.join(GroupConfig::new(&args.group).peers(peers)).map_err(|e| e.to_string())?;
+    println!("* {name} in `{}` at {} — type a line to send it, Ctrl-D to leave", args.group, runtime.advertised_addr());
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(|e| e.to_string())?;
+    }
+    let handle = member.handle();
+    let typed_to_end = Arc::clone(&stop);
+    std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(move || {
+            for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+                if let Err(error) = handle.cast(format!("{name}: {line}")) {
+                    eprintln!("* not sent: {error}");
+                }
+            }
+            typed_to_end.store(true, Ordering::SeqCst);
+        })
+        .map_err(|e| e.to_string())?;
+    let mut previous: Vec<motet_runtime::EndpointId> = Vec::new();
+    let mut leaving = false;
+    loop {
+        if stop.load(Ordering::SeqCst) && !leaving {
+            leaving = true;
+            let _ = member.leave();
+        }
+        match member.recv_timeout(Duration::from_millis(100)) {
+            Ok(Some(Event::Cast { data, .. })) => println!("{}", String::from_utf8_lossy(&data)),
+            Ok(Some(Event::View(view))) => {
+                let joined = view.members.iter().filter(|m| !previous.contains(m)).count();
+                let left = previous.iter().filter(|m| !view.members.contains(m)).count();
+                if !previous.is_empty() || view.members.len() > 1 {
+                    println!("* {} here now ({joined} joined, {left} left)", view.members.len());
+                }
+                previous = view.members;
+            }
+            Ok(Some(Event::Exit)) | Err(Error::Left) => {
+                println!("* left");
+                return Ok(());
+            }
+            Ok(_) => {}
+            Err(error) => return Err(error.to_string()),
+        }
+    }
+}
