@@ -53,6 +53,10 @@ pub(crate) struct MemberArgs {
     /// Spin on the socket instead of sleeping (lowest latency; burns a CPU).
     #[arg(long)]
     busy_poll: bool,
+    /// Testing aid: drop this fraction of received datagrams at random (where `tc netem` is not
+    /// available).
+    #[arg(long, default_value_t = 0.0)]
+    inject_loss: f64,
     /// Print the protocol's and the runtime's counters every `--stats-interval` and at exit.
     #[arg(long)]
     stats: bool,
@@ -114,6 +118,7 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
         "send_errors": rt.send_errors,
         "send_backlog_dropped": rt.send_backlog_dropped,
         "app_backpressure": rt.app_backpressure,
+        "injected_loss": rt.injected_loss,
         "counters": counters,
         "drops": drops,
     }))
@@ -147,6 +152,9 @@ fn configure(args: &MemberArgs) -> Result<(RuntimeConfig, GroupConfig), String> 
         runtime.advertise = Some(advertise);
     }
     runtime.busy_poll |= args.busy_poll;
+    if args.inject_loss > 0.0 {
+        runtime.inject_loss = args.inject_loss;
+    }
     group.peers.extend(args.peers.iter().cloned());
     Ok((runtime, group))
 }

@@ -41,6 +41,9 @@ pub struct RuntimeConfig {
     pub send_backlog: usize,
     /// Socket send and receive buffer sizes in bytes (the kernel may cap them).
     pub socket_buffer: usize,
+    /// Testing aid: drop this fraction of received datagrams at random (0 by default), to
+    /// exercise loss where the kernel has no `tc netem`. Counted in `RuntimeStats::injected_loss`.
+    pub inject_loss: f64,
 }
 
 impl Default for RuntimeConfig {
@@ -53,6 +56,7 @@ impl Default for RuntimeConfig {
             action_queue: 4_096,
             send_backlog: 16_384,
             socket_buffer: 4 << 20,
+            inject_loss: 0.0,
         }
     }
 }
@@ -78,6 +82,9 @@ impl RuntimeConfig {
     pub(crate) fn validate(&self) -> Result<(), Error> {
         if self.event_queue == 0 || self.action_queue == 0 || self.send_backlog == 0 {
             return Err(Error::Config("event_queue, action_queue and send_backlog must be at least 1".into()));
+        }
+        if !(0.0..1.0).contains(&self.inject_loss) {
+            return Err(Error::Config(format!("inject_loss {} must be in [0, 1)", self.inject_loss)));
         }
         if let Some(advertise) = self.advertise {
             if advertise.ip().is_unspecified() || advertise.port() == 0 {

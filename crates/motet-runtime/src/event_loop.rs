@@ -61,6 +61,8 @@ pub struct RuntimeStats {
     pub app_backpressure: u64,
     /// Parked sends dropped because their destination left the view before they could go.
     pub sends_to_departed: u64,
+    /// Datagrams dropped on purpose by `RuntimeConfig::inject_loss` (a testing aid).
+    pub injected_loss: u64,
 }
 
 /// One joined endpoint.
@@ -354,7 +356,15 @@ impl EventLoop {
             }
             let node = &mut self.node;
             let now = self.clock.now();
-            match self.io.recv_batch(|_, datagram| node.handle_datagram(now, datagram)) {
+            let (loss, injected) = (self.config.inject_loss, &mut self.stats.injected_loss);
+            let result = self.io.recv_batch(|_, datagram| {
+                if loss > 0.0 && rand::random::<f64>() < loss {
+                    *injected += 1;
+                } else {
+                    node.handle_datagram(now, datagram);
+                }
+            });
+            match result {
                 Ok(n) => {
                     self.stats.datagrams_in += n as u64;
                     self.stats.recv_batches += 1;
