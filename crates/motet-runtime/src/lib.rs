@@ -17,6 +17,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! With the `tokio` feature, [`Runtime::join_async`] gives an [`AsyncMember`] whose events are a
+//! `Stream`.
+//!
 //! Two ways to run it: [`Runtime`] runs the loop on a thread of its own and hands you [`Member`]
 //! handles (blocking iterators of events, thread-safe casts); [`EventLoop`] is the same loop for
 //! you to drive on your own thread, with no thread hop (lowest latency; `motet perf` uses it).
@@ -29,12 +32,16 @@ mod error;
 mod event_loop;
 mod io;
 mod runtime;
+#[cfg(feature = "tokio")]
+mod stream;
 
 pub use config::{FileConfig, GroupConfig, RuntimeConfig};
 pub use error::Error;
 pub use event_loop::{EventLoop, RuntimeStats};
 pub use motet_core::{EndpointId, ViewId};
 pub use runtime::{Handle, Member, Runtime};
+#[cfg(feature = "tokio")]
+pub use stream::AsyncMember;
 
 use bytes::Bytes;
 use motet_core::{Rank, ViewState};

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 /// What the application's threads ask of the loop.
 enum Command {
-    Join { config: Box<GroupConfig>, reply: SyncSender<Result<Joined, Error>> },
+    Join { config: Box<GroupConfig>, sink: Sink, reply: SyncSender<Result<Joined, Error>> },
     Act { endpoint: EndpointId, op: Op },
     Stats { reply: SyncSender<(RuntimeStats, motet_core::layer::Stats)> },
     Stop,
@@ -30,8 +30,35 @@ enum Command {
 struct Joined {
     endpoint: EndpointId,
     member: Arc<MemberShared>,
-    events: Receiver<Event>,
     message_size_max: usize,
+}
+
+/// Where the loop puts a member's events: a bounded channel for a blocking or an async reader.
+enum Sink {
+    Blocking(SyncSender<Event>),
+    #[cfg(feature = "tokio")]
+    Async(tokio::sync::mpsc::Sender<Event>),
+}
+
+enum Refused {
+    Full(Event),
+    Gone,
+}
+
+impl Sink {
+    fn try_send(&self, event: Event) -> Result<(), Refused> {
+        match self {
+            Sink::Blocking(sender) => sender.try_send(event).map_err(|e| match e {
+                TrySendError::Full(event) => Refused::Full(event),
+                TrySendError::Disconnected(_) => Refused::Gone,
+            }),
+            #[cfg(feature = "tokio")]
+            Sink::Async(sender) => sender.try_send(event).map_err(|e| match e {
+                tokio::sync::mpsc::error::TrySendError::Full(event) => Refused::Full(event),
+                tokio::sync::mpsc::error::TrySendError::Closed(_) => Refused::Gone,
+            }),
+        }
+    }
 }
 
 /// State shared by the loop and the application's handles.
@@ -66,6 +93,7 @@ struct MemberShared {
 /// call [`Member::leave`] first for a graceful exit).
 pub struct Runtime {
     shared: Arc<Shared>,
+    event_queue: usize,
     thread: Option<JoinHandle<()>>,
     local: SocketAddr,
     advertise: SocketAddr,
@@ -81,24 +109,38 @@ impl Runtime {
         let loop_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("motet-loop".into())
-            .spawn(move || LoopThread::new(event_loop, receiver, loop_shared, config.event_queue).run())
+            .spawn(move || LoopThread::new(event_loop, receiver, loop_shared).run())
             .map_err(|e| Error::io("starting the event-loop thread", e))?;
-        Ok(Runtime { shared, thread: Some(thread), local, advertise })
+        Ok(Runtime { shared, event_queue: config.event_queue, thread: Some(thread), local, advertise })
     }
 
     /// Joins a group. The endpoint starts alone and merges with the members it finds through the
     /// configured seeds; its first [`Event::View`] is of itself alone.
     pub fn join(&self, config: GroupConfig) -> Result<Member, Error> {
+        let (sink, events) = mpsc::sync_channel(self.event_queue);
+        let handle = self.join_with(config, Sink::Blocking(sink))?;
+        Ok(Member { handle, events, exited: AtomicBool::new(false) })
+    }
+
+    /// Like [`Runtime::join`], for async code: the member's events are a [`futures_core::Stream`]
+    /// (and [`AsyncMember::recv`]), and nothing blocks a runtime thread.
+    #[cfg(feature = "tokio")]
+    pub fn join_async(&self, config: GroupConfig) -> Result<crate::AsyncMember, Error> {
+        let (sink, events) = tokio::sync::mpsc::channel(self.event_queue);
+        let handle = self.join_with(config, Sink::Async(sink))?;
+        Ok(crate::AsyncMember::new(handle, events))
+    }
+
+    fn join_with(&self, config: GroupConfig, sink: Sink) -> Result<Handle, Error> {
         let (reply, answer) = mpsc::sync_channel(1);
-        self.shared.command(Command::Join { config: Box::new(config), reply })?;
+        self.shared.command(Command::Join { config: Box::new(config), sink, reply })?;
         let joined = answer.recv().map_err(|_| Error::Stopped)??;
-        let handle = Handle {
+        Ok(Handle {
             endpoint: joined.endpoint,
             shared: Arc::clone(&self.shared),
             member: joined.member,
             message_size_max: joined.message_size_max,
-        };
-        Ok(Member { handle, events: joined.events, exited: AtomicBool::new(false) })
+        })
     }
 
     /// The runtime's and the protocol's counters.
@@ -185,6 +227,20 @@ impl Handle {
         self.member.view.lock().ok()?.as_ref().map(|v| v.to_vec())
     }
 
+    /// After the application took `event`: notes an exit, and wakes the loop if it waits for room.
+    pub(crate) fn taken(&self, event: &Event) {
+        if *event == Event::Exit {
+            self.member.left.store(true, Ordering::SeqCst);
+        }
+        if self.member.want_wake.swap(false, Ordering::SeqCst) {
+            let _ = self.shared.waker.wake();
+        }
+    }
+
+    pub(crate) fn has_left(&self) -> bool {
+        self.member.left.load(Ordering::SeqCst)
+    }
+
     fn check(&self, size: usize) -> Result<(), Error> {
         if self.member.left.load(Ordering::SeqCst) {
             return Err(Error::Left);
@@ -265,12 +321,9 @@ impl Member {
 
     fn received(&self, event: &Event) {
         if *event == Event::Exit {
-            self.handle.member.left.store(true, Ordering::SeqCst);
             self.exited.store(true, Ordering::SeqCst);
         }
-        if self.handle.member.want_wake.swap(false, Ordering::SeqCst) {
-            let _ = self.handle.shared.waker.wake();
-        }
+        self.handle.taken(event);
     }
 
     fn gone(&self) -> Error {
@@ -284,7 +337,7 @@ impl Member {
 
 impl Drop for Member {
     fn drop(&mut self) {
-        if !self.handle.member.left.load(Ordering::SeqCst) {
+        if !self.handle.has_left() {
             let _ = self.handle.leave();
         }
     }
@@ -295,15 +348,14 @@ struct LoopThread {
     event_loop: EventLoop,
     commands: Receiver<Command>,
     shared: Arc<Shared>,
-    event_queue: usize,
-    members: BTreeMap<EndpointId, (SyncSender<Event>, Arc<MemberShared>)>,
+    members: BTreeMap<EndpointId, (Sink, Arc<MemberShared>)>,
     /// An event whose member's channel was full, held (with everything after it) until it has room.
     held: Option<(EndpointId, Event)>,
 }
 
 impl LoopThread {
-    fn new(event_loop: EventLoop, commands: Receiver<Command>, shared: Arc<Shared>, event_queue: usize) -> LoopThread {
-        LoopThread { event_loop, commands, shared, event_queue, members: BTreeMap::new(), held: None }
+    fn new(event_loop: EventLoop, commands: Receiver<Command>, shared: Arc<Shared>) -> LoopThread {
+        LoopThread { event_loop, commands, shared, members: BTreeMap::new(), held: None }
     }
 
     fn run(mut self) {
@@ -338,12 +390,11 @@ impl LoopThread {
 
     fn handle(&mut self, command: Command) {
         match command {
-            Command::Join { config, reply } => {
+            Command::Join { config, sink, reply } => {
                 let result = self.event_loop.join(&config).map(|endpoint| {
-                    let (sender, events) = mpsc::sync_channel(self.event_queue);
                     let member = Arc::new(MemberShared::default());
-                    self.members.insert(endpoint, (sender, Arc::clone(&member)));
-                    Joined { endpoint, member, events, message_size_max: config.params.appl.message_size_max }
+                    self.members.insert(endpoint, (sink, Arc::clone(&member)));
+                    Joined { endpoint, member, message_size_max: config.params.appl.message_size_max }
                 });
                 let _ = reply.send(result);
             }
@@ -373,13 +424,13 @@ impl LoopThread {
             match sender.try_send(event) {
                 Ok(()) if exit => drop(self.members.remove(&endpoint)),
                 Ok(()) => {}
-                Err(TrySendError::Full(event)) => {
+                Err(Refused::Full(event)) => {
                     member.want_wake.store(true, Ordering::SeqCst);
                     self.held = Some((endpoint, event));
                     return;
                 }
                 // The handle was dropped (it left): nobody listens.
-                Err(TrySendError::Disconnected(_)) => drop(self.members.remove(&endpoint)),
+                Err(Refused::Gone) => drop(self.members.remove(&endpoint)),
             }
         }
     }

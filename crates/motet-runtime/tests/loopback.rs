@@ -113,3 +113,38 @@ fn errors_say_what_to_do() {
     let err = Runtime::start(RuntimeConfig::bind("0.0.0.0:0".parse().unwrap())).err().unwrap();
     assert!(err.to_string().contains("advertise"), "{err}");
 }
+
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "current_thread")]
+async fn async_members_merge_and_stream_events() {
+    use futures_util::StreamExt;
+    let (runtimes, addresses) = start(2);
+    let mut members: Vec<motet_runtime::AsyncMember> =
+        runtimes.iter().map(|r| r.join_async(GroupConfig::new("async").peers(addresses.clone())).unwrap()).collect();
+    // Both reach the view of two.
+    for m in members.iter_mut() {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let event = tokio::time::timeout_at(deadline, m.next()).await.expect("a view of two").unwrap();
+            if matches!(&event, Event::View(v) if v.members.len() == 2) {
+                break;
+            }
+        }
+    }
+    members[0].cast("ping").unwrap();
+    for m in members.iter_mut() {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let event = tokio::time::timeout_at(deadline, m.recv()).await.expect("the cast").unwrap();
+            if let Event::Cast { data, .. } = event {
+                assert_eq!(&data[..], b"ping");
+                break;
+            }
+        }
+    }
+    members[1].leave().unwrap();
+    let rest: Vec<Event> = tokio::time::timeout(Duration::from_secs(30), members.pop().unwrap().collect::<Vec<_>>())
+        .await
+        .expect("the stream ends after the exit");
+    assert_eq!(rest.last(), Some(&Event::Exit));
+}

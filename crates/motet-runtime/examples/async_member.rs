@@ -1,0 +1,35 @@
+//! A member used from async code (feature `tokio`): its events are a `Stream`.
+//! Run: `cargo run -p motet-runtime --features tokio --example async_member`.
+
+#[cfg(feature = "tokio")]
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    use futures_util::StreamExt;
+    use motet_runtime::{Event, GroupConfig, Runtime, RuntimeConfig};
+
+    let runtime = Runtime::start(RuntimeConfig::default())?;
+    let mut member = runtime.join_async(GroupConfig::new("async-example"))?;
+    // Alone in the group: its own casts come back (local delivery).
+    while let Some(event) = member.next().await {
+        match event {
+            Event::View(view) => {
+                println!("view {:?}: {} member(s)", view.id, view.members.len());
+                member.cast("hello, async world")?;
+            }
+            Event::Cast { data, .. } => {
+                println!("delivered: {}", String::from_utf8_lossy(&data));
+                member.leave()?;
+            }
+            Event::Exit => break,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "tokio"))]
+fn main() {
+    eprintln!(
+        "this example needs the `tokio` feature: cargo run -p motet-runtime --features tokio --example async_member"
+    );
+}

@@ -1,0 +1,37 @@
+//! Two members of one group in one process, over UDP on loopback: they merge, each casts a
+//! greeting, and each prints what it delivers. Run: `cargo run -p motet-runtime --example hello_group`.
+
+use motet_runtime::{Event, GroupConfig, Runtime, RuntimeConfig};
+use std::time::Duration;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let (a, b) = (Runtime::start(RuntimeConfig::default())?, Runtime::start(RuntimeConfig::default())?);
+    let seeds = [a.local_addr().to_string(), b.local_addr().to_string()];
+    let alice = a.join(GroupConfig::new("hello").peers(seeds.clone()))?;
+    let bob = b.join(GroupConfig::new("hello").peers(seeds))?;
+    for (name, member) in [("alice", &alice), ("bob", &bob)] {
+        // Wait for the view of both, then greet.
+        while member.view().map_or(0, |v| v.len()) < 2 {
+            if let Some(Event::View(view)) = member.recv_timeout(Duration::from_secs(10))? {
+                println!("{name}: view {:?} with {} members", view.id, view.members.len());
+            }
+        }
+        member.cast(format!("hello from {name}"))?;
+    }
+    for (name, member) in [("alice", &alice), ("bob", &bob)] {
+        let mut greetings = 0;
+        while greetings < 2 {
+            match member.recv_timeout(Duration::from_secs(10))? {
+                Some(Event::Cast { from, data }) => {
+                    greetings += 1;
+                    println!("{name} delivered from {from}: {}", String::from_utf8_lossy(&data));
+                }
+                Some(_) => {}
+                None => return Err("no greeting within 10 s".into()),
+            }
+        }
+    }
+    alice.leave()?;
+    bob.leave()?;
+    Ok(())
+}

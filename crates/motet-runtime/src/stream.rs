@@ -1,0 +1,77 @@
+//! [`AsyncMember`]: a member whose events are an async stream (feature `tokio`).
+
+use crate::runtime::Handle;
+use crate::{Error, Event};
+use bytes::Bytes;
+use motet_core::EndpointId;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// One endpoint in one group, for async code: `recv().await` or use it as a
+/// [`futures_core::Stream`] of events (ending after [`Event::Exit`]). Casting never blocks for
+/// long: it only waits while the loop's bounded action queue is full. Dropping it leaves the group.
+pub struct AsyncMember {
+    handle: Handle,
+    events: tokio::sync::mpsc::Receiver<Event>,
+}
+
+impl AsyncMember {
+    pub(crate) fn new(handle: Handle, events: tokio::sync::mpsc::Receiver<Event>) -> AsyncMember {
+        AsyncMember { handle, events }
+    }
+
+    /// A handle for acting from other tasks or threads.
+    pub fn handle(&self) -> Handle {
+        self.handle.clone()
+    }
+
+    /// This endpoint's id.
+    pub fn id(&self) -> EndpointId {
+        self.handle.id()
+    }
+
+    /// See [`Handle::cast`].
+    pub fn cast(&self, data: impl Into<Bytes>) -> Result<(), Error> {
+        self.handle.cast(data)
+    }
+
+    /// See [`Handle::send`].
+    pub fn send(&self, to: EndpointId, data: impl Into<Bytes>) -> Result<(), Error> {
+        self.handle.send(to, data)
+    }
+
+    /// See [`Handle::leave`].
+    pub fn leave(&self) -> Result<(), Error> {
+        self.handle.leave()
+    }
+
+    /// The next event; `None` after [`Event::Exit`] or when the runtime stopped.
+    pub async fn recv(&mut self) -> Option<Event> {
+        let event = self.events.recv().await?;
+        self.handle.taken(&event);
+        Some(event)
+    }
+}
+
+impl futures_core::Stream for AsyncMember {
+    type Item = Event;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        let this = &mut *self;
+        match this.events.poll_recv(cx) {
+            Poll::Ready(Some(event)) => {
+                this.handle.taken(&event);
+                Poll::Ready(Some(event))
+            }
+            other => other,
+        }
+    }
+}
+
+impl Drop for AsyncMember {
+    fn drop(&mut self) {
+        if !self.handle.has_left() {
+            let _ = self.handle.leave();
+        }
+    }
+}
