@@ -44,6 +44,15 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Diagnostics go to stderr, filtered by RUST_LOG (default: warnings only), so stdout stays
+    // the machine-readable contract.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let cli = Cli::parse();
     match cli.command {
         Command::Sim(args) => sim::run(args),

@@ -60,6 +60,9 @@ pub(crate) struct MemberArgs {
     /// Print the protocol's and the runtime's counters every `--stats-interval` and at exit.
     #[arg(long)]
     stats: bool,
+    /// Serve the counters as Prometheus text over HTTP on this address (e.g. 127.0.0.1:9464).
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
     /// Seconds between `--stats` reports.
     #[arg(long, default_value_t = 5)]
     stats_interval: u64,
@@ -119,6 +122,7 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
         "send_backlog_dropped": rt.send_backlog_dropped,
         "app_backpressure": rt.app_backpressure,
         "injected_loss": rt.injected_loss,
+        "views_installed": rt.views_installed,
         "counters": counters,
         "drops": drops,
     }))
@@ -181,6 +185,15 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(address) = args.metrics {
+        match motet_runtime::metrics::serve(address, runtime.stats_handle()) {
+            Ok(bound) => eprintln!("motet member: metrics at http://{bound}/metrics"),
+            Err(error) => {
+                eprintln!("motet member: cannot serve metrics on {address}: {error}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         if let Err(error) = signal_hook::flag::register(signal, Arc::clone(&stop)) {

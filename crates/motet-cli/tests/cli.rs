@@ -179,3 +179,45 @@ fn two_chats_with_no_setup_see_each_other() {
         wait_for(&out, "* left");
     }
 }
+
+#[test]
+#[allow(clippy::disallowed_types)] // wall-clock wait for the metrics line
+fn member_serves_prometheus_metrics_and_prints_stats() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
+        .args(["member", "--group", "metrics-test", "--json", "--stats", "--stats-interval", "1"])
+        .args(["--metrics", "127.0.0.1:0"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let address = line.trim().rsplit("http://").next().unwrap().trim_end_matches("/metrics").to_string();
+    let mut stream = std::net::TcpStream::connect(&address).expect(&line);
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+    for needle in
+        ["motet_datagrams_sent_total", "motet_views_installed_total 1", "motet_drops_total{reason=\"Malformed\"}"]
+    {
+        assert!(response.contains(needle), "missing {needle} in {response}");
+    }
+    // --stats prints a stats object on stdout within its interval.
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).unwrap() > 0 && std::time::Instant::now() < deadline);
+        if line.contains("\"type\":\"stats\"") {
+            assert!(line.contains("\"counters\"") && line.contains("\"drops\""), "{line}");
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

@@ -359,4 +359,5 @@ counters! {
     FlowBlocked: "times a flow-control layer blocked its sender",
     Gossip: "stability gossip messages sent",
     Fragmented: "messages split into fragments",
+    Suspected: "members newly suspected by the failure detector",
 }

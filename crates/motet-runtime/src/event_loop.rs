@@ -63,6 +63,8 @@ pub struct RuntimeStats {
     pub sends_to_departed: u64,
     /// Datagrams dropped on purpose by `RuntimeConfig::inject_loss` (a testing aid).
     pub injected_loss: u64,
+    /// Views installed by this process's endpoints.
+    pub views_installed: u64,
 }
 
 /// One joined endpoint.
@@ -172,6 +174,7 @@ impl EventLoop {
     /// endpoint is a singleton partition, not primary) and merges with the members it finds
     /// through the seeds (`heal` gossips to them).
     pub fn join(&mut self, group: &GroupConfig) -> Result<EndpointId, Error> {
+        let _span = tracing::info_span!("join", group = %group.name, stack = %group.stack).entered();
         let (name, spec) = group.resolve_spec()?;
         if !spec.layers().contains(&LayerKind::Heal) || !spec.layers().contains(&LayerKind::Intra) {
             return Err(Error::Config(format!(
@@ -474,6 +477,8 @@ impl EventLoop {
             let current = stack == member.current;
             let event = match event {
                 AppEvent::View { view, rank } => {
+                    self.stats.views_installed += 1;
+                    tracing::info!(%endpoint, view = ?view.view_id, members = view.members.len(), "view installed");
                     member.current = stack;
                     member.view = Some(Arc::clone(&view));
                     member.blocked = false;

@@ -31,6 +31,7 @@ mod config;
 mod error;
 mod event_loop;
 mod io;
+pub mod metrics;
 mod runtime;
 #[cfg(feature = "tokio")]
 mod stream;
@@ -39,7 +40,7 @@ pub use config::{FileConfig, GroupConfig, RuntimeConfig};
 pub use error::Error;
 pub use event_loop::{EventLoop, RuntimeStats};
 pub use motet_core::{EndpointId, ViewId};
-pub use runtime::{Handle, Member, Runtime};
+pub use runtime::{Handle, Member, Runtime, StatsHandle};
 #[cfg(feature = "tokio")]
 pub use stream::AsyncMember;
 

@@ -145,9 +145,12 @@ impl Runtime {
 
     /// The runtime's and the protocol's counters.
     pub fn stats(&self) -> Result<(RuntimeStats, motet_core::layer::Stats), Error> {
-        let (reply, answer) = mpsc::sync_channel(1);
-        self.shared.command(Command::Stats { reply })?;
-        answer.recv().map_err(|_| Error::Stopped)
+        self.stats_handle().get()
+    }
+
+    /// A handle that reads the counters from another thread (for exporters).
+    pub fn stats_handle(&self) -> StatsHandle {
+        StatsHandle { shared: Arc::clone(&self.shared) }
     }
 
     /// The bound socket address.
@@ -167,6 +170,21 @@ impl Drop for Runtime {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+/// Reads a runtime's counters from any thread.
+#[derive(Clone)]
+pub struct StatsHandle {
+    shared: Arc<Shared>,
+}
+
+impl StatsHandle {
+    /// The runtime's and the protocol's counters now.
+    pub fn get(&self) -> Result<(RuntimeStats, motet_core::layer::Stats), Error> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.shared.command(Command::Stats { reply })?;
+        answer.recv().map_err(|_| Error::Stopped)
     }
 }
 

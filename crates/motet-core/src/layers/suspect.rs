@@ -9,7 +9,7 @@
 //! trade-off measured in the simulator (docs/membership.md): with the defaults a member must miss
 //! about ten consecutive heartbeats, which at 20% loss happens with probability 0.2^10 ≈ 1e-7.
 
-use crate::event::{Dn, Up};
+use crate::event::{Counter, Dn, Up};
 use crate::event::{Msg, Qos};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
 use crate::time::{Duration, Instant};
@@ -96,6 +96,9 @@ impl Layer for Suspect {
             }
         }
         if !newly.is_empty() {
+            for _ in newly.iter() {
+                out.count(Counter::Suspected);
+            }
             self.suspected.union_with(&newly);
             out.up(Up::Suspect(newly));
         }

@@ -1,0 +1,84 @@
+//! Counters as Prometheus text (exposition format 0.0.4), and a minimal HTTP endpoint serving
+//! them: a scrape is one `GET`, answered and closed, on a thread of its own so a slow scraper
+//! never delays the event loop.
+
+use crate::event_loop::RuntimeStats;
+use crate::runtime::StatsHandle;
+use motet_core::layer::Stats;
+use motet_core::{Counter, DropReason};
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::time::Duration;
+
+/// Renders the runtime's and the protocol's counters.
+pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
+    let mut out = String::new();
+    let mut counter = |name: &str, help: &str, value: u64| {
+        let _ = writeln!(out, "# HELP motet_{name} {help}\n# TYPE motet_{name} counter\nmotet_{name} {value}");
+    };
+    counter("datagrams_received_total", "UDP datagrams received", runtime.datagrams_in);
+    counter("datagrams_sent_total", "UDP datagrams sent (one per destination)", runtime.datagrams_out);
+    counter("recv_batches_total", "recvmmsg calls that returned data", runtime.recv_batches);
+    counter("send_errors_total", "sends that failed and were dropped", runtime.send_errors);
+    counter("send_backlog_dropped_total", "datagrams dropped from a full send backlog", runtime.send_backlog_dropped);
+    counter(
+        "app_backpressure_total",
+        "loop turns that left the socket unread because the application lagged",
+        runtime.app_backpressure,
+    );
+    counter("views_installed_total", "views installed by this process's endpoints", runtime.views_installed);
+    let _ = writeln!(
+        out,
+        "# HELP motet_protocol_events_total protocol activity by kind\n# TYPE motet_protocol_events_total counter"
+    );
+    for &c in Counter::ALL {
+        let _ = writeln!(out, "motet_protocol_events_total{{kind=\"{}\"}} {}", c.name(), protocol.counter(c));
+    }
+    let _ = writeln!(
+        out,
+        "# HELP motet_drops_total inputs dropped by the protocol, by reason\n# TYPE motet_drops_total counter"
+    );
+    for &r in DropReason::ALL {
+        let _ = writeln!(out, "motet_drops_total{{reason=\"{}\"}} {}", r.name(), protocol.drops(r));
+    }
+    out
+}
+
+/// Serves `GET /metrics` (any path) on `address` from a thread, until the runtime stops.
+pub fn serve(address: SocketAddr, stats: StatsHandle) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(address)?;
+    let bound = listener.local_addr()?;
+    std::thread::Builder::new().name("motet-metrics".into()).spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut request = [0u8; 1024];
+            // The request itself does not matter: every path gets the metrics.
+            let _ = stream.read(&mut request);
+            let Ok((runtime, protocol)) = stats.get() else { return };
+            let body = render(&runtime, &protocol);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    })?;
+    Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_counter_and_drop_reason() {
+        let stats = RuntimeStats { datagrams_in: 7, ..RuntimeStats::default() };
+        let text = render(&stats, &Stats::default());
+        assert!(text.contains("motet_datagrams_received_total 7"));
+        assert!(text.contains("motet_protocol_events_total{kind=\"Retransmit\"} 0"));
+        assert!(text.contains("motet_drops_total{reason=\"Malformed\"} 0"));
+        assert_eq!(text.lines().filter(|l| l.starts_with("motet_drops_total")).count(), DropReason::ALL.len());
+    }
+}
