@@ -65,6 +65,19 @@ pub struct RuntimeStats {
     pub injected_loss: u64,
     /// Views installed by this process's endpoints.
     pub views_installed: u64,
+    /// Bundles sent (each carries two or more datagrams, counted in `datagrams_packed`).
+    pub bundles_sent: u64,
+    /// Datagrams sent inside bundles.
+    pub datagrams_packed: u64,
+    /// Received bundles that did not unpack (dropped).
+    pub malformed_bundles: u64,
+}
+
+/// Datagrams waiting to be packed for one destination.
+#[derive(Debug, Default)]
+struct Packing {
+    items: Vec<(Bytes, Payload)>,
+    bytes: usize,
 }
 
 /// One joined endpoint.
@@ -107,6 +120,8 @@ pub struct EventLoop {
     owners: BTreeMap<StackId, (EndpointId, Arc<ViewState>)>,
     ready: VecDeque<(EndpointId, Event)>,
     backlog: VecDeque<(SocketAddr, Bytes, Payload)>,
+    /// Per destination, what this turn has produced so far (sent at the end of the turn).
+    packing: BTreeMap<SocketAddr, Packing>,
     writable_interest: bool,
     /// The socket may have more datagrams (mio is edge-triggered: read until `WouldBlock`).
     readable: bool,
@@ -148,6 +163,7 @@ impl EventLoop {
             owners: BTreeMap::new(),
             ready: VecDeque::new(),
             backlog: VecDeque::new(),
+            packing: BTreeMap::new(),
             writable_interest: false,
             readable: true,
             seeds: Vec::new(),
@@ -359,10 +375,16 @@ impl EventLoop {
             }
             let node = &mut self.node;
             let now = self.clock.now();
-            let (loss, injected) = (self.config.inject_loss, &mut self.stats.injected_loss);
+            let loss = self.config.inject_loss;
+            let stats = &mut self.stats;
             let result = self.io.recv_batch(|_, datagram| {
                 if loss > 0.0 && rand::random::<f64>() < loss {
-                    *injected += 1;
+                    stats.injected_loss += 1;
+                } else if motet_wire::bundle::is_bundle(&datagram) {
+                    match motet_wire::bundle::decode(&datagram) {
+                        Ok(parts) => parts.into_iter().for_each(|part| node.handle_datagram(now, part)),
+                        Err(_) => stats.malformed_bundles += 1,
+                    }
                 } else {
                     node.handle_datagram(now, datagram);
                 }
@@ -417,9 +439,57 @@ impl EventLoop {
                 break;
             }
         }
+        self.send_packed();
     }
 
+    /// Queues a datagram for `to`: packed with the others of this turn, or alone when it is too
+    /// large to pack (after what is already packed for `to`, to keep the order).
     fn send_one(&mut self, to: SocketAddr, head: &Bytes, payload: &Payload) {
+        let framed = motet_wire::bundle::framed_len(head.len() + payload.len());
+        let pack_max = self.config.pack_max;
+        if pack_max == 0 || 1 + framed > pack_max {
+            self.send_packed_to(to);
+            return self.transmit(to, head, payload);
+        }
+        let packing = self.packing.entry(to).or_default();
+        if 1 + packing.bytes + framed > pack_max {
+            self.send_packed_to(to);
+        }
+        let packing = self.packing.entry(to).or_default();
+        packing.bytes += framed;
+        packing.items.push((head.clone(), payload.clone()));
+    }
+
+    fn send_packed(&mut self) {
+        let destinations: Vec<SocketAddr> = self.packing.keys().copied().collect();
+        for to in destinations {
+            self.send_packed_to(to);
+        }
+    }
+
+    /// Sends what is packed for `to`: one datagram as it is (no copy), several as a bundle.
+    fn send_packed_to(&mut self, to: SocketAddr) {
+        let Some(packing) = self.packing.remove(&to) else { return };
+        match &packing.items[..] {
+            [] => {}
+            [(head, payload)] => self.transmit(to, head, payload),
+            items => {
+                let chunks: Vec<Vec<&[u8]>> = items
+                    .iter()
+                    .map(|(head, payload)| {
+                        std::iter::once(&head[..]).chain(payload.chunks().iter().map(|c| &c[..])).collect()
+                    })
+                    .collect();
+                let mut bundle = Vec::with_capacity(1 + packing.bytes);
+                motet_wire::bundle::encode(chunks.iter().map(Vec::as_slice), &mut bundle);
+                self.stats.bundles_sent += 1;
+                self.stats.datagrams_packed += items.len() as u64;
+                self.transmit(to, &Bytes::from(bundle), &Payload::new());
+            }
+        }
+    }
+
+    fn transmit(&mut self, to: SocketAddr, head: &Bytes, payload: &Payload) {
         if !self.backlog.is_empty() {
             return self.backlog_push(to, head, payload);
         }

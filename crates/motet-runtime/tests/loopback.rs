@@ -78,8 +78,35 @@ fn three_members_merge_then_cast_and_send() {
             }
         }
     }
-    let (stats, _) = runtimes[0].stats().unwrap();
-    assert!(stats.datagrams_in > 0 && stats.datagrams_out > 0, "{stats:?}");
+    let stats: Vec<_> = runtimes.iter().map(|r| r.stats().unwrap().0).collect();
+    assert!(stats.iter().all(|s| s.datagrams_in > 0 && s.datagrams_out > 0), "{stats:?}");
+    // 200 casts queued at once go out packed.
+    assert!(stats.iter().any(|s| s.bundles_sent > 0 && s.datagrams_packed >= 2 * s.bundles_sent), "{stats:?}");
+}
+
+#[test]
+fn malformed_datagrams_and_bundles_are_dropped_and_counted() {
+    let runtime = Runtime::start(RuntimeConfig::default()).unwrap();
+    let member = runtime.join(GroupConfig::new("garbage")).unwrap();
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = runtime.local_addr();
+    socket.send_to(&[motet_wire::bundle::BUNDLE_TAG, 5, 1], to).unwrap(); // a truncated bundle
+    socket.send_to(&[0xff, 1, 2, 3], to).unwrap(); // not a datagram
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (stats, protocol) = runtime.stats().unwrap();
+        if stats.malformed_bundles == 1 && protocol.drops(motet_core::DropReason::Malformed) == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{stats:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The member is unharmed: its own cast still comes back.
+    member.cast("still here").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !matches!(member.recv_timeout(Duration::from_millis(100)).unwrap(), Some(Event::Cast { .. })) {
+        assert!(Instant::now() < deadline);
+    }
 }
 
 #[test]

@@ -117,6 +117,15 @@ impl<'a> Reader<'a> {
         self.bytes.len() - self.pos
     }
 
+    /// Skips `n` bytes.
+    pub fn skip(&mut self, n: usize) -> Result<(), WireError> {
+        if n > self.remaining() {
+            return Err(self.error(WireErrorKind::Truncated));
+        }
+        self.pos += n;
+        Ok(())
+    }
+
     /// An error of `kind` at the current offset.
     pub fn error(&self, kind: WireErrorKind) -> WireError {
         WireError { kind, offset: self.pos }

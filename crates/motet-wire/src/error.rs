@@ -49,4 +49,8 @@ pub enum WireErrorKind {
     /// A vector field is longer than [`crate::RANKS_MAX`] or than the bytes that remain.
     #[error("vector too long ({0})")]
     VectorLength(u64),
+    /// A bundle's framing is wrong: a zero or overlong length, a nested bundle, or fewer than two
+    /// datagrams.
+    #[error("malformed bundle")]
+    Bundle,
 }

@@ -10,6 +10,7 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod bundle;
 pub mod codec;
 pub mod datagram;
 mod error;

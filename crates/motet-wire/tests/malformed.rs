@@ -381,6 +381,7 @@ fn kind_name(kind: WireErrorKind) -> &'static str {
         WireErrorKind::Varint => "Varint",
         WireErrorKind::Range => "Range",
         WireErrorKind::VectorLength(_) => "VectorLength",
+        WireErrorKind::Bundle => "Bundle",
     }
 }
 
@@ -439,4 +440,40 @@ fn mutated_datagrams_never_panic() {
     );
     // Guard against a corpus or mutator that silently stops reaching the decoder's paths.
     assert!(tally.errors.len() >= 8, "too few error kinds exercised: {:?}", tally.errors);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bundles.
+// ---------------------------------------------------------------------------------------------
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// A bundle of valid datagrams unpacks to exactly them, each still decoding; any byte string
+    /// given to the bundle decoder gives datagrams or an error (never a panic), and what it
+    /// accepts re-encodes to the same bytes.
+    #[test]
+    fn bundles_unpack_exactly_and_garbage_is_an_error(
+        dgrams in proptest::collection::vec(datagram_with(8, 32), 2..6),
+        noise in proptest::collection::vec(any::<u8>(), 0..64),
+    ) {
+        use motet_wire::bundle;
+        let encoded: Vec<Bytes> = dgrams.iter().map(|d| d.encode()).collect();
+        let mut out = Vec::new();
+        let parts: Vec<Vec<&[u8]>> = encoded.iter().map(|b| vec![&b[..]]).collect();
+        bundle::encode(parts.iter().map(Vec::as_slice), &mut out);
+        let unpacked = bundle::decode(&Bytes::from(out)).unwrap();
+        prop_assert_eq!(&unpacked, &encoded);
+        for (part, dgram) in unpacked.into_iter().zip(&dgrams) {
+            prop_assert_eq!(decode(part).unwrap().head, dgram.head);
+        }
+        let mut garbage = vec![bundle::BUNDLE_TAG];
+        garbage.extend(noise);
+        if let Ok(parts) = bundle::decode(&Bytes::from(garbage.clone())) {
+            let slices: Vec<Vec<&[u8]>> = parts.iter().map(|p| vec![&p[..]]).collect();
+            let mut again = Vec::new();
+            bundle::encode(slices.iter().map(Vec::as_slice), &mut again);
+            prop_assert_eq!(again, garbage);
+        }
+    }
 }

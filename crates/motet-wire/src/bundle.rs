@@ -1,0 +1,103 @@
+//! Bundles: several datagrams packed into one UDP datagram (message packing, as Horus and Aeron
+//! do), so that many small messages to one destination cost one system call and one packet.
+//!
+//! Layout: [`BUNDLE_TAG`] then, repeated at least twice, `varint length ‖ datagram`. The tag is
+//! not a valid [`crate::VERSION`], so a receiver tells a bundle from a plain datagram by its
+//! first byte. Bundles do not nest. Unpacking is zero-copy: each datagram is a slice of the
+//! bundle's buffer.
+
+use crate::codec::{Reader, Writer};
+use crate::{WireError, WireErrorKind, DATAGRAM_SIZE_MAX};
+use bytes::Bytes;
+
+/// The first byte of a bundle.
+pub const BUNDLE_TAG: u8 = 0xB5;
+
+/// Whether `datagram` is a bundle.
+pub fn is_bundle(datagram: &[u8]) -> bool {
+    datagram.first() == Some(&BUNDLE_TAG)
+}
+
+/// The bytes a datagram of `len` bytes adds to a bundle.
+pub fn framed_len(len: usize) -> usize {
+    let mut varint = 1;
+    let mut rest = len >> 7;
+    while rest > 0 {
+        varint += 1;
+        rest >>= 7;
+    }
+    varint + len
+}
+
+/// Writes a bundle of `datagrams` (each given as its chunks, e.g. head then payload).
+pub fn encode<'a>(datagrams: impl IntoIterator<Item = &'a [&'a [u8]]>, out: &mut Vec<u8>) {
+    out.push(BUNDLE_TAG);
+    for chunks in datagrams {
+        let len: usize = chunks.iter().map(|c| c.len()).sum();
+        Writer::new(out).varint(len as u64);
+        for chunk in chunks {
+            out.extend_from_slice(chunk);
+        }
+    }
+}
+
+/// Splits a bundle into its datagrams without copying. Total: any input gives the datagrams or an
+/// error, never a panic.
+pub fn decode(bundle: &Bytes) -> Result<Vec<Bytes>, WireError> {
+    if bundle.len() > DATAGRAM_SIZE_MAX {
+        return Err(WireError { kind: WireErrorKind::Oversized, offset: DATAGRAM_SIZE_MAX });
+    }
+    let mut r = Reader::new(bundle);
+    if r.u8()? != BUNDLE_TAG {
+        return Err(WireError { kind: WireErrorKind::Version(bundle[0]), offset: 0 });
+    }
+    let mut out = Vec::new();
+    while r.remaining() > 0 {
+        let offset = r.position();
+        let len = r.varint()?;
+        let start = r.position();
+        let bad = || WireError { kind: WireErrorKind::Bundle, offset };
+        let len = usize::try_from(len).map_err(|_| bad())?;
+        if len == 0 || len > r.remaining() {
+            return Err(bad());
+        }
+        if bundle[start] == BUNDLE_TAG {
+            return Err(bad()); // bundles do not nest
+        }
+        out.push(bundle.slice(start..start + len));
+        r.skip(len)?;
+    }
+    if out.len() < 2 {
+        return Err(WireError { kind: WireErrorKind::Bundle, offset: r.position() });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_framing_size() {
+        let (a, b): (&[u8], &[u8]) = (&[1, 2, 3], &[1; 200]);
+        let mut out = Vec::new();
+        encode([&[a][..], &[&b[..100], &b[100..]][..]], &mut out);
+        assert_eq!(out.len(), 1 + framed_len(3) + framed_len(200));
+        let parts = decode(&Bytes::from(out)).unwrap();
+        assert_eq!(parts, vec![Bytes::from_static(a), Bytes::copy_from_slice(b)]);
+    }
+
+    #[test]
+    fn malformed_bundles_are_errors() {
+        for bad in [
+            vec![BUNDLE_TAG],                      // empty
+            vec![BUNDLE_TAG, 1, 1],                // one datagram only
+            vec![BUNDLE_TAG, 5, 1, 2],             // truncated
+            vec![BUNDLE_TAG, 0, 1, 1],             // zero length
+            vec![BUNDLE_TAG, 1, BUNDLE_TAG, 1, 1], // nested
+            vec![1, 1, 1],                         // not a bundle
+        ] {
+            assert!(decode(&Bytes::from(bad.clone())).is_err(), "{bad:?}");
+        }
+    }
+}
