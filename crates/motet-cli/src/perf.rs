@@ -347,6 +347,13 @@ fn throughput(args: &ThroughputArgs) -> Result<(), String> {
     if args.members < 2 {
         return Err("--members must be at least 2".into());
     }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if args.busy_poll && args.members > cpus {
+        eprintln!(
+            "motet perf: warning: {} spinning processes on {cpus} CPUs starve each other; busy-poll figures here measure the scheduler, not Motet",
+            args.members
+        );
+    }
     let addresses = free_addresses(2 * args.members)?;
     let (members, udps) = addresses.split_at(args.members);
     let group = format!("perf-throughput-{}", std::process::id());
@@ -518,6 +525,9 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
                 event_loop.poll(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
                 while let Some((_, event)) = event_loop.next_event() {
                     if let Event::View(view) = event {
+                        if !formed && view.members.len() > 1 {
+                            next_cast = Instant::now(); // offer the rate from now, not since start
+                        }
                         formed = view.members.len() > 1;
                     }
                 }
