@@ -53,6 +53,10 @@ pub(crate) struct MemberArgs {
     /// Spin on the socket instead of sleeping (lowest latency; burns a CPU).
     #[arg(long)]
     busy_poll: bool,
+    /// IP multicast `GROUP:PORT` (e.g. 239.255.77.1:7500): casts go there as one datagram, and
+    /// members on one LAN find each other there without --peers. All members must agree.
+    #[arg(long)]
+    multicast: Option<std::net::SocketAddrV4>,
     /// Testing aid: drop this fraction of received datagrams at random (where `tc netem` is not
     /// available).
     #[arg(long, default_value_t = 0.0)]
@@ -156,6 +160,10 @@ fn configure(args: &MemberArgs) -> Result<(RuntimeConfig, GroupConfig), String> 
         runtime.advertise = Some(advertise);
     }
     runtime.busy_poll |= args.busy_poll;
+    if let Some(group) = args.multicast {
+        runtime.multicast =
+            Some(motet_runtime::MulticastConfig { group: *group.ip(), port: group.port(), interface: None, ttl: 1 });
+    }
     if args.inject_loss > 0.0 {
         runtime.inject_loss = args.inject_loss;
     }

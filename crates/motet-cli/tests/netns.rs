@@ -47,8 +47,9 @@ impl Topology {
 
     /// Members 0 and 1 on bridge `a`, 2 and 3 on bridge `b`, the bridges linked by the pair
     /// `xa`-`xb` (the cable to cut).
-    fn build() -> Result<Topology, String> {
-        let prefix = format!("mt{}", std::process::id() % 100_000);
+    /// `tag` keeps the names of tests running at once apart.
+    fn build(tag: char) -> Result<Topology, String> {
+        let prefix = format!("mt{}{tag}", std::process::id() % 100_000);
         let mut topology = Topology { prefix, netem: false };
         let br = topology.ns("br");
         ip(&["netns", "add", &br])?;
@@ -108,12 +109,17 @@ struct Proc {
 }
 
 impl Proc {
-    fn spawn(topology: &Topology, i: usize) -> Proc {
+    /// Member `i`, finding the others through seeds, or with `multicast` through the group
+    /// address alone.
+    fn spawn(topology: &Topology, i: usize, multicast: Option<&str>) -> Proc {
         let peers: Vec<String> = (0..MEMBERS).map(|j| format!("{}:{PORT}", Topology::address(j))).collect();
         let mut command = Command::new("ip");
         command.args(["netns", "exec", &topology.member_ns(i), env!("CARGO_BIN_EXE_motet"), "member"]);
-        command.args(["--group", "netns", "--bind", &format!("{}:{PORT}", Topology::address(i))]);
-        command.args(["--peers", &peers.join(","), "--json"]);
+        command.args(["--group", "netns", "--bind", &format!("{}:{PORT}", Topology::address(i)), "--json"]);
+        match multicast {
+            Some(group) => command.args(["--multicast", group]),
+            None => command.args(["--peers", &peers.join(",")]),
+        };
         if !topology.netem {
             command.args(["--inject-loss", "0.02"]);
         }
@@ -175,29 +181,29 @@ fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> Option<String
     }
 }
 
-fn can_run() -> Result<(), String> {
+fn can_run(tag: char) -> Result<(), String> {
     let uid = Command::new("id").arg("-u").output().map_err(|e| e.to_string())?;
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
         return Err("not root".into());
     }
-    let probe = format!("mtprobe{}", std::process::id() % 100_000);
+    let probe = format!("mtprobe{}{tag}", std::process::id() % 100_000);
     ip(&["netns", "add", &probe])?;
     ip(&["netns", "del", &probe])
 }
 
 #[test]
 fn a_partition_splits_the_group_into_two_views_and_the_heal_merges_them() {
-    if let Err(why) = can_run() {
+    if let Err(why) = can_run('p') {
         eprintln!("SKIPPED netns partition test: it needs root and network namespaces ({why}); CI runs it as root");
         return;
     }
-    let topology = Topology::build().expect("network namespaces and bridges");
+    let topology = Topology::build('p').expect("network namespaces and bridges");
     if topology.netem {
         eprintln!("netns test: tc netem adds 2% loss and 1 ms delay on every member's link");
     } else {
         eprintln!("netns test: this kernel has no tc netem; the members inject 2% receive loss themselves instead");
     }
-    let mut procs: Vec<Proc> = (0..MEMBERS).map(|i| Proc::spawn(&topology, i)).collect();
+    let mut procs: Vec<Proc> = (0..MEMBERS).map(|i| Proc::spawn(&topology, i, None)).collect();
     let first = wait_for(Duration::from_secs(60), "one view of four", || one_view_of(&all(&procs)));
     for round in 0..10 {
         for p in procs.iter_mut() {
@@ -257,4 +263,47 @@ fn a_partition_splits_the_group_into_two_views_and_the_heal_merges_them() {
 
 fn all(procs: &[Proc]) -> Vec<&Proc> {
     procs.iter().collect()
+}
+
+#[test]
+fn on_a_lan_members_find_each_other_and_cast_by_ip_multicast() {
+    if let Err(why) = can_run('m') {
+        eprintln!("SKIPPED netns multicast test: it needs root and network namespaces ({why}); CI runs it as root");
+        return;
+    }
+    let topology = Topology::build('m').expect("network namespaces and bridges");
+    // No seeds at all: discovery gossip and casts go to the multicast group.
+    let mut procs: Vec<Proc> = (0..MEMBERS).map(|i| Proc::spawn(&topology, i, Some("239.255.77.1:7500"))).collect();
+    wait_for(Duration::from_secs(60), "one view of four found by multicast", || one_view_of(&all(&procs)));
+    for round in 0..20 {
+        for p in procs.iter_mut() {
+            let line = format!("{}-mcast-{round}", p.name);
+            p.cast(line);
+        }
+    }
+    let lasts: Vec<(String, String)> =
+        procs.iter().map(|p| (p.log().endpoint().unwrap().to_string(), p.sent.last().unwrap().clone())).collect();
+    wait_for(Duration::from_secs(60), "every cast everywhere", || {
+        procs
+            .iter()
+            .all(|p| {
+                let log = p.log();
+                lasts.iter().all(|(from, line)| {
+                    log.events
+                        .iter()
+                        .any(|e| matches!(e, LogEvent::Cast { from: f, data } if f == from && data == line))
+                })
+            })
+            .then(String::new)
+    });
+    for p in &procs {
+        Command::new("kill").args(["-TERM", &p.child.id().to_string()]).status().unwrap();
+    }
+    for p in procs.iter_mut() {
+        assert!(p.child.wait().unwrap().success(), "{} did not exit cleanly", p.name);
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let logs: Vec<MemberLog> = procs.iter().map(Proc::log).collect();
+    let problems = logcheck::check(&logs, false);
+    assert!(problems.is_empty(), "{problems:#?}");
 }

@@ -46,6 +46,10 @@ pub struct RuntimeConfig {
     /// small messages). 0 turns packing off. Default 1452: one packet on an Ethernet path, even
     /// over IPv6.
     pub pack_max: usize,
+    /// IP multicast: casts go to this group address as one datagram, and discovery gossip goes
+    /// there too (members on one LAN find each other without seeds). Every member of a group must
+    /// use the same setting. `None` (the default): casts are unicast to each member.
+    pub multicast: Option<MulticastConfig>,
     /// Testing aid: drop this fraction of received datagrams at random (0 by default), to
     /// exercise loss where the kernel has no `tc netem`. Counted in `RuntimeStats::injected_loss`.
     pub inject_loss: f64,
@@ -63,6 +67,7 @@ impl Default for RuntimeConfig {
             socket_buffer: 4 << 20,
             inject_loss: 0.0,
             pack_max: 1452,
+            multicast: None,
         }
     }
 }
@@ -101,6 +106,26 @@ impl RuntimeConfig {
         }
         Ok(())
     }
+}
+
+/// IP multicast settings (see [`RuntimeConfig::multicast`]).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MulticastConfig {
+    /// The IPv4 multicast group, e.g. 239.255.77.1 (administratively scoped).
+    pub group: std::net::Ipv4Addr,
+    /// The UDP port every member listens on for the group.
+    pub port: u16,
+    /// The interface to send and join on, by its address (default: the advertised address).
+    #[serde(default)]
+    pub interface: Option<std::net::Ipv4Addr>,
+    /// Hops a multicast datagram may take (1: this subnet only).
+    #[serde(default = "one")]
+    pub ttl: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// One group to join. The stack is a preset, a property set or a layer list (see

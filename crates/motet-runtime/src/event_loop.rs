@@ -17,7 +17,8 @@ use crate::io::UdpIo;
 use crate::{Error, Event, View};
 use bytes::Bytes;
 use motet_core::{
-    Action, Address, ApiError, AppEvent, EndpointId, GroupName, LayerKind, Node, Payload, Rank, StackId, ViewState,
+    Action, Address, ApiError, AppEvent, Destination, EndpointId, GroupName, LayerKind, Node, Payload, Rank, StackId,
+    ViewState,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
@@ -27,6 +28,7 @@ use std::time::Duration;
 
 const SOCKET: mio::Token = mio::Token(0);
 const WAKER: mio::Token = mio::Token(1);
+const MULTICAST: mio::Token = mio::Token(2);
 
 /// Receive batches handled per [`EventLoop::poll`] before timers and actions get a turn.
 const BATCHES_PER_POLL: usize = 16;
@@ -125,6 +127,9 @@ pub struct EventLoop {
     writable_interest: bool,
     /// The socket may have more datagrams (mio is edge-triggered: read until `WouldBlock`).
     readable: bool,
+    /// The multicast receive socket and the group address casts and gossip go to.
+    multicast: Option<(UdpIo, SocketAddr)>,
+    multicast_readable: bool,
     seeds: Vec<Seeds>,
     stats: RuntimeStats,
 }
@@ -150,6 +155,24 @@ impl EventLoop {
             .register(io.source(), SOCKET, mio::Interest::READABLE)
             .map_err(|e| Error::io("registering the socket", e))?;
         let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER).map_err(|e| Error::io("creating the waker", e))?);
+        let multicast = match &config.multicast {
+            Some(m) => {
+                let interface = match advertise.ip() {
+                    std::net::IpAddr::V4(ip) => m.interface.unwrap_or(ip),
+                    std::net::IpAddr::V6(_) => {
+                        return Err(Error::Config("IP multicast needs an IPv4 address to send from".into()))
+                    }
+                };
+                io.set_multicast_sender(interface, m.ttl).map_err(|e| Error::io("setting up multicast sends", e))?;
+                let mut receiver = UdpIo::bind_multicast(m.group, m.port, interface, config.socket_buffer)
+                    .map_err(|e| Error::io(format!("joining multicast group {}:{}", m.group, m.port), e))?;
+                poll.registry()
+                    .register(receiver.source(), MULTICAST, mio::Interest::READABLE)
+                    .map_err(|e| Error::io("registering the multicast socket", e))?;
+                Some((receiver, SocketAddr::from((m.group, m.port))))
+            }
+            None => None,
+        };
         Ok(EventLoop {
             config,
             clock: Clock::new(),
@@ -166,6 +189,8 @@ impl EventLoop {
             packing: BTreeMap::new(),
             writable_interest: false,
             readable: true,
+            multicast,
+            multicast_readable: true,
             seeds: Vec::new(),
             stats: RuntimeStats::default(),
         })
@@ -302,7 +327,7 @@ impl EventLoop {
         if let Some(timeout) = timeout {
             wait = Some(wait.map_or(timeout, |w| w.min(timeout)));
         }
-        if self.config.busy_poll || (self.readable && !lagging) {
+        if self.config.busy_poll || ((self.readable || self.multicast_readable) && !lagging) {
             wait = Some(Duration::ZERO);
         }
         if let Some(seeds) = self.seeds.iter().map(|s| s.next).min() {
@@ -318,6 +343,8 @@ impl EventLoop {
             if event.token() == SOCKET {
                 self.readable |= event.is_readable();
                 writable |= event.is_writable();
+            } else if event.token() == MULTICAST {
+                self.multicast_readable |= event.is_readable();
             }
         }
         if writable {
@@ -325,8 +352,13 @@ impl EventLoop {
         }
         if lagging {
             self.stats.app_backpressure += 1;
-        } else if self.readable || self.config.busy_poll {
-            self.receive();
+        } else {
+            if self.readable || self.config.busy_poll {
+                self.receive(false);
+            }
+            if self.multicast.is_some() && (self.multicast_readable || self.config.busy_poll) {
+                self.receive(true);
+            }
         }
         let now = self.clock.now();
         if self.node.poll_timeout().is_some_and(|at| at <= now) {
@@ -368,27 +400,20 @@ impl EventLoop {
         self.members.get(&endpoint)?.view.as_ref()
     }
 
-    fn receive(&mut self) {
+    /// Reads batches from the unicast socket (or the multicast one) until it is empty or the
+    /// application lags.
+    fn receive(&mut self, multicast: bool) {
         for _ in 0..BATCHES_PER_POLL {
             if self.ready.len() >= self.config.event_queue {
                 return;
             }
-            let node = &mut self.node;
             let now = self.clock.now();
-            let loss = self.config.inject_loss;
-            let stats = &mut self.stats;
-            let result = self.io.recv_batch(|_, datagram| {
-                if loss > 0.0 && rand::random::<f64>() < loss {
-                    stats.injected_loss += 1;
-                } else if motet_wire::bundle::is_bundle(&datagram) {
-                    match motet_wire::bundle::decode(&datagram) {
-                        Ok(parts) => parts.into_iter().for_each(|part| node.handle_datagram(now, part)),
-                        Err(_) => stats.malformed_bundles += 1,
-                    }
-                } else {
-                    node.handle_datagram(now, datagram);
-                }
-            });
+            let io = match (multicast, self.multicast.as_mut()) {
+                (false, _) => &mut self.io,
+                (true, Some((io, _))) => io,
+                (true, None) => return,
+            };
+            let result = receive_batch(io, &mut self.node, &mut self.stats, now, self.config.inject_loss);
             match result {
                 Ok(n) => {
                     self.stats.datagrams_in += n as u64;
@@ -396,7 +421,11 @@ impl EventLoop {
                     self.flush();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.readable = false;
+                    if multicast {
+                        self.multicast_readable = false;
+                    } else {
+                        self.readable = false;
+                    }
                     return;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -427,6 +456,18 @@ impl EventLoop {
     fn flush(&mut self) {
         loop {
             while let Some(out) = self.node.poll_transmit() {
+                let group = self.multicast.as_ref().map(|(_, group)| *group);
+                match (&out.to, group) {
+                    // With IP multicast, a cast is one datagram to the group address.
+                    (Destination::Cast { .. }, Some(group)) => self.send_one(group, &out.head, &out.payload),
+                    // Gossip to other partitions also goes to the group address: discovery on
+                    // the LAN without seeds.
+                    (Destination::Peers(_), Some(group)) => self.send_one(group, &out.head, &out.payload),
+                    _ => {}
+                }
+                if matches!(out.to, Destination::Cast { .. }) && group.is_some() {
+                    continue;
+                }
                 for address in out.to.addresses() {
                     match address {
                         Address::Inet(to) => self.send_one(to, &out.head, &out.payload),
@@ -615,6 +656,28 @@ impl EventLoop {
         }
         progress
     }
+}
+
+/// One `recvmmsg` batch into the node: bundles unpacked, injected loss applied.
+fn receive_batch(
+    io: &mut UdpIo,
+    node: &mut Node,
+    stats: &mut RuntimeStats,
+    now: motet_core::Instant,
+    loss: f64,
+) -> io::Result<usize> {
+    io.recv_batch(|_, datagram| {
+        if loss > 0.0 && rand::random::<f64>() < loss {
+            stats.injected_loss += 1;
+        } else if motet_wire::bundle::is_bundle(&datagram) {
+            match motet_wire::bundle::decode(&datagram) {
+                Ok(parts) => parts.into_iter().for_each(|part| node.handle_datagram(now, part)),
+                Err(_) => stats.malformed_bundles += 1,
+            }
+        } else {
+            node.handle_datagram(now, datagram);
+        }
+    })
 }
 
 /// Hands one action to the endpoint's current stack.

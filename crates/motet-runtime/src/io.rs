@@ -43,6 +43,43 @@ impl UdpIo {
         })
     }
 
+    /// Binds `group:port` with address reuse (so several processes on one host can listen) and
+    /// joins the IPv4 multicast `group` on the interface with address `interface`.
+    pub(crate) fn bind_multicast(
+        group: std::net::Ipv4Addr,
+        port: u16,
+        interface: std::net::Ipv4Addr,
+        buffer: usize,
+    ) -> io::Result<UdpIo> {
+        if !group.is_multicast() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{group} is not a multicast address")));
+        }
+        let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(true)?;
+        let _ = socket.set_recv_buffer_size(buffer);
+        socket.set_nonblocking(true)?;
+        socket.bind(&SockAddr::from(SocketAddr::from((group, port))))?;
+        socket.join_multicast_v4(&group, &interface)?;
+        let socket = mio::net::UdpSocket::from_std(socket.into());
+        let state = UdpSocketState::new(UdpSockRef::from(&socket))?;
+        Ok(UdpIo {
+            socket,
+            state,
+            slots: (0..BATCH_SIZE).map(|_| vec![0; SLOT]).collect(),
+            meta: vec![RecvMeta::default(); BATCH_SIZE],
+        })
+    }
+
+    /// Sends multicast from `interface` with `ttl` hops, looping back to this host's listeners
+    /// (other members may share the host).
+    pub(crate) fn set_multicast_sender(&self, interface: std::net::Ipv4Addr, ttl: u32) -> io::Result<()> {
+        let socket = SockRef::from(&self.socket);
+        socket.set_multicast_if_v4(&interface)?;
+        socket.set_multicast_ttl_v4(ttl)?;
+        socket.set_multicast_loop_v4(true)
+    }
+
     pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
         self.socket.local_addr()
     }

@@ -36,7 +36,7 @@ mod runtime;
 #[cfg(feature = "tokio")]
 mod stream;
 
-pub use config::{FileConfig, GroupConfig, RuntimeConfig};
+pub use config::{FileConfig, GroupConfig, MulticastConfig, RuntimeConfig};
 pub use error::Error;
 pub use event_loop::{EventLoop, RuntimeStats};
 pub use motet_core::{EndpointId, ViewId};
