@@ -73,6 +73,9 @@ pub struct RuntimeStats {
     pub datagrams_packed: u64,
     /// Received bundles that did not unpack (dropped).
     pub malformed_bundles: u64,
+    /// Turns of the loop (`poll` calls). An idle loop sleeps, so this grows with traffic and
+    /// timers, not with time.
+    pub turns: u64,
 }
 
 /// Datagrams waiting to be packed for one destination.
@@ -189,8 +192,8 @@ impl EventLoop {
             packing: BTreeMap::new(),
             writable_interest: false,
             readable: true,
+            multicast_readable: multicast.is_some(),
             multicast,
-            multicast_readable: true,
             seeds: Vec::new(),
             stats: RuntimeStats::default(),
         })
@@ -273,7 +276,8 @@ impl EventLoop {
         out.into_iter().map(Address::Inet).collect()
     }
 
-    /// Casts `data` to the group (or parks it until flow control and view changes allow).
+    /// Casts `data` to the group (or parks it until flow control and view changes allow). The
+    /// datagrams leave at the next [`EventLoop::poll`], packed with the others of this turn.
     pub fn cast(&mut self, endpoint: EndpointId, data: Bytes) -> Result<(), Error> {
         self.act(endpoint, Op::Cast(data))
     }
@@ -314,7 +318,9 @@ impl EventLoop {
             }
             other => other,
         };
-        self.flush();
+        // What the action produced waits in the packing buffers until the end of this turn
+        // (`poll`), so a burst of casts goes out packed.
+        self.drain();
         result
     }
 
@@ -322,6 +328,9 @@ impl EventLoop {
     /// handles what came. Events for the application are then available from
     /// [`EventLoop::next_event`].
     pub fn poll(&mut self, timeout: Option<Duration>) -> Result<(), Error> {
+        // What earlier actions produced goes out before we wait.
+        self.send_packed();
+        self.stats.turns += 1;
         let lagging = self.ready.len() >= self.config.event_queue;
         let mut wait = self.node.poll_timeout().map(|at| self.clock.until(at));
         if let Some(timeout) = timeout {
@@ -411,14 +420,17 @@ impl EventLoop {
             let io = match (multicast, self.multicast.as_mut()) {
                 (false, _) => &mut self.io,
                 (true, Some((io, _))) => io,
-                (true, None) => return,
+                (true, None) => {
+                    self.multicast_readable = false;
+                    return;
+                }
             };
             let result = receive_batch(io, &mut self.node, &mut self.stats, now, self.config.inject_loss);
             match result {
                 Ok(n) => {
                     self.stats.datagrams_in += n as u64;
                     self.stats.recv_batches += 1;
-                    self.flush();
+                    self.drain();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if multicast {
@@ -451,9 +463,16 @@ impl EventLoop {
         }
     }
 
-    /// Sends what the node has for the network, turns its events into application events, and
-    /// takes parked actions that may now go.
+    /// [`EventLoop::drain`], then sends everything packed.
     fn flush(&mut self) {
+        self.drain();
+        self.send_packed();
+    }
+
+    /// Moves what the node has for the network into the packing buffers (a buffer that fills is
+    /// sent at once), turns its events into application events, and takes parked actions that
+    /// may now go.
+    fn drain(&mut self) {
         loop {
             while let Some(out) = self.node.poll_transmit() {
                 let group = self.multicast.as_ref().map(|(_, group)| *group);
@@ -480,7 +499,6 @@ impl EventLoop {
                 break;
             }
         }
-        self.send_packed();
     }
 
     /// Queues a datagram for `to`: packed with the others of this turn, or alone when it is too

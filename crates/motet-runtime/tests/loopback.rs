@@ -175,3 +175,17 @@ async fn async_members_merge_and_stream_events() {
         .expect("the stream ends after the exit");
     assert_eq!(rest.last(), Some(&Event::Exit));
 }
+
+#[test]
+fn an_idle_loop_sleeps_instead_of_spinning() {
+    let mut event_loop = motet_runtime::EventLoop::new(RuntimeConfig::default()).unwrap();
+    event_loop.join(&GroupConfig::new("idle")).unwrap();
+    let deadline = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < deadline {
+        event_loop.poll(Some(Duration::from_millis(50))).unwrap();
+    }
+    // Alone, the member's timers (heartbeats, gossip) wake it a few times per 100 ms; a loop
+    // that does not sleep turns hundreds of thousands of times.
+    let turns = event_loop.runtime_stats().turns;
+    assert!(turns < 200, "{turns} turns in 500 ms");
+}
