@@ -189,3 +189,27 @@ fn an_idle_loop_sleeps_instead_of_spinning() {
     let turns = event_loop.runtime_stats().turns;
     assert!(turns < 200, "{turns} turns in 500 ms");
 }
+
+#[test]
+fn seeds_may_be_dns_names() {
+    // `localhost` goes through the resolver (the same path as a container's service name).
+    let (runtimes, addresses) = start(2);
+    let by_name: Vec<String> = addresses.iter().map(|a| a.replace("127.0.0.1", "localhost")).collect();
+    let members: Vec<Member> =
+        runtimes.iter().map(|r| r.join(GroupConfig::new("dns").peers(by_name.clone())).unwrap()).collect();
+    converge(&members, Duration::from_secs(30));
+}
+
+#[test]
+fn a_member_may_bind_one_address_and_advertise_another() {
+    let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let wildcard = RuntimeConfig::bind(format!("0.0.0.0:{port}").parse().unwrap())
+        .advertise(format!("127.0.0.1:{port}").parse().unwrap());
+    let runtimes = [Runtime::start(wildcard).unwrap(), Runtime::start(RuntimeConfig::default()).unwrap()];
+    assert_eq!(runtimes[0].advertised_addr().to_string(), format!("127.0.0.1:{port}"));
+    let seeds = [runtimes[0].advertised_addr().to_string(), runtimes[1].local_addr().to_string()];
+    let members: Vec<Member> =
+        runtimes.iter().map(|r| r.join(GroupConfig::new("advertise").peers(seeds.clone())).unwrap()).collect();
+    let view = converge(&members, Duration::from_secs(30));
+    assert!(view.addresses.contains(&runtimes[0].advertised_addr()), "{view:?}");
+}
