@@ -127,6 +127,11 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
         "app_backpressure": rt.app_backpressure,
         "injected_loss": rt.injected_loss,
         "views_installed": rt.views_installed,
+        "bundles_sent": rt.bundles_sent,
+        "datagrams_packed": rt.datagrams_packed,
+        "segmented_sends": rt.segmented_sends,
+        "datagrams_segmented": rt.datagrams_segmented,
+        "malformed_bundles": rt.malformed_bundles,
         "counters": counters,
         "drops": drops,
     }))

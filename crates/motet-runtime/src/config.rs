@@ -46,6 +46,11 @@ pub struct RuntimeConfig {
     /// small messages). 0 turns packing off. Default 1452: one packet on an Ethernet path, even
     /// over IPv6.
     pub pack_max: usize,
+    /// Batched sends: consecutive datagrams of one size for one destination in one turn (messages
+    /// too large to pack, or full bundles) leave in one system call with UDP segmentation offload,
+    /// where the kernel has it (Linux 4.18+). Default on; falls back to one call per datagram by
+    /// itself when the kernel refuses.
+    pub segment_offload: bool,
     /// IP multicast: casts go to this group address as one datagram, and discovery gossip goes
     /// there too (members on one LAN find each other without seeds). Every member of a group must
     /// use the same setting. `None` (the default): casts are unicast to each member.
@@ -67,6 +72,7 @@ impl Default for RuntimeConfig {
             socket_buffer: 4 << 20,
             inject_loss: 0.0,
             pack_max: 1452,
+            segment_offload: true,
             multicast: None,
         }
     }

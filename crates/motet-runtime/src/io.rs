@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use motet_core::Payload;
-use quinn_udp::{RecvMeta, UdpSockRef, UdpSocketState, BATCH_SIZE};
+use quinn_udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState, BATCH_SIZE};
 use smallvec::SmallVec;
 use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, Type};
 use std::io::{self, IoSlice, IoSliceMut};
@@ -107,6 +107,20 @@ impl UdpIo {
             }
         }
         Ok(datagrams)
+    }
+
+    /// How many datagrams one [`UdpIo::send_segments`] may carry (1 where the kernel has no UDP
+    /// segmentation offload, or after it refused it once).
+    pub(crate) fn max_segments(&self) -> usize {
+        self.state.max_gso_segments()
+    }
+
+    /// Sends `contents` to `to` as datagrams of `segment` bytes each (the last may be shorter) in
+    /// one system call, with UDP generic segmentation offload (`UDP_SEGMENT`): the kernel cuts
+    /// the buffer into packets, and a receiver with GRO may get them back in one slot.
+    pub(crate) fn send_segments(&self, to: SocketAddr, contents: &[u8], segment: usize) -> io::Result<()> {
+        let transmit = Transmit { destination: to, ecn: None, contents, segment_size: Some(segment), src_ip: None };
+        self.state.try_send(UdpSockRef::from(&self.socket), &transmit)
     }
 
     /// Sends `head` then `payload` as one datagram to `to`, without copying either.

@@ -27,6 +27,13 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
         "loop turns that left the socket unread because the application lagged",
         runtime.app_backpressure,
     );
+    counter("bundles_sent_total", "datagrams that packed several messages", runtime.bundles_sent);
+    counter(
+        "segmented_sends_total",
+        "system calls that sent several datagrams (segmentation offload)",
+        runtime.segmented_sends,
+    );
+    counter("malformed_bundles_total", "received bundles that did not unpack (dropped)", runtime.malformed_bundles);
     counter("views_installed_total", "views installed by this process's endpoints", runtime.views_installed);
     let _ = writeln!(
         out,

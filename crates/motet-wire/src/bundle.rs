@@ -1,7 +1,9 @@
 //! Bundles: several datagrams packed into one UDP datagram (message packing, as Horus and Aeron
 //! do), so that many small messages to one destination cost one system call and one packet.
 //!
-//! Layout: [`BUNDLE_TAG`] then, repeated at least twice, `varint length ‖ datagram`. The tag is
+//! Layout: [`BUNDLE_TAG`] then, repeated at least twice, `varint length ‖ datagram`, then
+//! optionally padding: zero bytes to the end (a zero length ends the bundle), so that bundles sent
+//! together with segmentation offload can share one segment size. The tag is
 //! not a valid [`crate::VERSION`], so a receiver tells a bundle from a plain datagram by its
 //! first byte. Bundles do not nest. Unpacking is zero-copy: each datagram is a slice of the
 //! bundle's buffer.
@@ -41,6 +43,14 @@ pub fn encode<'a>(datagrams: impl IntoIterator<Item = &'a [&'a [u8]]>, out: &mut
     }
 }
 
+/// Pads the bundle in `out` (from `start`) with zero bytes to `len` bytes; nothing when it is
+/// already that long.
+pub fn pad(out: &mut Vec<u8>, start: usize, len: usize) {
+    if out.len() - start < len {
+        out.resize(start + len, 0);
+    }
+}
+
 /// Splits a bundle into its datagrams without copying. Total: any input gives the datagrams or an
 /// error, never a panic.
 pub fn decode(bundle: &Bytes) -> Result<Vec<Bytes>, WireError> {
@@ -58,7 +68,14 @@ pub fn decode(bundle: &Bytes) -> Result<Vec<Bytes>, WireError> {
         let start = r.position();
         let bad = || WireError { kind: WireErrorKind::Bundle, offset };
         let len = usize::try_from(len).map_err(|_| bad())?;
-        if len == 0 || len > r.remaining() {
+        if len == 0 {
+            // Padding: only zero bytes may follow.
+            if bundle[start..].iter().any(|&b| b != 0) {
+                return Err(bad());
+            }
+            break;
+        }
+        if len > r.remaining() {
             return Err(bad());
         }
         if bundle[start] == BUNDLE_TAG {
@@ -85,6 +102,18 @@ mod tests {
         assert_eq!(out.len(), 1 + framed_len(3) + framed_len(200));
         let parts = decode(&Bytes::from(out)).unwrap();
         assert_eq!(parts, vec![Bytes::from_static(a), Bytes::copy_from_slice(b)]);
+        let mut padded = out_copy(&parts);
+        let unpadded = padded.len();
+        pad(&mut padded, 0, unpadded + 9);
+        assert_eq!(padded.len(), unpadded + 9);
+        assert_eq!(decode(&Bytes::from(padded)).unwrap(), parts, "padding is not a datagram");
+    }
+
+    fn out_copy(parts: &[Bytes]) -> Vec<u8> {
+        let slices: Vec<Vec<&[u8]>> = parts.iter().map(|p| vec![&p[..]]).collect();
+        let mut out = Vec::new();
+        encode(slices.iter().map(Vec::as_slice), &mut out);
+        out
     }
 
     #[test]
@@ -93,7 +122,9 @@ mod tests {
             vec![BUNDLE_TAG],                      // empty
             vec![BUNDLE_TAG, 1, 1],                // one datagram only
             vec![BUNDLE_TAG, 5, 1, 2],             // truncated
-            vec![BUNDLE_TAG, 0, 1, 1],             // zero length
+            vec![BUNDLE_TAG, 0, 0, 0],             // padding only
+            vec![BUNDLE_TAG, 1, 1, 0, 0],          // one datagram, padded
+            vec![BUNDLE_TAG, 1, 1, 1, 1, 0, 1],    // padding that is not zero
             vec![BUNDLE_TAG, 1, BUNDLE_TAG, 1, 1], // nested
             vec![1, 1, 1],                         // not a bundle
         ] {
