@@ -39,9 +39,14 @@ pub(crate) mod testing {
 
     /// A `fifo` view of `n` simulated members.
     pub(crate) fn view(n: usize) -> Arc<ViewState> {
+        view_of("fifo", n)
+    }
+
+    /// A view of `n` members with the stack `spec`.
+    pub(crate) fn view_of(spec: &str, n: usize) -> Arc<ViewState> {
         Arc::new(ViewState::initial(
             GroupName::new("test"),
-            StackSpec::parse("fifo").unwrap(),
+            StackSpec::parse(spec).unwrap(),
             StackConfig::default(),
             (0..n as u64).map(EndpointId).collect(),
             (0..n as u32).map(Address::Sim).collect(),

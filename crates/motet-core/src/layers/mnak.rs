@@ -307,7 +307,8 @@ impl Layer for Mnak {
 
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
         match ev {
-            Dn::Cast { msg, qos: Qos::Reliable } => {
+            // Every ordered level is reliable underneath (ordering layers above lower it to `Reliable`).
+            Dn::Cast { msg, qos: Qos::Reliable | Qos::Total } => {
                 let o = &mut self.origins[usize::from(self.rank)];
                 let seqno = o.received;
                 o.buf.push_back(msg.clone());
@@ -327,7 +328,16 @@ impl Layer for Mnak {
                 self.failed.union_with(&ranks);
                 out.dn(Dn::Fail(ranks));
             }
-            Dn::Block => out.dn(Dn::Block),
+            Dn::Block => {
+                // A (new) flush round: a cut of an earlier round no longer holds. Were it kept, this
+                // member would go on delivering a failed origin's casts up to it while reporting
+                // fewer to the new round, whose cut (the maximum over its survivors' reports) could
+                // then be smaller: members of one next view would deliver different casts. Failed
+                // origins freeze again at what was delivered, which the new report includes.
+                self.cut = None;
+                self.cut_pending = false;
+                out.dn(Dn::Block);
+            }
             Dn::Cut(cut) => self.set_cut(cut, out),
             other @ (Dn::Leave
             | Dn::SyncFlush { .. }
@@ -411,5 +421,27 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Simulator seed 1235 (7 nodes, `total`): a member delivered a failed origin's casts up to the
+    /// cut of a round that a later round (excluding one more member) replaced with a smaller cut,
+    /// and installed the later round's view with one cast more than the others.
+    #[test]
+    fn a_new_round_withdraws_the_cut_of_the_previous_one() {
+        let view = crate::testing::view_of("vsync", 3);
+        let mut h = Harness::new(Mnak::new(&Config::default(), &view, 1), 1);
+        h.dn(Dn::Fail([0].into_iter().collect()));
+        h.dn(Dn::Block);
+        h.dn(Dn::Cut(Arc::from(vec![2, 0, 0])));
+        h.up(Up::Cast { origin: 0, msg: data(0), qos: Qos::Unreliable });
+        assert_eq!(h.layer.origins[0].received, 1, "delivered under the first cut");
+        // A second round: the first cut no longer holds; origin 0 stays frozen at 1 (reported).
+        h.dn(Dn::Block);
+        let out = h.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Unreliable });
+        assert!(!out.iter().any(|o| matches!(o, Out::Up(Up::Cast { .. }))), "{out:?}");
+        assert_eq!(h.layer.origins[0].received, 1);
+        let out = h.dn(Dn::Cut(Arc::from(vec![1, 0, 0])));
+        assert!(out.iter().any(|o| matches!(o, Out::Up(Up::CutReached))), "{out:?}");
+        assert_eq!(h.layer.origins[0].received, 1, "nothing beyond the new cut");
     }
 }
