@@ -52,6 +52,9 @@ pub enum Qos {
     Unreliable,
     /// Reliable FIFO (the stack's guarantee).
     Reliable,
+    /// Totally ordered (asked by `appl` in a stack with a total-order layer, which turns it
+    /// back into `Reliable` below itself).
+    Total,
 }
 
 /// What the `stable` layer tells the layers below: per origin rank, how many casts every live

@@ -72,6 +72,8 @@ pub enum Service {
     MergeProtocol,
     /// Primary-partition views.
     PrimaryPartition,
+    /// The same delivery order of application casts at every member.
+    TotalOrder,
 }
 
 impl Service {
@@ -98,6 +100,7 @@ impl Service {
             Service::Merging => "partition merging",
             Service::MergeProtocol => "reliable merge requests",
             Service::PrimaryPartition => "primary-partition views",
+            Service::TotalOrder => "total order of casts",
         }
     }
 }

@@ -29,6 +29,8 @@ pub enum Property {
     /// Primary-partition views: a view is primary when it holds a majority of the primary view
     /// it follows.
     Primary,
+    /// Total order of application casts (a sequencer; membership traffic is exempt).
+    Total,
 }
 
 impl Property {
@@ -43,6 +45,7 @@ impl Property {
         Property::Slander,
         Property::Heal,
         Property::Primary,
+        Property::Total,
     ];
 
     /// The property's name.
@@ -57,6 +60,7 @@ impl Property {
             Property::Slander => "Slander",
             Property::Heal => "Heal",
             Property::Primary => "Primary",
+            Property::Total => "Total",
         }
     }
 
@@ -72,6 +76,7 @@ impl Property {
             Property::Slander => &[LayerKind::Slander],
             Property::Heal => &[LayerKind::Heal, LayerKind::Inter, LayerKind::Merge],
             Property::Primary => &[LayerKind::Primary],
+            Property::Total => &[LayerKind::Sequencer, LayerKind::Local],
         }
     }
 }
@@ -96,6 +101,21 @@ pub const PRESETS: &[(&str, &[Property], &str)] = &[
             Property::Local,
         ],
         "virtually synchronous reliable FIFO multicast and point-to-point, with membership (failures, leaves, merges)",
+    ),
+    (
+        "total",
+        &[
+            Property::Gmp,
+            Property::Sync,
+            Property::Heal,
+            Property::Suspect,
+            Property::Slander,
+            Property::Frag,
+            Property::Flow,
+            Property::Local,
+            Property::Total,
+        ],
+        "vsync, and every member delivers the application's casts in the same order (a sequencer)",
     ),
 ];
 

@@ -146,6 +146,8 @@ pub struct Trace {
     pub membership: bool,
     /// For each node, whether it left the group (it need not be in the final view).
     pub left: Vec<bool>,
+    /// Whether the stack orders casts totally (the total-order oracle applies).
+    pub total: bool,
 }
 
 /// A broken guarantee.
@@ -231,6 +233,16 @@ pub enum Violation {
     Primary {
         /// The two views.
         views: (ViewKey, ViewKey),
+    },
+    /// Two members that went on together from a view (or stayed in it to the end) delivered its
+    /// casts in different orders.
+    TotalOrder {
+        /// The view.
+        view: ViewKey,
+        /// The two members.
+        nodes: (usize, usize),
+        /// The first position where their sequences differ.
+        position: usize,
     },
     /// A message was delivered in another view than the one it was sent in.
     SendingView {
@@ -356,6 +368,52 @@ fn check_views(trace: &Trace, successor: &BTreeMap<(usize, ViewKey), ViewKey>, v
     }
 }
 
+/// Total order: members that leave a view for the same next view delivered its casts in the same
+/// sequence (virtual synchrony makes the sets equal; this checks the order); correct members that
+/// stay in a view to the end delivered sequences of which one is a prefix of the other (equal once
+/// the run went quiet). Across views this is the same order for members that survive together.
+/// A member that crashed or was partitioned away is not held to the others' order (Ensemble's
+/// total order is not uniform).
+fn check_total(
+    trace: &Trace,
+    successor: &BTreeMap<(usize, ViewKey), ViewKey>,
+    correct: &dyn Fn(usize) -> bool,
+    violations: &mut Vec<Violation>,
+) {
+    let mut sequences: BTreeMap<(usize, ViewKey), Vec<MsgId>> = BTreeMap::new();
+    for d in trace.deliveries.iter().filter(|d| d.cast) {
+        if let Some(id) = MsgId::parse(&d.payload) {
+            sequences.entry((d.node, d.view)).or_default().push(id);
+        }
+    }
+    let installed: BTreeSet<(usize, ViewKey)> = trace.views.iter().map(|v| (v.node, v.view)).collect();
+    // Members grouped by (view, where they went next): `None` for correct members still in it.
+    let mut groups: BTreeMap<(ViewKey, Option<ViewKey>), Vec<usize>> = BTreeMap::new();
+    let mut keys: BTreeSet<(usize, ViewKey)> = installed;
+    keys.extend(sequences.keys().copied());
+    for &(node, view) in &keys {
+        match successor.get(&(node, view)) {
+            Some(&next) => groups.entry((view, Some(next))).or_default().push(node),
+            None if correct(node) => groups.entry((view, None)).or_default().push(node),
+            None => {}
+        }
+    }
+    let empty = Vec::new();
+    for ((view, next), nodes) in groups {
+        for pair in nodes.windows(2) {
+            let a = sequences.get(&(pair[0], view)).unwrap_or(&empty);
+            let b = sequences.get(&(pair[1], view)).unwrap_or(&empty);
+            let common = a.len().min(b.len());
+            let differs = (0..common).find(|&i| a[i] != b[i]);
+            let unequal = next.is_some() || trace.quiesced;
+            let position = differs.or((unequal && a.len() != b.len()).then_some(common));
+            if let Some(position) = position {
+                violations.push(Violation::TotalOrder { view, nodes: (pair[0], pair[1]), position });
+            }
+        }
+    }
+}
+
 /// A stable 64-bit digest of bytes (BLAKE3, truncated).
 pub fn digest(bytes: &[u8]) -> u64 {
     let hash = blake3::hash(bytes);
@@ -444,6 +502,9 @@ pub fn check(trace: &Trace) -> Vec<Violation> {
         }
     }
     check_views(trace, &successor, &mut violations);
+    if trace.total {
+        check_total(trace, &successor, &correct, &mut violations);
+    }
 
     // Quiescence.
     if !trace.quiesced {
@@ -582,6 +643,49 @@ mod tests {
         trace.views.pop(); // node 1 never installs the common view
         let violations = check(&trace);
         assert!(violations.iter().any(|v| matches!(v, Violation::Liveness { .. })), "{violations:?}");
+    }
+
+    /// Swaps, at `node`, its delivery of origin 0's last cast with origin 1's first cast (each
+    /// origin's FIFO order is kept; only the total order changes, from position 1).
+    fn swap_first_casts(trace: &mut Trace, node: usize) {
+        let is = |d: &Delivery, origin| d.node == node && d.cast && d.origin == origin;
+        let i = trace.deliveries.iter().rposition(|d| is(d, 0)).unwrap();
+        let j = trace.deliveries.iter().position(|d| is(d, 1)).unwrap();
+        trace.deliveries.swap(i, j);
+    }
+
+    #[test]
+    fn catches_casts_delivered_in_different_orders() {
+        let mut trace = good();
+        trace.total = true;
+        assert_eq!(check(&trace), vec![]);
+        swap_first_casts(&mut trace, 1);
+        assert_eq!(
+            check(&trace),
+            vec![
+                Violation::TotalOrder { view: (0, 0), nodes: (0, 1), position: 1 },
+                Violation::TotalOrder { view: (0, 0), nodes: (1, 2), position: 1 }
+            ]
+        );
+        // Without total order asked for, FIFO alone holds and nothing is reported.
+        trace.total = false;
+        assert_eq!(check(&trace), vec![]);
+        // Members that go on together to the next view are held to one order too.
+        let mut trace = with_view_change();
+        trace.total = true;
+        swap_first_casts(&mut trace, 0);
+        assert!(check(&trace).iter().any(|v| matches!(v, Violation::TotalOrder { nodes: (0, 1), .. })));
+        // A member that crashed is not (the order is not uniform).
+        let mut trace = with_view_change();
+        trace.total = true;
+        swap_first_casts(&mut trace, 2);
+        assert!(!check(&trace).iter().any(|v| matches!(v, Violation::TotalOrder { .. })));
+        // A member that stopped short of the others (a prefix) is caught once the run is quiet.
+        let mut trace = good();
+        trace.total = true;
+        let last = trace.deliveries.iter().rposition(|d| d.node == 2 && d.cast).unwrap();
+        trace.deliveries.remove(last);
+        assert!(check(&trace).iter().any(|v| matches!(v, Violation::TotalOrder { nodes: (1, 2), position: 5, .. })));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use crate::diagram::{DatagramRecord, Lost};
 use crate::options::SimOptions;
 use crate::oracle::{self, Channel, Delivery, Installed, MsgId, Sent, Trace, ViewKey, Violation};
 use bytes::Bytes;
-use motet_core::layer::Stats;
+use motet_core::layer::{Service, Stats};
 use motet_core::{
     Action, Address, ApiError, AppEvent, Duration, EndpointId, GroupName, Instant, LayerKind, Node, RankSet, StackId,
     ViewState,
@@ -244,6 +244,7 @@ impl<'a> World<'a> {
                 crashed: vec![None; n],
                 left: vec![false; n],
                 membership: options.stack.layers().contains(&LayerKind::Intra),
+                total: options.stack.layers().iter().any(|k| k.spec().provides.contains(&Service::TotalOrder)),
                 ..Trace::default()
             },
             hasher: blake3::Hasher::new(),

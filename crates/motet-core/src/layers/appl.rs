@@ -51,6 +51,9 @@ pub struct Appl {
     send_blocked: RankSet,
     /// A view change is flushing this stack: no new messages (thesis Table 2.1 `Block`).
     blocked: bool,
+    /// The guarantee the stack gives the application's casts: the strongest ordering a layer
+    /// below provides.
+    cast_qos: Qos,
 }
 
 impl Appl {
@@ -64,6 +67,7 @@ impl Appl {
             cast_blocked: false,
             send_blocked: RankSet::new(),
             blocked: false,
+            cast_qos: cast_qos(view),
         }
     }
 
@@ -82,7 +86,7 @@ impl Appl {
                 if self.cast_blocked {
                     return Err(ApiError::FlowBlocked { dest: None });
                 }
-                out.dn(Dn::Cast { msg: Msg::new(payload).with(Header::Data), qos: Qos::Reliable });
+                out.dn(Dn::Cast { msg: Msg::new(payload).with(Header::Data), qos: self.cast_qos });
             }
             Action::Send(dests, payload) => {
                 self.check_size(payload.len())?;
@@ -118,6 +122,17 @@ impl Appl {
             return Err(ApiError::TooLarge { size, max: self.message_size_max });
         }
         Ok(())
+    }
+}
+
+/// The guarantee asked for the application's casts in `view`'s stack.
+fn cast_qos(view: &ViewState) -> Qos {
+    let below = view.stack.layers().iter().skip_while(|&&k| k != crate::layers::LayerKind::Appl);
+    let provides = |service| below.clone().any(|k| k.spec().provides.contains(&service));
+    if provides(Service::TotalOrder) {
+        Qos::Total
+    } else {
+        Qos::Reliable
     }
 }
 

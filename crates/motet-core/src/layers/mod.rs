@@ -25,6 +25,7 @@ pub mod mnak;
 pub mod primary;
 pub mod pt2pt;
 pub mod pt2ptw;
+pub mod sequencer;
 pub mod slander;
 pub mod stable;
 pub mod suspect;
@@ -106,6 +107,7 @@ registry! {
     Suspect => suspect::Suspect,
     Stable => stable::Stable,
     Appl => appl::Appl,
+    Sequencer => sequencer::Sequencer,
     Local => local::Local,
     Frag => frag::Frag,
     Pt2ptw => pt2ptw::Pt2ptw,

@@ -27,6 +27,7 @@ pub mod mnak;
 pub mod primary;
 pub mod pt2pt;
 pub mod pt2ptw;
+pub mod sequencer;
 pub mod slander;
 pub mod stable;
 pub mod suspect;
@@ -144,6 +145,7 @@ headers! {
     Merge(merge),
     Inter(inter),
     Primary(primary),
+    Sequencer(sequencer),
 }
 
 fn encode_one<H: LayerHeader>(header: &H, w: &mut Writer<'_>) {

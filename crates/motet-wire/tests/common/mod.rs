@@ -6,8 +6,8 @@
 
 use bytes::Bytes;
 use motet_wire::hdr::{
-    appl, bottom, elect, frag, heal, inter, intra, leave, local, merge, mflow, mnak, primary, pt2pt, pt2ptw, slander,
-    stable, suspect, sync,
+    appl, bottom, elect, frag, heal, inter, intra, leave, local, merge, mflow, mnak, primary, pt2pt, pt2ptw, sequencer,
+    slander, stable, suspect, sync,
 };
 use motet_wire::WireAddress;
 use motet_wire::{ConnId, Head, Header, Mux, Payload, Rank, Seqno, HEADER_COUNT_MAX};
@@ -205,6 +205,14 @@ pub fn leave_hdr() -> impl Strategy<Value = leave::Header> {
     prop_oneof![Just(leave::Header::NoHdr), Just(leave::Header::Leave)]
 }
 
+pub fn sequencer_hdr() -> impl Strategy<Value = sequencer::Header> {
+    prop_oneof![
+        Just(sequencer::Header::NoHdr),
+        Just(sequencer::Header::Data),
+        prop::collection::vec((rank(), any::<u32>()), 0..6).prop_map(|runs| sequencer::Header::Order(runs.into())),
+    ]
+}
+
 /// A header of any layer, every layer equally likely.
 pub fn header() -> impl Strategy<Value = Header> {
     prop_oneof![
@@ -227,6 +235,7 @@ pub fn header() -> impl Strategy<Value = Header> {
         merge_hdr().prop_map(Header::from),
         inter_hdr().prop_map(Header::from),
         primary_hdr().prop_map(Header::from),
+        sequencer_hdr().prop_map(Header::from),
     ]
 }
 

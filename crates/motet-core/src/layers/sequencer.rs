@@ -1,0 +1,304 @@
+//! `sequencer`: total order of application casts by a sequencer (property `Total`; Ensemble
+//! `sequencer`, digest §2.3 `Total` and Appendix A.2, where it sits just below the application
+//! layer; membership traffic is exempt, Ensemble's `NoTotal`).
+//!
+//! Provides: [`Service::TotalOrder`]. Requires below: [`Service::ReliableCast`] (per-origin FIFO
+//! casts) and [`Service::LocalDelivery`] (every member, the sequencer included, hears its own
+//! casts, so all follow one path); above: [`Service::Flush`] (when the sequencer fails, only the
+//! view change's cut lets the survivors finish the view in one order). Header: `Data` on application casts, `Order(runs)` from the
+//! sequencer, `NoHdr` on everything else.
+//!
+//! The view's rank 0 is the sequencer. Every member holds the application casts it receives in a
+//! queue per origin. The sequencer records the order in which casts reach it and, at the end of
+//! the turn (an alarm `order_delay` from now; 0 by default, so one `Order` carries all the casts
+//! of one turn), casts that order as runs "the next `count` casts of `origin`". Because casts of
+//! one origin arrive in FIFO order everywhere, a run needs no sequence numbers. Every member
+//! delivers in the order the `Order` casts give, which is the same everywhere: they come from one
+//! origin, in FIFO order.
+//!
+//! View changes: the sequencer orders nothing after the flush has passed it (`Block`), so the
+//! `Order` casts all fall inside the agreed cut. When the cut is delivered (`CutReached`), every
+//! survivor holds the same casts and the same `Order` prefix, and completes the view the same
+//! deterministic way: the rest of the announced order (skipping runs whose casts never arrived:
+//! they are missing at every survivor), then the unordered remainder by origin rank and FIFO
+//! position. So survivors of a view deliver identical sequences, even when the sequencer failed,
+//! and the next view has a new sequencer. The guarantee is non-uniform, as in Ensemble: a member
+//! that crashes or is partitioned away may have delivered casts in an order the others never
+//! learned.
+
+use crate::event::{Dn, DropReason, Msg, Qos, Up};
+use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::time::Duration;
+use crate::view::ViewState;
+use crate::Rank;
+use motet_wire::hdr::sequencer::Header;
+use std::collections::VecDeque;
+
+/// `sequencer` parameters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// How long the sequencer collects casts before announcing their order. Default 0: at the end
+    /// of the current turn of the driver, which batches what one receive batch brought.
+    pub order_delay: Duration,
+}
+
+/// Static description.
+pub static SPEC: LayerSpec = LayerSpec {
+    name: "sequencer",
+    summary: "total order of application casts: rank 0 announces the order, all deliver in it",
+    provides: &[Service::TotalOrder],
+    requires_below: &[Service::ReliableCast, Service::LocalDelivery],
+    // If the sequencer fails, only a view change lets the others complete the view together.
+    requires_above: &[Service::Flush],
+};
+
+/// `sequencer` state.
+#[derive(Debug)]
+pub struct Sequencer {
+    config: Config,
+    rank: Rank,
+    /// Application casts received and not yet delivered, per origin, in FIFO order.
+    queues: Vec<VecDeque<Msg>>,
+    /// The announced order not yet delivered: runs of (origin, count).
+    order: VecDeque<(Rank, u32)>,
+    /// At the sequencer: the order of casts received and not yet announced.
+    pending: Vec<(Rank, u32)>,
+    /// An alarm is set to announce `pending`.
+    armed: bool,
+    /// The flush has passed this layer: the sequencer announces nothing more.
+    blocked: bool,
+    /// The view's cut is delivered: anything more is delivered at once (completion is done).
+    completed: bool,
+    /// Casts delivered, for invariants.
+    delivered: u64,
+}
+
+impl Sequencer {
+    /// A `sequencer` for `view`.
+    pub fn new(config: &Config, view: &ViewState, rank: Rank) -> Sequencer {
+        Sequencer {
+            config: config.clone(),
+            rank,
+            queues: vec![VecDeque::new(); view.len()],
+            order: VecDeque::new(),
+            pending: Vec::new(),
+            armed: false,
+            blocked: false,
+            completed: false,
+            delivered: 0,
+        }
+    }
+
+    fn is_sequencer(&self) -> bool {
+        self.rank == 0
+    }
+
+    /// Casts the pending order (the sequencer only, before the flush).
+    fn announce(&mut self, out: &mut Outbox<'_>) {
+        if self.pending.is_empty() || self.blocked {
+            return;
+        }
+        let runs: Vec<(Rank, u32)> = std::mem::take(&mut self.pending);
+        let msg = Msg::default().with(Header::Order(runs.into()));
+        out.dn(Dn::Cast { msg, qos: Qos::Reliable });
+    }
+
+    fn deliver(&mut self, origin: Rank, msg: Msg, out: &mut Outbox<'_>) {
+        self.delivered += 1;
+        out.up(Up::Cast { origin, msg, qos: Qos::Reliable });
+    }
+
+    /// Delivers what the announced order allows.
+    fn deliver_ordered(&mut self, out: &mut Outbox<'_>) {
+        while let Some(&(origin, count)) = self.order.front() {
+            let Some(msg) = self.queues[usize::from(origin)].pop_front() else { return };
+            if count == 1 {
+                self.order.pop_front();
+            } else {
+                self.order[0].1 = count - 1;
+            }
+            self.deliver(origin, msg, out);
+        }
+    }
+
+    /// The view's cut is delivered: every survivor holds the same casts and the same announced
+    /// order, and finishes the view identically (see the module documentation).
+    fn complete(&mut self, out: &mut Outbox<'_>) {
+        while let Some((origin, count)) = self.order.pop_front() {
+            for _ in 0..count {
+                // A missing cast is missing at every survivor, and so are the later ones of its
+                // origin: the rest of this run is skipped everywhere.
+                let Some(msg) = self.queues[usize::from(origin)].pop_front() else { break };
+                self.deliver(origin, msg, out);
+            }
+        }
+        for origin in 0..self.queues.len() {
+            while let Some(msg) = self.queues[origin].pop_front() {
+                self.deliver(origin as Rank, msg, out);
+            }
+        }
+        self.pending.clear();
+        self.completed = true;
+    }
+}
+
+impl Layer for Sequencer {
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+        match ev {
+            Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
+                Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
+                Some(Header::Data) if self.completed => self.deliver(origin, msg, out),
+                Some(Header::Data) => {
+                    self.queues[usize::from(origin)].push_back(msg);
+                    if self.is_sequencer() && !self.blocked {
+                        match self.pending.last_mut() {
+                            Some((last, count)) if *last == origin => *count += 1,
+                            _ => self.pending.push((origin, 1)),
+                        }
+                        if !self.armed {
+                            self.armed = true;
+                            out.alarm(out.now() + self.config.order_delay);
+                        }
+                    }
+                    self.deliver_ordered(out);
+                }
+                Some(Header::Order(runs)) => {
+                    if origin != 0 || runs.iter().any(|&(o, _)| usize::from(o) >= self.queues.len()) {
+                        return out.drop_input(DropReason::NotForMe);
+                    }
+                    if self.completed {
+                        return out.drop_input(DropReason::Disabled);
+                    }
+                    self.order.extend(runs.iter().copied().filter(|&(_, count)| count > 0));
+                    self.deliver_ordered(out);
+                }
+                None => out.drop_input(DropReason::HeaderMismatch),
+            },
+            Up::CutReached => {
+                self.complete(out);
+                out.up(Up::CutReached);
+            }
+            other => out.pass_up(other, Header::NoHdr),
+        }
+    }
+
+    fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        match ev {
+            Dn::Cast { msg, qos: Qos::Total } => out.dn(Dn::Cast { msg: msg.with(Header::Data), qos: Qos::Reliable }),
+            Dn::Block => {
+                // What reached the sequencer before the flush is announced inside the cut.
+                self.announce(out);
+                self.blocked = true;
+                out.dn(Dn::Block);
+            }
+            other => out.pass_dn(other, Header::NoHdr),
+        }
+    }
+
+    fn handle_timer(&mut self, out: &mut Outbox<'_>) {
+        self.armed = false;
+        self.announce(out);
+    }
+
+    fn check_invariants(&self) {
+        assert!(self.rank == 0 || self.pending.is_empty(), "only the sequencer announces an order");
+        assert!(!self.completed || self.queues.iter().all(VecDeque::is_empty) || self.order.is_empty());
+        assert!(self.order.iter().all(|&(_, count)| count > 0), "no empty run is kept");
+    }
+
+    fn buffered(&self) -> usize {
+        self.queues.iter().map(VecDeque::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::harness::{Harness, Out};
+
+    fn data(tag: u8) -> Msg {
+        Msg::new(vec![tag].into()).with(Header::Data)
+    }
+
+    fn delivered(out: &[Out]) -> Vec<(Rank, u8)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Out::Up(Up::Cast { origin, msg, .. }) => Some((*origin, msg.payload.to_bytes()[0])),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn order(runs: &[(Rank, u32)]) -> Msg {
+        Msg::default().with(Header::Order(runs.to_vec().into()))
+    }
+
+    #[test]
+    fn members_deliver_in_the_announced_order_not_the_arrival_order() {
+        let view = crate::testing::view(3);
+        let mut h = Harness::new(Sequencer::new(&Config::default(), &view, 2), 2);
+        assert!(delivered(&h.up(Up::Cast { origin: 2, msg: data(20), qos: Qos::Reliable })).is_empty());
+        assert!(delivered(&h.up(Up::Cast { origin: 1, msg: data(10), qos: Qos::Reliable })).is_empty());
+        let out = h.up(Up::Cast { origin: 0, msg: order(&[(1, 1), (2, 1)]), qos: Qos::Reliable });
+        assert_eq!(delivered(&out), vec![(1, 10), (2, 20)]);
+        // An order may run ahead of the casts it names.
+        assert!(delivered(&h.up(Up::Cast { origin: 0, msg: order(&[(1, 2)]), qos: Qos::Reliable })).is_empty());
+        let out = h.up(Up::Cast { origin: 1, msg: data(11), qos: Qos::Reliable });
+        assert_eq!(delivered(&out), vec![(1, 11)]);
+        let out = h.up(Up::Cast { origin: 1, msg: data(12), qos: Qos::Reliable });
+        assert_eq!(delivered(&out), vec![(1, 12)]);
+        assert_eq!(h.layer.buffered(), 0);
+    }
+
+    #[test]
+    fn the_sequencer_announces_one_batch_per_turn_and_stops_at_the_flush() {
+        let view = crate::testing::view(3);
+        let mut h = Harness::new(Sequencer::new(&Config::default(), &view, 0), 0);
+        h.up(Up::Cast { origin: 1, msg: data(10), qos: Qos::Reliable });
+        h.up(Up::Cast { origin: 1, msg: data(11), qos: Qos::Reliable });
+        h.up(Up::Cast { origin: 2, msg: data(20), qos: Qos::Reliable });
+        assert_eq!(h.alarm, Some(h.now), "announced at the end of this turn");
+        let out = h.timer(h.now);
+        match &out[..] {
+            [Out::Dn(Dn::Cast { msg, qos: Qos::Reliable })] => {
+                assert_eq!(msg.hdrs, vec![Header::Order(vec![(1, 2), (2, 1)].into()).into()]);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Received before the flush: announced as the flush passes; after it, never.
+        h.up(Up::Cast { origin: 2, msg: data(21), qos: Qos::Reliable });
+        let out = h.dn(Dn::Block);
+        assert!(matches!(&out[..], [Out::Dn(Dn::Cast { .. }), Out::Dn(Dn::Block)]), "{out:?}");
+        h.up(Up::Cast { origin: 1, msg: data(12), qos: Qos::Reliable });
+        assert!(h.timer(h.now).is_empty());
+    }
+
+    #[test]
+    fn the_cut_completes_the_view_deterministically() {
+        let view = crate::testing::view(3);
+        let mut h = Harness::new(Sequencer::new(&Config::default(), &view, 1), 1);
+        h.up(Up::Cast { origin: 0, msg: order(&[(2, 1), (0, 2), (1, 1)]), qos: Qos::Reliable });
+        h.up(Up::Cast { origin: 1, msg: data(10), qos: Qos::Reliable });
+        h.up(Up::Cast { origin: 1, msg: data(11), qos: Qos::Reliable });
+        let out = h.up(Up::Cast { origin: 2, msg: data(20), qos: Qos::Reliable });
+        // (2,1) is delivered; (0,2) waits for casts of 0 that never come (it failed).
+        assert_eq!(delivered(&out), vec![(2, 20)]);
+        let out = h.up(Up::CutReached);
+        assert_eq!(delivered(&out), vec![(1, 10), (1, 11)], "the order's rest, then by origin");
+        assert!(matches!(out.last(), Some(Out::Up(Up::CutReached))));
+        assert_eq!(h.layer.buffered(), 0);
+    }
+
+    #[test]
+    fn membership_traffic_and_sends_are_not_ordered() {
+        let view = crate::testing::view(2);
+        let mut h = Harness::new(Sequencer::new(&Config::default(), &view, 1), 1);
+        let out = h.dn(Dn::Cast { msg: Msg::default(), qos: Qos::Reliable });
+        assert!(matches!(&out[..], [Out::Dn(Dn::Cast { msg, .. })] if msg.hdrs == vec![Header::NoHdr.into()]));
+        let out = h.up(Up::Cast { origin: 0, msg: Msg::default().with(Header::NoHdr), qos: Qos::Reliable });
+        assert!(matches!(&out[..], [Out::Up(Up::Cast { .. })]));
+        // An order from anyone but the sequencer is dropped.
+        assert!(h.up(Up::Cast { origin: 1, msg: order(&[(0, 1)]), qos: Qos::Reliable }).is_empty());
+        assert_eq!(h.stats.drops(DropReason::NotForMe), 1);
+    }
+}
