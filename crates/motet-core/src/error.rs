@@ -71,6 +71,11 @@ pub enum StackSpecError {
         /// Whether it was required below (else above).
         below: bool,
     },
+    /// Two layers that cannot share a stack.
+    #[error(
+        "layers `{0}` and `{1}` cannot be in one stack: a stack has one ordering discipline (choose Total or Causal)"
+    )]
+    Conflict(&'static str, &'static str),
     /// Parameters that do not fit together.
     #[error("inconsistent parameters: {0}")]
     Params(String),

@@ -55,6 +55,8 @@ pub enum Qos {
     /// Totally ordered (asked by `appl` in a stack with a total-order layer, which turns it
     /// back into `Reliable` below itself).
     Total,
+    /// Causally ordered (likewise, by a causal-order layer).
+    Causal,
 }
 
 /// What the `stable` layer tells the layers below: per origin rank, how many casts every live

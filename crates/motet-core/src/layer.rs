@@ -74,6 +74,8 @@ pub enum Service {
     PrimaryPartition,
     /// The same delivery order of application casts at every member.
     TotalOrder,
+    /// Application casts delivered after every cast their sender had delivered.
+    CausalOrder,
 }
 
 impl Service {
@@ -101,6 +103,7 @@ impl Service {
             Service::MergeProtocol => "reliable merge requests",
             Service::PrimaryPartition => "primary-partition views",
             Service::TotalOrder => "total order of casts",
+            Service::CausalOrder => "causal order of casts",
         }
     }
 }

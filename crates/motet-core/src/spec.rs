@@ -31,6 +31,8 @@ pub enum Property {
     Primary,
     /// Total order of application casts (a sequencer; membership traffic is exempt).
     Total,
+    /// Causal order of application casts (vector timestamps; membership traffic is exempt).
+    Causal,
 }
 
 impl Property {
@@ -46,6 +48,7 @@ impl Property {
         Property::Heal,
         Property::Primary,
         Property::Total,
+        Property::Causal,
     ];
 
     /// The property's name.
@@ -61,6 +64,7 @@ impl Property {
             Property::Heal => "Heal",
             Property::Primary => "Primary",
             Property::Total => "Total",
+            Property::Causal => "Causal",
         }
     }
 
@@ -77,6 +81,7 @@ impl Property {
             Property::Heal => &[LayerKind::Heal, LayerKind::Inter, LayerKind::Merge],
             Property::Primary => &[LayerKind::Primary],
             Property::Total => &[LayerKind::Sequencer, LayerKind::Local],
+            Property::Causal => &[LayerKind::Causal, LayerKind::Local],
         }
     }
 }
@@ -117,6 +122,21 @@ pub const PRESETS: &[(&str, &[Property], &str)] = &[
         ],
         "vsync, and every member delivers the application's casts in the same order (a sequencer)",
     ),
+    (
+        "causal",
+        &[
+            Property::Gmp,
+            Property::Sync,
+            Property::Heal,
+            Property::Suspect,
+            Property::Slander,
+            Property::Frag,
+            Property::Flow,
+            Property::Local,
+            Property::Causal,
+        ],
+        "vsync, and a cast is delivered only after every cast its sender had delivered (vector timestamps)",
+    ),
 ];
 
 /// The layers every stack built from properties has, and why.
@@ -146,7 +166,9 @@ impl StackSpec {
     /// `motet stack explain`).
     pub fn parse_explained(text: &str) -> Result<(StackSpec, Vec<(LayerKind, String)>), StackSpecError> {
         let text = text.trim();
-        if text.contains(':') || LayerKind::from_name(text).is_some() {
+        // A word that names both a preset and a layer (`causal`) is the preset.
+        let preset = PRESETS.iter().any(|(name, _, _)| name.eq_ignore_ascii_case(text));
+        if text.contains(':') || (LayerKind::from_name(text).is_some() && !preset) {
             let layers = text
                 .split(':')
                 .map(|name| {
@@ -161,7 +183,11 @@ impl StackSpec {
         }
         let mut properties = Vec::new();
         for word in text.split(['+', ',']).map(str::trim).filter(|w| !w.is_empty()) {
-            if let Some((_, props, _)) = PRESETS.iter().find(|(name, _, _)| name.eq_ignore_ascii_case(word)) {
+            // Presets are lower case and properties capitalized (`total` is vsync + `Total`, as in
+            // Ensemble): an exact property name is the property, else a preset in any case.
+            if let Some(prop) = Property::ALL.iter().find(|p| p.name() == word) {
+                properties.push(*prop);
+            } else if let Some((_, props, _)) = PRESETS.iter().find(|(name, _, _)| name.eq_ignore_ascii_case(word)) {
                 properties.extend_from_slice(props);
             } else if let Some(prop) = Property::ALL.iter().find(|p| p.name().eq_ignore_ascii_case(word)) {
                 properties.push(*prop);
@@ -212,6 +238,19 @@ impl StackSpec {
         }
         if !layers.contains(&LayerKind::Appl) {
             return Err(StackSpecError::NoAppl);
+        }
+        // One ordering discipline per stack: each lowers the application's casts to plain reliable
+        // ones below itself, so a second would see nothing to order.
+        let ordering: Vec<&'static str> = layers
+            .iter()
+            .filter(|k| {
+                let provides = k.spec().provides;
+                provides.contains(&Service::TotalOrder) || provides.contains(&Service::CausalOrder)
+            })
+            .map(|k| k.name())
+            .collect();
+        if let [first, second, ..] = ordering[..] {
+            return Err(StackSpecError::Conflict(first, second));
         }
         let provided =
             |range: &[LayerKind], service: Service| range.iter().any(|k| k.spec().provides.contains(&service));
@@ -268,6 +307,21 @@ mod tests {
         let err = StackSpec::parse("top:appl:frag:pt2ptw:mflow:pt2pt:mnak:bottom").unwrap_err();
         assert_eq!(err, StackSpecError::Missing { layer: "mnak", service: Service::Stability, below: false });
         StackSpec::parse("top:stable:appl:frag:pt2ptw:mflow:pt2pt:mnak:bottom").unwrap();
+    }
+
+    #[test]
+    fn ordering_presets_and_their_conflict() {
+        let total = StackSpec::parse("total").unwrap().to_string();
+        assert!(total.contains("appl:sequencer:local"), "{total}");
+        // `causal` names a preset and a layer: the word alone is the preset.
+        let causal = StackSpec::parse("causal").unwrap().to_string();
+        assert!(causal.contains("appl:causal:local") && causal.starts_with("top:"), "{causal}");
+        assert_eq!(StackSpec::parse("vsync+Total+Causal"), Err(StackSpecError::Conflict("sequencer", "causal")));
+        // Ordering needs a view-change flush above it.
+        assert!(matches!(
+            StackSpec::parse("fifo+Total"),
+            Err(StackSpecError::Missing { layer: "sequencer", service: Service::Flush, below: false })
+        ));
     }
 
     #[test]

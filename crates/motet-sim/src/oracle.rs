@@ -148,6 +148,9 @@ pub struct Trace {
     pub left: Vec<bool>,
     /// Whether the stack orders casts totally (the total-order oracle applies).
     pub total: bool,
+    /// Whether the stack orders casts causally (the causal oracle applies; casts carry their
+    /// sender's vector clock after the tag, see [`encode_clock`]).
+    pub causal: bool,
 }
 
 /// A broken guarantee.
@@ -243,6 +246,16 @@ pub enum Violation {
         nodes: (usize, usize),
         /// The first position where their sequences differ.
         position: usize,
+    },
+    /// A cast was delivered before a cast of the same view that its sender had delivered before
+    /// casting it.
+    Causal {
+        /// The cast delivered too early.
+        id: MsgId,
+        /// Where.
+        node: usize,
+        /// The cast it depends on, not delivered there before it.
+        missing: MsgId,
     },
     /// A message was delivered in another view than the one it was sent in.
     SendingView {
@@ -414,6 +427,45 @@ fn check_total(
     }
 }
 
+/// The vector clock a simulated sender writes after a cast's tag: per origin node, how many of its
+/// casts (index of the last delivered + 1) the sender had delivered: `u16` count, then `u32`s, LE.
+pub fn encode_clock(clock: &[u32]) -> Vec<u8> {
+    let mut out = (clock.len() as u16).to_le_bytes().to_vec();
+    out.extend(clock.iter().flat_map(|c| c.to_le_bytes()));
+    out
+}
+
+/// Reads the vector clock written by [`encode_clock`] after the tag.
+pub fn decode_clock(payload: &[u8]) -> Option<Vec<u32>> {
+    let rest = payload.get(TAG_LEN..)?;
+    let n = usize::from(u16::from_le_bytes([*rest.first()?, *rest.get(1)?]));
+    let entries = rest.get(2..2 + 4 * n)?;
+    Some(entries.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+}
+
+/// Causal order: when a node delivers cast `m` sent in view V, it has already delivered every
+/// cast of V that `m`'s sender had delivered before casting `m` (read from the clock `m`
+/// carries). Casts of earlier views are virtual synchrony's business (a member that joined later
+/// never sees them).
+fn check_causal(trace: &Trace, sent_view: &BTreeMap<MsgId, ViewKey>, violations: &mut Vec<Violation>) {
+    let mut delivered: BTreeSet<(usize, MsgId)> = BTreeSet::new();
+    for d in trace.deliveries.iter().filter(|d| d.cast) {
+        let Some(id) = MsgId::parse(&d.payload) else { continue };
+        if let Some(clock) = decode_clock(&d.payload) {
+            for (origin, &count) in clock.iter().enumerate() {
+                let Some(index) = count.checked_sub(1) else { continue };
+                let missing = MsgId { origin, channel: Channel::Cast, index };
+                // Casts of one origin are delivered in FIFO order (checked elsewhere), so the
+                // latest dependency on each origin stands for the earlier ones.
+                if sent_view.get(&missing) == Some(&d.view) && !delivered.contains(&(d.node, missing)) {
+                    violations.push(Violation::Causal { id, node: d.node, missing });
+                }
+            }
+        }
+        delivered.insert((d.node, id));
+    }
+}
+
 /// A stable 64-bit digest of bytes (BLAKE3, truncated).
 pub fn digest(bytes: &[u8]) -> u64 {
     let hash = blake3::hash(bytes);
@@ -504,6 +556,9 @@ pub fn check(trace: &Trace) -> Vec<Violation> {
     check_views(trace, &successor, &mut violations);
     if trace.total {
         check_total(trace, &successor, &correct, &mut violations);
+    }
+    if trace.causal {
+        check_causal(trace, &sent_view, &mut violations);
     }
 
     // Quiescence.
@@ -686,6 +741,64 @@ mod tests {
         let last = trace.deliveries.iter().rposition(|d| d.node == 2 && d.cast).unwrap();
         trace.deliveries.remove(last);
         assert!(check(&trace).iter().any(|v| matches!(v, Violation::TotalOrder { nodes: (1, 2), position: 5, .. })));
+    }
+
+    /// Node 0 casts a question; node 1 delivers it and casts an answer (its clock says so); node
+    /// 2 delivers both, in `order`.
+    fn question_and_answer(order: [usize; 2]) -> Trace {
+        let mut trace = Trace {
+            nodes: 3,
+            crashed: vec![None; 3],
+            quiesced: true,
+            causal: true,
+            views: (0..3).map(|n| installed(n, (0, 0), vec![0, 1, 2])).collect(),
+            ..Trace::default()
+        };
+        let question = MsgId { origin: 0, channel: Channel::Cast, index: 0 };
+        let answer = MsgId { origin: 1, channel: Channel::Cast, index: 0 };
+        let payload = |id: MsgId, clock: &[u32]| {
+            let mut bytes = id.tag().to_vec();
+            bytes.extend(encode_clock(clock));
+            Bytes::from(bytes)
+        };
+        let msgs = [(question, payload(question, &[])), (answer, payload(answer, &[1, 0, 0]))];
+        for (id, bytes) in &msgs {
+            trace.sent.push(Sent { id: *id, time: Instant::ZERO, digest: digest(bytes), view: (0, 0) });
+        }
+        let deliver = |node, (id, payload): &(MsgId, Bytes)| Delivery {
+            time: Instant::ZERO,
+            node,
+            origin: id.origin,
+            cast: true,
+            payload: payload.clone(),
+            view: (0, 0),
+        };
+        trace.deliveries.push(deliver(0, &msgs[0]));
+        trace.deliveries.push(deliver(1, &msgs[0]));
+        trace.deliveries.push(deliver(1, &msgs[1]));
+        trace.deliveries.push(deliver(0, &msgs[1]));
+        for i in order {
+            trace.deliveries.push(deliver(2, &msgs[i]));
+        }
+        trace
+    }
+
+    #[test]
+    fn catches_an_answer_delivered_before_its_question() {
+        assert_eq!(check(&question_and_answer([0, 1])), vec![]);
+        let question = MsgId { origin: 0, channel: Channel::Cast, index: 0 };
+        let answer = MsgId { origin: 1, channel: Channel::Cast, index: 0 };
+        assert_eq!(
+            check(&question_and_answer([1, 0])),
+            vec![Violation::Causal { id: answer, node: 2, missing: question }]
+        );
+        // Without causal order asked for, nothing is reported.
+        let mut trace = question_and_answer([1, 0]);
+        trace.causal = false;
+        assert_eq!(check(&trace), vec![]);
+        let mut bytes = question.tag().to_vec();
+        bytes.extend(encode_clock(&[3, 0, 7]));
+        assert_eq!(decode_clock(&bytes), Some(vec![3, 0, 7]));
     }
 
     #[test]

@@ -121,6 +121,9 @@ struct SimNode {
     views: BTreeMap<StackId, Arc<ViewState>>,
     alive: bool,
     backlog: VecDeque<MsgId>,
+    /// Per origin node: casts delivered here so far (index of the last + 1), the vector clock
+    /// written into casts for the causal oracle.
+    clock: Vec<u32>,
 }
 
 impl SimNode {
@@ -222,11 +225,12 @@ impl<'a> World<'a> {
                         views: BTreeMap::new(),
                         alive: false,
                         backlog: VecDeque::new(),
+                        clock: Vec::new(),
                     };
                 };
                 let stack = node.join(now, Arc::clone(view), rank as u16).expect("the stack spec was validated");
                 let views = [(stack, Arc::clone(view))].into_iter().collect();
-                SimNode { node, stack, views, alive: true, backlog: VecDeque::new() }
+                SimNode { node, stack, views, alive: true, backlog: VecDeque::new(), clock: Vec::new() }
             })
             .collect();
         let mut world = World {
@@ -245,6 +249,7 @@ impl<'a> World<'a> {
                 left: vec![false; n],
                 membership: options.stack.layers().contains(&LayerKind::Intra),
                 total: options.stack.layers().iter().any(|k| k.spec().provides.contains(&Service::TotalOrder)),
+                causal: options.stack.layers().iter().any(|k| k.spec().provides.contains(&Service::CausalOrder)),
                 ..Trace::default()
             },
             hasher: blake3::Hasher::new(),
@@ -510,6 +515,7 @@ impl<'a> World<'a> {
             views: BTreeMap::new(),
             alive: false,
             backlog: VecDeque::new(),
+            clock: Vec::new(),
         });
         self.endpoints.insert(endpoint, index);
         self.trace.nodes += 1;
@@ -543,8 +549,13 @@ impl<'a> World<'a> {
         while let Some(&id) = self.nodes[node].backlog.front() {
             let len = self.rng.gen_range(16..=self.options.payload_max.max(16));
             let mut bytes = id.tag().to_vec();
+            if self.trace.causal && id.channel == Channel::Cast {
+                // The sender's vector clock, for the causal oracle (issue 5: payloads carry it).
+                bytes.extend(oracle::encode_clock(&self.nodes[node].clock));
+            }
+            let filled = bytes.len();
             bytes.resize(len.max(bytes.len()), 0);
-            self.rng.fill_bytes(&mut bytes[12..]);
+            self.rng.fill_bytes(&mut bytes[filled..]);
             let payload = Bytes::from(bytes);
             let action = match id.channel {
                 Channel::Cast => Action::Cast(payload.clone().into()),
@@ -629,6 +640,13 @@ impl<'a> World<'a> {
         self.hasher.update(&self.now.0.to_le_bytes());
         self.hasher.update(&[b'd', node as u8, origin as u8, cast as u8]);
         self.hasher.update(&oracle::digest(&payload).to_le_bytes());
+        if let Some(id) = MsgId::parse(&payload).filter(|_| cast) {
+            let clock = &mut self.nodes[node].clock;
+            if clock.len() <= id.origin {
+                clock.resize(id.origin + 1, 0);
+            }
+            clock[id.origin] = clock[id.origin].max(id.index + 1);
+        }
         self.trace.deliveries.push(Delivery { time: self.now, node, origin, cast, payload, view });
     }
 

@@ -127,6 +127,35 @@ fn vsync_swarm_passes() {
     assert!(later_primaries > 100, "{later_primaries}");
 }
 
+/// Issue 5's swarm for `total`, smaller, plus seed 1235, which once found a virtual-synchrony
+/// violation (two flush rounds with different cuts) through the total-order oracle.
+#[test]
+fn total_swarm_passes() {
+    let total = StackSpec::parse("total").unwrap();
+    let mut ordered = 0;
+    for seed in (1..=50).chain([1235]) {
+        let options = SimOptions::swarm(seed, 7, total.clone());
+        let report = run(&options);
+        assert!(report.trace.total, "the total-order oracle applies");
+        assert_eq!(first(&report.violations), [], "seed {seed}: {}", options.replay_command(true));
+        ordered += report.cast_deliveries;
+    }
+    assert!(ordered > 10_000, "{ordered}");
+}
+
+/// Issue 5's swarm for `causal`, smaller: casts carry their sender's vector clock and the causal
+/// oracle checks every delivery.
+#[test]
+fn causal_swarm_passes() {
+    let causal = StackSpec::parse("causal").unwrap();
+    for seed in 1..=50 {
+        let options = SimOptions::swarm(seed, 7, causal.clone());
+        let report = run(&options);
+        assert!(report.trace.causal, "the causal oracle applies");
+        assert_eq!(first(&report.violations), [], "seed {seed}: {}", options.replay_command(true));
+    }
+}
+
 #[test]
 fn a_restarted_process_merges_back_as_a_new_endpoint() {
     for seed in 1..=15 {

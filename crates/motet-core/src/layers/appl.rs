@@ -131,6 +131,8 @@ fn cast_qos(view: &ViewState) -> Qos {
     let provides = |service| below.clone().any(|k| k.spec().provides.contains(&service));
     if provides(Service::TotalOrder) {
         Qos::Total
+    } else if provides(Service::CausalOrder) {
+        Qos::Causal
     } else {
         Qos::Reliable
     }

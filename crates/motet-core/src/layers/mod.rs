@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 pub mod appl;
 pub mod bottom;
+pub mod causal;
 pub mod elect;
 mod flow;
 pub mod frag;
@@ -108,6 +109,7 @@ registry! {
     Stable => stable::Stable,
     Appl => appl::Appl,
     Sequencer => sequencer::Sequencer,
+    Causal => causal::Causal,
     Local => local::Local,
     Frag => frag::Frag,
     Pt2ptw => pt2ptw::Pt2ptw,

@@ -14,6 +14,7 @@ use crate::{WireError, WireErrorKind};
 
 pub mod appl;
 pub mod bottom;
+pub mod causal;
 pub mod elect;
 pub mod frag;
 pub mod heal;
@@ -146,6 +147,7 @@ headers! {
     Inter(inter),
     Primary(primary),
     Sequencer(sequencer),
+    Causal(causal),
 }
 
 fn encode_one<H: LayerHeader>(header: &H, w: &mut Writer<'_>) {

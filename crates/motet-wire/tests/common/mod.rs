@@ -6,8 +6,8 @@
 
 use bytes::Bytes;
 use motet_wire::hdr::{
-    appl, bottom, elect, frag, heal, inter, intra, leave, local, merge, mflow, mnak, primary, pt2pt, pt2ptw, sequencer,
-    slander, stable, suspect, sync,
+    appl, bottom, causal, elect, frag, heal, inter, intra, leave, local, merge, mflow, mnak, primary, pt2pt, pt2ptw,
+    sequencer, slander, stable, suspect, sync,
 };
 use motet_wire::WireAddress;
 use motet_wire::{ConnId, Head, Header, Mux, Payload, Rank, Seqno, HEADER_COUNT_MAX};
@@ -213,6 +213,13 @@ pub fn sequencer_hdr() -> impl Strategy<Value = sequencer::Header> {
     ]
 }
 
+pub fn causal_hdr() -> impl Strategy<Value = causal::Header> {
+    prop_oneof![
+        Just(causal::Header::NoHdr),
+        prop::collection::vec((rank(), u64_any()), 0..6).prop_map(|entries| causal::Header::Data(entries.into())),
+    ]
+}
+
 /// A header of any layer, every layer equally likely.
 pub fn header() -> impl Strategy<Value = Header> {
     prop_oneof![
@@ -236,6 +243,7 @@ pub fn header() -> impl Strategy<Value = Header> {
         inter_hdr().prop_map(Header::from),
         primary_hdr().prop_map(Header::from),
         sequencer_hdr().prop_map(Header::from),
+        causal_hdr().prop_map(Header::from),
     ]
 }
 
