@@ -73,7 +73,7 @@ pub enum StackSpecError {
     },
     /// Two layers that cannot share a stack.
     #[error(
-        "layers `{0}` and `{1}` cannot be in one stack: a stack has one ordering discipline (choose Total or Causal)"
+        "layers `{0}` and `{1}` cannot be in one stack: a stack has one delivery discipline (choose one of Total, Causal, Agree)"
     )]
     Conflict(&'static str, &'static str),
     /// Parameters that do not fit together.

@@ -57,6 +57,8 @@ pub enum Qos {
     Total,
     /// Causally ordered (likewise, by a causal-order layer).
     Causal,
+    /// Delivered only once every member holds it (likewise, by a safe-delivery layer).
+    Safe,
 }
 
 /// What the `stable` layer tells the layers below: per origin rank, how many casts every live

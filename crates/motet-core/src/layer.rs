@@ -76,6 +76,8 @@ pub enum Service {
     TotalOrder,
     /// Application casts delivered after every cast their sender had delivered.
     CausalOrder,
+    /// Application casts delivered only once every member of the view holds them.
+    SafeDelivery,
 }
 
 impl Service {
@@ -104,6 +106,7 @@ impl Service {
             Service::PrimaryPartition => "primary-partition views",
             Service::TotalOrder => "total order of casts",
             Service::CausalOrder => "causal order of casts",
+            Service::SafeDelivery => "safe delivery of casts",
         }
     }
 }

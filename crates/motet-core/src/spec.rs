@@ -33,6 +33,8 @@ pub enum Property {
     Total,
     /// Causal order of application casts (vector timestamps; membership traffic is exempt).
     Causal,
+    /// Safe (agreed) delivery: a cast is delivered once every member of the view holds it.
+    Agree,
 }
 
 impl Property {
@@ -49,6 +51,7 @@ impl Property {
         Property::Primary,
         Property::Total,
         Property::Causal,
+        Property::Agree,
     ];
 
     /// The property's name.
@@ -65,6 +68,7 @@ impl Property {
             Property::Primary => "Primary",
             Property::Total => "Total",
             Property::Causal => "Causal",
+            Property::Agree => "Agree",
         }
     }
 
@@ -82,6 +86,7 @@ impl Property {
             Property::Primary => &[LayerKind::Primary],
             Property::Total => &[LayerKind::Sequencer, LayerKind::Local],
             Property::Causal => &[LayerKind::Causal, LayerKind::Local],
+            Property::Agree => &[LayerKind::Safe, LayerKind::Local],
         }
     }
 }
@@ -136,6 +141,21 @@ pub const PRESETS: &[(&str, &[Property], &str)] = &[
             Property::Causal,
         ],
         "vsync, and a cast is delivered only after every cast its sender had delivered (vector timestamps)",
+    ),
+    (
+        "safe",
+        &[
+            Property::Gmp,
+            Property::Sync,
+            Property::Heal,
+            Property::Suspect,
+            Property::Slander,
+            Property::Frag,
+            Property::Flow,
+            Property::Local,
+            Property::Agree,
+        ],
+        "vsync, and a cast is delivered only once every member of the view holds it (safe delivery)",
     ),
 ];
 
@@ -245,7 +265,7 @@ impl StackSpec {
             .iter()
             .filter(|k| {
                 let provides = k.spec().provides;
-                provides.contains(&Service::TotalOrder) || provides.contains(&Service::CausalOrder)
+                [Service::TotalOrder, Service::CausalOrder, Service::SafeDelivery].iter().any(|s| provides.contains(s))
             })
             .map(|k| k.name())
             .collect();
@@ -317,6 +337,8 @@ mod tests {
         let causal = StackSpec::parse("causal").unwrap().to_string();
         assert!(causal.contains("appl:causal:local") && causal.starts_with("top:"), "{causal}");
         assert_eq!(StackSpec::parse("vsync+Total+Causal"), Err(StackSpecError::Conflict("sequencer", "causal")));
+        assert!(StackSpec::parse("safe").unwrap().to_string().contains("appl:safe:local"));
+        assert_eq!(StackSpec::parse("vsync+Agree+Total"), Err(StackSpecError::Conflict("sequencer", "safe")));
         // Ordering needs a view-change flush above it.
         assert!(matches!(
             StackSpec::parse("fifo+Total"),

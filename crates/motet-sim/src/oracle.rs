@@ -123,6 +123,9 @@ pub struct Delivery {
     pub payload: Bytes,
     /// The view it was delivered in.
     pub view: ViewKey,
+    /// Whether the application had already been told `Block` in that view (the view change had
+    /// begun).
+    pub blocked: bool,
 }
 
 /// What a run did, as far as the oracles care.
@@ -151,6 +154,8 @@ pub struct Trace {
     /// Whether the stack orders casts causally (the causal oracle applies; casts carry their
     /// sender's vector clock after the tag, see [`encode_clock`]).
     pub causal: bool,
+    /// Whether the stack delivers casts safely (the uniform-agreement oracle applies).
+    pub safe: bool,
 }
 
 /// A broken guarantee.
@@ -256,6 +261,16 @@ pub enum Violation {
         node: usize,
         /// The cast it depends on, not delivered there before it.
         missing: MsgId,
+    },
+    /// A cast delivered by some member of a view (even one that crashed right after) was not
+    /// delivered in that view by a correct member that went on from it: delivery was not safe.
+    Safe {
+        /// The cast.
+        id: MsgId,
+        /// The view.
+        view: ViewKey,
+        /// The correct member that did not deliver it.
+        node: usize,
     },
     /// A message was delivered in another view than the one it was sent in.
     SendingView {
@@ -466,6 +481,44 @@ fn check_causal(trace: &Trace, sent_view: &BTreeMap<MsgId, ViewKey>, violations:
     }
 }
 
+/// Safe delivery, as the application can observe it (extended virtual synchrony's "safe"): a cast
+/// delivered before the view change begins (before `Block`) was held by every member of the view,
+/// so if any member delivers it so in view V (and then crashes, or is cut off) every correct member
+/// of V that goes on to a next view, or stays in V to the quiet end, delivers it in V too (uniform
+/// agreement). Casts delivered during the view change are safe only among the members going on
+/// together, which virtual synchrony already checks. Plain virtual synchrony does not give this: a
+/// sender delivers its own cast at once and may crash before anyone else receives it.
+fn check_safe(
+    trace: &Trace,
+    successor: &BTreeMap<(usize, ViewKey), ViewKey>,
+    correct: &dyn Fn(usize) -> bool,
+    violations: &mut Vec<Violation>,
+) {
+    let mut anywhere: BTreeMap<ViewKey, BTreeSet<MsgId>> = BTreeMap::new();
+    let mut at: BTreeSet<(usize, ViewKey, MsgId)> = BTreeSet::new();
+    for d in trace.deliveries.iter().filter(|d| d.cast) {
+        if let Some(id) = MsgId::parse(&d.payload) {
+            if !d.blocked {
+                anywhere.entry(d.view).or_default().insert(id);
+            }
+            at.insert((d.node, d.view, id));
+        }
+    }
+    let stayed = |n: usize| correct(n) && !trace.left.get(n).copied().unwrap_or(false);
+    let installed: BTreeSet<(usize, ViewKey)> = trace.views.iter().map(|v| (v.node, v.view)).collect();
+    for &(node, view) in &installed {
+        let went_on = successor.contains_key(&(node, view)) || trace.quiesced;
+        if !stayed(node) || !went_on {
+            continue;
+        }
+        for &id in anywhere.get(&view).into_iter().flatten() {
+            if !at.contains(&(node, view, id)) {
+                violations.push(Violation::Safe { id, view, node });
+            }
+        }
+    }
+}
+
 /// A stable 64-bit digest of bytes (BLAKE3, truncated).
 pub fn digest(bytes: &[u8]) -> u64 {
     let hash = blake3::hash(bytes);
@@ -560,6 +613,9 @@ pub fn check(trace: &Trace) -> Vec<Violation> {
     if trace.causal {
         check_causal(trace, &sent_view, &mut violations);
     }
+    if trace.safe {
+        check_safe(trace, &successor, &correct, &mut violations);
+    }
 
     // Quiescence.
     if !trace.quiesced {
@@ -613,6 +669,7 @@ mod tests {
                     cast,
                     payload: payload.clone(),
                     view: (0, 0),
+                    blocked: false,
                 });
             }
         }
@@ -772,6 +829,7 @@ mod tests {
             cast: true,
             payload: payload.clone(),
             view: (0, 0),
+            blocked: false,
         };
         trace.deliveries.push(deliver(0, &msgs[0]));
         trace.deliveries.push(deliver(1, &msgs[0]));
@@ -799,6 +857,32 @@ mod tests {
         let mut bytes = question.tag().to_vec();
         bytes.extend(encode_clock(&[3, 0, 7]));
         assert_eq!(decode_clock(&bytes), Some(vec![3, 0, 7]));
+    }
+
+    #[test]
+    fn catches_a_cast_delivered_by_a_crashed_member_only() {
+        let mut trace = with_view_change();
+        trace.safe = true;
+        assert_eq!(check(&trace), vec![]);
+        // Node 2 delivered its own last cast and crashed; no survivor ever delivers it. Virtual
+        // synchrony and exactly-once allow this (the sender crashed); safe delivery does not.
+        let last = MsgId { origin: 2, channel: Channel::Cast, index: 1 };
+        trace.deliveries.retain(|d| d.node == 2 || MsgId::parse(&d.payload) != Some(last));
+        let violations = check(&trace);
+        assert_eq!(
+            violations,
+            vec![
+                Violation::Safe { id: last, view: (0, 0), node: 0 },
+                Violation::Safe { id: last, view: (0, 0), node: 1 }
+            ]
+        );
+        // Delivered during the view change (after `Block`), it is safe only among the survivors.
+        trace.safe = true;
+        trace.deliveries.iter_mut().filter(|d| d.node == 2).for_each(|d| d.blocked = true);
+        assert_eq!(check(&trace), vec![]);
+        trace.safe = false;
+        trace.deliveries.iter_mut().for_each(|d| d.blocked = false);
+        assert_eq!(check(&trace), vec![]);
     }
 
     #[test]

@@ -124,6 +124,8 @@ struct SimNode {
     /// Per origin node: casts delivered here so far (index of the last + 1), the vector clock
     /// written into casts for the causal oracle.
     clock: Vec<u32>,
+    /// Stacks whose application got `Block` (the view change has begun).
+    blocked: std::collections::BTreeSet<StackId>,
 }
 
 impl SimNode {
@@ -226,11 +228,20 @@ impl<'a> World<'a> {
                         alive: false,
                         backlog: VecDeque::new(),
                         clock: Vec::new(),
+                        blocked: Default::default(),
                     };
                 };
                 let stack = node.join(now, Arc::clone(view), rank as u16).expect("the stack spec was validated");
                 let views = [(stack, Arc::clone(view))].into_iter().collect();
-                SimNode { node, stack, views, alive: true, backlog: VecDeque::new(), clock: Vec::new() }
+                SimNode {
+                    node,
+                    stack,
+                    views,
+                    alive: true,
+                    backlog: VecDeque::new(),
+                    clock: Vec::new(),
+                    blocked: Default::default(),
+                }
             })
             .collect();
         let mut world = World {
@@ -250,6 +261,7 @@ impl<'a> World<'a> {
                 membership: options.stack.layers().contains(&LayerKind::Intra),
                 total: options.stack.layers().iter().any(|k| k.spec().provides.contains(&Service::TotalOrder)),
                 causal: options.stack.layers().iter().any(|k| k.spec().provides.contains(&Service::CausalOrder)),
+                safe: options.stack.layers().iter().any(|k| k.spec().provides.contains(&Service::SafeDelivery)),
                 ..Trace::default()
             },
             hasher: blake3::Hasher::new(),
@@ -516,6 +528,7 @@ impl<'a> World<'a> {
             alive: false,
             backlog: VecDeque::new(),
             clock: Vec::new(),
+            blocked: Default::default(),
         });
         self.endpoints.insert(endpoint, index);
         self.trace.nodes += 1;
@@ -609,7 +622,10 @@ impl<'a> World<'a> {
                 AppEvent::Send { origin, payload } => self.deliver(index, stack, origin, false, payload.to_bytes()),
                 AppEvent::FlowBlock { blocked: false, .. } => released = true,
                 AppEvent::Exit => self.nodes[index].alive = false,
-                AppEvent::FlowBlock { .. } | AppEvent::Block => {}
+                AppEvent::Block => {
+                    self.nodes[index].blocked.insert(stack);
+                }
+                AppEvent::FlowBlock { .. } => {}
             }
         }
         if released && self.nodes[index].alive {
@@ -647,7 +663,8 @@ impl<'a> World<'a> {
             }
             clock[id.origin] = clock[id.origin].max(id.index + 1);
         }
-        self.trace.deliveries.push(Delivery { time: self.now, node, origin, cast, payload, view });
+        let blocked = self.nodes[node].blocked.contains(&stack);
+        self.trace.deliveries.push(Delivery { time: self.now, node, origin, cast, payload, view, blocked });
     }
 
     /// The network: loss, partitions, delay (minimum plus exponential), reordering, duplication.

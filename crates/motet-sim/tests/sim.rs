@@ -143,15 +143,15 @@ fn total_swarm_passes() {
     assert!(ordered > 10_000, "{ordered}");
 }
 
-/// Issue 5's swarm for `causal`, smaller: casts carry their sender's vector clock and the causal
-/// oracle checks every delivery.
+/// Issue 5's swarms for `causal` and `safe`, smaller: casts carry their sender's vector clock and
+/// the causal oracle checks every delivery; the safe oracle checks uniform agreement.
 #[test]
-fn causal_swarm_passes() {
-    let causal = StackSpec::parse("causal").unwrap();
-    for seed in 1..=50 {
-        let options = SimOptions::swarm(seed, 7, causal.clone());
+fn causal_and_safe_swarms_pass() {
+    let (causal, safe) = (StackSpec::parse("causal").unwrap(), StackSpec::parse("safe").unwrap());
+    for (seed, stack) in (1..=40).map(|s| (s, causal.clone())).chain((41..=80).map(|s| (s, safe.clone()))) {
+        let options = SimOptions::swarm(seed, 7, stack);
         let report = run(&options);
-        assert!(report.trace.causal, "the causal oracle applies");
+        assert!(report.trace.causal || report.trace.safe, "an ordering oracle applies");
         assert_eq!(first(&report.violations), [], "seed {seed}: {}", options.replay_command(true));
     }
 }

@@ -133,6 +133,8 @@ fn cast_qos(view: &ViewState) -> Qos {
         Qos::Total
     } else if provides(Service::CausalOrder) {
         Qos::Causal
+    } else if provides(Service::SafeDelivery) {
+        Qos::Safe
     } else {
         Qos::Reliable
     }

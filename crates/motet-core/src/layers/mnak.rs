@@ -308,7 +308,7 @@ impl Layer for Mnak {
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
         match ev {
             // Every ordered level is reliable underneath (ordering layers above lower it to `Reliable`).
-            Dn::Cast { msg, qos: Qos::Reliable | Qos::Total | Qos::Causal } => {
+            Dn::Cast { msg, qos: Qos::Reliable | Qos::Total | Qos::Causal | Qos::Safe } => {
                 let o = &mut self.origins[usize::from(self.rank)];
                 let seqno = o.received;
                 o.buf.push_back(msg.clone());

@@ -26,6 +26,7 @@ pub mod mnak;
 pub mod primary;
 pub mod pt2pt;
 pub mod pt2ptw;
+pub mod safe;
 pub mod sequencer;
 pub mod slander;
 pub mod stable;
@@ -110,6 +111,7 @@ registry! {
     Appl => appl::Appl,
     Sequencer => sequencer::Sequencer,
     Causal => causal::Causal,
+    Safe => safe::Safe,
     Local => local::Local,
     Frag => frag::Frag,
     Pt2ptw => pt2ptw::Pt2ptw,

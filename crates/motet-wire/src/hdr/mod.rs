@@ -28,6 +28,7 @@ pub mod mnak;
 pub mod primary;
 pub mod pt2pt;
 pub mod pt2ptw;
+pub mod safe;
 pub mod sequencer;
 pub mod slander;
 pub mod stable;
@@ -148,6 +149,7 @@ headers! {
     Primary(primary),
     Sequencer(sequencer),
     Causal(causal),
+    Safe(safe),
 }
 
 fn encode_one<H: LayerHeader>(header: &H, w: &mut Writer<'_>) {

@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use motet_wire::hdr::{
     appl, bottom, causal, elect, frag, heal, inter, intra, leave, local, merge, mflow, mnak, primary, pt2pt, pt2ptw,
-    sequencer, slander, stable, suspect, sync,
+    safe, sequencer, slander, stable, suspect, sync,
 };
 use motet_wire::WireAddress;
 use motet_wire::{ConnId, Head, Header, Mux, Payload, Rank, Seqno, HEADER_COUNT_MAX};
@@ -220,6 +220,14 @@ pub fn causal_hdr() -> impl Strategy<Value = causal::Header> {
     ]
 }
 
+pub fn safe_hdr() -> impl Strategy<Value = safe::Header> {
+    prop_oneof![
+        Just(safe::Header::NoHdr),
+        Just(safe::Header::Data),
+        vec_any().prop_map(|counts| safe::Header::Ack(counts.into())),
+    ]
+}
+
 /// A header of any layer, every layer equally likely.
 pub fn header() -> impl Strategy<Value = Header> {
     prop_oneof![
@@ -244,6 +252,7 @@ pub fn header() -> impl Strategy<Value = Header> {
         primary_hdr().prop_map(Header::from),
         sequencer_hdr().prop_map(Header::from),
         causal_hdr().prop_map(Header::from),
+        safe_hdr().prop_map(Header::from),
     ]
 }
 

@@ -1,0 +1,251 @@
+//! `safe`: safe (agreed, stable) delivery of application casts (Ensemble property `Agree`, its
+//! `tops` layer; digest §2.1, §2.5 "delivered only once known to be received by all", item 40).
+//! Placed just below the application layer; membership traffic is exempt.
+//!
+//! Provides: [`Service::SafeDelivery`]. Requires below: [`Service::ReliableCast`] and
+//! [`Service::LocalDelivery`]; above: [`Service::Flush`] (the view's cut settles what the failed
+//! members will never acknowledge). Header: `Data` on application casts, `Ack(counts)`, `NoHdr`.
+//!
+//! Every member counts, per origin, the application casts it holds, and casts those counts
+//! (`Ack`) at the end of each turn in which it received new casts (an alarm `ack_delay` from now,
+//! 0 by default). A cast is delivered, in its origin's FIFO order, once every member of the view
+//! not known to have failed has acknowledged holding it; a member's own acknowledgements reach it
+//! through `local` like everyone's. The acknowledgements stop when the view-change flush passes
+//! this layer (they would fall outside the agreed cut); the cut then holds the same casts at every
+//! survivor, and each delivers what it still holds.
+//!
+//! What survives which failure: a cast delivered anywhere was held by every member that had not
+//! failed at that time, so every survivor of the view delivers it, even if the member that
+//! delivered it crashes at once or is partitioned away (uniform agreement). A cast held only by
+//! members that all fail is delivered nowhere.
+
+use crate::event::{Dn, DropReason, Msg, Qos, Up};
+use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::time::Duration;
+use crate::view::{RankSet, ViewState};
+use crate::Rank;
+use motet_wire::hdr::safe::Header;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// `safe` parameters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// How long a member collects casts before acknowledging them. Default 0: at the end of the
+    /// current turn of the driver.
+    pub ack_delay: Duration,
+}
+
+/// Static description.
+pub static SPEC: LayerSpec = LayerSpec {
+    name: "safe",
+    summary: "safe delivery: a cast is delivered once every member of the view holds it",
+    provides: &[Service::SafeDelivery],
+    requires_below: &[Service::ReliableCast, Service::LocalDelivery],
+    requires_above: &[Service::Flush],
+};
+
+/// `safe` state.
+#[derive(Debug)]
+pub struct Safe {
+    config: Config,
+    /// Per origin: application casts received.
+    received: Vec<u64>,
+    /// Per origin: application casts delivered.
+    delivered: Vec<u64>,
+    /// Per origin: received and not yet delivered, in FIFO order.
+    held: Vec<VecDeque<Msg>>,
+    /// Per member, per origin: the casts it acknowledged holding.
+    acked: Vec<Vec<u64>>,
+    failed: RankSet,
+    /// What this member last acknowledged.
+    sent_ack: Vec<u64>,
+    armed: bool,
+    /// The flush has passed: no more acknowledgements.
+    blocked: bool,
+    completed: bool,
+}
+
+impl Safe {
+    /// A `safe` for `view`.
+    pub fn new(config: &Config, view: &ViewState, _rank: Rank) -> Safe {
+        let n = view.len();
+        Safe {
+            config: config.clone(),
+            received: vec![0; n],
+            delivered: vec![0; n],
+            held: vec![VecDeque::new(); n],
+            acked: vec![vec![0; n]; n],
+            failed: RankSet::new(),
+            sent_ack: vec![0; n],
+            armed: false,
+            blocked: false,
+            completed: false,
+        }
+    }
+
+    /// Per origin, the casts every member not known to have failed holds.
+    fn stable(&self, origin: usize) -> u64 {
+        (0..self.acked.len())
+            .filter(|&m| !self.failed.contains(m as Rank))
+            .map(|m| self.acked[m][origin])
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    fn deliver_stable(&mut self, out: &mut Outbox<'_>) {
+        for origin in 0..self.held.len() {
+            let stable = self.stable(origin);
+            while self.delivered[origin] < stable {
+                let Some(msg) = self.held[origin].pop_front() else { break };
+                self.delivered[origin] += 1;
+                out.up(Up::Cast { origin: origin as Rank, msg, qos: Qos::Reliable });
+            }
+        }
+    }
+
+    fn ack(&mut self, out: &mut Outbox<'_>) {
+        if self.blocked || self.received == self.sent_ack {
+            return;
+        }
+        self.sent_ack.clone_from(&self.received);
+        let msg = Msg::default().with(Header::Ack(Arc::from(self.received.clone())));
+        out.dn(Dn::Cast { msg, qos: Qos::Reliable });
+    }
+}
+
+impl Layer for Safe {
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+        match ev {
+            Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
+                Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
+                Some(Header::Data) if self.completed => {
+                    // Nothing should arrive after the cut; if it does it is in the cut already.
+                    self.received[usize::from(origin)] += 1;
+                    self.delivered[usize::from(origin)] += 1;
+                    out.up(Up::Cast { origin, msg, qos: Qos::Reliable });
+                }
+                Some(Header::Data) => {
+                    self.received[usize::from(origin)] += 1;
+                    self.held[usize::from(origin)].push_back(msg);
+                    if !self.armed && !self.blocked {
+                        self.armed = true;
+                        out.alarm(out.now() + self.config.ack_delay);
+                    }
+                }
+                Some(Header::Ack(counts)) => {
+                    if counts.len() != self.acked.len() {
+                        return out.drop_input(DropReason::Gossip);
+                    }
+                    let acked = &mut self.acked[usize::from(origin)];
+                    for (a, &c) in acked.iter_mut().zip(counts.iter()) {
+                        *a = (*a).max(c);
+                    }
+                    self.deliver_stable(out);
+                }
+                None => out.drop_input(DropReason::HeaderMismatch),
+            },
+            Up::CutReached => {
+                // Every survivor holds exactly the cut: what is held is held by all of them.
+                for origin in 0..self.held.len() {
+                    while let Some(msg) = self.held[origin].pop_front() {
+                        self.delivered[origin] += 1;
+                        out.up(Up::Cast { origin: origin as Rank, msg, qos: Qos::Reliable });
+                    }
+                }
+                self.completed = true;
+                out.up(Up::CutReached);
+            }
+            other => out.pass_up(other, Header::NoHdr),
+        }
+    }
+
+    fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        match ev {
+            Dn::Cast { msg, qos: Qos::Safe } => out.dn(Dn::Cast { msg: msg.with(Header::Data), qos: Qos::Reliable }),
+            Dn::Fail(ranks) => {
+                self.failed.union_with(&ranks);
+                self.deliver_stable(out);
+                out.dn(Dn::Fail(ranks));
+            }
+            Dn::Block => {
+                // What arrived before the flush is acknowledged inside the cut.
+                self.ack(out);
+                self.blocked = true;
+                out.dn(Dn::Block);
+            }
+            other => out.pass_dn(other, Header::NoHdr),
+        }
+    }
+
+    fn handle_timer(&mut self, out: &mut Outbox<'_>) {
+        self.armed = false;
+        self.ack(out);
+    }
+
+    fn check_invariants(&self) {
+        for origin in 0..self.held.len() {
+            assert_eq!(self.delivered[origin] + self.held[origin].len() as u64, self.received[origin]);
+        }
+    }
+
+    fn buffered(&self) -> usize {
+        self.held.iter().map(VecDeque::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::harness::{Harness, Out};
+
+    fn data(tag: u8) -> Msg {
+        Msg::new(vec![tag].into()).with(Header::Data)
+    }
+
+    fn ack(counts: &[u64]) -> Msg {
+        Msg::default().with(Header::Ack(Arc::from(counts.to_vec())))
+    }
+
+    fn casts(out: &[Out]) -> usize {
+        out.iter().filter(|o| matches!(o, Out::Up(Up::Cast { .. }))).count()
+    }
+
+    #[test]
+    fn a_cast_waits_for_every_members_acknowledgement() {
+        let view = crate::testing::view_of("vsync+Agree", 3);
+        let mut h = Harness::new(Safe::new(&Config::default(), &view, 2), 2);
+        assert_eq!(casts(&h.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Reliable })), 0);
+        // The end of the turn: this member acknowledges what it holds.
+        let out = h.timer(h.now);
+        assert!(
+            matches!(&out[..], [Out::Dn(Dn::Cast { msg, .. })] if msg.hdrs == vec![Header::Ack(Arc::from(vec![1, 0, 0])).into()])
+        );
+        for member in [0, 2] {
+            assert_eq!(casts(&h.up(Up::Cast { origin: member, msg: ack(&[1, 0, 0]), qos: Qos::Reliable })), 0);
+        }
+        // The last member's acknowledgement makes it safe.
+        assert_eq!(casts(&h.up(Up::Cast { origin: 1, msg: ack(&[1, 0, 0]), qos: Qos::Reliable })), 1);
+        assert_eq!(h.layer.buffered(), 0);
+    }
+
+    #[test]
+    fn failed_members_are_not_waited_for_and_the_cut_delivers_the_rest() {
+        let view = crate::testing::view_of("vsync+Agree", 3);
+        let mut h = Harness::new(Safe::new(&Config::default(), &view, 0), 0);
+        h.up(Up::Cast { origin: 1, msg: data(1), qos: Qos::Reliable });
+        h.up(Up::Cast { origin: 1, msg: data(2), qos: Qos::Reliable });
+        h.up(Up::Cast { origin: 0, msg: ack(&[0, 2, 0]), qos: Qos::Reliable });
+        h.up(Up::Cast { origin: 1, msg: ack(&[0, 1, 0]), qos: Qos::Reliable });
+        // Member 2 fails: members 0 and 1 hold the first cast.
+        assert_eq!(casts(&h.dn(Dn::Fail([2].into_iter().collect()))), 1);
+        // The flush acknowledges what arrived before it, then nothing more.
+        let out = h.dn(Dn::Block);
+        assert!(matches!(&out[..], [Out::Dn(Dn::Cast { .. }), Out::Dn(Dn::Block)]), "{out:?}");
+        h.up(Up::Cast { origin: 1, msg: data(3), qos: Qos::Reliable });
+        assert!(h.timer(h.now).is_empty());
+        let out = h.up(Up::CutReached);
+        assert_eq!(casts(&out), 2);
+        assert_eq!(h.layer.buffered(), 0);
+    }
+}
