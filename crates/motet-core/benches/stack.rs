@@ -29,5 +29,27 @@ fn cast_round(c: &mut Criterion) {
     bench.finish();
 }
 
-criterion_group!(benches, cast_round);
+/// The price of the delivery services: the same cast round on 3 members, sent by the last rank
+/// (with `total`, not the sequencer), one cast per turn (the worst case: nothing to batch).
+fn ordering(c: &mut Criterion) {
+    let mut bench = c.benchmark_group("ordering_cast_3_members");
+    for stack in ["vsync", "total", "causal", "safe"] {
+        bench.throughput(Throughput::Elements(1));
+        bench.bench_function(stack, |b| {
+            let mut group = Group::new(3, stack);
+            let payload = Payload::from(vec![7u8; 4]);
+            let mut sent = 0u64;
+            b.iter(|| {
+                group.act(2, Action::Cast(payload.clone())).expect("flow control releases within the pump");
+                sent += 1;
+                if sent.is_multiple_of(1024) {
+                    group.tick(Duration::from_millis(100));
+                }
+            });
+        });
+    }
+    bench.finish();
+}
+
+criterion_group!(benches, cast_round, ordering);
 criterion_main!(benches);

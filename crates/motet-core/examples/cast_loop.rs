@@ -1,23 +1,32 @@
-//! Casts N messages through a two-member `fifo` group in-process (no I/O), for instruction
-//! counting: `valgrind --tool=callgrind target/release/examples/cast_loop 100000` and the same with
-//! `0`; the difference divided by N is instructions per message. See docs/PERFORMANCE.md.
+//! Casts N messages through a group in-process (no I/O), for instruction counting:
+//! `valgrind --tool=callgrind target/release/examples/cast_loop N SIZE STACK MEMBERS` and the same
+//! with N = 0; the difference divided by N is instructions per message. The sender is the last
+//! rank (with `total`, not the sequencer). Defaults: 100000 casts of 4 B, `fifo`, 2 members. See
+//! docs/PERFORMANCE.md.
 
 use motet_core::testkit::Group;
 use motet_core::{Action, Duration, Payload};
 
 fn main() {
-    let count: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
-    let size: usize = std::env::args().nth(2).and_then(|a| a.parse().ok()).unwrap_or(4);
-    let mut group = Group::new(2, "fifo");
+    let arg = |i: usize| std::env::args().nth(i);
+    let count: u64 = arg(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
+    let size: usize = arg(2).and_then(|a| a.parse().ok()).unwrap_or(4);
+    let stack = arg(3).unwrap_or_else(|| "fifo".into());
+    let members: usize = arg(4).and_then(|a| a.parse().ok()).unwrap_or(2);
+    let mut group = Group::new(members, &stack);
+    let sender = members - 1;
     let payload = Payload::from(vec![7u8; size]);
     for sent in 1..=count {
-        group.act(0, Action::Cast(payload.clone())).expect("flow control releases within the pump");
+        group.act(sender, Action::Cast(payload.clone())).expect("flow control releases within the pump");
         if sent.is_multiple_of(1024) {
             group.tick(Duration::from_millis(100));
         }
     }
     group.tick(Duration::from_millis(100));
     group.tick(Duration::from_millis(100));
-    assert_eq!(group.delivered, vec![count, count]);
-    println!("{count} casts of {size} B delivered at both members; {} still buffered", group.buffered());
+    assert_eq!(group.delivered, vec![count; members]);
+    println!(
+        "{count} casts of {size} B on `{stack}` delivered at {members} members; {} still buffered",
+        group.buffered()
+    );
 }

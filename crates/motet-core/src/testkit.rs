@@ -98,6 +98,14 @@ impl Group {
                     }
                 }
             }
+            // Alarms due now (end-of-turn work such as a sequencer's order announcement) fire
+            // before the network is called quiet, as a driver's loop turn would.
+            for (node, _) in &mut self.nodes {
+                if node.poll_timeout().is_some_and(|at| at <= self.now) {
+                    node.handle_timeout(self.now);
+                    moved = true;
+                }
+            }
             if !moved {
                 break;
             }
