@@ -38,6 +38,10 @@ pub enum ApiError {
     /// The endpoint has left; no further actions are possible.
     #[error("the endpoint has left the group; join again to send")]
     Left,
+    /// A switch was asked of a stack without the `Switch` property, or for a stack without it
+    /// (the group could never switch again).
+    #[error("cannot switch {0}: both the current and the new stack need the Switch property (add +Switch)")]
+    NoSwitch(String),
     /// The stack handle does not name a live stack.
     #[error("no such stack (it has exited); use the handle from the latest join")]
     NoSuchStack,

@@ -256,6 +256,15 @@ pub enum Up {
     },
     /// A member asks to leave (membership layers exclude it at the next view).
     LeaveReq(Rank),
+    /// (`appl` → `switch`) our application asks the group to run `spec` from the next view.
+    SwitchReq(crate::spec::StackSpec),
+    /// (`switch` → `intra`) a switch request from `origin`, delivered in this view.
+    Switch {
+        /// Who asked.
+        origin: Rank,
+        /// The stack asked for.
+        spec: crate::spec::StackSpec,
+    },
     /// The next view is agreed: leaves the top of the stack so the driver builds its stack
     /// (thesis §2.1.9, `NewView`).
     NewView(Arc<ViewState>),
@@ -272,6 +281,9 @@ pub enum Action {
     Send(Vec<Rank>, Payload),
     /// Leave the group.
     Leave,
+    /// Ask the whole group to run this stack from the next view on (protocol switching; the stack
+    /// must have the `Switch` property, and so must the new one).
+    Switch(crate::spec::StackSpec),
 }
 
 /// What the endpoint tells the application (thesis §2.1.10 "callbacks").

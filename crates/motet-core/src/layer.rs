@@ -78,6 +78,8 @@ pub enum Service {
     CausalOrder,
     /// Application casts delivered only once every member of the view holds them.
     SafeDelivery,
+    /// Switching the group to another stack at the next view.
+    Switching,
 }
 
 impl Service {
@@ -107,6 +109,7 @@ impl Service {
             Service::TotalOrder => "total order of casts",
             Service::CausalOrder => "causal order of casts",
             Service::SafeDelivery => "safe delivery of casts",
+            Service::Switching => "protocol switching",
         }
     }
 }

@@ -35,6 +35,8 @@ pub enum Property {
     Causal,
     /// Safe (agreed) delivery: a cast is delivered once every member of the view holds it.
     Agree,
+    /// Protocol switching: the group may change its stack at a view change.
+    Switch,
 }
 
 impl Property {
@@ -52,6 +54,7 @@ impl Property {
         Property::Total,
         Property::Causal,
         Property::Agree,
+        Property::Switch,
     ];
 
     /// The property's name.
@@ -69,6 +72,7 @@ impl Property {
             Property::Total => "Total",
             Property::Causal => "Causal",
             Property::Agree => "Agree",
+            Property::Switch => "Switch",
         }
     }
 
@@ -87,6 +91,7 @@ impl Property {
             Property::Total => &[LayerKind::Sequencer, LayerKind::Local],
             Property::Causal => &[LayerKind::Causal, LayerKind::Local],
             Property::Agree => &[LayerKind::Safe, LayerKind::Local],
+            Property::Switch => &[LayerKind::Switch],
         }
     }
 }
@@ -109,6 +114,7 @@ pub const PRESETS: &[(&str, &[Property], &str)] = &[
             Property::Frag,
             Property::Flow,
             Property::Local,
+            Property::Switch,
         ],
         "virtually synchronous reliable FIFO multicast and point-to-point, with membership (failures, leaves, merges)",
     ),
@@ -123,6 +129,7 @@ pub const PRESETS: &[(&str, &[Property], &str)] = &[
             Property::Frag,
             Property::Flow,
             Property::Local,
+            Property::Switch,
             Property::Total,
         ],
         "vsync, and every member delivers the application's casts in the same order (a sequencer)",
@@ -138,6 +145,7 @@ pub const PRESETS: &[(&str, &[Property], &str)] = &[
             Property::Frag,
             Property::Flow,
             Property::Local,
+            Property::Switch,
             Property::Causal,
         ],
         "vsync, and a cast is delivered only after every cast its sender had delivered (vector timestamps)",
@@ -153,6 +161,7 @@ pub const PRESETS: &[(&str, &[Property], &str)] = &[
             Property::Frag,
             Property::Flow,
             Property::Local,
+            Property::Switch,
             Property::Agree,
         ],
         "vsync, and a cast is delivered only once every member of the view holds it (safe delivery)",

@@ -179,6 +179,35 @@ mod tests {
     }
 
     #[test]
+    fn the_group_switches_stacks_and_back_with_traffic_in_flight() {
+        let mut group = Group::new(3, "vsync");
+        let total = StackSpec::parse("total").unwrap();
+        let mut sent = 0;
+        for (asker, target) in [(1, "total"), (2, "vsync")] {
+            for i in 0..30u32 {
+                group.act(i as usize % 3, Action::Cast(i.to_le_bytes().to_vec().into())).unwrap();
+                sent += 1;
+            }
+            group.act(asker, Action::Switch(StackSpec::parse(target).unwrap())).unwrap();
+            for _ in 0..20 {
+                group.tick(Duration::from_millis(100));
+            }
+            for rank in 0..3 {
+                let view = group.views[rank].as_ref().unwrap();
+                assert_eq!(view.members.len(), 3, "nobody is excluded");
+                assert_eq!(view.stack, StackSpec::parse(target).unwrap(), "rank {rank}");
+            }
+            assert_eq!(group.delivered, vec![sent; 3], "every cast delivered once everywhere");
+        }
+        assert_eq!(group.views[0].as_ref().unwrap().view_id.ltime, 2);
+        // A stack without `Switch` cannot be asked for, nor switched from.
+        let fifo = StackSpec::parse("fifo").unwrap();
+        assert!(matches!(group.act(0, Action::Switch(fifo.clone())), Err(ApiError::NoSwitch(_))));
+        let mut static_group = Group::new(2, "fifo");
+        assert!(matches!(static_group.act(0, Action::Switch(total)), Err(ApiError::NoSwitch(_))));
+    }
+
+    #[test]
     fn fifo_group_delivers_and_frees_buffers_after_stability() {
         let mut group = Group::new(3, "fifo");
         for i in 0..200u32 {

@@ -65,6 +65,12 @@ pub enum ScriptAction {
     Start(usize),
     /// The node asks to leave the group.
     Leave(usize),
+    /// The node asks the group to switch to this stack.
+    Switch(usize, #[serde(serialize_with = "display")] StackSpec),
+}
+
+fn display<S: serde::Serializer>(spec: &StackSpec, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(spec)
 }
 
 /// Everything that defines a run.

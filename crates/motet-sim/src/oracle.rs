@@ -80,6 +80,17 @@ impl MsgId {
 /// A view's identity in the trace: (logical time, coordinator endpoint).
 pub type ViewKey = (u64, u64);
 
+/// The delivery guarantees a view's stack gives beyond virtual synchrony (the oracles that apply).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Guarantees {
+    /// Total order of casts.
+    pub total: bool,
+    /// Causal order of casts.
+    pub causal: bool,
+    /// Safe delivery of casts.
+    pub safe: bool,
+}
+
 /// A view installed by a node.
 #[derive(Clone, Debug)]
 pub struct Installed {
@@ -93,6 +104,10 @@ pub struct Installed {
     pub members: Vec<usize>,
     /// Whether it is a primary view.
     pub primary: bool,
+    /// What its stack guarantees (a group may switch stacks from view to view).
+    pub guarantees: Guarantees,
+    /// Its stack, as a layer list.
+    pub stack: String,
 }
 
 /// One message accepted by a sender's endpoint.
@@ -149,12 +164,13 @@ pub struct Trace {
     pub membership: bool,
     /// For each node, whether it left the group (it need not be in the final view).
     pub left: Vec<bool>,
-    /// Whether the stack orders casts totally (the total-order oracle applies).
+    /// Check total order in every view (else only in views whose [`Installed::guarantees`] say
+    /// so).
     pub total: bool,
-    /// Whether the stack orders casts causally (the causal oracle applies; casts carry their
-    /// sender's vector clock after the tag, see [`encode_clock`]).
+    /// Check causal order in every view (likewise; casts carry their sender's vector clock after
+    /// the tag, see [`encode_clock`]).
     pub causal: bool,
-    /// Whether the stack delivers casts safely (the uniform-agreement oracle applies).
+    /// Check safe delivery (uniform agreement) in every view (likewise).
     pub safe: bool,
 }
 
@@ -404,6 +420,7 @@ fn check_views(trace: &Trace, successor: &BTreeMap<(usize, ViewKey), ViewKey>, v
 /// total order is not uniform).
 fn check_total(
     trace: &Trace,
+    checked: &BTreeSet<ViewKey>,
     successor: &BTreeMap<(usize, ViewKey), ViewKey>,
     correct: &dyn Fn(usize) -> bool,
     violations: &mut Vec<Violation>,
@@ -428,6 +445,9 @@ fn check_total(
     }
     let empty = Vec::new();
     for ((view, next), nodes) in groups {
+        if !checked.contains(&view) {
+            continue;
+        }
         for pair in nodes.windows(2) {
             let a = sequences.get(&(pair[0], view)).unwrap_or(&empty);
             let b = sequences.get(&(pair[1], view)).unwrap_or(&empty);
@@ -462,11 +482,16 @@ pub fn decode_clock(payload: &[u8]) -> Option<Vec<u32>> {
 /// cast of V that `m`'s sender had delivered before casting `m` (read from the clock `m`
 /// carries). Casts of earlier views are virtual synchrony's business (a member that joined later
 /// never sees them).
-fn check_causal(trace: &Trace, sent_view: &BTreeMap<MsgId, ViewKey>, violations: &mut Vec<Violation>) {
+fn check_causal(
+    trace: &Trace,
+    checked: &BTreeSet<ViewKey>,
+    sent_view: &BTreeMap<MsgId, ViewKey>,
+    violations: &mut Vec<Violation>,
+) {
     let mut delivered: BTreeSet<(usize, MsgId)> = BTreeSet::new();
     for d in trace.deliveries.iter().filter(|d| d.cast) {
         let Some(id) = MsgId::parse(&d.payload) else { continue };
-        if let Some(clock) = decode_clock(&d.payload) {
+        if let Some(clock) = decode_clock(&d.payload).filter(|_| checked.contains(&d.view)) {
             for (origin, &count) in clock.iter().enumerate() {
                 let Some(index) = count.checked_sub(1) else { continue };
                 let missing = MsgId { origin, channel: Channel::Cast, index };
@@ -490,6 +515,7 @@ fn check_causal(trace: &Trace, sent_view: &BTreeMap<MsgId, ViewKey>, violations:
 /// sender delivers its own cast at once and may crash before anyone else receives it.
 fn check_safe(
     trace: &Trace,
+    checked: &BTreeSet<ViewKey>,
     successor: &BTreeMap<(usize, ViewKey), ViewKey>,
     correct: &dyn Fn(usize) -> bool,
     violations: &mut Vec<Violation>,
@@ -508,7 +534,7 @@ fn check_safe(
     let installed: BTreeSet<(usize, ViewKey)> = trace.views.iter().map(|v| (v.node, v.view)).collect();
     for &(node, view) in &installed {
         let went_on = successor.contains_key(&(node, view)) || trace.quiesced;
-        if !stayed(node) || !went_on {
+        if !stayed(node) || !went_on || !checked.contains(&view) {
             continue;
         }
         for &id in anywhere.get(&view).into_iter().flatten() {
@@ -607,15 +633,19 @@ pub fn check(trace: &Trace) -> Vec<Violation> {
         }
     }
     check_views(trace, &successor, &mut violations);
-    if trace.total {
-        check_total(trace, &successor, &correct, &mut violations);
+    let mut guarantees: BTreeMap<ViewKey, Guarantees> = BTreeMap::new();
+    for v in &trace.views {
+        let g = guarantees.entry(v.view).or_default();
+        g.total |= trace.total || v.guarantees.total;
+        g.causal |= trace.causal || v.guarantees.causal;
+        g.safe |= trace.safe || v.guarantees.safe;
     }
-    if trace.causal {
-        check_causal(trace, &sent_view, &mut violations);
-    }
-    if trace.safe {
-        check_safe(trace, &successor, &correct, &mut violations);
-    }
+    let views = |f: fn(&Guarantees) -> bool| -> BTreeSet<ViewKey> {
+        guarantees.iter().filter(|(_, g)| f(g)).map(|(&v, _)| v).collect()
+    };
+    check_total(trace, &views(|g| g.total), &successor, &correct, &mut violations);
+    check_causal(trace, &views(|g| g.causal), &sent_view, &mut violations);
+    check_safe(trace, &views(|g| g.safe), &successor, &correct, &mut violations);
 
     // Quiescence.
     if !trace.quiesced {
@@ -680,7 +710,15 @@ mod tests {
     }
 
     fn installed(node: usize, view: ViewKey, members: Vec<usize>) -> Installed {
-        Installed { time: Instant::ZERO, node, view, members, primary: true }
+        Installed {
+            time: Instant::ZERO,
+            node,
+            view,
+            members,
+            primary: true,
+            guarantees: Guarantees::default(),
+            stack: String::new(),
+        }
     }
 
     /// `good()` plus a second view (1, 7) of members 0 and 1, after node 2 crashed.

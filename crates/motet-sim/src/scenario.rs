@@ -36,6 +36,13 @@ pub enum Expect {
         /// Member sets.
         views: Vec<BTreeSet<usize>>,
     },
+    /// The stacks of the views `node` installs after its first one, in order.
+    Stacks {
+        /// The node.
+        node: usize,
+        /// Layer lists.
+        stacks: Vec<String>,
+    },
     /// Every live node ends in one view with exactly these members.
     Final(BTreeSet<usize>),
     /// Whether each view `node` installs after its first one is primary, in order.
@@ -113,6 +120,12 @@ impl Scenario {
                         open.push(options.partitions.len());
                         options.partitions.push(Partition { start_ms, end_ms: u64::MAX / 2, side, one_way });
                     }
+                    ["at", t, "switch", node, spec] => {
+                        let spec = StackSpec::parse(spec).map_err(|e| e.to_string())?;
+                        let (t, node) =
+                            (t.parse().map_err(|e| format!("{e}"))?, node.parse().map_err(|e| format!("{e}"))?);
+                        options.script.push((t, ScriptAction::Switch(node, spec)));
+                    }
                     ["at", t, action, rest @ ..] => {
                         let t: u64 = t.parse().map_err(|e| format!("{e}"))?;
                         for node in numbers(rest)? {
@@ -137,6 +150,14 @@ impl Scenario {
                             })
                             .collect::<Result<_, _>>()?;
                         expect.push(Expect::Primary { node, flags });
+                    }
+                    ["expect", "stacks", node, specs @ ..] => {
+                        let node = node.trim_end_matches(':').parse().map_err(|e| format!("{e}"))?;
+                        let stacks = specs
+                            .iter()
+                            .map(|s| StackSpec::parse(s).map(|spec| spec.to_string()).map_err(|e| e.to_string()))
+                            .collect::<Result<_, _>>()?;
+                        expect.push(Expect::Stacks { node, stacks });
                     }
                     ["expect", "views", node, ..] => {
                         let node = node.trim_end_matches(':').parse().map_err(|e| format!("{e}"))?;
@@ -175,6 +196,13 @@ impl Scenario {
                         trace.views.iter().filter(|v| v.node == *node).skip(1).map(|v| v.primary).collect();
                     if &got != flags {
                         problems.push(format!("node {node}'s views were primary {got:?}, expected {flags:?}"));
+                    }
+                }
+                Expect::Stacks { node, stacks } => {
+                    let got: Vec<String> =
+                        trace.views.iter().filter(|v| v.node == *node).skip(1).map(|v| v.stack.clone()).collect();
+                    if &got != stacks {
+                        problems.push(format!("node {node} ran {got:?}, expected {stacks:?}"));
                     }
                 }
                 Expect::Final(members) => {

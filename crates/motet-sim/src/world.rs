@@ -78,6 +78,11 @@ enum Event {
     Leave {
         node: usize,
     },
+    /// A node asks the group to switch to another stack.
+    Switch {
+        node: usize,
+        spec: motet_core::StackSpec,
+    },
     /// The crashed process of `node` starts again as a new endpoint (a new node index).
     Restart {
         node: usize,
@@ -131,6 +136,16 @@ struct SimNode {
 impl SimNode {
     fn view(&self) -> &Arc<ViewState> {
         &self.views[&self.stack]
+    }
+}
+
+/// What a stack guarantees beyond virtual synchrony, for the oracles.
+fn guarantees(stack: &motet_core::StackSpec) -> oracle::Guarantees {
+    let provides = |service| stack.layers().iter().any(|k| k.spec().provides.contains(&service));
+    oracle::Guarantees {
+        total: provides(Service::TotalOrder),
+        causal: provides(Service::CausalOrder),
+        safe: provides(Service::SafeDelivery),
     }
 }
 
@@ -259,9 +274,6 @@ impl<'a> World<'a> {
                 crashed: vec![None; n],
                 left: vec![false; n],
                 membership: options.stack.layers().contains(&LayerKind::Intra),
-                total: options.stack.layers().iter().any(|k| k.spec().provides.contains(&Service::TotalOrder)),
-                causal: options.stack.layers().iter().any(|k| k.spec().provides.contains(&Service::CausalOrder)),
-                safe: options.stack.layers().iter().any(|k| k.spec().provides.contains(&Service::SafeDelivery)),
                 ..Trace::default()
             },
             hasher: blake3::Hasher::new(),
@@ -329,6 +341,7 @@ impl<'a> World<'a> {
                 crate::options::ScriptAction::Crash(node) => Event::Crash { node },
                 crate::options::ScriptAction::Start(node) => Event::Start { node },
                 crate::options::ScriptAction::Leave(node) => Event::Leave { node },
+                crate::options::ScriptAction::Switch(node, ref spec) => Event::Switch { node, spec: spec.clone() },
             };
             self.schedule(at, event);
         }
@@ -467,6 +480,17 @@ impl<'a> World<'a> {
                     self.flush(node);
                 }
             }
+            Event::Switch { node, spec } => {
+                if self.nodes[node].alive {
+                    self.note(format!("node {node} asks the group to switch to {spec}"));
+                    let sim = &mut self.nodes[node];
+                    // Refused while a view change is in progress (the application would retry).
+                    if let Err(e) = sim.node.handle_action(self.now, sim.stack, Action::Switch(spec)) {
+                        self.note(format!("node {node}'s switch request was refused: {e}"));
+                    }
+                    self.flush(node);
+                }
+            }
             Event::FailNotice { node, failed } => {
                 if self.nodes[node].alive {
                     if node == 0 || (0..node).all(|o| !self.nodes[o].alive) {
@@ -562,7 +586,9 @@ impl<'a> World<'a> {
         while let Some(&id) = self.nodes[node].backlog.front() {
             let len = self.rng.gen_range(16..=self.options.payload_max.max(16));
             let mut bytes = id.tag().to_vec();
-            if self.trace.causal && id.channel == Channel::Cast {
+            let causal =
+                self.nodes[node].views.get(&self.nodes[node].stack).is_some_and(|v| guarantees(&v.stack).causal);
+            if causal && id.channel == Channel::Cast {
                 // The sender's vector clock, for the causal oracle (issue 5: payloads carry it).
                 bytes.extend(oracle::encode_clock(&self.nodes[node].clock));
             }
@@ -644,7 +670,16 @@ impl<'a> World<'a> {
         if view_key.0 > 0 {
             self.note(format!("node {node} installs view {} of {:?}", view_key.0, members));
         }
-        self.trace.views.push(Installed { time: self.now, node, view: view_key, members, primary: view.primary });
+        let guarantees = guarantees(&view.stack);
+        self.trace.views.push(Installed {
+            time: self.now,
+            node,
+            view: view_key,
+            members,
+            primary: view.primary,
+            guarantees,
+            stack: view.stack.to_string(),
+        });
         let sim = &mut self.nodes[node];
         sim.views.insert(stack, view);
         sim.stack = stack;

@@ -51,7 +51,13 @@ impl<'a> Writer<'a> {
         }
     }
 
-    /// A length-prefixed vector of varints.
+    /// A string: varint length, then its UTF-8 bytes.
+    pub fn text(&mut self, text: &str) {
+        self.varint(text.len() as u64);
+        self.buf.extend_from_slice(text.as_bytes());
+    }
+
+    /// A vector of varints, length first.
     pub fn varint_vec(&mut self, values: &[u64]) {
         debug_assert!(values.len() <= RANKS_MAX);
         self.varint(values.len() as u64);
@@ -183,6 +189,19 @@ impl<'a> Reader<'a> {
         let offset = self.pos;
         let value = self.varint()?;
         u32::try_from(value).map_err(|_| WireError { kind: WireErrorKind::Range, offset })
+    }
+
+    /// A UTF-8 string of at most `max` bytes, written by [`Writer::text`]: varint length, bytes.
+    pub fn text(&mut self, max: usize) -> Result<String, WireError> {
+        let offset = self.pos;
+        let len = self.varint()?;
+        if len > max as u64 || len > self.remaining() as u64 {
+            return Err(WireError { kind: WireErrorKind::VectorLength(len), offset });
+        }
+        let raw = &self.bytes[self.pos..self.pos + len as usize];
+        let text = std::str::from_utf8(raw).map_err(|_| self.error(WireErrorKind::Range))?;
+        self.pos += len as usize;
+        Ok(text.to_string())
     }
 
     /// Fixed bytes.

@@ -107,6 +107,16 @@ impl Appl {
                     }
                 }
             }
+            Action::Switch(spec) => {
+                let can = |layers: &[crate::layers::LayerKind]| layers.contains(&crate::layers::LayerKind::Switch);
+                if !can(self.view.stack.layers()) {
+                    return Err(ApiError::NoSwitch(format!("from `{}`", self.view.stack)));
+                }
+                if !can(spec.layers()) {
+                    return Err(ApiError::NoSwitch(format!("to `{spec}`")));
+                }
+                out.up(Up::SwitchReq(spec));
+            }
             Action::Leave => {
                 // Membership layers above handle the request; in a static stack `top` ends the
                 // stack at once. Either way the driver reports `Exit` when the stack ends.

@@ -80,6 +80,10 @@ pub struct Intra {
     /// would announce a different view under the same view id).
     view_cast: bool,
     installed: bool,
+    /// The switch request chosen so far among those delivered in this view (`switch` layer): the
+    /// highest origin rank's latest. The flush makes the set, so the choice, the same at every
+    /// member going on to the next view, which runs this stack.
+    switch_to: Option<(Rank, crate::spec::StackSpec)>,
 }
 
 impl Intra {
@@ -97,6 +101,7 @@ impl Intra {
             cut_done: None,
             view_cast: false,
             installed: false,
+            switch_to: None,
         }
     }
 
@@ -111,7 +116,7 @@ impl Intra {
             return;
         }
         let (failed, leavers) = (self.suspects.clone(), self.leavers.clone());
-        let nothing_to_do = failed.is_empty() && leavers.is_empty();
+        let nothing_to_do = failed.is_empty() && leavers.is_empty() && self.switch_to.is_none();
         if nothing_to_do || self.active.as_ref().is_some_and(|a| a.failed == failed && a.leavers == leavers) {
             return;
         }
@@ -202,6 +207,7 @@ impl Intra {
             primary: false, // decided by `primary`, if the stack has it
             prev_ids: vec![old.view_id],
             members,
+            stack: self.switch_to.as_ref().map_or_else(|| old.stack.clone(), |(_, spec)| spec.clone()),
             ..ViewState::clone(old)
         }
     }
@@ -254,6 +260,13 @@ impl Layer for Intra {
                 if rank == self.rank && self.view.len() == 1 {
                     return self.leave_view(out);
                 }
+                self.maybe_start(out);
+            }
+            Up::Switch { origin, spec } => {
+                if self.switch_to.as_ref().is_none_or(|(chosen, _)| origin >= *chosen) {
+                    self.switch_to = Some((origin, spec));
+                }
+                // At the coordinator: a view change with nobody excluded.
                 self.maybe_start(out);
             }
             Up::FlushOk { from, round, counts } => self.flush_ok(from, round, counts, out),

@@ -31,6 +31,7 @@ pub mod sequencer;
 pub mod slander;
 pub mod stable;
 pub mod suspect;
+pub mod switch;
 pub mod sync;
 pub mod top;
 
@@ -102,6 +103,7 @@ registry! {
     Primary => primary::Primary,
     Intra => intra::Intra,
     Leave => leave::Leave,
+    Switch => switch::Switch,
     Elect => elect::Elect,
     Merge => merge::Merge,
     Slander => slander::Slander,

@@ -33,6 +33,7 @@ pub mod sequencer;
 pub mod slander;
 pub mod stable;
 pub mod suspect;
+pub mod switch;
 pub mod sync;
 
 /// The header of one layer: a closed enum whose variant 0 has no fields.
@@ -150,6 +151,7 @@ headers! {
     Sequencer(sequencer),
     Causal(causal),
     Safe(safe),
+    Switch(switch),
 }
 
 fn encode_one<H: LayerHeader>(header: &H, w: &mut Writer<'_>) {

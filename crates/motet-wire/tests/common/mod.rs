@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use motet_wire::hdr::{
     appl, bottom, causal, elect, frag, heal, inter, intra, leave, local, merge, mflow, mnak, primary, pt2pt, pt2ptw,
-    safe, sequencer, slander, stable, suspect, sync,
+    safe, sequencer, slander, stable, suspect, switch, sync,
 };
 use motet_wire::WireAddress;
 use motet_wire::{ConnId, Head, Header, Mux, Payload, Rank, Seqno, HEADER_COUNT_MAX};
@@ -228,6 +228,10 @@ pub fn safe_hdr() -> impl Strategy<Value = safe::Header> {
     ]
 }
 
+pub fn switch_hdr() -> impl Strategy<Value = switch::Header> {
+    prop_oneof![Just(switch::Header::NoHdr), "[a-z:+]{0,40}".prop_map(switch::Header::Request)]
+}
+
 /// A header of any layer, every layer equally likely.
 pub fn header() -> impl Strategy<Value = Header> {
     prop_oneof![
@@ -253,6 +257,7 @@ pub fn header() -> impl Strategy<Value = Header> {
         sequencer_hdr().prop_map(Header::from),
         causal_hdr().prop_map(Header::from),
         safe_hdr().prop_map(Header::from),
+        switch_hdr().prop_map(Header::from),
     ]
 }
 

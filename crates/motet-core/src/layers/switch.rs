@@ -1,0 +1,111 @@
+//! `switch`: protocol switching on the fly (property `Switch`; Ensemble `switch`, digest §1.14 and
+//! item 36; thesis §2.1.9: every view builds a fresh stack from its `ViewState`, so the next view
+//! may run another one).
+//!
+//! Provides: [`Service::Switching`]. Requires below: [`Service::ReliableCast`]; above:
+//! [`Service::Membership`], which builds the next view with the requested stack. Header:
+//! `Request(spec)` and `NoHdr`.
+//!
+//! The application asks (`Action::Switch`, coming up from `appl`); this layer casts the request to
+//! the view, and every member passes up the requests it *delivers*, its own included (through
+//! `local`). The coordinator's membership layer then runs a view change with nobody excluded, and
+//! every member builds the next view with the requested stack. The flush's cut makes the set of
+//! requests delivered in a view the same at every member going on to the next one, and `intra`
+//! picks one by a fixed rule (the highest origin rank, its latest request), so all agree on the
+//! new stack. Messages are delivered in the view they were sent in, so each keeps the guarantee of
+//! the stack it was sent with. (The seeds do not describe Ensemble's switching protocol; this one
+//! is ours.) A request in a view that ends by a merge is not carried into the merged view, which
+//! takes the granting partition's stack: ask again.
+
+use crate::event::{Dn, DropReason, Msg, Qos, Up};
+use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::spec::StackSpec;
+use crate::view::ViewState;
+use crate::Rank;
+use motet_wire::hdr::switch::Header;
+
+/// `switch` has no parameters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {}
+
+/// Static description.
+pub static SPEC: LayerSpec = LayerSpec {
+    name: "switch",
+    summary: "protocol switching: a request cast to the view, the next view runs the new stack",
+    provides: &[Service::Switching],
+    requires_below: &[Service::ReliableCast],
+    requires_above: &[Service::Membership],
+};
+
+/// `switch` state.
+#[derive(Debug)]
+pub struct Switch {
+    rank: Rank,
+    requests: u64,
+}
+
+impl Switch {
+    /// A `switch` for `view`.
+    pub fn new(_config: &Config, _view: &ViewState, rank: Rank) -> Switch {
+        Switch { rank, requests: 0 }
+    }
+}
+
+impl Layer for Switch {
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+        match ev {
+            Up::SwitchReq(spec) => {
+                // From our own application, below: tell everyone (ourselves included).
+                self.requests += 1;
+                let msg = Msg::default().with(Header::Request(spec.to_string()));
+                out.dn(Dn::Cast { msg, qos: Qos::Reliable });
+            }
+            Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
+                Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
+                Some(Header::Request(text)) => match StackSpec::parse(&text) {
+                    Ok(spec) if spec.layers().contains(&super::LayerKind::Switch) => {
+                        out.up(Up::Switch { origin, spec })
+                    }
+                    _ => out.drop_input(DropReason::Malformed),
+                },
+                None => out.drop_input(DropReason::HeaderMismatch),
+            },
+            other => out.pass_up(other, Header::NoHdr),
+        }
+    }
+
+    fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        out.pass_dn(ev, Header::NoHdr);
+    }
+
+    fn check_invariants(&self) {
+        let _ = self.rank;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::harness::{Harness, Out};
+
+    #[test]
+    fn a_request_is_cast_and_what_is_delivered_goes_up() {
+        let view = crate::testing::view_of("vsync", 2);
+        let mut h = Harness::new(Switch::new(&Config {}, &view, 1), 1);
+        let total = StackSpec::parse("total").unwrap();
+        let out = h.up(Up::SwitchReq(total.clone()));
+        let msg = match &out[..] {
+            [Out::Dn(Dn::Cast { msg, qos: Qos::Reliable })] => msg.clone(),
+            other => panic!("{other:?}"),
+        };
+        // Only what is delivered counts, our own request included.
+        let out = h.up(Up::Cast { origin: 1, msg, qos: Qos::Reliable });
+        assert!(matches!(&out[..], [Out::Up(Up::Switch { origin: 1, spec })] if *spec == total));
+        // A request for a stack that cannot switch again, or no stack at all, is dropped.
+        for text in ["fifo", "no such stack"] {
+            let msg = Msg::default().with(Header::Request(text.into()));
+            assert!(h.up(Up::Cast { origin: 0, msg, qos: Qos::Reliable }).is_empty());
+        }
+        assert_eq!(h.stats.drops(DropReason::Malformed), 2);
+    }
+}
