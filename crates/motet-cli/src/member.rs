@@ -4,7 +4,7 @@
 //! object per line:
 //!
 //! ```text
-//! {"type":"view","view_id":"3:e0123456789abcdef","members":["e0123456789abcdef",...],"rank":0,"primary":false}
+//! {"type":"view","view_id":"3:e0123456789abcdef","members":["e0123456789abcdef",...],"rank":0,"primary":false,"stack":"top:...:bottom"}
 //! {"type":"cast","from":"e0123456789abcdef","data":"hello"}
 //! {"type":"send","from":"e0123456789abcdef","data":"hello"}
 //! {"type":"block"}
@@ -70,6 +70,18 @@ pub(crate) struct MemberArgs {
     /// Seconds between `--stats` reports.
     #[arg(long, default_value_t = 5)]
     stats_interval: u64,
+    /// Ask the group to switch to this stack (protocol switching), `--switch-after` seconds after
+    /// this member first sees a view with other members. Both stacks need the `Switch` property
+    /// (every membership preset has it).
+    #[arg(long)]
+    switch: Option<String>,
+    /// Seconds to wait before `--switch`.
+    #[arg(long, default_value_t = 0.0)]
+    switch_after: f64,
+    /// Read commands on stdin: a line `/switch SPEC` asks the group to switch stacks, `/leave`
+    /// leaves; every other line is cast as usual.
+    #[arg(long)]
+    commands: bool,
 }
 
 /// The JSON form of an endpoint id.
@@ -85,6 +97,7 @@ pub(crate) fn event_json(event: &Event) -> serde_json::Value {
             "view_id": format!("{}:{}", view.id.ltime, id(view.id.coord)),
             "members": view.members.iter().map(|&e| id(e)).collect::<Vec<_>>(),
             "rank": view.rank,
+            "stack": view.stack,
             "primary": view.primary,
         }),
         Event::Cast { from, data } => {
@@ -176,6 +189,8 @@ fn configure(args: &MemberArgs) -> Result<(RuntimeConfig, GroupConfig), String> 
     Ok((runtime, group))
 }
 
+// `--switch-after` is wall-clock time of a command-line tool, not protocol time.
+#[allow(clippy::disallowed_types)]
 pub(crate) fn run(args: MemberArgs) -> ExitCode {
     let (runtime_config, group) = match configure(&args) {
         Ok(config) => config,
@@ -214,7 +229,7 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    spawn_stdin_caster(member.handle());
+    spawn_stdin_caster(member.handle(), args.commands);
     let print = |event: &Event| {
         let line = if args.json { event_json(event).to_string() } else { event_text(event) };
         let mut out = std::io::stdout().lock();
@@ -231,7 +246,23 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
     let mut since_stats = Duration::ZERO;
     let tick = Duration::from_millis(50);
     let mut leaving: Option<Duration> = None;
+    // When to ask for `--switch`: set once a view with other members arrives.
+    let mut switch_at: Option<std::time::Instant> = None;
+    let mut switch = args.switch.clone();
+    if let Some(spec) = &switch {
+        if let Err(error) = motet_core::StackSpec::parse(spec) {
+            eprintln!("motet member: --switch {spec}: {error}");
+            return ExitCode::from(2);
+        }
+    }
     loop {
+        if switch_at.is_some_and(|at| std::time::Instant::now() >= at) {
+            if let Some(spec) = switch.take() {
+                if let Err(error) = member.switch(&spec) {
+                    eprintln!("motet member: switch to {spec} refused: {error}");
+                }
+            }
+        }
         if stop.load(Ordering::SeqCst) && leaving.is_none() {
             leaving = Some(Duration::ZERO);
             if member.leave().is_err() {
@@ -240,6 +271,12 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
         }
         match member.recv_timeout(tick) {
             Ok(Some(event)) => {
+                if let Event::View(view) = &event {
+                    if view.members.len() > 1 && switch_at.is_none() {
+                        switch_at =
+                            Some(std::time::Instant::now() + Duration::from_secs_f64(args.switch_after.max(0.0)));
+                    }
+                }
                 print(&event);
                 if event == Event::Exit {
                     break;
@@ -275,14 +312,25 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
 
 /// Casts each stdin line on a thread of its own (reading stdin blocks). The end of stdin ends
 /// the thread, not the member.
-fn spawn_stdin_caster(member: Handle) {
+fn spawn_stdin_caster(member: Handle, commands: bool) {
     let spawned = std::thread::Builder::new().name("stdin".into()).spawn(move || {
         for line in std::io::stdin().lock().lines() {
             let Ok(line) = line else { return };
-            match member.cast(line) {
+            let result = match line.strip_prefix('/').filter(|_| commands) {
+                Some("leave") => member.leave(),
+                Some(command) => match command.split_once(' ') {
+                    Some(("switch", spec)) => member.switch(spec.trim()),
+                    _ => {
+                        eprintln!("motet member: unknown command /{command} (known: /switch SPEC, /leave)");
+                        continue;
+                    }
+                },
+                None => member.cast(line),
+            };
+            match result {
                 Ok(()) => {}
                 Err(Error::Left | Error::Stopped) => return,
-                Err(error) => eprintln!("motet member: cast refused: {error}"),
+                Err(error) => eprintln!("motet member: refused: {error}"),
             }
         }
     });

@@ -23,8 +23,13 @@ struct Proc {
 
 impl Proc {
     fn spawn(name: &str, port: u16, peers: &str) -> Proc {
+        Proc::spawn_with(name, port, peers, &[])
+    }
+
+    fn spawn_with(name: &str, port: u16, peers: &str, extra: &[&str]) -> Proc {
         let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
             .args(["member", "--group", "procs", "--bind", &format!("127.0.0.1:{port}"), "--peers", peers, "--json"])
+            .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -40,6 +45,19 @@ impl Proc {
         });
         let stdin = child.stdin.take();
         Proc { name: name.to_string(), child, stdin, lines, sent: Vec::new(), killed: false }
+    }
+
+    /// A command line on stdin (with `--commands`), not a cast.
+    fn command(&mut self, line: &str) {
+        writeln!(self.stdin.as_mut().unwrap(), "{line}").unwrap();
+    }
+
+    /// The stack of the last view it installed.
+    fn stack(&self) -> Option<String> {
+        self.events().into_iter().rev().find_map(|e| match e {
+            LogEvent::View { stack, .. } => Some(stack),
+            _ => None,
+        })
     }
 
     fn cast(&mut self, line: String) {
@@ -187,4 +205,60 @@ fn members_survive_a_sigkill_and_a_restart_with_consistent_deliveries() {
         let had = views.iter().position(|m| m.contains(&dead_id)).expect("saw the first incarnation");
         assert!(views[had..].iter().any(|m| m.len() == 3 && !m.contains(&dead_id)), "{}: {views:?}", log.name);
     }
+}
+
+/// Issue 5: protocol switching on the fly between real processes. Three members cast
+/// continuously while one asks for `total` and, later, another for `vsync` again. Every member
+/// runs the same stack in every view, nothing is lost or duplicated, and the view running `total`
+/// delivered its casts in one order everywhere (the log checker knows each view's stack).
+#[test]
+fn members_switch_to_total_order_and_back_under_traffic() {
+    let ports = free_ports(3);
+    let peers: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let peers = peers.join(",");
+    let mut procs: Vec<Proc> =
+        (0..3).map(|i| Proc::spawn_with(&format!("s{i}"), ports[i], &peers, &["--commands"])).collect();
+    wait(Duration::from_secs(30), "three processes in one view", || one_view_of(&procs.iter().collect::<Vec<_>>()));
+    let is_total = |stack: &Option<String>| stack.as_deref().is_some_and(|s| s.contains(":sequencer:"));
+    let mut round = 0;
+    let mut burst = |procs: &mut Vec<Proc>| {
+        for _ in 0..15 {
+            for p in procs.iter_mut() {
+                let line = format!("{}-{round}", p.name);
+                p.cast(line);
+            }
+            round += 1;
+        }
+    };
+    for (asker, target, want_total) in [(1, "total", true), (2, "vsync", false)] {
+        burst(&mut procs);
+        procs[asker].command(&format!("/switch {target}"));
+        burst(&mut procs); // casts in flight while the group switches
+        wait(Duration::from_secs(30), "every member running the new stack", || {
+            procs.iter().all(|p| is_total(&p.stack()) == want_total) && one_view_of(&procs.iter().collect::<Vec<_>>())
+        });
+        burst(&mut procs);
+    }
+    for p in &procs {
+        let lines = p.sent.clone();
+        wait(Duration::from_secs(30), "every cast delivered", || {
+            delivered(&procs.iter().collect::<Vec<_>>(), p, &lines)
+        });
+    }
+    for p in &procs {
+        let stacks: Vec<bool> = p
+            .events()
+            .into_iter()
+            .filter_map(|e| match e {
+                LogEvent::View { stack, members, .. } if members.len() == 3 => Some(stack.contains(":sequencer:")),
+                _ => None,
+            })
+            .collect();
+        let mut changes = stacks.clone();
+        changes.dedup();
+        assert_eq!(changes, vec![false, true, false], "{}: {stacks:?}", p.name);
+    }
+    let logs: Vec<MemberLog> = procs.iter().map(Proc::log).collect();
+    let problems = logcheck::check(&logs, true);
+    assert!(problems.is_empty(), "{problems:#?}");
 }

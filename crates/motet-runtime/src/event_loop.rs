@@ -42,6 +42,7 @@ pub(crate) enum Op {
     Cast(Bytes),
     Send(EndpointId, Bytes),
     Leave,
+    Switch(motet_core::StackSpec),
 }
 
 /// Counters of the runtime itself (the protocol's are in [`motet_core::layer::Stats`]).
@@ -305,6 +306,14 @@ impl EventLoop {
     /// Leaves the group: the endpoint is excluded at the next view, then gets [`Event::Exit`].
     pub fn leave(&mut self, endpoint: EndpointId) -> Result<(), Error> {
         self.act(endpoint, Op::Leave)
+    }
+
+    /// Asks the whole group to run stack `spec` from its next view on (protocol switching; both
+    /// the current and the new stack need the `Switch` property). Members deliver each message in
+    /// the view, and so with the stack, it was sent in; watch `View::stack` for the change.
+    pub fn switch(&mut self, endpoint: EndpointId, spec: &str) -> Result<(), Error> {
+        let spec = crate::switch_target(spec)?;
+        self.act(endpoint, Op::Switch(spec))
     }
 
     pub(crate) fn act(&mut self, endpoint: EndpointId, op: Op) -> Result<(), Error> {
@@ -840,6 +849,7 @@ fn take(
             Action::Send(vec![rank], payload(data))
         }
         Op::Leave => Action::Leave,
+        Op::Switch(spec) => Action::Switch(spec.clone()),
     };
     node.handle_action(now, member.current, action).map_err(Error::from)
 }

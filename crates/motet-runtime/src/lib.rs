@@ -61,6 +61,17 @@ pub struct View {
     pub rank: usize,
     /// Whether the view is primary (only stacks with the `Primary` property mark views primary).
     pub primary: bool,
+    /// The stack the view runs, as a layer list (it changes when the group switches).
+    pub stack: String,
+}
+
+/// Parses a stack to switch to and checks it can switch again (it has the `Switch` property).
+pub(crate) fn switch_target(spec: &str) -> Result<motet_core::StackSpec, Error> {
+    let spec = motet_core::StackSpec::parse(spec)?;
+    if !spec.layers().contains(&motet_core::LayerKind::Switch) {
+        return Err(Error::Api(motet_core::ApiError::NoSwitch(format!("to `{spec}`"))));
+    }
+    Ok(spec)
 }
 
 impl View {
@@ -78,6 +89,7 @@ impl View {
                 .collect(),
             rank: usize::from(rank),
             primary: view.primary,
+            stack: view.stack.to_string(),
         }
     }
 }

@@ -240,6 +240,17 @@ impl Handle {
         self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Leave })
     }
 
+    /// Asks the whole group to run stack `spec` from its next view on (protocol switching; both
+    /// the current and the new stack need the `Switch` property). Watch `View::stack` for the
+    /// change; a request made during a view change waits for it to end.
+    pub fn switch(&self, spec: &str) -> Result<(), Error> {
+        let spec = crate::switch_target(spec)?;
+        if self.member.left.load(Ordering::SeqCst) {
+            return Err(Error::Left);
+        }
+        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Switch(spec) })
+    }
+
     /// The members of the latest view handed to the application, if any.
     pub fn view(&self) -> Option<Vec<EndpointId>> {
         self.member.view.lock().ok()?.as_ref().map(|v| v.to_vec())
@@ -289,6 +300,11 @@ impl Member {
     /// See [`Handle::send`].
     pub fn send(&self, to: EndpointId, data: impl Into<Bytes>) -> Result<(), Error> {
         self.handle.send(to, data)
+    }
+
+    /// See [`Handle::switch`].
+    pub fn switch(&self, spec: &str) -> Result<(), Error> {
+        self.handle.switch(spec)
     }
 
     /// See [`Handle::leave`].

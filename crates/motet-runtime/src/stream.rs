@@ -45,6 +45,11 @@ impl AsyncMember {
         self.handle.leave()
     }
 
+    /// See [`Handle::switch`].
+    pub fn switch(&self, spec: &str) -> Result<(), Error> {
+        self.handle.switch(spec)
+    }
+
     /// The next event; `None` after [`Event::Exit`] or when the runtime stopped.
     pub async fn recv(&mut self) -> Option<Event> {
         let event = self.events.recv().await?;

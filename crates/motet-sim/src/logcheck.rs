@@ -4,8 +4,9 @@
 //! Real processes cannot record when the protocol accepted a cast, so the checks are those a log
 //! can support: view agreement, consistent view order, virtual synchrony (same casts in a view for
 //! members that move to the same next view), integrity (nothing invented, duplicated or
-//! misattributed), per-sender FIFO, self-delivery, and — when asked — that the live members end in
-//! one view of exactly themselves.
+//! misattributed), per-sender FIFO, self-delivery, total order (the same sequence of casts in a
+//! view for members that move to the same next view, when the view's stack has a total-order
+//! layer), and — when asked — that the live members end in one view of exactly themselves.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,6 +21,8 @@ pub enum LogEvent {
         members: Vec<String>,
         /// This member's rank.
         rank: usize,
+        /// The view's stack as printed (empty when the log does not say).
+        stack: String,
     },
     /// `{"type":"cast","from":..,"data":..}`.
     Cast {
@@ -56,6 +59,7 @@ impl LogEvent {
                     .map(|m| m.as_str().map(str::to_string).ok_or(format!("bad member in {line}")))
                     .collect::<Result<_, _>>()?,
                 rank: value["rank"].as_u64().ok_or(format!("no rank in {line}"))? as usize,
+                stack: value["stack"].as_str().unwrap_or_default().to_string(),
             },
             Some("cast") => LogEvent::Cast { from: text("from")?, data: text("data")? },
             Some("send") => LogEvent::Send { from: text("from")?, data: text("data")? },
@@ -101,6 +105,9 @@ impl MemberLog {
 /// Casts delivered in one view, as (sender, text).
 type Delivered<'a> = BTreeSet<(&'a str, &'a str)>;
 
+/// One member's view as it left it: which log, the casts it delivered there, and their order.
+type Left<'a> = (usize, Delivered<'a>, Vec<(&'a str, &'a str)>);
+
 /// The logical time of a printed view id (`"<ltime>:<coordinator>"`).
 fn ltime(id: &str) -> Option<u64> {
     id.split(':').next()?.parse().ok()
@@ -123,17 +130,23 @@ pub fn check(logs: &[MemberLog], converged: bool) -> Vec<String> {
     }
     let mut views: BTreeMap<&str, &[String]> = BTreeMap::new();
     let mut orders: Vec<Vec<&str>> = Vec::new();
-    // (view, next view) -> (log, casts delivered in the view).
-    let mut moves: BTreeMap<(&str, &str), Vec<(usize, Delivered<'_>)>> = BTreeMap::new();
+    // (view, next view) -> (log, casts delivered in the view, and in which order).
+    let mut moves: BTreeMap<(&str, &str), Vec<Left<'_>>> = BTreeMap::new();
+    // Views whose stack orders casts totally.
+    let mut total: BTreeSet<&str> = BTreeSet::new();
     for (i, log) in logs.iter().enumerate() {
         let mut order = Vec::new();
         let mut current: Option<&str> = None;
         let mut in_view: Delivered<'_> = BTreeSet::new();
+        let mut sequence: Vec<(&str, &str)> = Vec::new();
         let mut seen: BTreeSet<(&str, &str)> = BTreeSet::new();
         let mut last_index: BTreeMap<&str, usize> = BTreeMap::new();
         for event in &log.events {
             match event {
-                LogEvent::View { id, members, .. } => {
+                LogEvent::View { id, members, stack, .. } => {
+                    if stack.split(':').any(|layer| layer == "sequencer") {
+                        total.insert(id);
+                    }
                     match views.get(id.as_str()) {
                         Some(known) if *known != members.as_slice() => problems.push(format!(
                             "view agreement: {} installed {id} as {members:?}, others as {known:?}",
@@ -151,9 +164,11 @@ pub fn check(logs: &[MemberLog], converged: bool) -> Vec<String> {
                         }
                     }
                     if let Some(prev) = current {
-                        moves.entry((prev, id)).or_default().push((i, std::mem::take(&mut in_view)));
+                        let delivered = (i, std::mem::take(&mut in_view), std::mem::take(&mut sequence));
+                        moves.entry((prev, id)).or_default().push(delivered);
                     }
                     in_view.clear();
+                    sequence.clear();
                     current = Some(id);
                     order.push(id.as_str());
                 }
@@ -181,6 +196,7 @@ pub fn check(logs: &[MemberLog], converged: bool) -> Vec<String> {
                     }
                     if cast {
                         in_view.insert((from, data));
+                        sequence.push((from, data));
                     }
                 }
                 LogEvent::Block | LogEvent::Exit => {}
@@ -217,6 +233,13 @@ pub fn check(logs: &[MemberLog], converged: bool) -> Vec<String> {
     // Virtual synchrony.
     for ((from, to), group) in &moves {
         for pair in group.windows(2) {
+            if total.contains(from) && pair[0].1 == pair[1].1 && pair[0].2 != pair[1].2 {
+                let (a, b) = (&logs[pair[0].0].name, &logs[pair[1].0].name);
+                let at = pair[0].2.iter().zip(&pair[1].2).position(|(x, y)| x != y).unwrap_or(0);
+                problems.push(format!(
+                    "total order: {a} and {b} both moved from {from} to {to} but delivered its casts in different orders (first difference at position {at})"
+                ));
+            }
             if pair[0].1 != pair[1].1 {
                 let (a, b) = (&logs[pair[0].0].name, &logs[pair[1].0].name);
                 let only_a: Vec<_> = pair[0].1.difference(&pair[1].1).take(3).collect();
@@ -251,7 +274,8 @@ mod tests {
     use super::*;
 
     fn view(id: &str, members: &[&str], rank: usize) -> LogEvent {
-        LogEvent::View { id: id.into(), members: members.iter().map(|m| m.to_string()).collect(), rank }
+        let members = members.iter().map(|m| m.to_string()).collect();
+        LogEvent::View { id: id.into(), members, rank, stack: String::new() }
     }
 
     fn cast(from: &str, data: &str) -> LogEvent {
@@ -293,6 +317,17 @@ mod tests {
             ("virtual synchrony", Box::new(|l| drop(l[1].events.remove(4)))),
             ("view order", Box::new(|l| l[0].events[5] = view("0:ez", &["ea", "eb"], 0))),
             ("liveness", Box::new(|l| drop(l[1].events.pop()))),
+            (
+                "total order",
+                Box::new(|l| {
+                    for log in l.iter_mut() {
+                        if let LogEvent::View { stack, .. } = &mut log.events[0] {
+                            *stack = "top:appl:sequencer:local:mnak:bottom".into();
+                        }
+                    }
+                    l[1].events.swap(2, 3); // a1 a2 b1 b2: FIFO kept, total order not
+                }),
+            ),
         ];
         for (name, bug) in cases {
             let mut logs = good();
@@ -308,5 +343,9 @@ mod tests {
         assert_eq!(LogEvent::parse(line).unwrap(), Some(view("2:e01", &["e01", "e02"], 1)));
         assert_eq!(LogEvent::parse(r#"{"type":"stats"}"#).unwrap(), None);
         assert!(LogEvent::parse("not json").is_err());
+        // Without a total-order stack, the same reordering is fine.
+        let mut logs = good();
+        logs[1].events.swap(2, 3);
+        assert_eq!(check(&logs, true), Vec::<String>::new());
     }
 }
