@@ -99,6 +99,7 @@ pub(crate) fn event_json(event: &Event) -> serde_json::Value {
             "rank": view.rank,
             "stack": view.stack,
             "primary": view.primary,
+            "xfer": view.xfer,
         }),
         Event::Cast { from, data } => {
             json!({"type": "cast", "from": id(*from), "data": String::from_utf8_lossy(data)})
@@ -108,6 +109,8 @@ pub(crate) fn event_json(event: &Event) -> serde_json::Value {
         }
         Event::Block => json!({"type": "block"}),
         Event::Exit => json!({"type": "exit"}),
+        Event::XferProvide => json!({"type": "xfer_provide"}),
+        Event::XferChunk { data, last } => json!({"type": "xfer_chunk", "bytes": data.len(), "last": last}),
     }
 }
 
@@ -121,6 +124,10 @@ fn event_text(event: &Event) -> String {
         Event::Send { from, data } => format!("send {}: {}", id(*from), String::from_utf8_lossy(data)),
         Event::Block => "block".into(),
         Event::Exit => "exit".into(),
+        Event::XferProvide => "state transfer: providing (a member process has no state: empty)".into(),
+        Event::XferChunk { data, last } => {
+            format!("state transfer: {} bytes{}", data.len(), if *last { ", last" } else { "" })
+        }
     }
 }
 
@@ -271,6 +278,16 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
         }
         match member.recv_timeout(tick) {
             Ok(Some(event)) => {
+                // A member process keeps no application state: with an `Xfer` stack it provides
+                // an empty one and acknowledges what it receives, so transfer views end.
+                let xfer = match &event {
+                    Event::XferProvide => member.xfer_chunk(Vec::new(), true).and_then(|()| member.xfer_done()),
+                    Event::XferChunk { last: true, .. } => member.xfer_done(),
+                    _ => Ok(()),
+                };
+                if let Err(error) = xfer {
+                    eprintln!("motet member: state transfer: {error}");
+                }
                 if let Event::View(view) = &event {
                     if view.members.len() > 1 && switch_at.is_none() {
                         switch_at =

@@ -42,6 +42,10 @@ pub enum ApiError {
     /// (the group could never switch again).
     #[error("cannot switch {0}: both the current and the new stack need the Switch property (add +Switch)")]
     NoSwitch(String),
+    /// A state-transfer action outside a state-transfer view, or a chunk from a member that is not
+    /// the provider.
+    #[error("no state transfer for this member now: chunks come from the provider (XferProvide) in a transfer view")]
+    NotInTransfer,
     /// The stack handle does not name a live stack.
     #[error("no such stack (it has exited); use the handle from the latest join")]
     NoSuchStack,

@@ -258,6 +258,17 @@ pub enum Up {
     LeaveReq(Rank),
     /// (`appl` → `switch`) our application asks the group to run `spec` from the next view.
     SwitchReq(crate::spec::StackSpec),
+    /// (`appl` → `xfer`) a chunk of our application's state, to stream to the others.
+    XferChunk {
+        /// The bytes.
+        payload: Payload,
+        /// The last chunk.
+        last: bool,
+    },
+    /// (`appl` → `xfer`) our application is done with this view's state transfer.
+    XferDone,
+    /// (`xfer` → `intra`) every member is done: end the transfer view.
+    XferComplete,
     /// (`switch` → `intra`) a switch request from `origin`, delivered in this view.
     Switch {
         /// Who asked.
@@ -284,6 +295,16 @@ pub enum Action {
     /// Ask the whole group to run this stack from the next view on (protocol switching; the stack
     /// must have the `Switch` property, and so must the new one).
     Switch(crate::spec::StackSpec),
+    /// (The provider, after `AppEvent::XferProvide`) a chunk of the application's state.
+    XferChunk {
+        /// The bytes.
+        payload: Payload,
+        /// The last chunk.
+        last: bool,
+    },
+    /// This member is done with the state transfer of the current view (the provider after its
+    /// last chunk, a receiver after installing the state).
+    XferDone,
 }
 
 /// What the endpoint tells the application (thesis §2.1.10 "callbacks").
@@ -319,6 +340,17 @@ pub enum AppEvent {
         dest: Option<Rank>,
         /// Blocked (true) or released (false).
         blocked: bool,
+    },
+    /// This member provides the state in this state-transfer view: stream it with
+    /// `Action::XferChunk` (the last one marked), then `Action::XferDone`.
+    XferProvide,
+    /// A chunk of the provider's state (in order); install the state when `last`, then
+    /// `Action::XferDone`.
+    XferChunk {
+        /// The bytes.
+        payload: Payload,
+        /// The last chunk.
+        last: bool,
     },
     /// The endpoint has left the group; no more events follow from it.
     Exit,
@@ -379,4 +411,5 @@ counters! {
     Gossip: "stability gossip messages sent",
     Fragmented: "messages split into fragments",
     Suspected: "members newly suspected by the failure detector",
+    MergeDenied: "merge requests answered `busy` (the requester keeps asking)",
 }

@@ -80,6 +80,8 @@ pub enum Service {
     SafeDelivery,
     /// Switching the group to another stack at the next view.
     Switching,
+    /// Transfer of the application's state to the members of a merged view.
+    StateTransfer,
 }
 
 impl Service {
@@ -110,6 +112,7 @@ impl Service {
             Service::CausalOrder => "causal order of casts",
             Service::SafeDelivery => "safe delivery of casts",
             Service::Switching => "protocol switching",
+            Service::StateTransfer => "state transfer",
         }
     }
 }

@@ -37,6 +37,8 @@ pub enum Property {
     Agree,
     /// Protocol switching: the group may change its stack at a view change.
     Switch,
+    /// State transfer: a merged view copies the application's state from rank 0 to the others.
+    Xfer,
 }
 
 impl Property {
@@ -55,6 +57,7 @@ impl Property {
         Property::Causal,
         Property::Agree,
         Property::Switch,
+        Property::Xfer,
     ];
 
     /// The property's name.
@@ -73,6 +76,7 @@ impl Property {
             Property::Causal => "Causal",
             Property::Agree => "Agree",
             Property::Switch => "Switch",
+            Property::Xfer => "Xfer",
         }
     }
 
@@ -92,6 +96,7 @@ impl Property {
             Property::Causal => &[LayerKind::Causal, LayerKind::Local],
             Property::Agree => &[LayerKind::Safe, LayerKind::Local],
             Property::Switch => &[LayerKind::Switch],
+            Property::Xfer => &[LayerKind::Xfer],
         }
     }
 }

@@ -163,6 +163,9 @@ impl ViewState {
             primary: full.primary,
             prev_ids: full.prev.iter().map(|&(ltime, c)| ViewId { ltime, coord: EndpointId(c) }).collect(),
             members,
+            // A merged view is a state-transfer view when the stack transfers state (as the
+            // granter decided it in `inter`).
+            xfer_view: full.prev.len() >= 2 && self.stack.layers().contains(&crate::layers::LayerKind::Xfer),
             ..self.clone()
         }
     }

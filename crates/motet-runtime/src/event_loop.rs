@@ -43,6 +43,8 @@ pub(crate) enum Op {
     Send(EndpointId, Bytes),
     Leave,
     Switch(motet_core::StackSpec),
+    XferChunk(Bytes, bool),
+    XferDone,
 }
 
 /// Counters of the runtime itself (the protocol's are in [`motet_core::layer::Stats`]).
@@ -102,6 +104,9 @@ struct MemberState {
     current: StackId,
     view: Option<Arc<ViewState>>,
     parked: VecDeque<Op>,
+    /// State-transfer actions waiting for flow control: apart from `parked`, where the
+    /// application's casts wait for the end of the transfer view.
+    xfer_parked: VecDeque<Op>,
     /// A view change is in progress (between `Block` and the next view).
     blocked: bool,
     casts_blocked: bool,
@@ -262,6 +267,7 @@ impl EventLoop {
                 current: stack,
                 view: None,
                 parked: VecDeque::new(),
+                xfer_parked: VecDeque::new(),
                 blocked: false,
                 casts_blocked: false,
                 sends_blocked: BTreeSet::new(),
@@ -308,6 +314,17 @@ impl EventLoop {
         self.act(endpoint, Op::Leave)
     }
 
+    /// In a state-transfer view, at the provider (after `Event::XferProvide`): the next chunk of
+    /// the application's state; mark the last one. Held while flow control is blocking.
+    pub fn xfer_chunk(&mut self, endpoint: EndpointId, data: Bytes, last: bool) -> Result<(), Error> {
+        self.act(endpoint, Op::XferChunk(data, last))
+    }
+
+    /// This member is done with the current view's state transfer.
+    pub fn xfer_done(&mut self, endpoint: EndpointId) -> Result<(), Error> {
+        self.act(endpoint, Op::XferDone)
+    }
+
     /// Asks the whole group to run stack `spec` from its next view on (protocol switching; both
     /// the current and the new stack need the `Switch` property). Members deliver each message in
     /// the view, and so with the stack, it was sent in; watch `View::stack` for the change.
@@ -320,6 +337,23 @@ impl EventLoop {
         let member = self.members.get_mut(&endpoint).ok_or(Error::Left)?;
         if member.left {
             return Err(Error::Left);
+        }
+        if matches!(op, Op::XferChunk(..) | Op::XferDone) {
+            // Not behind the application's casts, which wait for the transfer view to end.
+            if !member.xfer_parked.is_empty() {
+                member.xfer_parked.push_back(op);
+                return Ok(());
+            }
+            let now = self.clock.now();
+            let result = match take(&mut self.node, now, member, &op, &mut self.stats) {
+                Err(Error::Api(ApiError::FlowBlocked { .. })) => {
+                    member.xfer_parked.push_back(op);
+                    Ok(())
+                }
+                other => other,
+            };
+            self.drain();
+            return result;
         }
         if !member.parked.is_empty() {
             if member.parked.len() >= PARKED_MAX {
@@ -765,8 +799,13 @@ impl EventLoop {
                 AppEvent::Exit => {
                     member.left = true;
                     member.parked.clear();
+                    member.xfer_parked.clear();
                     Event::Exit
                 }
+                AppEvent::XferProvide if current => Event::XferProvide,
+                AppEvent::XferChunk { payload, last } if current => Event::XferChunk { data: payload.to_bytes(), last },
+                // A transfer of a view this member has already left.
+                AppEvent::XferProvide | AppEvent::XferChunk { .. } => continue,
             };
             self.ready.push_back((endpoint, event));
         }
@@ -783,6 +822,16 @@ impl EventLoop {
         for member in self.members.values_mut() {
             if !std::mem::take(&mut member.retry) || member.blocked {
                 continue;
+            }
+            while let Some(op) = member.xfer_parked.pop_front() {
+                match take(&mut self.node, now, member, &op, &mut self.stats) {
+                    Err(Error::Api(ApiError::FlowBlocked { .. })) => {
+                        member.xfer_parked.push_front(op);
+                        break;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "state-transfer action refused"),
+                    Ok(()) => progress = true,
+                }
             }
             while let Some(op) = member.parked.pop_front() {
                 match take(&mut self.node, now, member, &op, &mut self.stats) {
@@ -850,6 +899,8 @@ fn take(
         }
         Op::Leave => Action::Leave,
         Op::Switch(spec) => Action::Switch(spec.clone()),
+        Op::XferChunk(data, last) => Action::XferChunk { payload: payload(data), last: *last },
+        Op::XferDone => Action::XferDone,
     };
     node.handle_action(now, member.current, action).map_err(Error::from)
 }

@@ -63,6 +63,9 @@ pub struct View {
     pub primary: bool,
     /// The stack the view runs, as a layer list (it changes when the group switches).
     pub stack: String,
+    /// A state-transfer view (stack with `Xfer`, formed by a merge): casts wait for the next view
+    /// while rank 0 streams its state to the others (`Event::XferProvide`, `Event::XferChunk`).
+    pub xfer: bool,
 }
 
 /// Parses a stack to switch to and checks it can switch again (it has the `Switch` property).
@@ -90,6 +93,7 @@ impl View {
             rank: usize::from(rank),
             primary: view.primary,
             stack: view.stack.to_string(),
+            xfer: view.xfer_view,
         }
     }
 }
@@ -99,6 +103,17 @@ impl View {
 pub enum Event {
     /// A new view was installed.
     View(View),
+    /// This member provides the state in this state-transfer view: stream it with
+    /// `Handle::xfer_chunk` (the last one marked), then call `Handle::xfer_done`.
+    XferProvide,
+    /// A chunk of the provider's state, in order: stage it, install the state when `last`, then
+    /// call `Handle::xfer_done`.
+    XferChunk {
+        /// The bytes.
+        data: Bytes,
+        /// The last chunk.
+        last: bool,
+    },
     /// A multicast from member `from` of the current view.
     Cast {
         /// The sender.

@@ -251,6 +251,23 @@ impl Handle {
         self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Switch(spec) })
     }
 
+    /// In a state-transfer view, at the provider (after `Event::XferProvide`): the next chunk of
+    /// the application's state (at most `appl.message_size_max`; 64 KiB is a good size); mark
+    /// the last one. Blocks like `cast` under back-pressure; held while flow control blocks.
+    pub fn xfer_chunk(&self, data: impl Into<Bytes>, last: bool) -> Result<(), Error> {
+        let data = data.into();
+        self.check(data.len())?;
+        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::XferChunk(data, last) })
+    }
+
+    /// This member is done with the current view's state transfer (the provider after its last
+    /// chunk, a receiver after installing the state): when every member is, the group moves to a
+    /// normal view and held casts go.
+    pub fn xfer_done(&self) -> Result<(), Error> {
+        self.check(0)?;
+        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::XferDone })
+    }
+
     /// The members of the latest view handed to the application, if any.
     pub fn view(&self) -> Option<Vec<EndpointId>> {
         self.member.view.lock().ok()?.as_ref().map(|v| v.to_vec())
@@ -305,6 +322,16 @@ impl Member {
     /// See [`Handle::switch`].
     pub fn switch(&self, spec: &str) -> Result<(), Error> {
         self.handle.switch(spec)
+    }
+
+    /// See [`Handle::xfer_chunk`].
+    pub fn xfer_chunk(&self, data: impl Into<Bytes>, last: bool) -> Result<(), Error> {
+        self.handle.xfer_chunk(data, last)
+    }
+
+    /// See [`Handle::xfer_done`].
+    pub fn xfer_done(&self) -> Result<(), Error> {
+        self.handle.xfer_done()
     }
 
     /// See [`Handle::leave`].

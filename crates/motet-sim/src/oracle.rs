@@ -143,6 +143,19 @@ pub struct Delivery {
     pub blocked: bool,
 }
 
+/// One side of a state transfer: what the provider streamed, or what a receiver installed.
+#[derive(Clone, Debug)]
+pub struct Transfer {
+    /// The state-transfer view.
+    pub view: ViewKey,
+    /// The node.
+    pub node: usize,
+    /// The provider (else a receiver).
+    pub provided: bool,
+    /// Digest of the state's bytes.
+    pub digest: u64,
+}
+
 /// What a run did, as far as the oracles care.
 #[derive(Clone, Debug, Default)]
 pub struct Trace {
@@ -172,6 +185,8 @@ pub struct Trace {
     pub causal: bool,
     /// Check safe delivery (uniform agreement) in every view (likewise).
     pub safe: bool,
+    /// State transfers, in the order they happened.
+    pub transfers: Vec<Transfer>,
 }
 
 /// A broken guarantee.
@@ -286,6 +301,13 @@ pub enum Violation {
         /// The view.
         view: ViewKey,
         /// The correct member that did not deliver it.
+        node: usize,
+    },
+    /// A receiver installed a state other than the one its view's provider streamed.
+    StateTransfer {
+        /// The state-transfer view.
+        view: ViewKey,
+        /// The receiver.
         node: usize,
     },
     /// A message was delivered in another view than the one it was sent in.
@@ -646,6 +668,15 @@ pub fn check(trace: &Trace) -> Vec<Violation> {
     check_total(trace, &views(|g| g.total), &successor, &correct, &mut violations);
     check_causal(trace, &views(|g| g.causal), &sent_view, &mut violations);
     check_safe(trace, &views(|g| g.safe), &successor, &correct, &mut violations);
+    // State transfer: what a receiver installed is exactly what its view's provider streamed (its
+    // state at the view's start, after the previous views' cuts).
+    let provided: BTreeMap<ViewKey, u64> =
+        trace.transfers.iter().filter(|t| t.provided).map(|t| (t.view, t.digest)).collect();
+    for t in trace.transfers.iter().filter(|t| !t.provided) {
+        if provided.get(&t.view) != Some(&t.digest) {
+            violations.push(Violation::StateTransfer { view: t.view, node: t.node });
+        }
+    }
 
     // Quiescence.
     if !trace.quiesced {
@@ -921,6 +952,19 @@ mod tests {
         trace.safe = false;
         trace.deliveries.iter_mut().for_each(|d| d.blocked = false);
         assert_eq!(check(&trace), vec![]);
+    }
+
+    #[test]
+    fn catches_a_state_transfer_that_installs_other_bytes() {
+        let mut trace = good();
+        let t = |node, provided, digest| Transfer { view: (1, 9), node, provided, digest };
+        trace.transfers = vec![t(0, true, 7), t(1, false, 7), t(2, false, 7)];
+        assert_eq!(check(&trace), vec![]);
+        trace.transfers[2].digest = 8;
+        assert_eq!(check(&trace), vec![Violation::StateTransfer { view: (1, 9), node: 2 }]);
+        // A receiver in a view whose provider streamed nothing installed something from nowhere.
+        trace.transfers.remove(0);
+        assert_eq!(check(&trace).len(), 2);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use crate::diagram::{DatagramRecord, Lost};
 use crate::options::SimOptions;
-use crate::oracle::{self, Channel, Delivery, Installed, MsgId, Sent, Trace, ViewKey, Violation};
+use crate::oracle::{self, Channel, Delivery, Installed, MsgId, Sent, Trace, Transfer, ViewKey, Violation};
 use bytes::Bytes;
 use motet_core::layer::{Service, Stats};
 use motet_core::{
@@ -131,6 +131,12 @@ struct SimNode {
     clock: Vec<u32>,
     /// Stacks whose application got `Block` (the view change has begun).
     blocked: std::collections::BTreeSet<StackId>,
+    /// The simulated application's state: every cast it delivered (or installed by a transfer).
+    state: std::collections::BTreeSet<MsgId>,
+    /// State-transfer chunks (and the final done, `None`) waiting for flow control.
+    xfer_out: VecDeque<Option<(Bytes, bool)>>,
+    /// Chunks of a transfer being received.
+    staging: Vec<u8>,
 }
 
 impl SimNode {
@@ -244,6 +250,9 @@ impl<'a> World<'a> {
                         backlog: VecDeque::new(),
                         clock: Vec::new(),
                         blocked: Default::default(),
+                        state: Default::default(),
+                        xfer_out: Default::default(),
+                        staging: Default::default(),
                     };
                 };
                 let stack = node.join(now, Arc::clone(view), rank as u16).expect("the stack spec was validated");
@@ -256,6 +265,9 @@ impl<'a> World<'a> {
                     backlog: VecDeque::new(),
                     clock: Vec::new(),
                     blocked: Default::default(),
+                    state: Default::default(),
+                    xfer_out: Default::default(),
+                    staging: Default::default(),
                 }
             })
             .collect();
@@ -553,6 +565,9 @@ impl<'a> World<'a> {
             backlog: VecDeque::new(),
             clock: Vec::new(),
             blocked: Default::default(),
+            state: Default::default(),
+            xfer_out: Default::default(),
+            staging: Default::default(),
         });
         self.endpoints.insert(endpoint, index);
         self.trace.nodes += 1;
@@ -583,6 +598,21 @@ impl<'a> World<'a> {
 
     /// Submits the node's backlog in order until flow control pushes back.
     fn submit(&mut self, node: usize) {
+        // State-transfer actions first: the application's casts wait for the transfer to end.
+        while let Some(next) = self.nodes[node].xfer_out.front().cloned() {
+            let action = match next {
+                Some((chunk, last)) => Action::XferChunk { payload: chunk.into(), last },
+                None => Action::XferDone,
+            };
+            let sim = &mut self.nodes[node];
+            match sim.node.handle_action(self.now, sim.stack, action) {
+                Ok(()) => drop(sim.xfer_out.pop_front()),
+                Err(ApiError::FlowBlocked { .. }) => break,
+                // The view ended (a member failed): the next transfer view starts over.
+                Err(_) => sim.xfer_out.clear(),
+            }
+            self.flush(node);
+        }
         while let Some(&id) = self.nodes[node].backlog.front() {
             let len = self.rng.gen_range(16..=self.options.payload_max.max(16));
             let mut bytes = id.tag().to_vec();
@@ -651,6 +681,44 @@ impl<'a> World<'a> {
                 AppEvent::Block => {
                     self.nodes[index].blocked.insert(stack);
                 }
+                // A transfer of a view this node has already left starts over in its new view.
+                AppEvent::XferProvide | AppEvent::XferChunk { .. } if stack != self.nodes[index].stack => {}
+                AppEvent::XferProvide => {
+                    // The state as it stands at the view's start, in chunks of 256 B.
+                    let bytes: Vec<u8> = self.nodes[index].state.iter().flat_map(|id| id.tag()).collect();
+                    let view = key(&self.nodes[index].views[&stack]);
+                    self.trace.transfers.push(Transfer {
+                        view,
+                        node: index,
+                        provided: true,
+                        digest: oracle::digest(&bytes),
+                    });
+                    let chunks: Vec<&[u8]> = if bytes.is_empty() { vec![&[][..]] } else { bytes.chunks(256).collect() };
+                    let last = chunks.len() - 1;
+                    let sim = &mut self.nodes[index];
+                    for (i, chunk) in chunks.into_iter().enumerate() {
+                        sim.xfer_out.push_back(Some((Bytes::copy_from_slice(chunk), i == last)));
+                    }
+                    sim.xfer_out.push_back(None);
+                    released = true;
+                }
+                AppEvent::XferChunk { payload, last } => {
+                    let sim = &mut self.nodes[index];
+                    sim.staging.extend_from_slice(&payload.to_bytes());
+                    if last {
+                        let bytes = std::mem::take(&mut sim.staging);
+                        sim.state = bytes.chunks(12).filter_map(MsgId::parse).collect();
+                        sim.xfer_out.push_back(None);
+                        let view = key(&sim.views[&stack]);
+                        self.trace.transfers.push(Transfer {
+                            view,
+                            node: index,
+                            provided: false,
+                            digest: oracle::digest(&bytes),
+                        });
+                        released = true;
+                    }
+                }
                 AppEvent::FlowBlock { .. } => {}
             }
         }
@@ -683,6 +751,9 @@ impl<'a> World<'a> {
         let sim = &mut self.nodes[node];
         sim.views.insert(stack, view);
         sim.stack = stack;
+        // A transfer cut short by this view change starts over (in this view, if it transfers).
+        sim.staging.clear();
+        sim.xfer_out.clear();
     }
 
     fn deliver(&mut self, node: usize, stack: StackId, origin: u16, cast: bool, payload: Bytes) {
@@ -692,6 +763,7 @@ impl<'a> World<'a> {
         self.hasher.update(&[b'd', node as u8, origin as u8, cast as u8]);
         self.hasher.update(&oracle::digest(&payload).to_le_bytes());
         if let Some(id) = MsgId::parse(&payload).filter(|_| cast) {
+            self.nodes[node].state.insert(id);
             let clock = &mut self.nodes[node].clock;
             if clock.len() <= id.origin {
                 clock.resize(id.origin + 1, 0);

@@ -156,6 +156,20 @@ fn causal_and_safe_swarms_pass() {
     }
 }
 
+/// Issue 5's state transfer, smaller swarm: merges (restarts, healed partitions) make transfer
+/// views; every receiver installs exactly what its view's provider streamed.
+#[test]
+fn state_transfer_swarm_passes() {
+    let mut transfers = 0;
+    for (seed, stack) in (1..=40).map(|s| (s, "total+Xfer")).chain((41..=70).map(|s| (s, "vsync+Xfer"))) {
+        let options = SimOptions::swarm(seed, 7, StackSpec::parse(stack).unwrap());
+        let report = run(&options);
+        assert_eq!(first(&report.violations), [], "seed {seed}: {}", options.replay_command(true));
+        transfers += report.trace.transfers.iter().filter(|t| !t.provided).count();
+    }
+    assert!(transfers > 50, "the swarm made transfer views: {transfers}");
+}
+
 #[test]
 fn a_restarted_process_merges_back_as_a_new_endpoint() {
     for seed in 1..=15 {

@@ -81,6 +81,10 @@ impl Appl {
             return Err(ApiError::Blocked);
         }
         match action {
+            Action::Cast(_) if self.view.xfer_view => {
+                // The state is being copied: casts wait for the next view (state transfer).
+                return Err(ApiError::Blocked);
+            }
             Action::Cast(payload) => {
                 self.check_size(payload.len())?;
                 if self.cast_blocked {
@@ -116,6 +120,23 @@ impl Appl {
                     return Err(ApiError::NoSwitch(format!("to `{spec}`")));
                 }
                 out.up(Up::SwitchReq(spec));
+            }
+            Action::XferChunk { payload, last } => {
+                self.check_size(payload.len())?;
+                if !self.view.xfer_view || self.rank != 0 {
+                    return Err(ApiError::NotInTransfer);
+                }
+                // Chunks are casts: they respect multicast flow control like the application's.
+                if self.cast_blocked {
+                    return Err(ApiError::FlowBlocked { dest: None });
+                }
+                out.up(Up::XferChunk { payload, last });
+            }
+            Action::XferDone => {
+                if !self.view.xfer_view {
+                    return Err(ApiError::NotInTransfer);
+                }
+                out.up(Up::XferDone);
             }
             Action::Leave => {
                 // Membership layers above handle the request; in a static stack `top` ends the

@@ -116,6 +116,7 @@ impl Inter {
             addresses,
             primary: false,
             prev_ids: vec![self.view.view_id, theirs.view_id],
+            xfer_view: ours.stack.layers().contains(&super::LayerKind::Xfer),
             ..ours
         }
     }

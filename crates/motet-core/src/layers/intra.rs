@@ -84,6 +84,8 @@ pub struct Intra {
     /// highest origin rank's latest. The flush makes the set, so the choice, the same at every
     /// member going on to the next view, which runs this stack.
     switch_to: Option<(Rank, crate::spec::StackSpec)>,
+    /// Every member finished this transfer view's state transfer (`xfer`): end the view.
+    xfer_complete: bool,
 }
 
 impl Intra {
@@ -102,6 +104,7 @@ impl Intra {
             view_cast: false,
             installed: false,
             switch_to: None,
+            xfer_complete: false,
         }
     }
 
@@ -116,7 +119,7 @@ impl Intra {
             return;
         }
         let (failed, leavers) = (self.suspects.clone(), self.leavers.clone());
-        let nothing_to_do = failed.is_empty() && leavers.is_empty() && self.switch_to.is_none();
+        let nothing_to_do = failed.is_empty() && leavers.is_empty() && self.switch_to.is_none() && !self.xfer_complete;
         if nothing_to_do || self.active.as_ref().is_some_and(|a| a.failed == failed && a.leavers == leavers) {
             return;
         }
@@ -208,6 +211,9 @@ impl Intra {
             prev_ids: vec![old.view_id],
             members,
             stack: self.switch_to.as_ref().map_or_else(|| old.stack.clone(), |(_, spec)| spec.clone()),
+            // A transfer view that ends before every member is done is followed by another, unless
+            // the member goes on alone (nothing to copy: it keeps the state it had installed).
+            xfer_view: old.xfer_view && !self.xfer_complete && survivors.len() > 1,
             ..ViewState::clone(old)
         }
     }
@@ -260,6 +266,10 @@ impl Layer for Intra {
                 if rank == self.rank && self.view.len() == 1 {
                     return self.leave_view(out);
                 }
+                self.maybe_start(out);
+            }
+            Up::XferComplete => {
+                self.xfer_complete = true;
                 self.maybe_start(out);
             }
             Up::Switch { origin, spec } => {

@@ -34,6 +34,7 @@ pub mod suspect;
 pub mod switch;
 pub mod sync;
 pub mod top;
+pub mod xfer;
 
 macro_rules! registry {
     ($($kind:ident => $module:ident :: $ty:ident),* $(,)?) => {
@@ -104,6 +105,7 @@ registry! {
     Intra => intra::Intra,
     Leave => leave::Leave,
     Switch => switch::Switch,
+    Xfer => xfer::Xfer,
     Elect => elect::Elect,
     Merge => merge::Merge,
     Slander => slander::Slander,

@@ -35,6 +35,7 @@ pub mod stable;
 pub mod suspect;
 pub mod switch;
 pub mod sync;
+pub mod xfer;
 
 /// The header of one layer: a closed enum whose variant 0 has no fields.
 pub trait LayerHeader: Sized + Clone + core::fmt::Debug + PartialEq {
@@ -152,6 +153,7 @@ headers! {
     Causal(causal),
     Safe(safe),
     Switch(switch),
+    Xfer(xfer),
 }
 
 fn encode_one<H: LayerHeader>(header: &H, w: &mut Writer<'_>) {

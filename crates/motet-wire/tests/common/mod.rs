@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use motet_wire::hdr::{
     appl, bottom, causal, elect, frag, heal, inter, intra, leave, local, merge, mflow, mnak, primary, pt2pt, pt2ptw,
-    safe, sequencer, slander, stable, suspect, switch, sync,
+    safe, sequencer, slander, stable, suspect, switch, sync, xfer,
 };
 use motet_wire::WireAddress;
 use motet_wire::{ConnId, Head, Header, Mux, Payload, Rank, Seqno, HEADER_COUNT_MAX};
@@ -232,6 +232,15 @@ pub fn switch_hdr() -> impl Strategy<Value = switch::Header> {
     prop_oneof![Just(switch::Header::NoHdr), "[a-z:+]{0,40}".prop_map(switch::Header::Request)]
 }
 
+pub fn xfer_hdr() -> impl Strategy<Value = xfer::Header> {
+    prop_oneof![
+        Just(xfer::Header::NoHdr),
+        Just(xfer::Header::Chunk),
+        Just(xfer::Header::Last),
+        Just(xfer::Header::Done)
+    ]
+}
+
 /// A header of any layer, every layer equally likely.
 pub fn header() -> impl Strategy<Value = Header> {
     prop_oneof![
@@ -258,6 +267,7 @@ pub fn header() -> impl Strategy<Value = Header> {
         causal_hdr().prop_map(Header::from),
         safe_hdr().prop_map(Header::from),
         switch_hdr().prop_map(Header::from),
+        xfer_hdr().prop_map(Header::from),
     ]
 }
 

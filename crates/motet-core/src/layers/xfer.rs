@@ -1,0 +1,176 @@
+//! `xfer`: state transfer (property `Xfer`; Ensemble `xfer`, digest item 43: "joiner receives
+//! application state; xfer view ends only after all XferDone"; `ViewState::xfer_view`).
+//!
+//! Provides: [`Service::StateTransfer`]. Requires below: [`Service::ReliableCast`]; above:
+//! [`Service::Membership`], which ends the transfer view. Header: `Chunk`, `Last`, `Done`, `NoHdr`.
+//!
+//! A view formed by a merge (a new process joining is a merge of a singleton partition) is a
+//! *state-transfer view*. In it the application's casts wait (`appl` refuses them with `Blocked`,
+//! the runtime holds them for the next view), so the state cannot change while it is copied:
+//! what is transferred is the provider's state at the view's start, i.e. after the previous
+//! views' cuts. Rank 0 (a member of the granting partition, whose state wins) is the provider:
+//! its application is told `XferProvide` and streams its state in chunks (`Action::XferChunk`,
+//! any number, the last marked), which this layer casts; every other member's application gets
+//! them (`AppEvent::XferChunk`) in order, stages them, and installs the state when the last one
+//! arrives. Each member then says `XferDone`, which is cast; when every member of the view is
+//! done, `intra` runs a view change with nobody excluded and the next view is a normal one.
+//!
+//! If a member fails during the transfer, the next view is again a transfer view (inherited), and
+//! the new rank 0 provides. Receivers install only complete transfers, so the new provider holds
+//! either the granting partition's state or, if every member of that partition failed, its own
+//! partition's: every member ends with one partition's state. (Members whose state was already
+//! equal receive it again; the seeds do not say how Ensemble chose receivers.)
+
+use crate::event::{AppEvent, Dn, DropReason, Msg, Qos, Up};
+use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::view::{RankSet, ViewState};
+use crate::Rank;
+use motet_wire::hdr::xfer::Header;
+
+/// `xfer` has no parameters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {}
+
+/// Static description.
+pub static SPEC: LayerSpec = LayerSpec {
+    name: "xfer",
+    summary: "state transfer: in a merged view rank 0 streams its state, the view ends when all are done",
+    provides: &[Service::StateTransfer],
+    requires_below: &[Service::ReliableCast],
+    requires_above: &[Service::Membership],
+};
+
+/// `xfer` state.
+#[derive(Debug)]
+pub struct Xfer {
+    rank: Rank,
+    n: usize,
+    active: bool,
+    done: RankSet,
+    said_done: bool,
+    complete: bool,
+    /// Chunks received (receivers) or sent (the provider).
+    chunks: u64,
+}
+
+impl Xfer {
+    /// An `xfer` for `view`.
+    pub fn new(_config: &Config, view: &ViewState, rank: Rank) -> Xfer {
+        Xfer {
+            rank,
+            n: view.len(),
+            active: view.xfer_view,
+            done: RankSet::new(),
+            said_done: false,
+            complete: false,
+            chunks: 0,
+        }
+    }
+}
+
+impl Layer for Xfer {
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+        match ev {
+            Up::Init => {
+                if self.active && self.rank == 0 {
+                    out.deliver(AppEvent::XferProvide);
+                }
+                out.up(Up::Init);
+            }
+            Up::XferChunk { payload, last } => {
+                if self.active && self.rank == 0 && !self.said_done {
+                    self.chunks += 1;
+                    let msg = Msg::new(payload).with(if last { Header::Last } else { Header::Chunk });
+                    out.dn(Dn::Cast { msg, qos: Qos::Reliable });
+                }
+            }
+            Up::XferDone => {
+                if self.active && !self.said_done {
+                    self.said_done = true;
+                    out.dn(Dn::Cast { msg: Msg::default().with(Header::Done), qos: Qos::Reliable });
+                }
+            }
+            Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
+                Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
+                Some(h @ (Header::Chunk | Header::Last)) => {
+                    if !self.active || origin != 0 {
+                        return out.drop_input(DropReason::NotForMe);
+                    }
+                    if self.rank != 0 {
+                        self.chunks += 1;
+                        out.deliver(AppEvent::XferChunk { payload: msg.payload, last: h == Header::Last });
+                    }
+                }
+                Some(Header::Done) => {
+                    self.done.insert(origin);
+                    if self.active && !self.complete && self.done.iter().count() == self.n {
+                        self.complete = true;
+                        out.up(Up::XferComplete);
+                    }
+                }
+                None => out.drop_input(DropReason::HeaderMismatch),
+            },
+            other => out.pass_up(other, Header::NoHdr),
+        }
+    }
+
+    fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        out.pass_dn(ev, Header::NoHdr);
+    }
+
+    fn check_invariants(&self) {
+        assert!(self.active || (self.chunks == 0 && !self.complete));
+        assert!(!self.complete || self.done.iter().count() == self.n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::harness::{Harness, Out};
+    use std::sync::Arc;
+
+    fn xfer_view(n: usize) -> Arc<ViewState> {
+        let mut view = (*crate::testing::view_of("vsync+Xfer", n)).clone();
+        view.xfer_view = true;
+        Arc::new(view)
+    }
+
+    #[test]
+    fn rank_0_streams_the_others_receive_and_all_done_completes() {
+        let view = xfer_view(2);
+        let mut provider = Harness::new(Xfer::new(&Config {}, &view, 0), 0);
+        let mut receiver = Harness::new(Xfer::new(&Config {}, &view, 1), 1);
+        provider.up(Up::Init);
+        assert_eq!(provider.app.pop_front(), Some(AppEvent::XferProvide));
+        receiver.up(Up::Init);
+        assert!(receiver.app.is_empty());
+        let cast = |h: &mut Harness<Xfer>, ev| match &h.up(ev)[..] {
+            [Out::Dn(Dn::Cast { msg, .. })] => msg.clone(),
+            other => panic!("{other:?}"),
+        };
+        let first = cast(&mut provider, Up::XferChunk { payload: b"ab".as_slice().into(), last: false });
+        let last = cast(&mut provider, Up::XferChunk { payload: b"c".as_slice().into(), last: true });
+        receiver.up(Up::Cast { origin: 0, msg: first, qos: Qos::Reliable });
+        receiver.up(Up::Cast { origin: 0, msg: last, qos: Qos::Reliable });
+        let got: Vec<_> = receiver.app.drain(..).collect();
+        assert!(matches!(&got[..], [AppEvent::XferChunk { last: false, .. }, AppEvent::XferChunk { last: true, .. }]));
+        let done0 = cast(&mut provider, Up::XferDone);
+        let done1 = cast(&mut receiver, Up::XferDone);
+        assert!(receiver.up(Up::Cast { origin: 0, msg: done0, qos: Qos::Reliable }).is_empty());
+        let out = receiver.up(Up::Cast { origin: 1, msg: done1, qos: Qos::Reliable });
+        assert!(matches!(&out[..], [Out::Up(Up::XferComplete)]));
+    }
+
+    #[test]
+    fn outside_a_transfer_view_nothing_happens() {
+        let view = crate::testing::view_of("vsync+Xfer", 2);
+        let mut h = Harness::new(Xfer::new(&Config {}, &view, 0), 0);
+        h.up(Up::Init);
+        assert!(h.app.is_empty());
+        assert!(h.up(Up::XferDone).is_empty());
+        let chunk = Msg::new(b"x".as_slice().into()).with(Header::Chunk);
+        assert!(h.up(Up::Cast { origin: 0, msg: chunk, qos: Qos::Reliable }).is_empty());
+        assert_eq!(h.stats.drops(DropReason::NotForMe), 1);
+    }
+}
