@@ -3,6 +3,7 @@
 mod chat;
 mod demo;
 mod demo_udp;
+mod kv;
 mod member;
 mod perf;
 mod procs;
@@ -31,6 +32,9 @@ enum Command {
     Chat(chat::ChatArgs),
     /// One group member as a process over UDP: stdin lines are cast, events are printed.
     Member(member::MemberArgs),
+    /// A replicated key-value store (total order + state transfer): stdin `set K V`, `del K`,
+    /// `digest`.
+    Kv(kv::KvArgs),
     /// Measure latency and throughput between member processes over loopback, against raw UDP.
     Perf {
         #[command(subcommand)]
@@ -60,6 +64,7 @@ fn main() -> ExitCode {
         Command::Stack { command } => stack::run(command),
         Command::Member(args) => member::run(args),
         Command::Chat(args) => chat::run(args),
+        Command::Kv(args) => kv::run(args),
         Command::Perf { command } => perf::run(command),
     }
 }

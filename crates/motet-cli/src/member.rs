@@ -109,8 +109,8 @@ pub(crate) fn event_json(event: &Event) -> serde_json::Value {
         }
         Event::Block => json!({"type": "block"}),
         Event::Exit => json!({"type": "exit"}),
-        Event::XferProvide => json!({"type": "xfer_provide"}),
-        Event::XferChunk { data, last } => json!({"type": "xfer_chunk", "bytes": data.len(), "last": last}),
+        Event::XferProvide { .. } => json!({"type": "xfer_provide"}),
+        Event::XferChunk { data, last, .. } => json!({"type": "xfer_chunk", "bytes": data.len(), "last": last}),
     }
 }
 
@@ -124,8 +124,8 @@ fn event_text(event: &Event) -> String {
         Event::Send { from, data } => format!("send {}: {}", id(*from), String::from_utf8_lossy(data)),
         Event::Block => "block".into(),
         Event::Exit => "exit".into(),
-        Event::XferProvide => "state transfer: providing (a member process has no state: empty)".into(),
-        Event::XferChunk { data, last } => {
+        Event::XferProvide { .. } => "state transfer: providing (a member process has no state: empty)".into(),
+        Event::XferChunk { data, last, .. } => {
             format!("state transfer: {} bytes{}", data.len(), if *last { ", last" } else { "" })
         }
     }
@@ -281,8 +281,10 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
                 // A member process keeps no application state: with an `Xfer` stack it provides
                 // an empty one and acknowledges what it receives, so transfer views end.
                 let xfer = match &event {
-                    Event::XferProvide => member.xfer_chunk(Vec::new(), true).and_then(|()| member.xfer_done()),
-                    Event::XferChunk { last: true, .. } => member.xfer_done(),
+                    Event::XferProvide { view } => {
+                        member.xfer_chunk(*view, Vec::new(), true).and_then(|()| member.xfer_done(*view))
+                    }
+                    Event::XferChunk { view, last: true, .. } => member.xfer_done(*view),
                     _ => Ok(()),
                 };
                 if let Err(error) = xfer {

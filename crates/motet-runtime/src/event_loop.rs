@@ -18,7 +18,7 @@ use crate::{Error, Event, View};
 use bytes::Bytes;
 use motet_core::{
     Action, Address, ApiError, AppEvent, Destination, EndpointId, GroupName, LayerKind, Node, Payload, Rank, StackId,
-    ViewState,
+    ViewId, ViewState,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
@@ -43,8 +43,10 @@ pub(crate) enum Op {
     Send(EndpointId, Bytes),
     Leave,
     Switch(motet_core::StackSpec),
-    XferChunk(Bytes, bool),
-    XferDone,
+    /// State-transfer actions name the transfer view they belong to: one for an earlier view
+    /// (the application had not yet seen the view change) is void and dropped.
+    XferChunk(motet_core::ViewId, Bytes, bool),
+    XferDone(motet_core::ViewId),
 }
 
 /// Counters of the runtime itself (the protocol's are in [`motet_core::layer::Stats`]).
@@ -80,6 +82,9 @@ pub struct RuntimeStats {
     pub datagrams_segmented: u64,
     /// Received bundles that did not unpack (dropped).
     pub malformed_bundles: u64,
+    /// State-transfer actions for a view that had already ended (dropped: the transfer starts
+    /// over in the next view).
+    pub stale_xfer: u64,
     /// Turns of the loop (`poll` calls). An idle loop sleeps, so this grows with traffic and
     /// timers, not with time.
     pub turns: u64,
@@ -316,13 +321,13 @@ impl EventLoop {
 
     /// In a state-transfer view, at the provider (after `Event::XferProvide`): the next chunk of
     /// the application's state; mark the last one. Held while flow control is blocking.
-    pub fn xfer_chunk(&mut self, endpoint: EndpointId, data: Bytes, last: bool) -> Result<(), Error> {
-        self.act(endpoint, Op::XferChunk(data, last))
+    pub fn xfer_chunk(&mut self, endpoint: EndpointId, view: ViewId, data: Bytes, last: bool) -> Result<(), Error> {
+        self.act(endpoint, Op::XferChunk(view, data, last))
     }
 
     /// This member is done with the current view's state transfer.
-    pub fn xfer_done(&mut self, endpoint: EndpointId) -> Result<(), Error> {
-        self.act(endpoint, Op::XferDone)
+    pub fn xfer_done(&mut self, endpoint: EndpointId, view: ViewId) -> Result<(), Error> {
+        self.act(endpoint, Op::XferDone(view))
     }
 
     /// Asks the whole group to run stack `spec` from its next view on (protocol switching; both
@@ -338,7 +343,7 @@ impl EventLoop {
         if member.left {
             return Err(Error::Left);
         }
-        if matches!(op, Op::XferChunk(..) | Op::XferDone) {
+        if matches!(op, Op::XferChunk(..) | Op::XferDone(_)) {
             // Not behind the application's casts, which wait for the transfer view to end.
             if !member.xfer_parked.is_empty() {
                 member.xfer_parked.push_back(op);
@@ -802,8 +807,10 @@ impl EventLoop {
                     member.xfer_parked.clear();
                     Event::Exit
                 }
-                AppEvent::XferProvide if current => Event::XferProvide,
-                AppEvent::XferChunk { payload, last } if current => Event::XferChunk { data: payload.to_bytes(), last },
+                AppEvent::XferProvide if current => Event::XferProvide { view: view.view_id },
+                AppEvent::XferChunk { payload, last } if current => {
+                    Event::XferChunk { view: view.view_id, data: payload.to_bytes(), last }
+                }
                 // A transfer of a view this member has already left.
                 AppEvent::XferProvide | AppEvent::XferChunk { .. } => continue,
             };
@@ -899,8 +906,12 @@ fn take(
         }
         Op::Leave => Action::Leave,
         Op::Switch(spec) => Action::Switch(spec.clone()),
-        Op::XferChunk(data, last) => Action::XferChunk { payload: payload(data), last: *last },
-        Op::XferDone => Action::XferDone,
+        Op::XferChunk(view, ..) | Op::XferDone(view) if member.view.as_ref().is_none_or(|v| v.view_id != *view) => {
+            stats.stale_xfer += 1;
+            return Ok(());
+        }
+        Op::XferChunk(_, data, last) => Action::XferChunk { payload: payload(data), last: *last },
+        Op::XferDone(_) => Action::XferDone,
     };
     node.handle_action(now, member.current, action).map_err(Error::from)
 }

@@ -105,10 +105,15 @@ pub enum Event {
     View(View),
     /// This member provides the state in this state-transfer view: stream it with
     /// `Handle::xfer_chunk` (the last one marked), then call `Handle::xfer_done`.
-    XferProvide,
+    XferProvide {
+        /// The transfer view (pass it to `xfer_chunk` and `xfer_done`).
+        view: ViewId,
+    },
     /// A chunk of the provider's state, in order: stage it, install the state when `last`, then
     /// call `Handle::xfer_done`.
     XferChunk {
+        /// The transfer view (pass it to `xfer_done`).
+        view: ViewId,
         /// The bytes.
         data: Bytes,
         /// The last chunk.

@@ -10,7 +10,7 @@ use crate::config::{GroupConfig, RuntimeConfig};
 use crate::event_loop::{EventLoop, Op, RuntimeStats};
 use crate::{Error, Event};
 use bytes::Bytes;
-use motet_core::EndpointId;
+use motet_core::{EndpointId, ViewId};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -254,18 +254,18 @@ impl Handle {
     /// In a state-transfer view, at the provider (after `Event::XferProvide`): the next chunk of
     /// the application's state (at most `appl.message_size_max`; 64 KiB is a good size); mark
     /// the last one. Blocks like `cast` under back-pressure; held while flow control blocks.
-    pub fn xfer_chunk(&self, data: impl Into<Bytes>, last: bool) -> Result<(), Error> {
+    pub fn xfer_chunk(&self, view: ViewId, data: impl Into<Bytes>, last: bool) -> Result<(), Error> {
         let data = data.into();
         self.check(data.len())?;
-        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::XferChunk(data, last) })
+        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::XferChunk(view, data, last) })
     }
 
     /// This member is done with the current view's state transfer (the provider after its last
     /// chunk, a receiver after installing the state): when every member is, the group moves to a
     /// normal view and held casts go.
-    pub fn xfer_done(&self) -> Result<(), Error> {
+    pub fn xfer_done(&self, view: ViewId) -> Result<(), Error> {
         self.check(0)?;
-        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::XferDone })
+        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::XferDone(view) })
     }
 
     /// The members of the latest view handed to the application, if any.
@@ -325,13 +325,13 @@ impl Member {
     }
 
     /// See [`Handle::xfer_chunk`].
-    pub fn xfer_chunk(&self, data: impl Into<Bytes>, last: bool) -> Result<(), Error> {
-        self.handle.xfer_chunk(data, last)
+    pub fn xfer_chunk(&self, view: ViewId, data: impl Into<Bytes>, last: bool) -> Result<(), Error> {
+        self.handle.xfer_chunk(view, data, last)
     }
 
     /// See [`Handle::xfer_done`].
-    pub fn xfer_done(&self) -> Result<(), Error> {
-        self.handle.xfer_done()
+    pub fn xfer_done(&self, view: ViewId) -> Result<(), Error> {
+        self.handle.xfer_done(view)
     }
 
     /// See [`Handle::leave`].

@@ -1,0 +1,135 @@
+//! Issue 5's replicated application: `motet kv` processes on `total` + `Xfer` over loopback.
+//! Three replicas apply interleaved updates (some to the same key, so order matters); one is
+//! killed, a new one joins mid-stream and receives the state by transfer; all replicas end with
+//! identical state (checked by digest).
+
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)] // real processes, wall-clock waits
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+struct Replica {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Arc<Mutex<Vec<serde_json::Value>>>,
+}
+
+impl Replica {
+    fn spawn(port: u16, peers: &str, extra: &[&str]) -> Replica {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
+            .args(["kv", "--group", "kv-test", "--bind", &format!("127.0.0.1:{port}"), "--peers", peers, "--json"])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn motet kv");
+        let stdout = child.stdout.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(value) = serde_json::from_str(&line) {
+                    sink.lock().unwrap().push(value);
+                }
+            }
+        });
+        let stdin = child.stdin.take().unwrap();
+        Replica { child, stdin, lines }
+    }
+
+    fn say(&mut self, line: &str) {
+        writeln!(self.stdin, "{line}").unwrap();
+    }
+
+    fn last(&self, kind: &str) -> Option<serde_json::Value> {
+        self.lines.lock().unwrap().iter().rev().find(|v| v["type"] == kind).cloned()
+    }
+
+    fn view_size(&self) -> usize {
+        self.last("view").map_or(0, |v| v["members"].as_array().map_or(0, Vec::len))
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Asks every replica for its digest until they all agree (and are not empty), or fails.
+fn converge(replicas: &mut [&mut Replica], min_keys: u64) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        for r in replicas.iter_mut() {
+            r.say("digest");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let digests: Vec<Option<serde_json::Value>> = replicas.iter().map(|r| r.last("digest")).collect();
+        let same = digests.iter().all(|d| {
+            d.as_ref().is_some_and(|d| {
+                d["digest"] == digests[0].as_ref().unwrap()["digest"] && d["keys"].as_u64() >= Some(min_keys)
+            })
+        });
+        if same {
+            return digests[0].clone().unwrap();
+        }
+        assert!(Instant::now() < deadline, "replicas never agreed: {digests:?}");
+    }
+}
+
+#[test]
+fn replicas_converge_through_a_crash_and_a_join_with_state_transfer() {
+    let sockets: Vec<_> = (0..4).map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+    let ports: Vec<u16> = sockets.iter().map(|s| s.local_addr().unwrap().port()).collect();
+    drop(sockets);
+    let peers: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let peers = peers.join(",");
+    // Two founders start with the same 2 MB of state; the third starts empty, joins the group
+    // they formed (whose view is later than its fresh one, so theirs is the state that wins) and
+    // receives it.
+    let preload = ["--preload-bytes", "2000000"];
+    let mut a = Replica::spawn(ports[0], &peers, &preload);
+    let mut b = Replica::spawn(ports[1], &peers, &preload);
+    wait(Duration::from_secs(30), "the founders in one view", || a.view_size() == 2 && b.view_size() == 2);
+    let mut c = Replica::spawn(ports[2], &peers, &[]);
+    wait(Duration::from_secs(30), "three replicas in one view", || {
+        [&a, &b, &c].iter().all(|r| r.view_size() == 3 && r.last("view").unwrap()["xfer"] == false)
+    });
+    let write = |replicas: &mut [&mut Replica], round: &str| {
+        for i in 0..40 {
+            for (n, r) in replicas.iter_mut().enumerate() {
+                r.say(&format!("set k-{round}-{n}-{i} v{i}"));
+                r.say(&format!("set shared {round}-{n}-{i}")); // last writer wins: order matters
+            }
+        }
+    };
+    write(&mut [&mut a, &mut b, &mut c], "one");
+    converge(&mut [&mut a, &mut b, &mut c], 400);
+    // Kill a replica while updates flow, then a new one joins mid-stream.
+    write(&mut [&mut a, &mut b, &mut c], "two");
+    drop(c);
+    write(&mut [&mut a, &mut b], "three");
+    let mut d = Replica::spawn(ports[3], &peers, &[]);
+    write(&mut [&mut a, &mut b], "four");
+    wait(Duration::from_secs(30), "the joiner installing the state", || d.last("xfer_installed").is_some());
+    wait(Duration::from_secs(30), "three replicas in one view again", || {
+        [&a, &b, &d].iter().all(|r| r.view_size() == 3 && r.last("view").unwrap()["xfer"] == false)
+    });
+    write(&mut [&mut a, &mut b, &mut d], "five");
+    let digest = converge(&mut [&mut a, &mut b, &mut d], 488 + 40 * 3 * 4);
+    let installed = d.last("xfer_installed").unwrap();
+    assert!(installed["bytes"].as_u64().unwrap() > 2_000_000, "{installed}");
+    assert!(digest["keys"].as_u64().unwrap() > 488, "{digest}");
+}
