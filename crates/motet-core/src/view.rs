@@ -149,6 +149,7 @@ impl ViewState {
             addresses: self.addresses.iter().map(|&a| a.into()).collect(),
             prev: self.prev_ids.iter().map(|v| (v.ltime, v.coord.0)).collect(),
             primary: self.primary,
+            stack: self.stack.to_string(),
         }
     }
 
@@ -156,6 +157,8 @@ impl ViewState {
     pub fn with_full(&self, full: &motet_wire::hdr::intra::FullView) -> ViewState {
         let members: Vec<EndpointId> = full.members.iter().map(|&e| EndpointId(e)).collect();
         let coord = EndpointId(full.coord);
+        // The granter's stack (it may have switched); one this build cannot parse keeps ours.
+        let stack = StackSpec::parse(&full.stack).unwrap_or_else(|_| self.stack.clone());
         ViewState {
             coord: members.iter().position(|&e| e == coord).unwrap_or(0) as Rank,
             view_id: ViewId { ltime: full.ltime, coord },
@@ -165,7 +168,8 @@ impl ViewState {
             members,
             // A merged view is a state-transfer view when the stack transfers state (as the
             // granter decided it in `inter`).
-            xfer_view: full.prev.len() >= 2 && self.stack.layers().contains(&crate::layers::LayerKind::Xfer),
+            xfer_view: full.prev.len() >= 2 && stack.layers().contains(&crate::layers::LayerKind::Xfer),
+            stack,
             ..self.clone()
         }
     }

@@ -334,13 +334,14 @@ fn successors(trace: &Trace) -> BTreeMap<(usize, ViewKey), ViewKey> {
 /// The membership oracles: view agreement, consistent order, virtual synchrony, and (when the run
 /// quiesced) that the live members end in one common view.
 fn check_views(trace: &Trace, successor: &BTreeMap<(usize, ViewKey), ViewKey>, violations: &mut Vec<Violation>) {
-    // View agreement: one membership per view id.
+    // View agreement: one membership, and one stack, per view id.
     let mut membership: BTreeMap<ViewKey, &Vec<usize>> = BTreeMap::new();
+    let mut stacks: BTreeMap<ViewKey, &String> = BTreeMap::new();
     for v in &trace.views {
-        if let Some(previous) = membership.insert(v.view, &v.members) {
-            if previous != &v.members {
-                violations.push(Violation::ViewAgreement { view: v.view });
-            }
+        let members_differ = membership.insert(v.view, &v.members).is_some_and(|previous| previous != &v.members);
+        let stacks_differ = stacks.insert(v.view, &v.stack).is_some_and(|previous| previous != &v.stack);
+        if members_differ || stacks_differ {
+            violations.push(Violation::ViewAgreement { view: v.view });
         }
     }
     // Consistent order: increasing logical time per member; no two members install two views in
@@ -772,6 +773,15 @@ mod tests {
         let mut trace = with_view_change();
         trace.views[4].members = vec![0, 1, 2];
         assert!(check(&trace).iter().any(|v| matches!(v, Violation::ViewAgreement { view: (1, 7) })));
+    }
+
+    #[test]
+    fn catches_members_of_one_view_running_different_stacks() {
+        let mut trace = with_view_change();
+        trace.views.iter_mut().filter(|v| v.view == (1, 7)).for_each(|v| v.stack = "vsync".into());
+        assert_eq!(check(&trace), vec![]);
+        trace.views.iter_mut().find(|v| v.view == (1, 7)).unwrap().stack = "total".into();
+        assert!(check(&trace).contains(&Violation::ViewAgreement { view: (1, 7) }));
     }
 
     #[test]

@@ -19,6 +19,9 @@ pub struct FullView {
     pub prev: Vec<(u64, u64)>,
     /// Whether the view is primary.
     pub primary: bool,
+    /// The view's stack, as a layer list: a merge into a partition that switched stacks must
+    /// build the granter's stack, not its own.
+    pub stack: String,
 }
 
 impl FullView {
@@ -31,6 +34,7 @@ impl FullView {
         let prev: Vec<u64> = self.prev.iter().flat_map(|&(l, c)| [l, c]).collect();
         w.varint_vec(&prev);
         w.u8(u8::from(self.primary));
+        w.text(&self.stack);
     }
 
     /// Reads one, checking that members and addresses match and the flag is a boolean.
@@ -48,7 +52,8 @@ impl FullView {
             return Err(WireError { kind: WireErrorKind::Range, offset: flag_offset });
         }
         let prev = prev.chunks(2).map(|pair| (pair[0], pair[1])).collect();
-        Ok(FullView { ltime, coord, members, addresses, prev, primary: primary == 1 })
+        let stack = r.text(super::switch::SPEC_MAX)?;
+        Ok(FullView { ltime, coord, members, addresses, prev, primary: primary == 1, stack })
     }
 }
 

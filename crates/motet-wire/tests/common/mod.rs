@@ -158,6 +158,7 @@ pub fn full_view() -> impl Strategy<Value = intra::FullView> {
         any::<bool>(),
     )
         .prop_map(|(ltime, coord, members, prev, primary)| intra::FullView {
+            stack: "top:appl:bottom".into(),
             ltime,
             coord,
             addresses: members.iter().map(|m| m.1).collect(),
