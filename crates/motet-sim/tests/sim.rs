@@ -136,7 +136,9 @@ fn total_swarm_passes() {
     for seed in (1..=50).chain([1235]) {
         let options = SimOptions::swarm(seed, 7, total.clone());
         let report = run(&options);
-        assert!(report.trace.views.iter().all(|v| v.guarantees.total), "the total-order oracle applies");
+        // The swarm may switch stacks later; the first views run `total`.
+        let first_views = report.trace.views.iter().filter(|v| v.view.0 == 0);
+        assert!(first_views.clone().all(|v| v.guarantees.total), "the total-order oracle applies");
         assert_eq!(first(&report.violations), [], "seed {seed}: {}", options.replay_command(true));
         ordered += report.cast_deliveries;
     }
@@ -151,7 +153,8 @@ fn causal_and_safe_swarms_pass() {
     for (seed, stack) in (1..=40).map(|s| (s, causal.clone())).chain((41..=80).map(|s| (s, safe.clone()))) {
         let options = SimOptions::swarm(seed, 7, stack);
         let report = run(&options);
-        assert!(report.trace.views.iter().all(|v| v.guarantees.causal || v.guarantees.safe), "an oracle applies");
+        let first_views = report.trace.views.iter().filter(|v| v.view.0 == 0);
+        assert!(first_views.clone().all(|v| v.guarantees.causal || v.guarantees.safe), "an oracle applies");
         assert_eq!(first(&report.violations), [], "seed {seed}: {}", options.replay_command(true));
     }
 }
