@@ -39,6 +39,9 @@ pub enum Property {
     Switch,
     /// State transfer: a merged view copies the application's state from rank 0 to the others.
     Xfer,
+    /// Total order of application casts by a rotating token (the alternative to `Total`'s
+    /// sequencer; membership traffic is exempt).
+    Token,
 }
 
 impl Property {
@@ -58,6 +61,7 @@ impl Property {
         Property::Agree,
         Property::Switch,
         Property::Xfer,
+        Property::Token,
     ];
 
     /// The property's name.
@@ -77,6 +81,7 @@ impl Property {
             Property::Agree => "Agree",
             Property::Switch => "Switch",
             Property::Xfer => "Xfer",
+            Property::Token => "Token",
         }
     }
 
@@ -97,6 +102,7 @@ impl Property {
             Property::Agree => &[LayerKind::Safe, LayerKind::Local],
             Property::Switch => &[LayerKind::Switch],
             Property::Xfer => &[LayerKind::Xfer],
+            Property::Token => &[LayerKind::Totem, LayerKind::Local],
         }
     }
 }
@@ -353,6 +359,8 @@ mod tests {
         assert_eq!(StackSpec::parse("vsync+Total+Causal"), Err(StackSpecError::Conflict("sequencer", "causal")));
         assert!(StackSpec::parse("safe").unwrap().to_string().contains("appl:safe:local"));
         assert_eq!(StackSpec::parse("vsync+Agree+Total"), Err(StackSpecError::Conflict("sequencer", "safe")));
+        assert_eq!(StackSpec::parse("vsync+Total+Token"), Err(StackSpecError::Conflict("sequencer", "totem")));
+        assert!(StackSpec::parse("vsync+Token").unwrap().to_string().contains("appl:totem:local"));
         // Ordering needs a view-change flush above it.
         assert!(matches!(
             StackSpec::parse("fifo+Total"),

@@ -199,6 +199,13 @@ impl RankSet {
         }
         self.words[word] |= 1 << bit;
     }
+    /// Removes `rank`.
+    pub fn remove(&mut self, rank: Rank) {
+        let (word, bit) = (usize::from(rank) / 64, rank % 64);
+        if let Some(w) = self.words.get_mut(word) {
+            *w &= !(1 << bit);
+        }
+    }
     /// Whether `rank` is in the set.
     pub fn contains(&self, rank: Rank) -> bool {
         let (word, bit) = (usize::from(rank) / 64, rank % 64);

@@ -127,14 +127,16 @@ fn vsync_swarm_passes() {
     assert!(later_primaries > 100, "{later_primaries}");
 }
 
-/// Issue 5's swarm for `total`, smaller, plus seed 1235, which once found a virtual-synchrony
+/// Issue 5's swarm for both total orders (`total`: sequencer; `vsync+Token`: rotating token),
+/// smaller, plus seed 1235, which once found a virtual-synchrony
 /// violation (two flush rounds with different cuts) through the total-order oracle.
 #[test]
 fn total_swarm_passes() {
     let total = StackSpec::parse("total").unwrap();
     let mut ordered = 0;
-    for seed in (1..=50).chain([1235]) {
-        let options = SimOptions::swarm(seed, 7, total.clone());
+    let token = StackSpec::parse("vsync+Token").unwrap();
+    for (seed, stack) in (1..=40).map(|s| (s, &total)).chain([(1235, &total)]).chain((41..=70).map(|s| (s, &token))) {
+        let options = SimOptions::swarm(seed, 7, stack.clone());
         let report = run(&options);
         // The swarm may switch stacks later; the first views run `total`.
         let first_views = report.trace.views.iter().filter(|v| v.view.0 == 0);

@@ -34,6 +34,7 @@ pub mod suspect;
 pub mod switch;
 pub mod sync;
 pub mod top;
+pub mod totem;
 pub mod xfer;
 
 macro_rules! registry {
@@ -114,6 +115,7 @@ registry! {
     Stable => stable::Stable,
     Appl => appl::Appl,
     Sequencer => sequencer::Sequencer,
+    Totem => totem::Totem,
     Causal => causal::Causal,
     Safe => safe::Safe,
     Local => local::Local,

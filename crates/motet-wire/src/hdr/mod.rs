@@ -35,6 +35,7 @@ pub mod stable;
 pub mod suspect;
 pub mod switch;
 pub mod sync;
+pub mod totem;
 pub mod xfer;
 
 /// The header of one layer: a closed enum whose variant 0 has no fields.
@@ -154,6 +155,7 @@ headers! {
     Safe(safe),
     Switch(switch),
     Xfer(xfer),
+    Totem(totem),
 }
 
 fn encode_one<H: LayerHeader>(header: &H, w: &mut Writer<'_>) {

@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use motet_wire::hdr::{
     appl, bottom, causal, elect, frag, heal, inter, intra, leave, local, merge, mflow, mnak, primary, pt2pt, pt2ptw,
-    safe, sequencer, slander, stable, suspect, switch, sync, xfer,
+    safe, sequencer, slander, stable, suspect, switch, sync, totem, xfer,
 };
 use motet_wire::WireAddress;
 use motet_wire::{ConnId, Head, Header, Mux, Payload, Rank, Seqno, HEADER_COUNT_MAX};
@@ -242,6 +242,16 @@ pub fn xfer_hdr() -> impl Strategy<Value = xfer::Header> {
     ]
 }
 
+pub fn totem_hdr() -> impl Strategy<Value = totem::Header> {
+    prop_oneof![
+        Just(totem::Header::NoHdr),
+        u64_any().prop_map(|seq| totem::Header::Data { seq }),
+        Just(totem::Header::Unordered),
+        u64_any().prop_map(|seq| totem::Header::Token { seq }),
+        Just(totem::Header::Request),
+    ]
+}
+
 /// A header of any layer, every layer equally likely.
 pub fn header() -> impl Strategy<Value = Header> {
     prop_oneof![
@@ -269,6 +279,7 @@ pub fn header() -> impl Strategy<Value = Header> {
         safe_hdr().prop_map(Header::from),
         switch_hdr().prop_map(Header::from),
         xfer_hdr().prop_map(Header::from),
+        totem_hdr().prop_map(Header::from),
     ]
 }
 

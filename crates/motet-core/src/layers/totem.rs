@@ -1,0 +1,283 @@
+//! `totem`: total order of application casts by a rotating token (property `Token`; the
+//! token-based total order of Horus and Ensemble, thesis Figs 4.1-4.3, as in Totem and RMP; digest
+//! §2.3 `Total`). The alternative to `sequencer`: no member relays every order, the right to
+//! order moves to whoever has something to send.
+//!
+//! Provides: [`Service::TotalOrder`]. Requires below: [`Service::ReliableCast`],
+//! [`Service::ReliableSend`] (the token travels point-to-point) and [`Service::LocalDelivery`];
+//! above: [`Service::Flush`]. Header: `Data { seq }`, `Unordered`, `Token { seq }`, `Request`,
+//! `NoHdr`.
+//!
+//! One token per view, first held by rank 0. Its holder casts its application casts with the next
+//! global sequence numbers (`Data { seq }`); a member with casts and no token holds them and casts
+//! `Request` once. Every member notes who asked; a member that casts ordered data is no longer
+//! waiting. After sending, the holder passes the token (`Token { seq }`, reliable point-to-point)
+//! to the next waiting member in ring order, or keeps it when nobody waits, so an idle group is
+//! silent. Everyone, the holders included (through `local`), delivers casts in `seq` order.
+//!
+//! View changes: after the flush has passed this layer nobody orders anything; a member still
+//! holding casts without the token casts them as `Unordered` inside the cut (they were accepted, so
+//! they must be delivered in this view). When the cut is delivered, every member going on to the
+//! next view holds the same casts and finishes the same way: the ordered ones by `seq` (skipping
+//! numbers whose casts no survivor has), then the unordered ones by origin rank and FIFO position.
+//! If the holder fails, the token is lost and ordering waits for the view change, which the
+//! failure detector starts.
+
+use crate::event::{Dn, DropReason, Msg, Qos, Up};
+use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::view::{RankSet, ViewState};
+use crate::Rank;
+use motet_wire::hdr::totem::Header;
+use std::collections::{BTreeMap, VecDeque};
+
+/// `totem` has no parameters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {}
+
+/// Static description.
+pub static SPEC: LayerSpec = LayerSpec {
+    name: "totem",
+    summary: "total order by a rotating token: the holder numbers its casts, then passes the token on",
+    provides: &[Service::TotalOrder],
+    requires_below: &[Service::ReliableCast, Service::ReliableSend, Service::LocalDelivery],
+    requires_above: &[Service::Flush],
+};
+
+/// `totem` state.
+#[derive(Debug)]
+pub struct Totem {
+    rank: Rank,
+    n: usize,
+    /// This member holds the token; `next` is the next sequence number to give.
+    holder: bool,
+    next: u64,
+    /// Our application casts waiting for the token.
+    pending: VecDeque<Msg>,
+    /// We cast a `Request` and have not had the token since.
+    requested: bool,
+    /// Members known to wait for the token.
+    waiting: RankSet,
+    /// Ordered casts received and not yet delivered, by sequence number.
+    held: BTreeMap<u64, (Rank, Msg)>,
+    /// The next sequence number to deliver.
+    deliver_next: u64,
+    /// Casts that were never ordered (cast during the flush), per origin.
+    unordered: Vec<VecDeque<Msg>>,
+    blocked: bool,
+    completed: bool,
+}
+
+impl Totem {
+    /// A `totem` for `view`.
+    pub fn new(_config: &Config, view: &ViewState, rank: Rank) -> Totem {
+        Totem {
+            rank,
+            n: view.len(),
+            holder: rank == 0,
+            next: 0,
+            pending: VecDeque::new(),
+            requested: false,
+            waiting: RankSet::new(),
+            held: BTreeMap::new(),
+            deliver_next: 0,
+            unordered: vec![VecDeque::new(); view.len()],
+            blocked: false,
+            completed: false,
+        }
+    }
+
+    fn deliver(&mut self, origin: Rank, msg: Msg, out: &mut Outbox<'_>) {
+        out.up(Up::Cast { origin, msg, qos: Qos::Reliable });
+    }
+
+    fn deliver_ordered(&mut self, out: &mut Outbox<'_>) {
+        while let Some((origin, msg)) = self.held.remove(&self.deliver_next) {
+            self.deliver_next += 1;
+            self.deliver(origin, msg, out);
+        }
+    }
+
+    /// As holder: orders and casts what waits, then passes the token to the next waiting member.
+    fn use_token(&mut self, out: &mut Outbox<'_>) {
+        if !self.holder || self.blocked {
+            return;
+        }
+        while let Some(msg) = self.pending.pop_front() {
+            out.dn(Dn::Cast { msg: msg.with(Header::Data { seq: self.next }), qos: Qos::Reliable });
+            self.next += 1;
+        }
+        self.requested = false;
+        self.waiting.remove(self.rank);
+        let n = self.n as Rank;
+        let next = (1..n).map(|k| (self.rank + k) % n).find(|&r| self.waiting.contains(r));
+        if let Some(dest) = next {
+            self.holder = false;
+            self.waiting.remove(dest);
+            out.dn(Dn::Send { dest, msg: Msg::default().with(Header::Token { seq: self.next }) });
+        }
+    }
+
+    fn complete(&mut self, out: &mut Outbox<'_>) {
+        let held = std::mem::take(&mut self.held);
+        for (_, (origin, msg)) in held {
+            self.deliver(origin, msg, out);
+        }
+        for origin in 0..self.unordered.len() {
+            while let Some(msg) = self.unordered[origin].pop_front() {
+                self.deliver(origin as Rank, msg, out);
+            }
+        }
+        self.completed = true;
+    }
+}
+
+impl Layer for Totem {
+    fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
+        match ev {
+            Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
+                Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
+                Some(Header::Data { .. } | Header::Unordered) if self.completed => self.deliver(origin, msg, out),
+                Some(Header::Data { seq }) => {
+                    self.waiting.remove(origin); // it had the token: served
+                    if seq < self.deliver_next || self.held.contains_key(&seq) {
+                        return out.drop_input(DropReason::Duplicate);
+                    }
+                    self.held.insert(seq, (origin, msg));
+                    self.deliver_ordered(out);
+                }
+                Some(Header::Unordered) => self.unordered[usize::from(origin)].push_back(msg),
+                Some(Header::Request) => {
+                    if origin != self.rank {
+                        self.waiting.insert(origin);
+                        self.use_token(out);
+                    }
+                }
+                Some(Header::Token { .. }) | None => out.drop_input(DropReason::HeaderMismatch),
+            },
+            Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
+                Some(Header::NoHdr) => out.up(Up::Send { origin, msg }),
+                Some(Header::Token { seq }) => {
+                    if self.holder {
+                        return out.drop_input(DropReason::Duplicate);
+                    }
+                    self.holder = true;
+                    self.next = seq;
+                    self.use_token(out);
+                }
+                _ => out.drop_input(DropReason::HeaderMismatch),
+            },
+            Up::CutReached => {
+                self.complete(out);
+                out.up(Up::CutReached);
+            }
+            other => out.pass_up(other, Header::NoHdr),
+        }
+    }
+
+    fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        match ev {
+            Dn::Cast { msg, qos: Qos::Total } if self.blocked => {
+                out.dn(Dn::Cast { msg: msg.with(Header::Unordered), qos: Qos::Reliable });
+            }
+            Dn::Cast { msg, qos: Qos::Total } => {
+                self.pending.push_back(msg);
+                if self.holder {
+                    self.use_token(out);
+                } else if !self.requested {
+                    self.requested = true;
+                    out.dn(Dn::Cast { msg: Msg::default().with(Header::Request), qos: Qos::Reliable });
+                }
+            }
+            Dn::Block => {
+                // Accepted casts that never got the token go out now, unordered, inside the cut.
+                self.blocked = true;
+                while let Some(msg) = self.pending.pop_front() {
+                    out.dn(Dn::Cast { msg: msg.with(Header::Unordered), qos: Qos::Reliable });
+                }
+                out.dn(Dn::Block);
+            }
+            other => out.pass_dn(other, Header::NoHdr),
+        }
+    }
+
+    fn check_invariants(&self) {
+        assert!(!self.holder || self.pending.is_empty() || self.blocked, "a holder sends at once");
+        assert!(self.held.keys().all(|&seq| seq >= self.deliver_next));
+    }
+
+    fn buffered(&self) -> usize {
+        self.held.len() + self.pending.len() + self.unordered.iter().map(VecDeque::len).sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::harness::{Harness, Out};
+
+    fn app(tag: u8) -> Dn {
+        Dn::Cast { msg: Msg::new(vec![tag].into()), qos: Qos::Total }
+    }
+
+    fn casts(out: &[Out]) -> Vec<Msg> {
+        out.iter()
+            .filter_map(|o| match o {
+                Out::Dn(Dn::Cast { msg, .. }) => Some(msg.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_token_moves_to_whoever_waits_and_delivery_follows_seq() {
+        let view = crate::testing::view_of("vsync+Token", 3);
+        let mut a = Harness::new(Totem::new(&Config {}, &view, 0), 0);
+        let mut b = Harness::new(Totem::new(&Config {}, &view, 1), 1);
+        // a holds the token: its cast is numbered at once.
+        let a0 = casts(&a.dn(app(10)));
+        assert_eq!(a0[0].hdrs, vec![Header::Data { seq: 0 }.into()]);
+        // b waits: it asks once, however many casts it has.
+        let request = casts(&b.dn(app(20)));
+        assert!(casts(&b.dn(app(21))).is_empty());
+        assert_eq!(request[0].hdrs, vec![Header::Request.into()]);
+        // a hears the request and passes the token.
+        let out = a.up(Up::Cast { origin: 1, msg: request[0].clone(), qos: Qos::Reliable });
+        let token = match &out[..] {
+            [Out::Dn(Dn::Send { dest: 1, msg })] => msg.clone(),
+            other => panic!("{other:?}"),
+        };
+        let b_casts = casts(&b.up(Up::Send { origin: 0, msg: token }));
+        let seqs: Vec<_> = b_casts.iter().map(|m| m.hdrs[0].clone()).collect();
+        assert_eq!(seqs, vec![Header::Data { seq: 1 }.into(), Header::Data { seq: 2 }.into()]);
+        // A third member delivers by seq whatever the arrival order.
+        let mut c = Harness::new(Totem::new(&Config {}, &view, 2), 2);
+        let delivered = |out: &[Out]| out.iter().filter(|o| matches!(o, Out::Up(Up::Cast { .. }))).count();
+        assert_eq!(delivered(&c.up(Up::Cast { origin: 1, msg: b_casts[0].clone(), qos: Qos::Reliable })), 0);
+        assert_eq!(delivered(&c.up(Up::Cast { origin: 0, msg: a0[0].clone(), qos: Qos::Reliable })), 2);
+        assert_eq!(delivered(&c.up(Up::Cast { origin: 1, msg: b_casts[1].clone(), qos: Qos::Reliable })), 1);
+    }
+
+    #[test]
+    fn casts_without_the_token_go_unordered_at_the_flush_and_the_cut_orders_them_last() {
+        let view = crate::testing::view_of("vsync+Token", 2);
+        let mut b = Harness::new(Totem::new(&Config {}, &view, 1), 1);
+        b.dn(app(20));
+        let out = b.dn(Dn::Block);
+        let sent = casts(&out);
+        assert_eq!(sent[0].hdrs, vec![Header::Unordered.into()]);
+        assert!(matches!(out.last(), Some(Out::Dn(Dn::Block))));
+        let ordered = Msg::new(vec![1].into()).with(Header::Data { seq: 1 });
+        b.up(Up::Cast { origin: 0, msg: ordered, qos: Qos::Reliable }); // seq 0 never arrives
+        b.up(Up::Cast { origin: 1, msg: sent[0].clone(), qos: Qos::Reliable });
+        let out = b.up(Up::CutReached);
+        let order: Vec<u8> = out
+            .iter()
+            .filter_map(|o| match o {
+                Out::Up(Up::Cast { msg, .. }) => Some(msg.payload.to_bytes()[0]),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(order, vec![1, 20]);
+        assert_eq!(b.layer.buffered(), 0);
+    }
+}
