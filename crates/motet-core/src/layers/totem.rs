@@ -30,9 +30,19 @@ use crate::Rank;
 use motet_wire::hdr::totem::Header;
 use std::collections::{BTreeMap, VecDeque};
 
-/// `totem` has no parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Config {}
+/// `totem` parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Application casts held while waiting for the token before casts are flow-blocked
+    /// (`FlowBlock`, released when the token comes). Default 1024.
+    pub pending_max: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { pending_max: 1024 }
+    }
+}
 
 /// Static description.
 pub static SPEC: LayerSpec = LayerSpec {
@@ -46,6 +56,12 @@ pub static SPEC: LayerSpec = LayerSpec {
 /// `totem` state.
 #[derive(Debug)]
 pub struct Totem {
+    pending_max: usize,
+    /// Flow control below blocks casts; we block them while `pending` is full; what `appl` was
+    /// last told (casts are blocked when either is).
+    below_blocked: bool,
+    own_blocked: bool,
+    reported: bool,
     rank: Rank,
     n: usize,
     /// This member holds the token; `next` is the next sequence number to give.
@@ -69,8 +85,12 @@ pub struct Totem {
 
 impl Totem {
     /// A `totem` for `view`.
-    pub fn new(_config: &Config, view: &ViewState, rank: Rank) -> Totem {
+    pub fn new(config: &Config, view: &ViewState, rank: Rank) -> Totem {
         Totem {
+            pending_max: config.pending_max.max(1),
+            below_blocked: false,
+            own_blocked: false,
+            reported: false,
             rank,
             n: view.len(),
             holder: rank == 0,
@@ -83,6 +103,15 @@ impl Totem {
             unordered: vec![VecDeque::new(); view.len()],
             blocked: false,
             completed: false,
+        }
+    }
+
+    /// Tells `appl` when casts become blocked or free (ours and flow control's, combined).
+    fn report(&mut self, out: &mut Outbox<'_>) {
+        let blocked = self.below_blocked || self.own_blocked;
+        if blocked != self.reported {
+            self.reported = blocked;
+            out.up(Up::FlowBlock { dest: None, blocked });
         }
     }
 
@@ -106,6 +135,8 @@ impl Totem {
             out.dn(Dn::Cast { msg: msg.with(Header::Data { seq: self.next }), qos: Qos::Reliable });
             self.next += 1;
         }
+        self.own_blocked = false;
+        self.report(out);
         self.requested = false;
         self.waiting.remove(self.rank);
         let n = self.n as Rank;
@@ -170,6 +201,10 @@ impl Layer for Totem {
                 self.complete(out);
                 out.up(Up::CutReached);
             }
+            Up::FlowBlock { dest: None, blocked } => {
+                self.below_blocked = blocked;
+                self.report(out);
+            }
             other => out.pass_up(other, Header::NoHdr),
         }
     }
@@ -181,6 +216,10 @@ impl Layer for Totem {
             }
             Dn::Cast { msg, qos: Qos::Total } => {
                 self.pending.push_back(msg);
+                if self.pending.len() >= self.pending_max && !self.holder {
+                    self.own_blocked = true;
+                    self.report(out);
+                }
                 if self.holder {
                     self.use_token(out);
                 } else if !self.requested {
@@ -231,8 +270,8 @@ mod tests {
     #[test]
     fn the_token_moves_to_whoever_waits_and_delivery_follows_seq() {
         let view = crate::testing::view_of("vsync+Token", 3);
-        let mut a = Harness::new(Totem::new(&Config {}, &view, 0), 0);
-        let mut b = Harness::new(Totem::new(&Config {}, &view, 1), 1);
+        let mut a = Harness::new(Totem::new(&Config::default(), &view, 0), 0);
+        let mut b = Harness::new(Totem::new(&Config::default(), &view, 1), 1);
         // a holds the token: its cast is numbered at once.
         let a0 = casts(&a.dn(app(10)));
         assert_eq!(a0[0].hdrs, vec![Header::Data { seq: 0 }.into()]);
@@ -250,7 +289,7 @@ mod tests {
         let seqs: Vec<_> = b_casts.iter().map(|m| m.hdrs[0].clone()).collect();
         assert_eq!(seqs, vec![Header::Data { seq: 1 }.into(), Header::Data { seq: 2 }.into()]);
         // A third member delivers by seq whatever the arrival order.
-        let mut c = Harness::new(Totem::new(&Config {}, &view, 2), 2);
+        let mut c = Harness::new(Totem::new(&Config::default(), &view, 2), 2);
         let delivered = |out: &[Out]| out.iter().filter(|o| matches!(o, Out::Up(Up::Cast { .. }))).count();
         assert_eq!(delivered(&c.up(Up::Cast { origin: 1, msg: b_casts[0].clone(), qos: Qos::Reliable })), 0);
         assert_eq!(delivered(&c.up(Up::Cast { origin: 0, msg: a0[0].clone(), qos: Qos::Reliable })), 2);
@@ -260,7 +299,7 @@ mod tests {
     #[test]
     fn casts_without_the_token_go_unordered_at_the_flush_and_the_cut_orders_them_last() {
         let view = crate::testing::view_of("vsync+Token", 2);
-        let mut b = Harness::new(Totem::new(&Config {}, &view, 1), 1);
+        let mut b = Harness::new(Totem::new(&Config::default(), &view, 1), 1);
         b.dn(app(20));
         let out = b.dn(Dn::Block);
         let sent = casts(&out);
@@ -279,5 +318,21 @@ mod tests {
             .collect();
         assert_eq!(order, vec![1, 20]);
         assert_eq!(b.layer.buffered(), 0);
+    }
+
+    #[test]
+    fn casts_waiting_for_the_token_are_bounded_by_flow_control() {
+        let view = crate::testing::view_of("vsync+Token", 2);
+        let mut b = Harness::new(Totem::new(&Config { pending_max: 2 }, &view, 1), 1);
+        let blocked =
+            |out: &[Out]| out.iter().any(|o| matches!(o, Out::Up(Up::FlowBlock { dest: None, blocked: true })));
+        assert!(!blocked(&b.dn(app(1))));
+        assert!(blocked(&b.dn(app(2))), "the second cast fills the queue");
+        // Flow control below releasing does not release casts while the queue is full.
+        assert!(b.up(Up::FlowBlock { dest: None, blocked: false }).is_empty());
+        let token = Msg::default().with(Header::Token { seq: 0 });
+        let out = b.up(Up::Send { origin: 0, msg: token });
+        assert!(out.iter().any(|o| matches!(o, Out::Up(Up::FlowBlock { dest: None, blocked: false }))));
+        assert_eq!(casts(&out).len(), 2);
     }
 }
