@@ -290,6 +290,9 @@ pub enum Action {
     Cast(Payload),
     /// Send to each of these ranks.
     Send(Vec<Rank>, Payload),
+    /// A cast for these ranks only (a subcast): it is ordered with the stack's guarantee among all
+    /// casts (FIFO, total, causal, safe) and delivered as a cast at the named members only.
+    Subcast(Vec<Rank>, Payload),
     /// Leave the group.
     Leave,
     /// Ask the whole group to run this stack from the next view on (protocol switching; the stack

@@ -208,6 +208,23 @@ mod tests {
     }
 
     #[test]
+    fn a_subcast_is_delivered_at_the_named_members_only() {
+        for stack in ["fifo", "total", "causal"] {
+            let mut group = Group::new(3, stack);
+            for i in 0..10u8 {
+                group.act(1, Action::Cast(vec![i].into())).unwrap();
+                group.act(1, Action::Subcast(vec![0, 2], vec![i].into())).unwrap();
+            }
+            group.tick(Duration::from_millis(100));
+            assert_eq!(group.delivered, vec![20, 10, 20], "{stack}");
+            assert!(matches!(
+                group.act(0, Action::Subcast(vec![5], b"x".as_slice().into())),
+                Err(ApiError::NoSuchRank { rank: 5, len: 3 })
+            ));
+        }
+    }
+
+    #[test]
     fn fifo_group_delivers_and_frees_buffers_after_stability() {
         let mut group = Group::new(3, "fifo");
         for i in 0..200u32 {

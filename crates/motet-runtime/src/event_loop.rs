@@ -45,6 +45,7 @@ pub(crate) enum Op {
     Switch(motet_core::StackSpec),
     /// State-transfer actions name the transfer view they belong to: one for an earlier view
     /// (the application had not yet seen the view change) is void and dropped.
+    Subcast(Vec<EndpointId>, Bytes),
     XferChunk(motet_core::ViewId, Bytes, bool),
     XferDone(motet_core::ViewId),
 }
@@ -323,6 +324,12 @@ impl EventLoop {
     /// the application's state; mark the last one. Held while flow control is blocking.
     pub fn xfer_chunk(&mut self, endpoint: EndpointId, view: ViewId, data: Bytes, last: bool) -> Result<(), Error> {
         self.act(endpoint, Op::XferChunk(view, data, last))
+    }
+
+    /// Casts `data` to the members `to` of the current view only (a subcast), ordered with the
+    /// stack's guarantee among all casts.
+    pub fn subcast(&mut self, endpoint: EndpointId, to: Vec<EndpointId>, data: Bytes) -> Result<(), Error> {
+        self.act(endpoint, Op::Subcast(to, data))
     }
 
     /// This member is done with the current view's state transfer.
@@ -903,6 +910,12 @@ fn take(
                 return Ok(());
             };
             Action::Send(vec![rank], payload(data))
+        }
+        Op::Subcast(to, data) => {
+            let view = member.view.as_ref().ok_or(Error::Api(ApiError::Blocked))?;
+            let ranks: Vec<Rank> = to.iter().filter_map(|&e| view.rank_of(e)).collect();
+            stats.sends_to_departed += (to.len() - ranks.len()) as u64;
+            Action::Subcast(ranks, payload(data))
         }
         Op::Leave => Action::Leave,
         Op::Switch(spec) => Action::Switch(spec.clone()),

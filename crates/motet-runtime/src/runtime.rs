@@ -240,6 +240,15 @@ impl Handle {
         self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Leave })
     }
 
+    /// Casts `data` to the members `to` of the current view only (a subcast): ordered with the
+    /// stack's guarantee among all casts, delivered as a cast at those members. Members that
+    /// have left the view by then are skipped.
+    pub fn subcast(&self, to: &[EndpointId], data: impl Into<Bytes>) -> Result<(), Error> {
+        let data = data.into();
+        self.check(data.len())?;
+        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Subcast(to.to_vec(), data) })
+    }
+
     /// Asks the whole group to run stack `spec` from its next view on (protocol switching; both
     /// the current and the new stack need the `Switch` property). Watch `View::stack` for the
     /// change; a request made during a view change waits for it to end.
@@ -322,6 +331,11 @@ impl Member {
     /// See [`Handle::switch`].
     pub fn switch(&self, spec: &str) -> Result<(), Error> {
         self.handle.switch(spec)
+    }
+
+    /// See [`Handle::subcast`].
+    pub fn subcast(&self, to: &[EndpointId], data: impl Into<Bytes>) -> Result<(), Error> {
+        self.handle.subcast(to, data)
     }
 
     /// See [`Handle::xfer_chunk`].

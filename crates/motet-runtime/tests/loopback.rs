@@ -276,3 +276,25 @@ fn segmentation_offload_can_be_turned_off() {
     let stats = burst(config, 400, |_| 1000);
     assert!(stats.iter().all(|s| s.segmented_sends == 0), "{stats:?}");
 }
+
+#[test]
+fn a_subcast_reaches_the_named_members_only() {
+    let (runtimes, addresses) = start(3);
+    let members: Vec<Member> =
+        runtimes.iter().map(|r| r.join(GroupConfig::new("subcast").peers(addresses.clone())).unwrap()).collect();
+    converge(&members, Duration::from_secs(30));
+    members[0].subcast(&[members[2].id()], "for two").unwrap();
+    members[0].cast("for all").unwrap();
+    for (i, m) in members.iter().enumerate() {
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !got.contains(&"for all".to_string()) {
+            assert!(Instant::now() < deadline, "member {i} got {got:?}");
+            if let Some(Event::Cast { data, .. }) = m.recv_timeout(Duration::from_millis(100)).unwrap() {
+                got.push(String::from_utf8(data.to_vec()).unwrap());
+            }
+        }
+        let expected: Vec<&str> = if i == 2 { vec!["for two", "for all"] } else { vec!["for all"] };
+        assert_eq!(got, expected, "member {i}: FIFO with the sender's casts, and only where named");
+    }
+}

@@ -121,6 +121,20 @@ impl Appl {
                 }
                 out.up(Up::SwitchReq(spec));
             }
+            Action::Subcast(ranks, payload) => {
+                self.check_size(payload.len())?;
+                if let Some(&rank) = ranks.iter().find(|&&r| usize::from(r) >= self.view.len()) {
+                    return Err(ApiError::NoSuchRank { rank, len: self.view.len() });
+                }
+                if self.view.xfer_view {
+                    return Err(ApiError::Blocked);
+                }
+                if self.cast_blocked {
+                    return Err(ApiError::FlowBlocked { dest: None });
+                }
+                let msg = Msg::new(payload).with(Header::Subset(ranks.into()));
+                out.dn(Dn::Cast { msg, qos: self.cast_qos });
+            }
             Action::XferChunk { payload, last } => {
                 self.check_size(payload.len())?;
                 if !self.view.xfer_view || self.rank != 0 {
@@ -181,6 +195,10 @@ impl Layer for Appl {
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 Some(Header::Data) if self.left => out.drop_input(DropReason::Disabled),
                 Some(Header::Data) => out.deliver(AppEvent::Cast { origin, payload: msg.payload }),
+                Some(Header::Subset(_)) if self.left => out.drop_input(DropReason::Disabled),
+                // A subcast for others: it kept its place in the order; there is nothing to deliver.
+                Some(Header::Subset(ranks)) if !ranks.contains(&self.rank) => {}
+                Some(Header::Subset(_)) => out.deliver(AppEvent::Cast { origin, payload: msg.payload }),
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
                 None => out.drop_input(DropReason::HeaderMismatch),
             },
@@ -188,6 +206,7 @@ impl Layer for Appl {
                 Some(Header::Data) if self.left => out.drop_input(DropReason::Disabled),
                 Some(Header::Data) => out.deliver(AppEvent::Send { origin, payload: msg.payload }),
                 Some(Header::NoHdr) => out.up(Up::Send { origin, msg }),
+                Some(Header::Subset(_)) => out.drop_input(DropReason::HeaderMismatch),
                 None => out.drop_input(DropReason::HeaderMismatch),
             },
             Up::FlowBlock { dest, blocked } => {

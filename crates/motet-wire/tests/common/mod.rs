@@ -112,7 +112,11 @@ pub fn local_hdr() -> impl Strategy<Value = local::Header> {
 }
 
 pub fn appl_hdr() -> impl Strategy<Value = appl::Header> {
-    prop_oneof![Just(appl::Header::Data), Just(appl::Header::NoHdr)]
+    prop_oneof![
+        Just(appl::Header::Data),
+        Just(appl::Header::NoHdr),
+        prop::collection::vec(rank(), 0..6).prop_map(|ranks| appl::Header::Subset(ranks.into())),
+    ]
 }
 
 fn vec_any() -> impl Strategy<Value = Vec<u64>> {
