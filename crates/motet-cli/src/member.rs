@@ -78,6 +78,9 @@ pub(crate) struct MemberArgs {
     /// Seconds to wait before `--switch`.
     #[arg(long, default_value_t = 0.0)]
     switch_after: f64,
+    /// Join as a client (client/server groups): casts to servers only do not reach it.
+    #[arg(long)]
+    client: bool,
     /// Read commands on stdin: a line `/switch SPEC` asks the group to switch stacks, `/leave`
     /// leaves; every other line is cast as usual.
     #[arg(long)]
@@ -100,6 +103,7 @@ pub(crate) fn event_json(event: &Event) -> serde_json::Value {
             "stack": view.stack,
             "primary": view.primary,
             "xfer": view.xfer,
+            "clients": view.clients.iter().map(|&e| id(e)).collect::<Vec<_>>(),
         }),
         Event::Cast { from, data } => {
             json!({"type": "cast", "from": id(*from), "data": String::from_utf8_lossy(data)})
@@ -193,6 +197,7 @@ fn configure(args: &MemberArgs) -> Result<(RuntimeConfig, GroupConfig), String> 
         runtime.inject_loss = args.inject_loss;
     }
     group.peers.extend(args.peers.iter().cloned());
+    group.client |= args.client;
     Ok((runtime, group))
 }
 

@@ -99,8 +99,11 @@ pub struct ViewState {
     pub prev_ids: Vec<ViewId>,
     /// Group key material for security layers (room for a later issue; `None` means no key).
     pub key: Option<Arc<[u8]>>,
-    /// Whether this is a state-transfer view (room for the `Xfer` layer).
+    /// Whether this is a state-transfer view (the `Xfer` layer).
     pub xfer_view: bool,
+    /// Per rank, whether the member is a client (Ensemble's `ViewState.clients`, property
+    /// `Cltsvr`): casts can be addressed to servers only or clients only.
+    pub clients: Vec<bool>,
 }
 
 impl ViewState {
@@ -115,6 +118,7 @@ impl ViewState {
     ) -> ViewState {
         assert_eq!(members.len(), addresses.len(), "one address per member");
         assert!(!members.is_empty(), "a view has at least one member");
+        let n = members.len();
         ViewState {
             group,
             stack,
@@ -127,6 +131,7 @@ impl ViewState {
             prev_ids: Vec::new(),
             key: None,
             xfer_view: false,
+            clients: vec![false; n],
         }
     }
 
@@ -150,6 +155,7 @@ impl ViewState {
             prev: self.prev_ids.iter().map(|v| (v.ltime, v.coord.0)).collect(),
             primary: self.primary,
             stack: self.stack.to_string(),
+            clients: (0..self.len() as u64).filter(|&r| self.is_client(r as Rank)).collect(),
         }
     }
 
@@ -169,9 +175,20 @@ impl ViewState {
             // A merged view is a state-transfer view when the stack transfers state (as the
             // granter decided it in `inter`).
             xfer_view: full.prev.len() >= 2 && stack.layers().contains(&crate::layers::LayerKind::Xfer),
+            clients: (0..full.members.len() as u64).map(|r| full.clients.contains(&r)).collect(),
             stack,
             ..self.clone()
         }
+    }
+
+    /// Whether the member at `rank` is a client.
+    pub fn is_client(&self, rank: Rank) -> bool {
+        self.clients.get(usize::from(rank)).copied().unwrap_or(false)
+    }
+
+    /// The ranks of the servers (not clients), or of the clients.
+    pub fn ranks_where(&self, clients: bool) -> Vec<Rank> {
+        (0..self.len() as Rank).filter(|&r| self.is_client(r) == clients).collect()
     }
 
     /// The rank of `endpoint`, if it is a member.

@@ -150,6 +150,9 @@ pub struct GroupConfig {
     /// How often DNS names among the peers are resolved again (container platforms move
     /// members). Default 30 s.
     pub resolve_interval: Duration,
+    /// This member joins as a client (client/server groups, Ensemble's `Cltsvr`): casts to the
+    /// servers only (`cast_to_servers`) do not reach it. Default false (a server).
+    pub client: bool,
 }
 
 impl GroupConfig {
@@ -161,7 +164,14 @@ impl GroupConfig {
             params: StackConfig::default(),
             peers: Vec::new(),
             resolve_interval: Duration::from_secs(30),
+            client: false,
         }
+    }
+
+    /// Joins as a client (or a server, the default).
+    pub fn client(mut self, client: bool) -> GroupConfig {
+        self.client = client;
+        self
     }
 
     /// Sets the stack specification.
@@ -220,6 +230,8 @@ struct GroupToml {
     peers: Vec<String>,
     #[serde(default)]
     resolve_interval_ms: Option<u64>,
+    #[serde(default)]
+    client: bool,
 }
 
 fn vsync() -> String {
@@ -231,7 +243,10 @@ impl FileConfig {
     pub fn from_toml(text: &str) -> Result<FileConfig, Error> {
         let file: FileToml = toml::from_str(text).map_err(|e| Error::Config(e.to_string()))?;
         file.runtime.validate()?;
-        let mut group = GroupConfig::new(&file.group.name).stack(&file.group.stack).peers(file.group.peers);
+        let mut group = GroupConfig::new(&file.group.name)
+            .stack(&file.group.stack)
+            .peers(file.group.peers)
+            .client(file.group.client);
         if let Some(ms) = file.group.resolve_interval_ms {
             group.resolve_interval = Duration::from_millis(ms);
         }

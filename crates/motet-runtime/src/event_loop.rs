@@ -46,6 +46,8 @@ pub(crate) enum Op {
     /// State-transfer actions name the transfer view they belong to: one for an earlier view
     /// (the application had not yet seen the view change) is void and dropped.
     Subcast(Vec<EndpointId>, Bytes),
+    /// A cast to the servers only (`false`) or the clients only (`true`) of the view it is taken in.
+    RoleCast(bool, Bytes),
     XferChunk(motet_core::ViewId, Bytes, bool),
     XferDone(motet_core::ViewId),
 }
@@ -257,6 +259,7 @@ impl EventLoop {
             vec![Address::Inet(self.advertise)],
         );
         view.primary = false;
+        view.clients = vec![group.client];
         let view = Arc::new(view);
         let peers = self.resolve(&group.peers);
         self.node.set_peers(name.clone(), peers);
@@ -916,6 +919,10 @@ fn take(
             let ranks: Vec<Rank> = to.iter().filter_map(|&e| view.rank_of(e)).collect();
             stats.sends_to_departed += (to.len() - ranks.len()) as u64;
             Action::Subcast(ranks, payload(data))
+        }
+        Op::RoleCast(clients, data) => {
+            let view = member.view.as_ref().ok_or(Error::Api(ApiError::Blocked))?;
+            Action::Subcast(view.ranks_where(*clients), payload(data))
         }
         Op::Leave => Action::Leave,
         Op::Switch(spec) => Action::Switch(spec.clone()),

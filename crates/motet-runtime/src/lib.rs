@@ -63,6 +63,8 @@ pub struct View {
     pub primary: bool,
     /// The stack the view runs, as a layer list (it changes when the group switches).
     pub stack: String,
+    /// The members that joined as clients (client/server groups); the others are servers.
+    pub clients: Vec<EndpointId>,
     /// A state-transfer view (stack with `Xfer`, formed by a merge): casts wait for the next view
     /// while rank 0 streams its state to the others (`Event::XferProvide`, `Event::XferChunk`).
     pub xfer: bool,
@@ -94,6 +96,7 @@ impl View {
             primary: view.primary,
             stack: view.stack.to_string(),
             xfer: view.xfer_view,
+            clients: view.ranks_where(true).iter().map(|&r| view.members[usize::from(r)]).collect(),
         }
     }
 }

@@ -41,7 +41,7 @@ enum Sink {
 }
 
 enum Refused {
-    Full(Event),
+    Full(Box<Event>),
     Gone,
 }
 
@@ -49,12 +49,12 @@ impl Sink {
     fn try_send(&self, event: Event) -> Result<(), Refused> {
         match self {
             Sink::Blocking(sender) => sender.try_send(event).map_err(|e| match e {
-                TrySendError::Full(event) => Refused::Full(event),
+                TrySendError::Full(event) => Refused::Full(Box::new(event)),
                 TrySendError::Disconnected(_) => Refused::Gone,
             }),
             #[cfg(feature = "tokio")]
             Sink::Async(sender) => sender.try_send(event).map_err(|e| match e {
-                tokio::sync::mpsc::error::TrySendError::Full(event) => Refused::Full(event),
+                tokio::sync::mpsc::error::TrySendError::Full(event) => Refused::Full(Box::new(event)),
                 tokio::sync::mpsc::error::TrySendError::Closed(_) => Refused::Gone,
             }),
         }
@@ -249,6 +249,21 @@ impl Handle {
         self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Subcast(to.to_vec(), data) })
     }
 
+    /// Casts `data` to the servers of the view only (client/server groups: members that joined
+    /// with `GroupConfig::client(true)` do not get it), ordered like every cast.
+    pub fn cast_to_servers(&self, data: impl Into<Bytes>) -> Result<(), Error> {
+        let data = data.into();
+        self.check(data.len())?;
+        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::RoleCast(false, data) })
+    }
+
+    /// Casts `data` to the clients of the view only, ordered like every cast.
+    pub fn cast_to_clients(&self, data: impl Into<Bytes>) -> Result<(), Error> {
+        let data = data.into();
+        self.check(data.len())?;
+        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::RoleCast(true, data) })
+    }
+
     /// Asks the whole group to run stack `spec` from its next view on (protocol switching; both
     /// the current and the new stack need the `Switch` property). Watch `View::stack` for the
     /// change; a request made during a view change waits for it to end.
@@ -331,6 +346,16 @@ impl Member {
     /// See [`Handle::switch`].
     pub fn switch(&self, spec: &str) -> Result<(), Error> {
         self.handle.switch(spec)
+    }
+
+    /// See [`Handle::cast_to_servers`].
+    pub fn cast_to_servers(&self, data: impl Into<Bytes>) -> Result<(), Error> {
+        self.handle.cast_to_servers(data)
+    }
+
+    /// See [`Handle::cast_to_clients`].
+    pub fn cast_to_clients(&self, data: impl Into<Bytes>) -> Result<(), Error> {
+        self.handle.cast_to_clients(data)
     }
 
     /// See [`Handle::subcast`].
@@ -501,7 +526,7 @@ impl LoopThread {
                 Ok(()) => {}
                 Err(Refused::Full(event)) => {
                     member.want_wake.store(true, Ordering::SeqCst);
-                    self.held = Some((endpoint, event));
+                    self.held = Some((endpoint, *event));
                     return;
                 }
                 // The handle was dropped (it left): nobody listens.

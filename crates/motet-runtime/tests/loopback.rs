@@ -298,3 +298,32 @@ fn a_subcast_reaches_the_named_members_only() {
         assert_eq!(got, expected, "member {i}: FIFO with the sender's casts, and only where named");
     }
 }
+
+/// Client/server groups (Ensemble's `Cltsvr`): the client role a member joins with is carried
+/// through the merges into every view, and casts can be addressed to servers or clients only.
+#[test]
+fn casts_to_servers_only_and_clients_only() {
+    let (runtimes, addresses) = start(3);
+    let members: Vec<Member> = runtimes
+        .iter()
+        .enumerate()
+        .map(|(i, r)| r.join(GroupConfig::new("cltsvr").peers(addresses.clone()).client(i == 2)).unwrap())
+        .collect();
+    let view = converge(&members, Duration::from_secs(30));
+    assert_eq!(view.clients, vec![members[2].id()]);
+    members[0].cast_to_servers("servers").unwrap();
+    members[0].cast_to_clients("clients").unwrap();
+    members[0].cast("everyone").unwrap();
+    for (i, m) in members.iter().enumerate() {
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !got.contains(&"everyone".to_string()) {
+            assert!(Instant::now() < deadline, "member {i} got {got:?}");
+            if let Some(Event::Cast { data, .. }) = m.recv_timeout(Duration::from_millis(100)).unwrap() {
+                got.push(String::from_utf8(data.to_vec()).unwrap());
+            }
+        }
+        let expected = if i == 2 { ["clients", "everyone"] } else { ["servers", "everyone"] };
+        assert_eq!(got, expected, "member {i}");
+    }
+}

@@ -84,6 +84,7 @@ impl Inter {
         ViewState {
             members: survivors.iter().map(|&r| old.members[usize::from(r)]).collect(),
             addresses: survivors.iter().map(|&r| old.addresses[usize::from(r)]).collect(),
+            clients: survivors.iter().map(|&r| old.is_client(r)).collect(),
             ..ViewState::clone(old)
         }
     }
@@ -109,11 +110,14 @@ impl Inter {
         members.extend(theirs.members.iter().copied());
         let mut addresses = ours.addresses.clone();
         addresses.extend(theirs.addresses.iter().copied());
+        let mut clients = ours.clients.clone();
+        clients.extend(theirs.clients.iter().copied());
         ViewState {
             coord: ours.members.iter().position(|&e| e == me).unwrap_or(0) as Rank,
             view_id: ViewId { ltime: self.view.view_id.ltime.max(theirs.view_id.ltime) + 1, coord: me },
             members,
             addresses,
+            clients,
             primary: false,
             prev_ids: vec![self.view.view_id, theirs.view_id],
             xfer_view: ours.stack.layers().contains(&super::LayerKind::Xfer),

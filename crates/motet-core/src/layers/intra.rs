@@ -207,6 +207,7 @@ impl Intra {
             coord: survivors.iter().position(|&r| r == coord).unwrap_or(0) as Rank,
             view_id: ViewId { ltime: old.view_id.ltime + 1, coord: old.members[usize::from(coord)] },
             addresses: survivors.iter().map(|&r| old.addresses[usize::from(r)]).collect(),
+            clients: survivors.iter().map(|&r| old.is_client(r)).collect(),
             primary: false, // decided by `primary`, if the stack has it
             prev_ids: vec![old.view_id],
             members,

@@ -22,6 +22,9 @@ pub struct FullView {
     /// The view's stack, as a layer list: a merge into a partition that switched stacks must
     /// build the granter's stack, not its own.
     pub stack: String,
+    /// Ranks of the members that are clients (Ensemble's `ViewState.clients`; the rest are
+    /// servers).
+    pub clients: Vec<u64>,
 }
 
 impl FullView {
@@ -35,6 +38,7 @@ impl FullView {
         w.varint_vec(&prev);
         w.u8(u8::from(self.primary));
         w.text(&self.stack);
+        w.varint_vec(&self.clients);
     }
 
     /// Reads one, checking that members and addresses match and the flag is a boolean.
@@ -53,7 +57,12 @@ impl FullView {
         }
         let prev = prev.chunks(2).map(|pair| (pair[0], pair[1])).collect();
         let stack = r.text(super::switch::SPEC_MAX)?;
-        Ok(FullView { ltime, coord, members, addresses, prev, primary: primary == 1, stack })
+        let clients_offset = r.position();
+        let clients = r.varint_vec()?;
+        if clients.iter().any(|&c| c >= members.len() as u64) {
+            return Err(WireError { kind: WireErrorKind::Range, offset: clients_offset });
+        }
+        Ok(FullView { ltime, coord, members, addresses, prev, primary: primary == 1, stack, clients })
     }
 }
 

@@ -163,6 +163,7 @@ pub fn full_view() -> impl Strategy<Value = intra::FullView> {
     )
         .prop_map(|(ltime, coord, members, prev, primary)| intra::FullView {
             stack: "top:appl:bottom".into(),
+            clients: Vec::new(),
             ltime,
             coord,
             addresses: members.iter().map(|m| m.1).collect(),
