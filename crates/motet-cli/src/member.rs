@@ -81,8 +81,9 @@ pub(crate) struct MemberArgs {
     /// Join as a client (client/server groups): casts to servers only do not reach it.
     #[arg(long)]
     client: bool,
-    /// Read commands on stdin: a line `/switch SPEC` asks the group to switch stacks, `/leave`
-    /// leaves; every other line is cast as usual.
+    /// Read commands on stdin: a line `/switch SPEC` asks the group to switch stacks,
+    /// `/migrate IP:PORT [ADVERTISE]` moves this member to a new socket (endpoint migration; the
+    /// views then carry the new address), `/leave` leaves; every other line is cast as usual.
     #[arg(long)]
     commands: bool,
 }
@@ -104,6 +105,7 @@ pub(crate) fn event_json(event: &Event) -> serde_json::Value {
             "primary": view.primary,
             "xfer": view.xfer,
             "clients": view.clients.iter().map(|&e| id(e)).collect::<Vec<_>>(),
+            "addresses": view.addresses.iter().map(ToString::to_string).collect::<Vec<_>>(),
         }),
         Event::Cast { from, data } => {
             json!({"type": "cast", "from": id(*from), "data": String::from_utf8_lossy(data)})
@@ -241,7 +243,8 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    spawn_stdin_caster(member.handle(), args.commands);
+    let runtime = Arc::new(runtime);
+    spawn_stdin_caster(member.handle(), Arc::clone(&runtime), args.commands);
     let print = |event: &Event| {
         let line = if args.json { event_json(event).to_string() } else { event_text(event) };
         let mut out = std::io::stdout().lock();
@@ -334,9 +337,22 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `/migrate BIND [ADVERTISE]`: moves the process to a new socket.
+fn migrate(runtime: &Runtime, args: &str) -> Result<(), Error> {
+    let mut words = args.split_whitespace();
+    let parse = |word: Option<&str>| -> Result<Option<SocketAddr>, Error> {
+        word.map(|w| w.parse().map_err(|e| Error::Config(format!("/migrate: `{w}` is not IP:PORT ({e})")))).transpose()
+    };
+    let bind = parse(words.next())?.ok_or_else(|| Error::Config("/migrate needs IP:PORT to bind".into()))?;
+    let advertise = parse(words.next())?;
+    let address = runtime.migrate(bind, advertise)?;
+    eprintln!("motet member: migrating to {address}");
+    Ok(())
+}
+
 /// Casts each stdin line on a thread of its own (reading stdin blocks). The end of stdin ends
 /// the thread, not the member.
-fn spawn_stdin_caster(member: Handle, commands: bool) {
+fn spawn_stdin_caster(member: Handle, runtime: Arc<Runtime>, commands: bool) {
     let spawned = std::thread::Builder::new().name("stdin".into()).spawn(move || {
         for line in std::io::stdin().lock().lines() {
             let Ok(line) = line else { return };
@@ -344,8 +360,11 @@ fn spawn_stdin_caster(member: Handle, commands: bool) {
                 Some("leave") => member.leave(),
                 Some(command) => match command.split_once(' ') {
                     Some(("switch", spec)) => member.switch(spec.trim()),
+                    Some(("migrate", to)) => migrate(&runtime, to),
                     _ => {
-                        eprintln!("motet member: unknown command /{command} (known: /switch SPEC, /leave)");
+                        eprintln!(
+                            "motet member: unknown command /{command} (known: /switch SPEC, /migrate IP:PORT [ADVERTISE], /leave)"
+                        );
                         continue;
                     }
                 },

@@ -109,6 +109,8 @@ struct Summary {
     naks: u64,
     liveness_failures: usize,
     views_installed: u64,
+    /// Endpoint migrations the runs made (swarm runs draw some).
+    migrations: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     converge_ms_p50: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -181,6 +183,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         naks: 0,
         liveness_failures: 0,
         views_installed: 0,
+        migrations: 0,
         converge_ms_p50: None,
         converge_ms_max: None,
         trace_hash: (reports.len() == 1).then(|| reports[0].trace_hash.clone()),
@@ -194,6 +197,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
     for report in &reports {
         summary.violations += report.violations.len();
         summary.views_installed += report.views_installed;
+        summary.migrations += report.trace.migrations.len() as u64;
         if report.violations.iter().any(|v| matches!(v, motet_sim::Violation::Liveness { .. })) {
             summary.liveness_failures += 1;
         }
@@ -226,7 +230,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
             summary.datagrams, summary.datagrams_lost, summary.retransmissions, summary.naks
         );
         if summary.views_installed > 0 {
-            println!("views     {} installed", summary.views_installed);
+            println!("views     {} installed, {} migrations", summary.views_installed, summary.migrations);
         }
         if let (Some(p50), Some(max)) = (summary.converge_ms_p50, summary.converge_ms_max) {
             println!("converge  p50 {p50:.0} ms, max {max:.0} ms after the last fault");

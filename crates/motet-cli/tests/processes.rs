@@ -262,3 +262,62 @@ fn members_switch_to_total_order_and_back_under_traffic() {
     let problems = logcheck::check(&logs, true);
     assert!(problems.is_empty(), "{problems:#?}");
 }
+
+#[test]
+fn a_member_migrates_to_a_new_port_under_traffic_and_nothing_is_lost() {
+    let ports = free_ports(4);
+    let peers: Vec<String> = ports[..3].iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let peers = peers.join(",");
+    let mut procs: Vec<Proc> =
+        (0..3).map(|i| Proc::spawn_with(&format!("m{i}"), ports[i], &peers, &["--commands"])).collect();
+    wait(Duration::from_secs(30), "three processes in one view", || one_view_of(&procs.iter().collect::<Vec<_>>()));
+    let new = format!("127.0.0.1:{}", ports[3]);
+    let mut round = 0;
+    let mut burst = |procs: &mut Vec<Proc>| {
+        for _ in 0..20 {
+            for p in procs.iter_mut() {
+                let line = format!("{}-{round}", p.name);
+                p.cast(line);
+            }
+            round += 1;
+        }
+    };
+    burst(&mut procs);
+    procs[1].command(&format!("/migrate {new}"));
+    burst(&mut procs); // casts in flight while the member moves
+    let mover = procs[1].log().endpoint().unwrap().to_string();
+    let at_new = |p: &Proc| {
+        p.events().into_iter().rev().find_map(|e| match e {
+            LogEvent::View { members, addresses, .. } => {
+                Some(members.iter().position(|m| *m == mover).is_some_and(|r| addresses.get(r) == Some(&new)))
+            }
+            _ => None,
+        }) == Some(true)
+    };
+    wait(Duration::from_secs(30), "every member's view with the new address", || {
+        procs.iter().all(at_new) && one_view_of(&procs.iter().collect::<Vec<_>>())
+    });
+    burst(&mut procs);
+    for p in &procs {
+        let lines = p.sent.clone();
+        wait(Duration::from_secs(30), "every cast delivered", || {
+            delivered(&procs.iter().collect::<Vec<_>>(), p, &lines)
+        });
+    }
+    // The mover stayed the same endpoint: once the three were together, no view lacks one.
+    for p in &procs {
+        let sizes: Vec<usize> = p
+            .events()
+            .into_iter()
+            .filter_map(|e| match e {
+                LogEvent::View { members, .. } => Some(members.len()),
+                _ => None,
+            })
+            .skip_while(|&n| n < 3)
+            .collect();
+        assert!(sizes.len() >= 2 && sizes.iter().all(|&n| n == 3), "{}: views after the merge {sizes:?}", p.name);
+    }
+    let logs: Vec<MemberLog> = procs.iter().map(Proc::log).collect();
+    let problems = logcheck::check(&logs, true);
+    assert!(problems.is_empty(), "{problems:#?}");
+}

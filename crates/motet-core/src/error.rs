@@ -42,6 +42,9 @@ pub enum ApiError {
     /// (the group could never switch again).
     #[error("cannot switch {0}: both the current and the new stack need the Switch property (add +Switch)")]
     NoSwitch(String),
+    /// A migration was asked of a stack without the `Migrate` property.
+    #[error("cannot migrate: stack `{0}` lacks the Migrate property (add +Migrate, or use a preset with membership)")]
+    NoMigrate(String),
     /// A state-transfer action outside a state-transfer view, or a chunk from a member that is not
     /// the provider.
     #[error("no state transfer for this member now: chunks come from the provider (XferProvide) in a transfer view")]

@@ -258,6 +258,8 @@ pub enum Up {
     LeaveReq(Rank),
     /// (`appl` → `switch`) our application asks the group to run `spec` from the next view.
     SwitchReq(crate::spec::StackSpec),
+    /// (`appl` → `migrate`) our endpoint moves to this address from the next view on.
+    MigrateReq(crate::view::Address),
     /// (`appl` → `xfer`) a chunk of our application's state, to stream to the others.
     XferChunk {
         /// The bytes.
@@ -275,6 +277,13 @@ pub enum Up {
         origin: Rank,
         /// The stack asked for.
         spec: crate::spec::StackSpec,
+    },
+    /// (`migrate` → `intra`) member `origin` moves to `address`: the next view has it there.
+    Migrate {
+        /// Who moves.
+        origin: Rank,
+        /// Its new address.
+        address: crate::view::Address,
     },
     /// The next view is agreed: leaves the top of the stack so the driver builds its stack
     /// (thesis §2.1.9, `NewView`).
@@ -298,6 +307,10 @@ pub enum Action {
     /// Ask the whole group to run this stack from the next view on (protocol switching; the stack
     /// must have the `Switch` property, and so must the new one).
     Switch(crate::spec::StackSpec),
+    /// Move this endpoint to a new address (endpoint migration; the stack needs the `Migrate`
+    /// property). Members keep using the old address until the next view, which has the new one:
+    /// the driver keeps receiving at both until then.
+    Migrate(crate::view::Address),
     /// (The provider, after `AppEvent::XferProvide`) a chunk of the application's state.
     XferChunk {
         /// The bytes.

@@ -80,6 +80,8 @@ pub enum Service {
     SafeDelivery,
     /// Switching the group to another stack at the next view.
     Switching,
+    /// Moving an endpoint to another address at the next view.
+    Migration,
     /// Transfer of the application's state to the members of a merged view.
     StateTransfer,
 }
@@ -112,6 +114,7 @@ impl Service {
             Service::CausalOrder => "causal order of casts",
             Service::SafeDelivery => "safe delivery of casts",
             Service::Switching => "protocol switching",
+            Service::Migration => "endpoint migration",
             Service::StateTransfer => "state transfer",
         }
     }

@@ -37,6 +37,8 @@ pub enum Property {
     Agree,
     /// Protocol switching: the group may change its stack at a view change.
     Switch,
+    /// Endpoint migration: a member may move to another address at a view change.
+    Migrate,
     /// State transfer: a merged view copies the application's state from rank 0 to the others.
     Xfer,
     /// Total order of application casts by a rotating token (the alternative to `Total`'s
@@ -60,6 +62,7 @@ impl Property {
         Property::Causal,
         Property::Agree,
         Property::Switch,
+        Property::Migrate,
         Property::Xfer,
         Property::Token,
     ];
@@ -80,6 +83,7 @@ impl Property {
             Property::Causal => "Causal",
             Property::Agree => "Agree",
             Property::Switch => "Switch",
+            Property::Migrate => "Migrate",
             Property::Xfer => "Xfer",
             Property::Token => "Token",
         }
@@ -101,6 +105,7 @@ impl Property {
             Property::Causal => &[LayerKind::Causal, LayerKind::Local],
             Property::Agree => &[LayerKind::Safe, LayerKind::Local],
             Property::Switch => &[LayerKind::Switch],
+            Property::Migrate => &[LayerKind::Migrate],
             Property::Xfer => &[LayerKind::Xfer],
             Property::Token => &[LayerKind::Totem, LayerKind::Local],
         }
@@ -126,6 +131,7 @@ pub const PRESETS: &[(&str, &[Property], &str)] = &[
             Property::Flow,
             Property::Local,
             Property::Switch,
+            Property::Migrate,
         ],
         "virtually synchronous reliable FIFO multicast and point-to-point, with membership (failures, leaves, merges)",
     ),
@@ -141,6 +147,7 @@ pub const PRESETS: &[(&str, &[Property], &str)] = &[
             Property::Flow,
             Property::Local,
             Property::Switch,
+            Property::Migrate,
             Property::Total,
         ],
         "vsync, and every member delivers the application's casts in the same order (a sequencer)",
@@ -157,6 +164,7 @@ pub const PRESETS: &[(&str, &[Property], &str)] = &[
             Property::Flow,
             Property::Local,
             Property::Switch,
+            Property::Migrate,
             Property::Causal,
         ],
         "vsync, and a cast is delivered only after every cast its sender had delivered (vector timestamps)",
@@ -173,6 +181,7 @@ pub const PRESETS: &[(&str, &[Property], &str)] = &[
             Property::Flow,
             Property::Local,
             Property::Switch,
+            Property::Migrate,
             Property::Agree,
         ],
         "vsync, and a cast is delivered only once every member of the view holds it (safe delivery)",

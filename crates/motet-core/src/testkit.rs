@@ -24,6 +24,9 @@ pub struct Group {
     pub exited: Vec<bool>,
     /// When set, datagrams between these members and the others are dropped (a partition).
     pub partition: Option<Vec<usize>>,
+    /// Addresses other than `Sim(rank)` and the member they reach (endpoint migration); an
+    /// address mapped to `None` reaches nobody any more (its socket was closed).
+    pub routes: std::collections::BTreeMap<u32, Option<usize>>,
 }
 
 impl Group {
@@ -45,8 +48,15 @@ impl Group {
                 (node, id)
             })
             .collect();
-        let mut group =
-            Group { nodes, now, delivered: vec![0; n], views: vec![None; n], exited: vec![false; n], partition: None };
+        let mut group = Group {
+            nodes,
+            now,
+            delivered: vec![0; n],
+            views: vec![None; n],
+            exited: vec![false; n],
+            partition: None,
+            routes: Default::default(),
+        };
         group.pump();
         group
     }
@@ -78,7 +88,7 @@ impl Group {
                     let datagram = out.to_bytes();
                     for address in out.to.addresses() {
                         let Address::Sim(to) = address else { unreachable!("simulated addresses") };
-                        let to = to as usize;
+                        let Some(to) = self.routes.get(&to).copied().unwrap_or(Some(to as usize)) else { continue };
                         if self.partition.as_ref().is_some_and(|side| side.contains(&from) != side.contains(&to)) {
                             continue;
                         }
@@ -205,6 +215,47 @@ mod tests {
         assert!(matches!(group.act(0, Action::Switch(fifo.clone())), Err(ApiError::NoSwitch(_))));
         let mut static_group = Group::new(2, "fifo");
         assert!(matches!(static_group.act(0, Action::Switch(total)), Err(ApiError::NoSwitch(_))));
+    }
+
+    #[test]
+    fn a_member_migrates_to_a_new_address_with_traffic_in_flight() {
+        let mut group = Group::new(3, "vsync");
+        let mut sent = 0;
+        for i in 0..30u32 {
+            group.act(i as usize % 3, Action::Cast(i.to_le_bytes().to_vec().into())).unwrap();
+            sent += 1;
+        }
+        // Member 1's process moves to address 100; until the next view both reach it.
+        group.routes.insert(100, Some(1));
+        group.act(1, Action::Migrate(Address::Sim(100))).unwrap();
+        for i in 0..30u32 {
+            group.act(i as usize % 3, Action::Cast(i.to_le_bytes().to_vec().into())).unwrap();
+            sent += 1;
+        }
+        for _ in 0..10 {
+            group.tick(Duration::from_millis(100));
+        }
+        for rank in 0..3 {
+            let view = group.views[rank].as_ref().unwrap();
+            assert_eq!(view.members.len(), 3, "nobody is excluded");
+            assert_eq!(view.addresses, vec![Address::Sim(0), Address::Sim(100), Address::Sim(2)], "rank {rank}");
+        }
+        // The old address is gone: the group goes on at the new one.
+        group.routes.insert(1, None);
+        for i in 0..30u32 {
+            group.act(i as usize % 3, Action::Cast(i.to_le_bytes().to_vec().into())).unwrap();
+            sent += 1;
+        }
+        group.act(0, Action::Send(vec![1], b"to the new address".as_slice().into())).unwrap();
+        for _ in 0..10 {
+            group.tick(Duration::from_millis(100));
+        }
+        assert_eq!(group.delivered, vec![sent, sent + 1, sent], "every message delivered once everywhere");
+        assert_eq!(group.views[0].as_ref().unwrap().members.len(), 3, "nobody was suspected");
+        // A stack without `Migrate` refuses, saying what to add.
+        let mut static_group = Group::new(2, "fifo");
+        let refused = static_group.act(0, Action::Migrate(Address::Sim(9)));
+        assert!(matches!(refused, Err(ApiError::NoMigrate(_))), "{refused:?}");
     }
 
     #[test]

@@ -58,6 +58,11 @@ pub struct RuntimeConfig {
     /// Testing aid: drop this fraction of received datagrams at random (0 by default), to
     /// exercise loss where the kernel has no `tc netem`. Counted in `RuntimeStats::injected_loss`.
     pub inject_loss: f64,
+    /// After a migration ([`crate::Runtime::migrate`]), how long the old socket is still read once
+    /// every endpoint's view has the new address, in milliseconds: datagrams peers sent to the
+    /// old address just before they installed that view (and their retransmissions) still
+    /// arrive. Default 2000.
+    pub migrate_grace_ms: u64,
 }
 
 impl Default for RuntimeConfig {
@@ -74,6 +79,7 @@ impl Default for RuntimeConfig {
             pack_max: 1452,
             segment_offload: true,
             multicast: None,
+            migrate_grace_ms: 2000,
         }
     }
 }

@@ -29,6 +29,8 @@ use std::time::Duration;
 const SOCKET: mio::Token = mio::Token(0);
 const WAKER: mio::Token = mio::Token(1);
 const MULTICAST: mio::Token = mio::Token(2);
+/// Tokens of sockets retired by migrations count up from here.
+const RETIRED_FIRST: usize = 3;
 
 /// Receive batches handled per [`EventLoop::poll`] before timers and actions get a turn.
 const BATCHES_PER_POLL: usize = 16;
@@ -50,6 +52,8 @@ pub(crate) enum Op {
     RoleCast(bool, Bytes),
     XferChunk(motet_core::ViewId, Bytes, bool),
     XferDone(motet_core::ViewId),
+    /// Move this endpoint to the process's new address (endpoint migration).
+    Migrate(SocketAddr),
 }
 
 /// Counters of the runtime itself (the protocol's are in [`motet_core::layer::Stats`]).
@@ -91,6 +95,22 @@ pub struct RuntimeStats {
     /// Turns of the loop (`poll` calls). An idle loop sleeps, so this grows with traffic and
     /// timers, not with time.
     pub turns: u64,
+    /// Migrations of this process to a new socket ([`EventLoop::migrate`]).
+    pub migrations: u64,
+    /// Datagrams that still arrived at a socket given up by a migration (before it closed).
+    pub datagrams_in_retired: u64,
+    /// Sockets given up by migrations and closed since.
+    pub retired_closed: u64,
+}
+
+/// A socket given up by a migration. Peers that have not installed the view with the new address
+/// still send here, so it is read until every endpoint's view has the new address, then for
+/// `migrate_grace` more (retransmissions in flight), then closed.
+struct Retired {
+    io: UdpIo,
+    token: mio::Token,
+    readable: bool,
+    close_at: Option<crate::clock::Deadline>,
 }
 
 /// What one turn has produced for one destination: small datagrams still being packed into a
@@ -158,25 +178,25 @@ pub struct EventLoop {
     multicast: Option<(UdpIo, SocketAddr)>,
     multicast_readable: bool,
     seeds: Vec<Seeds>,
+    /// Sockets given up by migrations, still read for a while.
+    retired: Vec<Retired>,
+    next_token: usize,
     stats: RuntimeStats,
+}
+
+/// Where [`EventLoop::receive`] reads.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    Unicast,
+    Multicast,
+    Retired(usize),
 }
 
 impl EventLoop {
     /// Binds the socket and sets up polling.
     pub fn new(config: RuntimeConfig) -> Result<EventLoop, Error> {
         config.validate()?;
-        let mut io = UdpIo::bind(config.bind, config.socket_buffer)
-            .map_err(|e| Error::io(format!("binding {}", config.bind), e))?;
-        let local = io.local_addr().map_err(|e| Error::io("reading the bound address", e))?;
-        let advertise = match config.advertise {
-            Some(address) => address,
-            None if local.ip().is_unspecified() => {
-                return Err(Error::Config(format!(
-                    "bound to the wildcard address {local}: set `advertise` to the address other members use"
-                )))
-            }
-            None => local,
-        };
+        let (mut io, advertise) = bind_socket(&config, config.bind, config.advertise)?;
         let poll = mio::Poll::new().map_err(|e| Error::io("creating the poller", e))?;
         poll.registry()
             .register(io.source(), SOCKET, mio::Interest::READABLE)
@@ -184,12 +204,7 @@ impl EventLoop {
         let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER).map_err(|e| Error::io("creating the waker", e))?);
         let multicast = match &config.multicast {
             Some(m) => {
-                let interface = match advertise.ip() {
-                    std::net::IpAddr::V4(ip) => m.interface.unwrap_or(ip),
-                    std::net::IpAddr::V6(_) => {
-                        return Err(Error::Config("IP multicast needs an IPv4 address to send from".into()))
-                    }
-                };
+                let interface = multicast_interface(m, advertise)?;
                 io.set_multicast_sender(interface, m.ttl).map_err(|e| Error::io("setting up multicast sends", e))?;
                 let mut receiver = UdpIo::bind_multicast(m.group, m.port, interface, config.socket_buffer)
                     .map_err(|e| Error::io(format!("joining multicast group {}:{}", m.group, m.port), e))?;
@@ -219,6 +234,8 @@ impl EventLoop {
             multicast_readable: multicast.is_some(),
             multicast,
             seeds: Vec::new(),
+            retired: Vec::new(),
+            next_token: RETIRED_FIRST,
             stats: RuntimeStats::default(),
         })
     }
@@ -348,6 +365,95 @@ impl EventLoop {
         self.act(endpoint, Op::Switch(spec))
     }
 
+    /// Moves this process to a new socket (endpoint migration, Ensemble's `Migrate`): binds
+    /// `bind`, sends from it from now on, and asks every group this process is in for a view with
+    /// the new address (`advertise`, or the bound address). Nothing is lost on the way: the old
+    /// socket is still read until every endpoint's view has the new address, and for
+    /// `migrate_grace` more, so datagrams peers send before they install that view still arrive.
+    /// Every joined stack needs the `Migrate` property (the presets with membership have it);
+    /// otherwise nothing changes and the error says which stack lacks it. Returns the new
+    /// advertised address.
+    pub fn migrate(&mut self, bind: SocketAddr, advertise: Option<SocketAddr>) -> Result<SocketAddr, Error> {
+        for member in self.members.values().filter(|m| !m.left) {
+            let stack = self.owners.get(&member.current).map(|(_, view)| &view.stack);
+            if let Some(stack) = stack.filter(|s| !s.layers().contains(&LayerKind::Migrate)) {
+                return Err(Error::Api(ApiError::NoMigrate(stack.to_string())));
+            }
+        }
+        let (mut io, address) = bind_socket(&self.config, bind, advertise)?;
+        if let Some(m) = &self.config.multicast {
+            io.set_multicast_sender(multicast_interface(m, address)?, m.ttl)
+                .map_err(|e| Error::io("setting up multicast sends", e))?;
+        }
+        // What earlier actions produced leaves from the old socket; the backlog from the new one.
+        self.send_packed();
+        let token = mio::Token(self.next_token);
+        self.next_token += 1;
+        let registry = self.poll.registry();
+        registry
+            .reregister(self.io.source(), token, mio::Interest::READABLE)
+            .map_err(|e| Error::io("re-registering the old socket", e))?;
+        let interest = if self.writable_interest {
+            mio::Interest::READABLE | mio::Interest::WRITABLE
+        } else {
+            mio::Interest::READABLE
+        };
+        if let Err(e) = registry.register(io.source(), SOCKET, interest) {
+            let _ = registry.reregister(self.io.source(), SOCKET, interest);
+            return Err(Error::io("registering the new socket", e));
+        }
+        let old = std::mem::replace(&mut self.io, io);
+        tracing::info!(from = %self.advertise, to = %address, "migrating");
+        self.retired.push(Retired { io: old, token, readable: true, close_at: None });
+        self.readable = true;
+        self.advertise = address;
+        self.stats.migrations += 1;
+        let endpoints: Vec<EndpointId> = self.members.iter().filter(|(_, m)| !m.left).map(|(&e, _)| e).collect();
+        for endpoint in endpoints {
+            self.act(endpoint, Op::Migrate(address))?;
+        }
+        Ok(address)
+    }
+
+    /// After a migration: re-asks for the new address where a view was installed without it (the
+    /// request raced with a merge or was made by an earlier stack), starts the grace period of a
+    /// retired socket once every endpoint's view has the new address, and closes retired sockets
+    /// whose grace has passed.
+    fn tend_migrations(&mut self) {
+        if self.retired.is_empty() {
+            return;
+        }
+        let here = Address::Inet(self.advertise);
+        let mut everywhere = true;
+        for (&endpoint, member) in self.members.iter_mut().filter(|(_, m)| !m.left) {
+            let Some(view) = &member.view else { continue };
+            if view.rank_of(endpoint).is_some_and(|r| view.addresses[usize::from(r)] != here) {
+                everywhere = false;
+                if !member.parked.iter().any(|op| matches!(op, Op::Migrate(a) if Address::Inet(*a) == here)) {
+                    member.parked.push_front(Op::Migrate(self.advertise));
+                    member.retry = true;
+                }
+            }
+        }
+        let grace = Duration::from_millis(self.config.migrate_grace_ms);
+        let clock = self.clock;
+        for retired in &mut self.retired {
+            if everywhere && retired.close_at.is_none() {
+                retired.close_at = Some(crate::clock::Deadline::after(&clock, grace));
+            }
+        }
+        let registry = self.poll.registry();
+        let before = self.retired.len();
+        self.retired.retain_mut(|retired| {
+            let due = retired.close_at.is_some_and(|at| at.until(&clock) == Duration::ZERO);
+            if due {
+                let _ = registry.deregister(retired.io.source());
+            }
+            !due
+        });
+        self.stats.retired_closed += (before - self.retired.len()) as u64;
+    }
+
     pub(crate) fn act(&mut self, endpoint: EndpointId, op: Op) -> Result<(), Error> {
         let member = self.members.get_mut(&endpoint).ok_or(Error::Left)?;
         if member.left {
@@ -404,11 +510,14 @@ impl EventLoop {
         if let Some(timeout) = timeout {
             wait = Some(wait.map_or(timeout, |w| w.min(timeout)));
         }
-        if self.config.busy_poll || ((self.readable || self.multicast_readable) && !lagging) {
+        let retired_readable = self.retired.iter().any(|r| r.readable);
+        if self.config.busy_poll || ((self.readable || self.multicast_readable || retired_readable) && !lagging) {
             wait = Some(Duration::ZERO);
         }
-        if let Some(seeds) = self.seeds.iter().map(|s| s.next).min() {
-            wait = Some(wait.map_or(seeds.until(&self.clock), |w| w.min(seeds.until(&self.clock))));
+        let closing = self.retired.iter().filter_map(|r| r.close_at);
+        if let Some(next) = self.seeds.iter().map(|s| s.next).chain(closing).min() {
+            let next = next.until(&self.clock);
+            wait = Some(wait.map_or(next, |w| w.min(next)));
         }
         match self.poll.poll(&mut self.mio_events, wait) {
             Ok(()) => {}
@@ -422,6 +531,8 @@ impl EventLoop {
                 writable |= event.is_writable();
             } else if event.token() == MULTICAST {
                 self.multicast_readable |= event.is_readable();
+            } else if let Some(retired) = self.retired.iter_mut().find(|r| r.token == event.token()) {
+                retired.readable |= event.is_readable();
             }
         }
         if writable {
@@ -431,10 +542,15 @@ impl EventLoop {
             self.stats.app_backpressure += 1;
         } else {
             if self.readable || self.config.busy_poll {
-                self.receive(false);
+                self.receive(Source::Unicast);
             }
             if self.multicast.is_some() && (self.multicast_readable || self.config.busy_poll) {
-                self.receive(true);
+                self.receive(Source::Multicast);
+            }
+            for index in 0..self.retired.len() {
+                if self.retired[index].readable || self.config.busy_poll {
+                    self.receive(Source::Retired(index));
+                }
             }
         }
         let now = self.clock.now();
@@ -442,6 +558,7 @@ impl EventLoop {
             self.node.handle_timeout(now);
         }
         self.reresolve();
+        self.tend_migrations();
         self.flush();
         Ok(())
     }
@@ -477,34 +594,37 @@ impl EventLoop {
         self.members.get(&endpoint)?.view.as_ref()
     }
 
-    /// Reads batches from the unicast socket (or the multicast one) until it is empty or the
-    /// application lags.
-    fn receive(&mut self, multicast: bool) {
+    /// Reads batches from one socket until it is empty or the application lags.
+    fn receive(&mut self, source: Source) {
         for _ in 0..BATCHES_PER_POLL {
             if self.ready.len() >= self.config.event_queue {
                 return;
             }
             let now = self.clock.now();
-            let io = match (multicast, self.multicast.as_mut()) {
-                (false, _) => &mut self.io,
-                (true, Some((io, _))) => io,
-                (true, None) => {
+            let io = match (source, self.multicast.as_mut()) {
+                (Source::Unicast, _) => &mut self.io,
+                (Source::Multicast, Some((io, _))) => io,
+                (Source::Multicast, None) => {
                     self.multicast_readable = false;
                     return;
                 }
+                (Source::Retired(index), _) => &mut self.retired[index].io,
             };
             let result = receive_batch(io, &mut self.node, &mut self.stats, now, self.config.inject_loss);
             match result {
                 Ok(n) => {
                     self.stats.datagrams_in += n as u64;
                     self.stats.recv_batches += 1;
+                    if let Source::Retired(_) = source {
+                        self.stats.datagrams_in_retired += n as u64;
+                    }
                     self.drain();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if multicast {
-                        self.multicast_readable = false;
-                    } else {
-                        self.readable = false;
+                    match source {
+                        Source::Unicast => self.readable = false,
+                        Source::Multicast => self.multicast_readable = false,
+                        Source::Retired(index) => self.retired[index].readable = false,
                     }
                     return;
                 }
@@ -865,6 +985,39 @@ impl EventLoop {
     }
 }
 
+/// Binds a socket for `bind` and works out the address to advertise for it.
+fn bind_socket(
+    config: &RuntimeConfig,
+    bind: SocketAddr,
+    advertise: Option<SocketAddr>,
+) -> Result<(UdpIo, SocketAddr), Error> {
+    let io = UdpIo::bind(bind, config.socket_buffer).map_err(|e| Error::io(format!("binding {bind}"), e))?;
+    let local = io.local_addr().map_err(|e| Error::io("reading the bound address", e))?;
+    let advertise = match advertise {
+        Some(address) if address.ip().is_unspecified() || address.port() == 0 => {
+            return Err(Error::Config(format!(
+                "advertise address {address} must be a concrete IP and port other members can reach"
+            )))
+        }
+        Some(address) => address,
+        None if local.ip().is_unspecified() => {
+            return Err(Error::Config(format!(
+                "bound to the wildcard address {local}: set `advertise` to the address other members use"
+            )))
+        }
+        None => local,
+    };
+    Ok((io, advertise))
+}
+
+/// The interface multicast is sent from: the configured one, or the advertised address's.
+fn multicast_interface(m: &crate::config::MulticastConfig, advertise: SocketAddr) -> Result<std::net::Ipv4Addr, Error> {
+    match advertise.ip() {
+        std::net::IpAddr::V4(ip) => Ok(m.interface.unwrap_or(ip)),
+        std::net::IpAddr::V6(_) => Err(Error::Config("IP multicast needs an IPv4 address to send from".into())),
+    }
+}
+
 fn datagram_len((head, payload): &(Bytes, Payload)) -> usize {
     head.len() + payload.len()
 }
@@ -932,6 +1085,7 @@ fn take(
         }
         Op::XferChunk(_, data, last) => Action::XferChunk { payload: payload(data), last: *last },
         Op::XferDone(_) => Action::XferDone,
+        Op::Migrate(to) => Action::Migrate(Address::Inet(*to)),
     };
     node.handle_action(now, member.current, action).map_err(Error::from)
 }

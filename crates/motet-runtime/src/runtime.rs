@@ -24,6 +24,7 @@ enum Command {
     Join { config: Box<GroupConfig>, sink: Sink, reply: SyncSender<Result<Joined, Error>> },
     Act { endpoint: EndpointId, op: Op },
     Stats { reply: SyncSender<(RuntimeStats, motet_core::layer::Stats)> },
+    Migrate { bind: SocketAddr, advertise: Option<SocketAddr>, reply: SyncSender<Result<Addresses, Error>> },
     Stop,
 }
 
@@ -95,6 +96,13 @@ pub struct Runtime {
     shared: Arc<Shared>,
     event_queue: usize,
     thread: Option<JoinHandle<()>>,
+    /// Where the socket is bound and advertised (they change when the process migrates).
+    addresses: Mutex<Addresses>,
+}
+
+/// A socket's bound and advertised addresses.
+#[derive(Clone, Copy, Debug)]
+struct Addresses {
     local: SocketAddr,
     advertise: SocketAddr,
 }
@@ -103,7 +111,7 @@ impl Runtime {
     /// Binds the socket and starts the loop thread.
     pub fn start(config: RuntimeConfig) -> Result<Runtime, Error> {
         let event_loop = EventLoop::new(config.clone())?;
-        let (local, advertise) = (event_loop.local_addr(), event_loop.advertised_addr());
+        let addresses = Addresses { local: event_loop.local_addr(), advertise: event_loop.advertised_addr() };
         let (commands, receiver) = mpsc::sync_channel(config.action_queue);
         let shared = Arc::new(Shared { commands, waker: event_loop.waker(), sleeping: AtomicBool::new(false) });
         let loop_shared = Arc::clone(&shared);
@@ -111,7 +119,7 @@ impl Runtime {
             .name("motet-loop".into())
             .spawn(move || LoopThread::new(event_loop, receiver, loop_shared).run())
             .map_err(|e| Error::io("starting the event-loop thread", e))?;
-        Ok(Runtime { shared, event_queue: config.event_queue, thread: Some(thread), local, advertise })
+        Ok(Runtime { shared, event_queue: config.event_queue, thread: Some(thread), addresses: Mutex::new(addresses) })
     }
 
     /// Joins a group. The endpoint starts alone and merges with the members it finds through the
@@ -155,12 +163,29 @@ impl Runtime {
 
     /// The bound socket address.
     pub fn local_addr(&self) -> SocketAddr {
-        self.local
+        self.addresses().local
     }
 
     /// The address other members reach this process at.
     pub fn advertised_addr(&self) -> SocketAddr {
-        self.advertise
+        self.addresses().advertise
+    }
+
+    fn addresses(&self) -> Addresses {
+        *self.addresses.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Moves this process to a new socket (endpoint migration): binds `bind` and asks every
+    /// group it is in for a view with the new address (`advertise`, or the bound address), with
+    /// no message lost on the way (the old socket is read until the views have the new address,
+    /// and `migrate_grace_ms` more). Every joined stack needs the `Migrate` property. Returns the
+    /// new advertised address; watch `View::addresses` for the change.
+    pub fn migrate(&self, bind: SocketAddr, advertise: Option<SocketAddr>) -> Result<SocketAddr, Error> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.shared.command(Command::Migrate { bind, advertise, reply })?;
+        let moved = answer.recv().map_err(|_| Error::Stopped)??;
+        *self.addresses.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = moved;
+        Ok(moved.advertise)
     }
 }
 
@@ -505,6 +530,13 @@ impl LoopThread {
             }
             Command::Stats { reply } => {
                 let _ = reply.send((self.event_loop.runtime_stats(), self.event_loop.protocol_stats()));
+            }
+            Command::Migrate { bind, advertise, reply } => {
+                let event_loop = &mut self.event_loop;
+                let result = event_loop
+                    .migrate(bind, advertise)
+                    .map(|advertise| Addresses { local: event_loop.local_addr(), advertise });
+                let _ = reply.send(result);
             }
             Command::Stop => {}
         }

@@ -327,3 +327,96 @@ fn casts_to_servers_only_and_clients_only() {
         assert_eq!(got, expected, "member {i}");
     }
 }
+
+/// Receives at `m` until `done` says so, or panics after `limit`; returns the latest view.
+fn receive_until(m: &Member, limit: Duration, mut each: impl FnMut(&Event) -> bool) {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(event) = m.recv_timeout(Duration::from_millis(50)).unwrap() {
+            if each(&event) {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "member {} did not finish within {limit:?}", m.id());
+    }
+}
+
+#[test]
+fn a_process_migrates_to_a_new_socket_with_casts_in_flight_and_loses_nothing() {
+    let config = RuntimeConfig { migrate_grace_ms: 300, ..RuntimeConfig::default() };
+    let runtimes: Vec<Runtime> = (0..3).map(|_| Runtime::start(config.clone()).unwrap()).collect();
+    let addresses: Vec<String> = runtimes.iter().map(|r| r.local_addr().to_string()).collect();
+    let members: Vec<Member> =
+        runtimes.iter().map(|r| r.join(GroupConfig::new("migrate").peers(addresses.clone())).unwrap()).collect();
+    let first = converge(&members, Duration::from_secs(30));
+    let old = runtimes[1].advertised_addr();
+    // Casts from every member before, during and after the move.
+    let casts = 300;
+    for k in 0..casts {
+        for (i, m) in members.iter().enumerate() {
+            m.cast(format!("{i}:{k}")).unwrap();
+        }
+        if k == casts / 3 {
+            let new = runtimes[1].migrate("127.0.0.1:0".parse().unwrap(), None).unwrap();
+            assert_ne!(new, old);
+            assert_eq!(runtimes[1].advertised_addr(), new);
+        }
+    }
+    let new = runtimes[1].advertised_addr();
+    let mover = members[1].id();
+    for m in &members {
+        let mut next: BTreeMap<EndpointId, usize> = BTreeMap::new();
+        let mut moved = false;
+        receive_until(m, Duration::from_secs(30), |event| {
+            match event {
+                Event::Cast { from, data } => {
+                    let k = next.entry(*from).or_default();
+                    let text = String::from_utf8(data.to_vec()).unwrap();
+                    assert_eq!(text.split(':').nth(1).unwrap(), k.to_string(), "FIFO and no loss from {from}");
+                    *k += 1;
+                }
+                Event::View(view) => {
+                    // Same members (nobody was excluded), the mover at its new address.
+                    assert_eq!(view.members.len(), 3, "{view:?}");
+                    let at = view.addresses[view.members.iter().position(|&e| e == mover).unwrap()];
+                    assert!(at == new || at == old, "{view:?}");
+                    moved |= at == new;
+                }
+                _ => {}
+            }
+            moved && next.values().sum::<usize>() == casts * members.len()
+        });
+        assert!(next.values().all(|&n| n == casts), "{next:?}");
+    }
+    assert!(first.addresses.contains(&old));
+    // The old socket closes after the grace period.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = runtimes[1].stats().unwrap().0;
+        if stats.migrations == 1 && stats.retired_closed == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{stats:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The group still works at the new address.
+    members[0].send(mover, "after").unwrap();
+    receive_until(
+        &members[1],
+        Duration::from_secs(10),
+        |e| matches!(e, Event::Send { data, .. } if &data[..] == b"after"),
+    );
+}
+
+#[test]
+fn migrating_a_stack_without_the_migrate_property_is_refused_and_changes_nothing() {
+    let runtime = Runtime::start(RuntimeConfig::default()).unwrap();
+    let layers = motet_core::StackSpec::parse("vsync").unwrap().to_string().replace(":migrate", "");
+    let _member = runtime.join(GroupConfig::new("static").stack(&layers)).unwrap();
+    let before = runtime.advertised_addr();
+    let err = runtime.migrate("127.0.0.1:0".parse().unwrap(), None).unwrap_err();
+    assert!(err.to_string().contains("Migrate"), "{err}");
+    assert_eq!(runtime.advertised_addr(), before);
+    let err = runtime.migrate("127.0.0.1:0".parse().unwrap(), Some("0.0.0.0:9".parse().unwrap())).unwrap_err();
+    assert!(err.to_string().contains("advertise") || err.to_string().contains("Migrate"), "{err}");
+}

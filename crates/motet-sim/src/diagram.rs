@@ -41,6 +41,8 @@ pub enum Lost {
     Network,
     /// A partition separated the sender from the receiver.
     Partition,
+    /// It was sent to an address the receiver had moved away from (endpoint migration).
+    AddressClosed,
     /// It arrived after the receiver had crashed.
     ReceiverDown {
         /// When it arrived.

@@ -23,6 +23,9 @@ pub enum LogEvent {
         rank: usize,
         /// The view's stack as printed (empty when the log does not say).
         stack: String,
+        /// Where each member is reached, in rank order (empty when the log does not say); a
+        /// migration changes a member's address.
+        addresses: Vec<String>,
     },
     /// `{"type":"cast","from":..,"data":..}`.
     Cast {
@@ -60,6 +63,10 @@ impl LogEvent {
                     .collect::<Result<_, _>>()?,
                 rank: value["rank"].as_u64().ok_or(format!("no rank in {line}"))? as usize,
                 stack: value["stack"].as_str().unwrap_or_default().to_string(),
+                addresses: value["addresses"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|m| m.as_str().map(str::to_string)).collect())
+                    .unwrap_or_default(),
             },
             Some("cast") => LogEvent::Cast { from: text("from")?, data: text("data")? },
             Some("send") => LogEvent::Send { from: text("from")?, data: text("data")? },
@@ -128,7 +135,7 @@ pub fn check(logs: &[MemberLog], converged: bool) -> Vec<String> {
             None => problems.push(format!("{}: installed no view", log.name)),
         }
     }
-    let mut views: BTreeMap<&str, &[String]> = BTreeMap::new();
+    let mut views: BTreeMap<&str, (&[String], &[String])> = BTreeMap::new();
     let mut orders: Vec<Vec<&str>> = Vec::new();
     // (view, next view) -> (log, casts delivered in the view, and in which order).
     let mut moves: BTreeMap<(&str, &str), Vec<Left<'_>>> = BTreeMap::new();
@@ -143,16 +150,17 @@ pub fn check(logs: &[MemberLog], converged: bool) -> Vec<String> {
         let mut last_index: BTreeMap<&str, usize> = BTreeMap::new();
         for event in &log.events {
             match event {
-                LogEvent::View { id, members, stack, .. } => {
+                LogEvent::View { id, members, stack, addresses, .. } => {
                     if stack.split(':').any(|layer| layer == "sequencer") {
                         total.insert(id);
                     }
+                    let installed = (members.as_slice(), addresses.as_slice());
                     match views.get(id.as_str()) {
-                        Some(known) if *known != members.as_slice() => problems.push(format!(
-                            "view agreement: {} installed {id} as {members:?}, others as {known:?}",
+                        Some(known) if *known != installed => problems.push(format!(
+                            "view agreement: {} installed {id} as {installed:?}, others as {known:?}",
                             log.name
                         )),
-                        _ => drop(views.insert(id, members)),
+                        _ => drop(views.insert(id, installed)),
                     }
                     if let (Some(prev), Some(next)) = (current.and_then(ltime), ltime(id)) {
                         if next <= prev {
@@ -275,7 +283,7 @@ mod tests {
 
     fn view(id: &str, members: &[&str], rank: usize) -> LogEvent {
         let members = members.iter().map(|m| m.to_string()).collect();
-        LogEvent::View { id: id.into(), members, rank, stack: String::new() }
+        LogEvent::View { id: id.into(), members, rank, stack: String::new(), addresses: Vec::new() }
     }
 
     fn cast(from: &str, data: &str) -> LogEvent {

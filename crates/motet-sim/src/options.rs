@@ -67,6 +67,8 @@ pub enum ScriptAction {
     Leave(usize),
     /// The node asks the group to switch to this stack.
     Switch(usize, #[serde(serialize_with = "display")] StackSpec),
+    /// The node's process moves to a new address (endpoint migration).
+    Migrate(usize),
 }
 
 fn display<S: serde::Serializer>(spec: &StackSpec, s: S) -> Result<S::Ok, S::Error> {
@@ -201,6 +203,14 @@ impl SimOptions {
                 let spec = StackSpec::parse(&format!("{preset}{xfer}")).expect("presets parse");
                 let at = rng.gen_range(0..options.workload_ms + 2_000);
                 options.script.push((at, ScriptAction::Switch(rng.gen_range(0..nodes), spec)));
+            }
+        }
+        // Endpoint migration (drawn after switching, for the same reason): a node or two move to
+        // new addresses during the run, their old ones closing once their view has the new.
+        if options.stack.layers().contains(&motet_core::LayerKind::Migrate) && rng.gen_bool(0.3) {
+            for _ in 0..rng.gen_range(1..=2) {
+                let at = rng.gen_range(0..options.workload_ms + 2_000);
+                options.script.push((at, ScriptAction::Migrate(rng.gen_range(0..nodes))));
             }
         }
         options

@@ -108,6 +108,8 @@ pub struct Installed {
     pub guarantees: Guarantees,
     /// Its stack, as a layer list.
     pub stack: String,
+    /// Its members' addresses, in rank order (simulated addresses).
+    pub addresses: Vec<u32>,
 }
 
 /// One message accepted by a sender's endpoint.
@@ -187,6 +189,8 @@ pub struct Trace {
     pub safe: bool,
     /// State transfers, in the order they happened.
     pub transfers: Vec<Transfer>,
+    /// Endpoint migrations asked for, in order: (node, the address it moved to).
+    pub migrations: Vec<(usize, u32)>,
 }
 
 /// A broken guarantee.
@@ -310,6 +314,14 @@ pub enum Violation {
         /// The receiver.
         node: usize,
     },
+    /// A node that moved to a new address ended the run in a view that does not have it there
+    /// (the others would keep sending to an address it has left).
+    Migration {
+        /// The node.
+        node: usize,
+        /// The address it moved to.
+        address: u32,
+    },
     /// A message was delivered in another view than the one it was sent in.
     SendingView {
         /// Which message.
@@ -334,12 +346,13 @@ fn successors(trace: &Trace) -> BTreeMap<(usize, ViewKey), ViewKey> {
 /// The membership oracles: view agreement, consistent order, virtual synchrony, and (when the run
 /// quiesced) that the live members end in one common view.
 fn check_views(trace: &Trace, successor: &BTreeMap<(usize, ViewKey), ViewKey>, violations: &mut Vec<Violation>) {
-    // View agreement: one membership, and one stack, per view id.
+    // View agreement: one membership, one stack and one address per member, per view id.
     let mut membership: BTreeMap<ViewKey, &Vec<usize>> = BTreeMap::new();
-    let mut stacks: BTreeMap<ViewKey, &String> = BTreeMap::new();
+    let mut stacks: BTreeMap<ViewKey, (&String, &Vec<u32>)> = BTreeMap::new();
     for v in &trace.views {
         let members_differ = membership.insert(v.view, &v.members).is_some_and(|previous| previous != &v.members);
-        let stacks_differ = stacks.insert(v.view, &v.stack).is_some_and(|previous| previous != &v.stack);
+        let config = (&v.stack, &v.addresses);
+        let stacks_differ = stacks.insert(v.view, config).is_some_and(|previous| previous != config);
         if members_differ || stacks_differ {
             violations.push(Violation::ViewAgreement { view: v.view });
         }
@@ -431,6 +444,16 @@ fn check_views(trace: &Trace, successor: &BTreeMap<(usize, ViewKey), ViewKey>, v
         if !agreed {
             violations
                 .push(Violation::Liveness { detail: format!("correct members {correct:?} end in views {finals:?}") });
+        }
+        // Migration: a member that moved ends in a view that has it at its new address.
+        let mut moved: BTreeMap<usize, u32> = BTreeMap::new();
+        moved.extend(trace.migrations.iter().copied());
+        for (node, address) in moved.into_iter().filter(|&(n, _)| stayed(n)) {
+            let last = trace.views.iter().rev().find(|v| v.node == node);
+            let at = last.and_then(|v| v.members.iter().position(|&m| m == node).map(|r| v.addresses[r]));
+            if at != Some(address) {
+                violations.push(Violation::Migration { node, address });
+            }
         }
     }
 }
@@ -746,11 +769,28 @@ mod tests {
             time: Instant::ZERO,
             node,
             view,
-            members,
             primary: true,
             guarantees: Guarantees::default(),
             stack: String::new(),
+            addresses: members.iter().map(|&m| m as u32).collect(),
+            members,
         }
+    }
+
+    #[test]
+    fn a_migration_the_final_view_lacks_is_caught() {
+        let mut trace = with_view_change();
+        trace.quiesced = true;
+        trace.migrations.push((1, 1 << 20));
+        assert_eq!(check(&trace), vec![Violation::Migration { node: 1, address: 1 << 20 }]);
+        // The same when the final view has it.
+        for v in trace.views.iter_mut().filter(|v| v.view == (1, 7)) {
+            v.addresses[1] = 1 << 20;
+        }
+        assert_eq!(check(&trace), vec![]);
+        // Two members disagreeing on an address in one view break view agreement.
+        trace.views.last_mut().unwrap().addresses[0] = 5;
+        assert_eq!(check(&trace), vec![Violation::ViewAgreement { view: (1, 7) }]);
     }
 
     /// `good()` plus a second view (1, 7) of members 0 and 1, after node 2 crashed.

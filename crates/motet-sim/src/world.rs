@@ -83,6 +83,12 @@ enum Event {
         node: usize,
         spec: motet_core::StackSpec,
     },
+    /// A node's process moves to a new address (endpoint migration); `again` re-asks for the
+    /// address it moved to, which a view formed by a merge did not carry.
+    Migrate {
+        node: usize,
+        again: bool,
+    },
     /// The crashed process of `node` starts again as a new endpoint (a new node index).
     Restart {
         node: usize,
@@ -181,7 +187,26 @@ struct World<'a> {
     membership: bool,
     /// Datagram fates, when `options.record_datagrams` (for diagrams).
     datagrams_log: Vec<DatagramRecord>,
+    /// Endpoint migration: per node, the address it is at (its first is `Sim(index)`).
+    address: Vec<u32>,
+    /// Addresses nodes moved to, and the node each reaches.
+    routes: BTreeMap<u32, usize>,
+    /// Addresses a node moved away from, and when they stop reaching it (the process closes its
+    /// old socket a grace period after its view has the new address, as the runtime does).
+    retired: BTreeMap<u32, Instant>,
+    /// Per node, views installed without its new address since it last moved (each makes it
+    /// ask again, up to `MIGRATE_TRIES`).
+    migrate_tries: Vec<u32>,
 }
+
+/// Addresses nodes migrate to are numbered from here (node indices stay below).
+const MIGRATED_BASE: u32 = 1 << 20;
+/// How long a migrated node still receives at its old address once its view has the new one.
+const RETIRE_GRACE: Duration = Duration::from_millis(500);
+/// Views without its new address after which a node stops asking again (as an application gives
+/// up): a protocol that keeps losing the request then fails the migration oracle instead of
+/// changing views for ever.
+const MIGRATE_TRIES: u32 = 8;
 
 /// Runs one simulation to completion and checks it. A panic inside the core (a broken layer
 /// invariant) is caught and reported as a violation, so one bad seed does not stop a sweep.
@@ -295,6 +320,10 @@ impl<'a> World<'a> {
             endpoints,
             membership: options.stack.layers().contains(&LayerKind::Intra),
             datagrams_log: Vec::new(),
+            address: (0..n as u32).collect(),
+            routes: BTreeMap::new(),
+            retired: BTreeMap::new(),
+            migrate_tries: vec![0; n],
         };
         world.plan();
         world
@@ -354,6 +383,7 @@ impl<'a> World<'a> {
                 crate::options::ScriptAction::Start(node) => Event::Start { node },
                 crate::options::ScriptAction::Leave(node) => Event::Leave { node },
                 crate::options::ScriptAction::Switch(node, ref spec) => Event::Switch { node, spec: spec.clone() },
+                crate::options::ScriptAction::Migrate(node) => Event::Migrate { node, again: false },
             };
             self.schedule(at, event);
         }
@@ -503,6 +533,31 @@ impl<'a> World<'a> {
                     self.flush(node);
                 }
             }
+            Event::Migrate { node, again } => {
+                if self.nodes[node].alive {
+                    if !again {
+                        let address = MIGRATED_BASE + self.routes.len() as u32;
+                        self.routes.insert(address, node);
+                        self.address[node] = address;
+                        self.note(format!("node {node} moves to address {address}"));
+                        self.trace.migrations.push((node, address));
+                        self.refresh_peers();
+                        self.migrate_tries[node] = 0;
+                    } else if self.migrate_tries[node] >= MIGRATE_TRIES {
+                        self.note(format!("node {node} gives up asking for a view with its new address"));
+                        return;
+                    } else {
+                        self.migrate_tries[node] += 1;
+                    }
+                    let sim = &mut self.nodes[node];
+                    let action = Action::Migrate(Address::Sim(self.address[node]));
+                    // Refused while a view change is in progress: asked again at the next view.
+                    if let Err(e) = sim.node.handle_action(self.now, sim.stack, action) {
+                        self.note(format!("node {node}'s migration was refused: {e}"));
+                    }
+                    self.flush(node);
+                }
+            }
             Event::FailNotice { node, failed } => {
                 if self.nodes[node].alive {
                     if node == 0 || (0..node).all(|o| !self.nodes[o].alive) {
@@ -551,12 +606,8 @@ impl<'a> World<'a> {
     fn restart(&mut self, old: usize) {
         let index = self.nodes.len();
         let endpoint = EndpointId(self.rng.next_u64());
-        let addresses: Vec<Address> = (0..=index as u32).map(Address::Sim).collect();
-        let mut node = Node::new();
-        node.set_peers(GroupName::new("sim"), addresses.clone());
-        for sim in &mut self.nodes {
-            sim.node.set_peers(GroupName::new("sim"), addresses.clone());
-        }
+        let node = Node::new();
+        self.address.push(index as u32);
         self.nodes.push(SimNode {
             node,
             stack: StackId(u32::MAX),
@@ -573,8 +624,26 @@ impl<'a> World<'a> {
         self.trace.nodes += 1;
         self.trace.crashed.push(None);
         self.trace.left.push(false);
+        self.refresh_peers();
         self.note(format!("node {old} restarts as a new endpoint, node {index}"));
         self.bring_up_alone(index, endpoint);
+    }
+
+    /// Tells every node where every process can be found now (as a re-resolved seed list would).
+    fn refresh_peers(&mut self) {
+        let addresses: Vec<Address> = self.address.iter().map(|&a| Address::Sim(a)).collect();
+        for sim in &mut self.nodes {
+            sim.node.set_peers(GroupName::new("sim"), addresses.clone());
+        }
+    }
+
+    /// The node an address reaches, or `Err` with the node that closed it.
+    fn route(&self, address: u32) -> Result<usize, usize> {
+        let node = if address >= MIGRATED_BASE { self.routes[&address] } else { address as usize };
+        match self.retired.get(&address) {
+            Some(&at) if at <= self.now => Err(node),
+            _ => Ok(node),
+        }
     }
 
     /// Joins `endpoint` at node `index` in a view of its own. A process starting alone is not the
@@ -585,7 +654,7 @@ impl<'a> World<'a> {
             self.options.stack.clone(),
             self.options.config.clone(),
             vec![endpoint],
-            vec![Address::Sim(index as u32)],
+            vec![Address::Sim(self.address[index])],
         );
         alone.primary = false;
         let view = Arc::new(alone);
@@ -664,7 +733,25 @@ impl<'a> World<'a> {
             let datagram = out.to_bytes();
             for address in out.to.addresses() {
                 let Address::Sim(to) = address else { unreachable!("simulated addresses only") };
-                self.transmit(index, to as usize, datagram.clone());
+                match self.route(to) {
+                    Ok(to) => self.transmit(index, to, datagram.clone()),
+                    // A closed socket: the datagram is lost.
+                    Err(owner) => {
+                        self.hasher.update(&[b'r', index as u8]);
+                        self.datagrams += 1;
+                        self.datagrams_lost += 1;
+                        if self.options.record_datagrams {
+                            self.datagrams_log.push(DatagramRecord {
+                                from: index,
+                                to: owner,
+                                sent: self.now,
+                                delivered: None,
+                                duplicate: false,
+                                lost: Some(Lost::AddressClosed),
+                            });
+                        }
+                    }
+                }
             }
         }
         let mut released = false;
@@ -739,6 +826,22 @@ impl<'a> World<'a> {
             self.note(format!("node {node} installs view {} of {:?}", view_key.0, members));
         }
         let guarantees = guarantees(&view.stack);
+        let addresses: Vec<u32> =
+            view.addresses.iter().map(|a| if let Address::Sim(a) = a { *a } else { u32::MAX }).collect();
+        // Endpoint migration: once the node's view has its new address, its old ones close after
+        // a grace period; a view without it (formed by a merge) makes it ask again.
+        let own = self.address[node];
+        if let Some(rank) = view.members.iter().position(|e| self.endpoints[e] == node) {
+            if addresses[rank] == own {
+                let old =
+                    std::iter::once(node as u32).chain(self.routes.iter().filter(|(_, &n)| n == node).map(|(&a, _)| a));
+                for address in old.filter(|&a| a != own).collect::<Vec<_>>() {
+                    self.retired.entry(address).or_insert(self.now + RETIRE_GRACE);
+                }
+            } else {
+                self.schedule(self.now, Event::Migrate { node, again: true });
+            }
+        }
         self.trace.views.push(Installed {
             time: self.now,
             node,
@@ -747,6 +850,7 @@ impl<'a> World<'a> {
             primary: view.primary,
             guarantees,
             stack: view.stack.to_string(),
+            addresses,
         });
         let sim = &mut self.nodes[node];
         sim.views.insert(stack, view);

@@ -121,6 +121,12 @@ impl Appl {
                 }
                 out.up(Up::SwitchReq(spec));
             }
+            Action::Migrate(address) => {
+                if !self.view.stack.layers().contains(&crate::layers::LayerKind::Migrate) {
+                    return Err(ApiError::NoMigrate(self.view.stack.to_string()));
+                }
+                out.up(Up::MigrateReq(address));
+            }
             Action::Subcast(ranks, payload) => {
                 self.check_size(payload.len())?;
                 if let Some(&rank) = ranks.iter().find(|&&r| usize::from(r) >= self.view.len()) {

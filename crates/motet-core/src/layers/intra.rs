@@ -86,6 +86,9 @@ pub struct Intra {
     switch_to: Option<(Rank, crate::spec::StackSpec)>,
     /// Every member finished this transfer view's state transfer (`xfer`): end the view.
     xfer_complete: bool,
+    /// New addresses of members that migrate (`migrate`), each member's latest request delivered
+    /// in this view: the next view has them (the flush makes the set equal everywhere).
+    moves: BTreeMap<Rank, crate::view::Address>,
 }
 
 impl Intra {
@@ -105,6 +108,7 @@ impl Intra {
             installed: false,
             switch_to: None,
             xfer_complete: false,
+            moves: BTreeMap::new(),
         }
     }
 
@@ -119,7 +123,11 @@ impl Intra {
             return;
         }
         let (failed, leavers) = (self.suspects.clone(), self.leavers.clone());
-        let nothing_to_do = failed.is_empty() && leavers.is_empty() && self.switch_to.is_none() && !self.xfer_complete;
+        let nothing_to_do = failed.is_empty()
+            && leavers.is_empty()
+            && self.switch_to.is_none()
+            && !self.xfer_complete
+            && self.moves.is_empty();
         if nothing_to_do || self.active.as_ref().is_some_and(|a| a.failed == failed && a.leavers == leavers) {
             return;
         }
@@ -206,7 +214,11 @@ impl Intra {
         ViewState {
             coord: survivors.iter().position(|&r| r == coord).unwrap_or(0) as Rank,
             view_id: ViewId { ltime: old.view_id.ltime + 1, coord: old.members[usize::from(coord)] },
-            addresses: survivors.iter().map(|&r| old.addresses[usize::from(r)]).collect(),
+            // Members that asked to migrate are at their new address (`migrate`).
+            addresses: survivors
+                .iter()
+                .map(|&r| self.moves.get(&r).copied().unwrap_or(old.addresses[usize::from(r)]))
+                .collect(),
             clients: survivors.iter().map(|&r| old.is_client(r)).collect(),
             primary: false, // decided by `primary`, if the stack has it
             prev_ids: vec![old.view_id],
@@ -276,6 +288,15 @@ impl Layer for Intra {
             Up::Switch { origin, spec } => {
                 if self.switch_to.as_ref().is_none_or(|(chosen, _)| origin >= *chosen) {
                     self.switch_to = Some((origin, spec));
+                }
+                // At the coordinator: a view change with nobody excluded.
+                self.maybe_start(out);
+            }
+            Up::Migrate { origin, address } => {
+                if usize::from(origin) < self.view.len() && self.view.addresses[usize::from(origin)] != address {
+                    self.moves.insert(origin, address);
+                } else {
+                    self.moves.remove(&origin); // moving back, or a request for where it is
                 }
                 // At the coordinator: a view change with nobody excluded.
                 self.maybe_start(out);

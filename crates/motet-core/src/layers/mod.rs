@@ -22,6 +22,7 @@ pub mod leave;
 pub mod local;
 pub mod merge;
 pub mod mflow;
+pub mod migrate;
 pub mod mnak;
 pub mod primary;
 pub mod pt2pt;
@@ -106,6 +107,7 @@ registry! {
     Intra => intra::Intra,
     Leave => leave::Leave,
     Switch => switch::Switch,
+    Migrate => migrate::Migrate,
     Xfer => xfer::Xfer,
     Elect => elect::Elect,
     Merge => merge::Merge,

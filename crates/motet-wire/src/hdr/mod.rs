@@ -24,6 +24,7 @@ pub mod leave;
 pub mod local;
 pub mod merge;
 pub mod mflow;
+pub mod migrate;
 pub mod mnak;
 pub mod primary;
 pub mod pt2pt;
@@ -156,6 +157,7 @@ headers! {
     Switch(switch),
     Xfer(xfer),
     Totem(totem),
+    Migrate(migrate),
 }
 
 fn encode_one<H: LayerHeader>(header: &H, w: &mut Writer<'_>) {

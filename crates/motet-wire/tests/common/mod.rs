@@ -6,8 +6,8 @@
 
 use bytes::Bytes;
 use motet_wire::hdr::{
-    appl, bottom, causal, elect, frag, heal, inter, intra, leave, local, merge, mflow, mnak, primary, pt2pt, pt2ptw,
-    safe, sequencer, slander, stable, suspect, switch, sync, totem, xfer,
+    appl, bottom, causal, elect, frag, heal, inter, intra, leave, local, merge, mflow, migrate, mnak, primary, pt2pt,
+    pt2ptw, safe, sequencer, slander, stable, suspect, switch, sync, totem, xfer,
 };
 use motet_wire::WireAddress;
 use motet_wire::{ConnId, Head, Header, Mux, Payload, Rank, Seqno, HEADER_COUNT_MAX};
@@ -257,6 +257,10 @@ pub fn totem_hdr() -> impl Strategy<Value = totem::Header> {
     ]
 }
 
+pub fn migrate_hdr() -> impl Strategy<Value = migrate::Header> {
+    prop_oneof![Just(migrate::Header::NoHdr), address().prop_map(migrate::Header::Request)]
+}
+
 /// A header of any layer, every layer equally likely.
 pub fn header() -> impl Strategy<Value = Header> {
     prop_oneof![
@@ -285,6 +289,7 @@ pub fn header() -> impl Strategy<Value = Header> {
         switch_hdr().prop_map(Header::from),
         xfer_hdr().prop_map(Header::from),
         totem_hdr().prop_map(Header::from),
+        migrate_hdr().prop_map(Header::from),
     ]
 }
 
