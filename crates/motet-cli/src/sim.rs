@@ -67,6 +67,23 @@ pub(crate) struct SimArgs {
     /// file. One seed only; the JSON and text output are unchanged.
     #[arg(long, value_name = "FILE.svg")]
     diagram: Option<PathBuf>,
+    /// Mean of the random extra one-way delay, in microseconds (on top of 100 µs). Datagrams sent
+    /// close together overtake each other when it is not 0; 0 makes every link FIFO.
+    #[arg(long, default_value_t = 400)]
+    jitter_us: u64,
+    /// The bypass: `on` (as the runtime runs), `off` (the layered path only), or `diff` (every
+    /// input through both, any difference in outputs or layer states is a violation).
+    #[arg(long, default_value = "on", value_parser = parse_bypass)]
+    bypass: motet_core::Bypass,
+}
+
+fn parse_bypass(text: &str) -> Result<motet_core::Bypass, String> {
+    match text {
+        "on" => Ok(motet_core::Bypass::On),
+        "off" => Ok(motet_core::Bypass::Off),
+        "diff" => Ok(motet_core::Bypass::Diff),
+        other => Err(format!("`{other}`: expected on, off or diff")),
+    }
 }
 
 fn parse_range(text: &str) -> Result<(u64, u64), String> {
@@ -111,6 +128,13 @@ struct Summary {
     views_installed: u64,
     /// Endpoint migrations the runs made (swarm runs draw some).
     migrations: u64,
+    /// Inputs (application casts and sends, received casts and sends) that took the bypass, over
+    /// all of them; absent with `--bypass off`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bypass_hit_rate: Option<f64>,
+    /// Per layer, the application messages whose first failed bypass condition was its.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    bypass_refused_by: std::collections::BTreeMap<&'static str, u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     converge_ms_p50: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -134,6 +158,7 @@ impl SimArgs {
             options.net.loss = self.loss;
             options.net.dup = self.dup;
             options.net.reorder = self.reorder;
+            options.net.delay_mean_us = self.jitter_us;
             options.crashes = self.crashes;
             options.restart = self.restart;
             options.payload_max = self.payload_max;
@@ -142,6 +167,7 @@ impl SimArgs {
         options.sends = self.sends;
         // Recording does not change the run, only what the report holds.
         options.record_datagrams = self.diagram.is_some();
+        options.bypass = self.bypass;
         options
     }
 }
@@ -184,6 +210,8 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         liveness_failures: 0,
         views_installed: 0,
         migrations: 0,
+        bypass_hit_rate: None,
+        bypass_refused_by: std::collections::BTreeMap::new(),
         converge_ms_p50: None,
         converge_ms_max: None,
         trace_hash: (reports.len() == 1).then(|| reports[0].trace_hash.clone()),
@@ -194,6 +222,10 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
     converge.sort_by(f64::total_cmp);
     summary.converge_ms_p50 = converge.get(converge.len() / 2).copied();
     summary.converge_ms_max = converge.last().copied();
+    let mut bypass = motet_core::BypassStats::default();
+    reports.iter().for_each(|r| bypass.merge(&r.bypass));
+    summary.bypass_hit_rate = bypass.hit_rate();
+    summary.bypass_refused_by = bypass.refused_by;
     for report in &reports {
         summary.violations += report.violations.len();
         summary.views_installed += report.views_installed;
@@ -234,6 +266,9 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         }
         if let (Some(p50), Some(max)) = (summary.converge_ms_p50, summary.converge_ms_max) {
             println!("converge  p50 {p50:.0} ms, max {max:.0} ms after the last fault");
+        }
+        if let Some(rate) = summary.bypass_hit_rate {
+            println!("bypass    {:.1}% of casts and sends took the bypass", rate * 100.0);
         }
         if let Some(hash) = &summary.trace_hash {
             println!("trace     {hash}");

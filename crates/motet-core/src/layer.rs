@@ -4,7 +4,8 @@
 //! randomness: they push outputs into an [`Outbox`] and the [`Stack`](crate::Stack) dispatches
 //! them (STYLE principle 2; Ensemble's functional composition, thesis §5.2).
 
-use crate::event::{AppEvent, Counter, Dn, DropReason, Up};
+use crate::event::{AppEvent, Counter, Dn, DropReason, Msg, Up};
+use crate::fast::{DnStep, Down, UpStep};
 use crate::time::Instant;
 use crate::Rank;
 use motet_wire::Header;
@@ -26,6 +27,30 @@ pub trait Layer: core::fmt::Debug {
     /// Messages this layer holds for retransmission or reordering (zero after quiescence).
     fn buffered(&self) -> usize {
         0
+    }
+
+    /// Fast path ([`crate::fast`]): the condition of the common case of a message going down,
+    /// and what the layer does to it then; `None` (the default: no declaration) sends the
+    /// message down the layered path. Must not depend on anything but the state and `down`.
+    fn fast_dn(&self, down: &Down) -> Option<DnStep> {
+        let _ = down;
+        None
+    }
+    /// The common case's action on this layer's state, when every condition of the trace held.
+    /// `msg` is the message as it reaches this layer (headers of the layers above pushed). May
+    /// count, set the alarm and deliver, never emit events.
+    fn fast_dn_apply(&mut self, down: &Down, msg: &Msg, out: &mut Outbox<'_>) {
+        let _ = (down, msg, out);
+    }
+    /// Fast path: the condition of the common case of a message going up (its header not yet
+    /// popped), and what the layer does to it then; `None` (the default) takes the layered path.
+    fn fast_up(&self, up: &crate::fast::Up<'_>) -> Option<UpStep> {
+        let _ = up;
+        None
+    }
+    /// The common case's action on this layer's state; `msg` has this layer's header popped.
+    fn fast_up_apply(&mut self, up: &crate::fast::Up<'_>, msg: &Msg, out: &mut Outbox<'_>) {
+        let _ = (up, msg, out);
     }
 }
 

@@ -11,6 +11,7 @@
 
 mod error;
 pub mod event;
+pub mod fast;
 pub mod layer;
 pub mod layers;
 pub mod node;
@@ -25,7 +26,7 @@ pub use event::{Action, AppEvent, Counter, DropReason};
 pub use layers::{LayerKind, StackConfig};
 pub use node::{Destination, Node, Outgoing, StackId};
 pub use spec::{Property, StackSpec};
-pub use stack::Stack;
+pub use stack::{Bypass, BypassStats, Stack};
 pub use time::{Duration, Instant};
 pub use view::{Address, EndpointId, GroupName, RankSet, ViewId, ViewState};
 

@@ -130,6 +130,10 @@ pub struct Node {
     /// Known peer addresses per group, for gossip to other partitions (set by the driver from its
     /// discovery: seed lists, DNS, multicast).
     peers: BTreeMap<crate::view::GroupName, Arc<[Address]>>,
+    /// Whether stacks built from now on run the bypass.
+    bypass: crate::stack::Bypass,
+    /// Bypass counts of stacks that have exited.
+    bypass_done: crate::stack::BypassStats,
 }
 
 impl Node {
@@ -142,7 +146,7 @@ impl Node {
     pub fn join(&mut self, now: Instant, view: Arc<ViewState>, rank: Rank) -> Result<StackId, StackSpecError> {
         self.now = now;
         let conn = conn_id(&view);
-        let stack = Stack::new(view, rank, now)?;
+        let stack = Stack::with_bypass(view, rank, now, self.bypass)?;
         let id = StackId(self.stacks.len() as u32);
         self.stacks.push(Some(Entry { stack, conn, replaced: false }));
         self.routes.entry(conn).or_default().push(id);
@@ -248,6 +252,21 @@ impl Node {
         self.stacks.iter().enumerate().filter_map(|(i, e)| e.as_ref().map(|e| (StackId(i as u32), &e.stack)))
     }
 
+    /// Sets whether stacks built from now on run their common traces through the bypass (`On`,
+    /// the default), only the layered path (`Off`), or both, compared (`Diff`, for testing).
+    pub fn set_bypass(&mut self, bypass: crate::stack::Bypass) {
+        self.bypass = bypass;
+    }
+
+    /// How the inputs of every stack this node has run took the bypass.
+    pub fn bypass_stats(&self) -> crate::stack::BypassStats {
+        let mut total = self.bypass_done.clone();
+        for (_, stack) in self.stacks() {
+            total.merge(stack.bypass_stats());
+        }
+        total
+    }
+
     /// Node-level drops plus every live stack's statistics.
     pub fn stats(&self) -> Stats {
         let mut total = self.stats.clone();
@@ -260,6 +279,7 @@ impl Node {
     /// Removes stack `id` and its route: it has exited (thesis §2.3.4, `Exit`).
     pub fn remove(&mut self, id: StackId) {
         if let Some(entry) = self.stacks.get_mut(id.0 as usize).and_then(Option::take) {
+            self.bypass_done.merge(entry.stack.bypass_stats());
             for conn in [entry.conn, gossip_conn_id(&entry.stack.view().group)] {
                 if let Some(ids) = self.routes.get_mut(&conn) {
                     ids.retain(|&mut other| other != id);

@@ -19,6 +19,56 @@ use motet_wire::Mux;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+mod bypass;
+
+/// Whether a stack runs its common traces through the bypass ([`crate::fast`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Bypass {
+    /// Every event takes the layered path.
+    Off,
+    /// Common traces run through the bypass; the rest take the layered path.
+    #[default]
+    On,
+    /// Every input runs through the bypass and, on a twin stack, through the layered path; any
+    /// difference in outputs or layer states panics (the simulator reports it as a violation).
+    Diff,
+}
+
+/// How often the application's messages took the bypass: its casts and sends going down, and
+/// its casts and sends arriving (the layers' own traffic, such as acknowledgements and gossip,
+/// is not counted).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BypassStats {
+    /// Messages that took the bypass.
+    pub hits: u64,
+    /// Messages that took the layered path because some layer's condition did not hold.
+    pub misses: u64,
+    /// Per layer, the misses it caused (the first condition that failed).
+    pub refused_by: std::collections::BTreeMap<&'static str, u64>,
+}
+
+impl BypassStats {
+    /// Adds `other` into `self`.
+    pub fn merge(&mut self, other: &BypassStats) {
+        self.hits += other.hits;
+        self.misses += other.misses;
+        for (layer, n) in &other.refused_by {
+            *self.refused_by.entry(layer).or_default() += n;
+        }
+    }
+
+    fn miss(&mut self, layer: LayerKind) {
+        self.misses += 1;
+        *self.refused_by.entry(layer.name()).or_default() += 1;
+    }
+
+    /// Hits over hits and misses (`None` before any eligible input).
+    pub fn hit_rate(&self) -> Option<f64> {
+        let all = self.hits + self.misses;
+        (all > 0).then(|| self.hits as f64 / all as f64)
+    }
+}
+
 /// A message leaving the bottom of a stack, to be encoded and transmitted by the driver.
 #[derive(Debug, Clone)]
 pub struct Transmit {
@@ -53,12 +103,30 @@ pub struct Stack {
     transmits: VecDeque<Transmit>,
     top: VecDeque<TopOutput>,
     stats: Stats,
+    bypass: Bypass,
+    bypass_stats: BypassStats,
+    /// `Bypass::Diff`: the same stack on the layered path, fed the same inputs.
+    twin: Option<Box<Stack>>,
 }
 
 impl Stack {
     /// Builds the stack named by `view.stack` with `view.params`, for the member at `rank`, and
     /// runs `Init` up from the bottom (thesis §2.3.4).
     pub fn new(view: Arc<ViewState>, rank: Rank, now: Instant) -> Result<Stack, StackSpecError> {
+        Stack::with_bypass(view, rank, now, Bypass::default())
+    }
+
+    /// [`Stack::new`] with the bypass `Off`, `On`, or checked against the layered path (`Diff`).
+    pub fn with_bypass(
+        view: Arc<ViewState>,
+        rank: Rank,
+        now: Instant,
+        bypass: Bypass,
+    ) -> Result<Stack, StackSpecError> {
+        let mut twin = match bypass {
+            Bypass::Diff => Some(Box::new(Stack::with_bypass(Arc::clone(&view), rank, now, Bypass::Off)?)),
+            _ => None,
+        };
         assert!(usize::from(rank) < view.len(), "rank {rank} outside a view of {}", view.len());
         view.params.validate()?;
         let kinds = view.stack.layers();
@@ -76,10 +144,17 @@ impl Stack {
             transmits: VecDeque::new(),
             top: VecDeque::new(),
             stats: Stats::default(),
+            bypass,
+            bypass_stats: BypassStats::default(),
+            twin: None,
         };
         let bottom = stack.layers.len() - 1;
         stack.queue.push_back((bottom, Ev::Up(Up::Init)));
         stack.run(now);
+        if let Some(twin) = &mut twin {
+            stack.diff(twin, [0; 3], "initialisation");
+        }
+        stack.twin = twin;
         Ok(stack)
     }
 
@@ -95,7 +170,43 @@ impl Stack {
 
     /// An application action, injected at `appl` (which may sit mid-stack, thesis §2.1.10).
     pub fn handle_action(&mut self, now: Instant, action: Action) -> Result<(), ApiError> {
+        let Some(mut twin) = self.twin.take() else { return self.action(now, action) };
+        let mark = self.mark();
+        let expected = twin.action(now, action.clone());
+        let result = self.action(now, action);
+        assert_eq!(format!("{result:?}"), format!("{expected:?}"), "bypass diff: the action's result");
+        self.diff(&mut twin, mark, "an action");
+        self.twin = Some(twin);
+        result
+    }
+
+    fn action(&mut self, now: Instant, action: Action) -> Result<(), ApiError> {
         debug_assert!(self.queue.is_empty(), "drain-first: the queue is empty between inputs");
+        let action = match action {
+            Action::Cast(payload) if self.bypass != Bypass::Off => match self.bypass_dn(now, None, payload) {
+                Ok(()) => {
+                    self.bypass_stats.hits += 1;
+                    return Ok(());
+                }
+                Err((payload, layer)) => {
+                    self.bypass_stats.miss(self.view.stack.layers()[layer]);
+                    Action::Cast(payload)
+                }
+            },
+            Action::Send(dests, payload) if self.bypass != Bypass::Off && dests.len() == 1 => {
+                match self.bypass_dn(now, Some(dests[0]), payload) {
+                    Ok(()) => {
+                        self.bypass_stats.hits += 1;
+                        return Ok(());
+                    }
+                    Err((payload, layer)) => {
+                        self.bypass_stats.miss(self.view.stack.layers()[layer]);
+                        Action::Send(dests, payload)
+                    }
+                }
+            }
+            other => other,
+        };
         let AnyLayer::Appl(appl) = &mut self.layers[self.appl] else { unreachable!("appl index") };
         let mut alarm = None;
         let mut out = Outbox {
@@ -114,6 +225,32 @@ impl Stack {
 
     /// A message from the network, injected at the bottom.
     pub fn handle_recv(&mut self, now: Instant, origin: Rank, mux: Mux, msg: Msg) {
+        let Some(mut twin) = self.twin.take() else { return self.recv(now, origin, mux, msg) };
+        let mark = self.mark();
+        twin.recv(now, origin, mux, msg.clone());
+        self.recv(now, origin, mux, msg);
+        self.diff(&mut twin, mark, "a received message");
+        self.twin = Some(twin);
+    }
+
+    fn recv(&mut self, now: Instant, origin: Rank, mux: Mux, msg: Msg) {
+        let msg = match mux {
+            Mux::Cast | Mux::Send { .. } if self.bypass != Bypass::Off => {
+                match self.bypass_up(now, origin, matches!(mux, Mux::Cast), msg) {
+                    Ok(()) => {
+                        self.bypass_stats.hits += 1;
+                        return;
+                    }
+                    Err((msg, refused)) => {
+                        if let Some(layer) = refused {
+                            self.bypass_stats.miss(self.view.stack.layers()[layer]);
+                        }
+                        msg
+                    }
+                }
+            }
+            _ => msg,
+        };
         let ev = match mux {
             Mux::Gossip => Up::Gossip(msg),
             // The network is unreliable: `mnak` upgrades the guarantee when it sequences the cast.
@@ -126,13 +263,27 @@ impl Stack {
 
     /// Marks `ranks` failed, from the top down (as a membership layer would).
     pub fn handle_fail(&mut self, now: Instant, ranks: RankSet) {
+        let twin = self.twin.take().map(|mut twin| {
+            let mark = self.mark();
+            twin.handle_fail(now, ranks.clone());
+            (twin, mark)
+        });
         self.queue.push_back((0, Ev::Dn(Dn::Fail(ranks))));
         self.run(now);
+        if let Some((mut twin, mark)) = twin {
+            self.diff(&mut twin, mark, "a failure notice");
+            self.twin = Some(twin);
+        }
     }
 
     /// Fires every alarm due at `now`, bottom layer first (thesis §2.3.2: the Timer event travels
     /// up the stack).
     pub fn handle_timeout(&mut self, now: Instant) {
+        let twin = self.twin.take().map(|mut twin| {
+            let mark = self.mark();
+            twin.handle_timeout(now);
+            (twin, mark)
+        });
         for index in (0..self.layers.len()).rev() {
             if self.alarms[index].is_some_and(|at| at <= now) {
                 self.alarms[index] = None;
@@ -140,6 +291,15 @@ impl Stack {
             }
         }
         self.run(now);
+        if let Some((mut twin, mark)) = twin {
+            self.diff(&mut twin, mark, "a timeout");
+            self.twin = Some(twin);
+        }
+    }
+
+    /// How the inputs of this stack took the bypass.
+    pub fn bypass_stats(&self) -> &BypassStats {
+        &self.bypass_stats
     }
 
     /// When the stack next needs [`Stack::handle_timeout`].
@@ -188,6 +348,46 @@ impl Stack {
         assert!(self.scratch.is_empty());
         for layer in &self.layers {
             layer.check_invariants();
+        }
+    }
+
+    /// Lengths of the output queues before an input (`Bypass::Diff`).
+    fn mark(&self) -> [usize; 3] {
+        [self.transmits.len(), self.app.len(), self.top.len()]
+    }
+
+    /// `Bypass::Diff`: after one input to both, this stack's new outputs and every layer's state
+    /// must equal the layered twin's. The twin's outputs are consumed here.
+    fn diff(&self, twin: &mut Stack, mark: [usize; 3], input: &str) {
+        let show = |items: &mut dyn Iterator<Item = String>| items.collect::<Vec<_>>().join("\n");
+        let pairs = [
+            (
+                "transmits",
+                show(&mut self.transmits.iter().skip(mark[0]).map(|t| format!("{t:?}"))),
+                show(&mut twin.transmits.drain(..).map(|t| format!("{t:?}"))),
+            ),
+            (
+                "application events",
+                show(&mut self.app.iter().skip(mark[1]).map(|e| format!("{e:?}"))),
+                show(&mut twin.app.drain(..).map(|e| format!("{e:?}"))),
+            ),
+            (
+                "top outputs",
+                show(&mut self.top.iter().skip(mark[2]).map(|e| format!("{e:?}"))),
+                show(&mut twin.top.drain(..).map(|e| format!("{e:?}"))),
+            ),
+            ("alarms", format!("{:?}", self.alarms), format!("{:?}", twin.alarms)),
+            ("counters", format!("{:?}", self.stats), format!("{:?}", twin.stats)),
+        ];
+        for (what, bypass, layered) in pairs {
+            assert!(
+                bypass == layered,
+                "bypass diff after {input}: {what} differ\nbypass:  {bypass}\nlayered: {layered}"
+            );
+        }
+        for (kind, (a, b)) in self.view.stack.layers().iter().zip(self.layers.iter().zip(&twin.layers)) {
+            let (a, b) = (format!("{a:?}"), format!("{b:?}"));
+            assert!(a == b, "bypass diff after {input}: layer {} differs\nbypass:  {a}\nlayered: {b}", kind.name());
         }
     }
 

@@ -890,6 +890,7 @@ mod tests {
             stats: Stats::default(),
             story: Vec::new(),
             views_installed: 0,
+            bypass: motet_core::BypassStats::default(),
             converge: None,
             trace: Trace { nodes: 2, crashed: vec![None, None], ..Trace::default() },
             datagrams_log: (0..records).map(record).collect(),

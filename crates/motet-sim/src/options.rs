@@ -124,6 +124,9 @@ pub struct SimOptions {
     /// [`render_svg`](crate::render_svg)). Off by default to keep sweeps cheap; it does not change
     /// the run (no extra random draws), so the trace hash is the same either way.
     pub record_datagrams: bool,
+    /// Whether the nodes run the bypass (`On`, as the runtime does), only the layered path
+    /// (`Off`), or both, compared on every input (`Diff`: a difference is a violation).
+    pub bypass: motet_core::Bypass,
 }
 
 impl SimOptions {
@@ -150,6 +153,7 @@ impl SimOptions {
             partitions: Vec::new(),
             time_max_ms: 120_000,
             record_datagrams: false,
+            bypass: motet_core::Bypass::On,
         }
     }
 
@@ -230,8 +234,14 @@ impl SimOptions {
                 self.crashes,
                 if self.restart { " --restart" } else { "" }
             ));
+            if self.net.delay_mean_us != NetConfig::default().delay_mean_us {
+                cmd.push_str(&format!(" --jitter-us {}", self.net.delay_mean_us));
+            }
         }
         cmd.push_str(&format!(" --casts {} --sends {}", self.casts, self.sends));
+        if self.bypass != motet_core::Bypass::On {
+            cmd.push_str(&format!(" --bypass {}", format!("{:?}", self.bypass).to_lowercase()));
+        }
         cmd
     }
 

@@ -47,6 +47,8 @@ pub struct SimReport {
     /// For a run with faults that converged: virtual time from the last fault (a crash, or a
     /// partition healing) to the installation of the final common view.
     pub converge: Option<Duration>,
+    /// How the nodes' inputs took the bypass.
+    pub bypass: motet_core::BypassStats,
     /// The trace the oracles checked.
     pub trace: Trace,
     /// Every datagram's fate, in the order they were sent (one record per copy), when
@@ -233,6 +235,7 @@ pub fn run(options: &SimOptions) -> SimReport {
                 story: Vec::new(),
                 views_installed: 0,
                 converge: None,
+                bypass: motet_core::BypassStats::default(),
                 trace: Trace::default(),
                 datagrams_log: Vec::new(),
             }
@@ -263,6 +266,7 @@ impl<'a> World<'a> {
         let nodes = (0..n)
             .map(|index| {
                 let mut node = Node::new();
+                node.set_bypass(options.bypass);
                 // Discovery: every node knows every address (a seed list), for partition healing.
                 node.set_peers(group.clone(), all_addresses.clone());
                 let (Some(rank), Some(view)) = (initial.iter().position(|&i| i == index), view.as_ref()) else {
@@ -606,7 +610,8 @@ impl<'a> World<'a> {
     fn restart(&mut self, old: usize) {
         let index = self.nodes.len();
         let endpoint = EndpointId(self.rng.next_u64());
-        let node = Node::new();
+        let mut node = Node::new();
+        node.set_bypass(self.options.bypass);
         self.address.push(index as u32);
         self.nodes.push(SimNode {
             node,
@@ -931,8 +936,10 @@ impl<'a> World<'a> {
 
     fn finish(mut self) -> SimReport {
         let mut stats = Stats::default();
+        let mut bypass = motet_core::BypassStats::default();
         for (index, sim) in self.nodes.iter().enumerate() {
             stats.merge(&sim.node.stats());
+            bypass.merge(&sim.node.bypass_stats());
             let buffered = if sim.alive {
                 sim.node.stack(sim.stack).map(|s| s.buffered_by_layer()).unwrap_or_default()
             } else {
@@ -976,6 +983,7 @@ impl<'a> World<'a> {
             story: self.story,
             views_installed,
             converge,
+            bypass,
             trace: self.trace,
             datagrams_log: self.datagrams_log,
         }

@@ -11,6 +11,7 @@
 
 use crate::error::ApiError;
 use crate::event::{Action, AppEvent, Dn, DropReason, Msg, Qos, Up};
+use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
 use crate::view::{RankSet, ViewState};
 use crate::Rank;
@@ -233,6 +234,34 @@ impl Layer for Appl {
             out.deliver(AppEvent::Block);
         }
         out.pass_dn(ev, Header::NoHdr);
+    }
+
+    // Fast path: an application cast or send that `handle_action` would pass down at once, and
+    // an application message from below that it would deliver.
+    fn fast_dn(&self, down: &Down) -> Option<DnStep> {
+        if self.left || self.blocked || down.len > self.message_size_max {
+            return None;
+        }
+        match down.dest {
+            None if self.view.xfer_view || self.cast_blocked => None,
+            None => Some(DnStep { header: Header::Data.into(), qos: self.cast_qos, loopback: false }),
+            Some(dest) if usize::from(dest) >= self.view.len() || dest == self.rank => None,
+            Some(dest) if self.send_blocked.contains(dest) => None,
+            Some(_) => DnStep::pass(Header::Data, down),
+        }
+    }
+
+    fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
+        (!self.left && fast::is(up.header, Header::Data)).then_some(UpStep { qos: up.qos, reply: None, absorb: false })
+    }
+
+    fn fast_up_apply(&mut self, up: &fast::Up<'_>, msg: &Msg, out: &mut Outbox<'_>) {
+        let payload = msg.payload.clone();
+        out.deliver(if up.cast {
+            AppEvent::Cast { origin: up.origin, payload }
+        } else {
+            AppEvent::Send { origin: up.origin, payload }
+        });
     }
 
     fn check_invariants(&self) {

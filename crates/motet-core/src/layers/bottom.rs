@@ -6,6 +6,7 @@
 //! again)". After `Leave` it neither sends nor receives.
 
 use crate::event::{Dn, DropReason, Up};
+use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
 use crate::view::{RankSet, ViewState};
 use crate::Rank;
@@ -73,6 +74,16 @@ impl Layer for Bottom {
             | Dn::MergeDeny { .. }
             | Dn::CastFull { .. } => {}
         }
+    }
+
+    // Fast path: messages pass while enabled, from origins not failed.
+    fn fast_dn(&self, down: &Down) -> Option<DnStep> {
+        self.enabled.then(|| DnStep::pass(Header::NoHdr, down)).flatten()
+    }
+
+    fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
+        let common = self.enabled && !self.failed.contains(up.origin) && fast::is(up.header, Header::NoHdr);
+        common.then(|| UpStep::pass(up)).flatten()
     }
 
     fn check_invariants(&self) {}

@@ -44,6 +44,11 @@ impl Window {
         }
     }
 
+    /// Whether [`Window::offer`] would send a message now (the fast path's condition).
+    pub(crate) fn admits(&self, consumed: u64, window: u64) -> bool {
+        self.pending.is_empty() && self.sent - consumed < window
+    }
+
     /// Releases queued messages the window now admits, handing each to `emit`. Returns true when
     /// the channel was blocked and is now clear (report `FlowBlock { blocked: false }`).
     pub(crate) fn release(&mut self, consumed: u64, window: u64, mut emit: impl FnMut(Msg)) -> bool {
@@ -93,5 +98,11 @@ impl Consumer {
             return Some(self.consumed);
         }
         None
+    }
+
+    /// What [`Consumer::consume`] would return, without counting (the fast path's condition).
+    pub(crate) fn peek(&self, window: u64) -> Option<u64> {
+        let consumed = self.consumed + 1;
+        (consumed - self.reported >= (window / 2).max(1)).then_some(consumed)
     }
 }

@@ -17,6 +17,7 @@
 //! unfinished message simply ends with the view's stack.
 
 use crate::event::{Counter, Dn, DropReason, Msg, Up};
+use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
 use crate::view::{RankSet, ViewState};
 use crate::Rank;
@@ -206,6 +207,16 @@ impl Layer for Frag {
             }
             other => out.dn(other),
         }
+    }
+
+    // Fast path: a message that fits one fragment (`Whole`), from an origin not cut off.
+    fn fast_dn(&self, down: &Down) -> Option<DnStep> {
+        let whole = down.qos == crate::event::Qos::Unreliable || down.len <= self.frag_size;
+        whole.then(|| DnStep::pass(Header::Whole, down)).flatten()
+    }
+
+    fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
+        (!self.cut.contains(up.origin) && fast::is(up.header, Header::Whole)).then(|| UpStep::pass(up)).flatten()
     }
 
     fn check_invariants(&self) {

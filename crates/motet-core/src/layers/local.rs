@@ -5,7 +5,9 @@
 //! A cast going down is passed down and a copy goes straight back up, so the sender delivers its
 //! own casts in the order it sent them, without a network round trip.
 
+use crate::event::Msg;
 use crate::event::{Dn, Up};
+use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
 use crate::view::ViewState;
 use crate::Rank;
@@ -52,6 +54,21 @@ impl Layer for Local {
             }
             other => out.pass_dn(other, Header::NoHdr),
         }
+    }
+
+    // Fast path: a cast goes down and loops back up (a branching trace); the rest passes.
+    fn fast_dn(&self, down: &Down) -> Option<DnStep> {
+        Some(DnStep { header: Header::NoHdr.into(), qos: down.qos, loopback: down.dest.is_none() })
+    }
+
+    fn fast_dn_apply(&mut self, down: &Down, _msg: &Msg, _out: &mut Outbox<'_>) {
+        if down.dest.is_none() {
+            self.looped += 1;
+        }
+    }
+
+    fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
+        fast::is(up.header, Header::NoHdr).then(|| UpStep::pass(up)).flatten()
     }
 
     fn check_invariants(&self) {}

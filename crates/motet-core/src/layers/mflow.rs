@@ -8,6 +8,7 @@
 
 use super::flow::{Consumer, Offer, Window};
 use crate::event::{Counter, Dn, DropReason, Msg, Qos, Up};
+use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
 use crate::view::{RankSet, ViewState};
 use crate::Rank;
@@ -137,6 +138,44 @@ impl Layer for Mflow {
                 self.release(out);
             }
             other => out.pass_dn(other, Header::NoHdr),
+        }
+    }
+
+    // Fast path: a reliable cast the window admits (counted); a reliable cast received
+    // (consumed, with a `Credit` reply when a report is due); the rest passes.
+    fn fast_dn(&self, down: &Down) -> Option<DnStep> {
+        if down.dest.is_none() && down.qos == Qos::Reliable && !self.window.admits(self.consumed(), self.config.window)
+        {
+            return None;
+        }
+        DnStep::pass(Header::NoHdr, down)
+    }
+
+    fn fast_dn_apply(&mut self, down: &Down, _msg: &Msg, _out: &mut Outbox<'_>) {
+        if down.dest.is_none() && down.qos == Qos::Reliable {
+            self.window.sent += 1;
+        }
+    }
+
+    fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
+        if !fast::is(up.header, Header::NoHdr) {
+            return None;
+        }
+        let reply = match up.cast && up.qos == Qos::Reliable {
+            true => self.consumers[usize::from(up.origin)]
+                .peek(self.config.window)
+                .map(|count| (up.origin, Header::Credit { count }.into())),
+            false => None,
+        };
+        Some(UpStep { qos: up.qos, reply, absorb: false })
+    }
+
+    fn fast_up_apply(&mut self, up: &fast::Up<'_>, _msg: &Msg, out: &mut Outbox<'_>) {
+        if up.cast
+            && up.qos == Qos::Reliable
+            && self.consumers[usize::from(up.origin)].consume(self.config.window).is_some()
+        {
+            out.count(Counter::AckSent);
         }
     }
 

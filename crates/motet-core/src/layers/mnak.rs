@@ -17,6 +17,7 @@
 //! settles, so the group goes quiet.
 
 use crate::event::{Counter, Dn, DropReason, Msg, Qos, Stability, Up};
+use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
 use crate::time::Duration;
 use crate::view::{RankSet, ViewState};
@@ -359,6 +360,48 @@ impl Layer for Mnak {
             if let Some((lo, hi)) = self.origins[usize::from(origin)].gap() {
                 self.nak(origin, lo, hi, out);
             }
+        }
+    }
+
+    // Fast path (Fig 5.2): a reliable cast is numbered and kept; the next expected cast of an
+    // origin, with nothing ahead of it and no cut announced, is kept and passed up; sends pass.
+    fn fast_dn(&self, down: &Down) -> Option<DnStep> {
+        let header = match (down.dest, down.qos) {
+            (Some(_), _) => Header::NoHdr,
+            (None, Qos::Unreliable) => Header::Unrel,
+            (None, _) => Header::Data { seqno: self.origins[usize::from(self.rank)].received },
+        };
+        let qos = if down.dest.is_none() && down.qos != Qos::Unreliable { Qos::Reliable } else { down.qos };
+        Some(DnStep { header: header.into(), qos, loopback: false })
+    }
+
+    fn fast_dn_apply(&mut self, down: &Down, msg: &Msg, _out: &mut Outbox<'_>) {
+        if down.dest.is_none() && down.qos != Qos::Unreliable {
+            let o = &mut self.origins[usize::from(self.rank)];
+            o.buf.push_back(msg.clone());
+            o.received += 1;
+        }
+    }
+
+    fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
+        if !up.cast {
+            return fast::is(up.header, Header::NoHdr).then(|| UpStep::pass(up)).flatten();
+        }
+        let motet_wire::Header::Mnak(Header::Data { seqno }) = up.header else { return None };
+        let o = self.origins.get(usize::from(up.origin))?;
+        let common = self.cut.is_none()
+            && *seqno == o.received
+            && o.ooo.is_empty()
+            && *seqno < self.limit(up.origin)
+            && up.origin != self.rank;
+        common.then_some(UpStep { qos: Qos::Reliable, reply: None, absorb: false })
+    }
+
+    fn fast_up_apply(&mut self, up: &fast::Up<'_>, msg: &Msg, _out: &mut Outbox<'_>) {
+        if up.cast {
+            let o = &mut self.origins[usize::from(up.origin)];
+            o.buf.push_back(msg.clone());
+            o.received += 1;
         }
     }
 

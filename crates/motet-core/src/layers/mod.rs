@@ -95,6 +95,22 @@ macro_rules! registry {
             pub(crate) fn buffered(&self) -> usize {
                 match self { $(AnyLayer::$kind(layer) => layer.buffered(),)* }
             }
+            #[inline]
+            pub(crate) fn fast_dn(&self, down: &crate::fast::Down) -> Option<crate::fast::DnStep> {
+                match self { $(AnyLayer::$kind(layer) => layer.fast_dn(down),)* }
+            }
+            #[inline]
+            pub(crate) fn fast_dn_apply(&mut self, down: &crate::fast::Down, msg: &crate::event::Msg, out: &mut Outbox<'_>) {
+                match self { $(AnyLayer::$kind(layer) => layer.fast_dn_apply(down, msg, out),)* }
+            }
+            #[inline]
+            pub(crate) fn fast_up(&self, up: &crate::fast::Up<'_>) -> Option<crate::fast::UpStep> {
+                match self { $(AnyLayer::$kind(layer) => layer.fast_up(up),)* }
+            }
+            #[inline]
+            pub(crate) fn fast_up_apply(&mut self, up: &crate::fast::Up<'_>, msg: &crate::event::Msg, out: &mut Outbox<'_>) {
+                match self { $(AnyLayer::$kind(layer) => layer.fast_up_apply(up, msg, out),)* }
+            }
         }
     };
 }

@@ -12,6 +12,7 @@
 //! with an immediate ack, since it means our ack was lost.
 
 use crate::event::{Counter, Dn, DropReason, Msg, Up};
+use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
 use crate::time::{Duration, Instant};
 use crate::view::{RankSet, ViewState};
@@ -247,6 +248,54 @@ impl Layer for Pt2pt {
         }
         if busy {
             out.alarm(now + self.config.sweep_interval);
+        }
+    }
+
+    // Fast path (thesis §5.6): a send to a live peer (numbered, kept until acknowledged); the
+    // next expected send from a peer with nothing out of order (delivered, with an `Ack` reply
+    // when one is due); casts pass.
+    fn fast_dn(&self, down: &Down) -> Option<DnStep> {
+        match down.dest {
+            None => DnStep::pass(Header::NoHdr, down),
+            Some(dest) if dest == self.rank || self.failed.contains(dest) => None,
+            Some(dest) => DnStep::pass(Header::Data { seqno: self.peers[usize::from(dest)].next_seqno() }, down),
+        }
+    }
+
+    fn fast_dn_apply(&mut self, down: &Down, msg: &Msg, out: &mut Outbox<'_>) {
+        if let Some(dest) = down.dest {
+            self.peers[usize::from(dest)].unacked.push_back((msg.clone(), out.now()));
+            out.alarm(out.now() + self.config.sweep_interval);
+        }
+    }
+
+    fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
+        if up.cast {
+            return fast::is(up.header, Header::NoHdr).then(|| UpStep::pass(up)).flatten();
+        }
+        let p = self.peers.get(usize::from(up.origin))?;
+        match up.header {
+            motet_wire::Header::Pt2pt(Header::Data { seqno }) if *seqno == p.expected && p.ooo.is_empty() => {
+                let next = p.expected + 1;
+                let reply =
+                    (next - p.ack_sent >= self.config.ack_batch).then(|| (up.origin, Header::Ack { next }.into()));
+                Some(UpStep { qos: up.qos, reply, absorb: false })
+            }
+            _ => None,
+        }
+    }
+
+    fn fast_up_apply(&mut self, up: &fast::Up<'_>, _msg: &Msg, out: &mut Outbox<'_>) {
+        if up.cast {
+            return;
+        }
+        let p = &mut self.peers[usize::from(up.origin)];
+        p.expected += 1;
+        if p.expected - p.ack_sent >= self.config.ack_batch {
+            p.ack_sent = p.expected;
+            out.count(Counter::AckSent);
+        } else {
+            out.alarm(out.now() + self.config.sweep_interval);
         }
     }
 

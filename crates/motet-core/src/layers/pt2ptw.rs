@@ -7,6 +7,7 @@
 
 use super::flow::{Consumer, Offer, Window};
 use crate::event::{Counter, Dn, DropReason, Msg, Up};
+use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
 use crate::view::{RankSet, ViewState};
 use crate::Rank;
@@ -140,6 +141,44 @@ impl Layer for Pt2ptw {
                 self.release_block(out);
             }
             other => out.pass_dn(other, Header::NoHdr),
+        }
+    }
+
+    // Fast path: a send the window admits (counted); a send received (consumed, with an `Ack`
+    // reply when a report is due); casts pass.
+    fn fast_dn(&self, down: &Down) -> Option<DnStep> {
+        match down.dest {
+            None => DnStep::pass(Header::NoHdr, down),
+            Some(dest) if self.failed.contains(dest) => None,
+            Some(dest) => {
+                let d = usize::from(dest);
+                self.windows[d].admits(self.acked[d], self.config.window).then(|| DnStep::pass(Header::NoHdr, down))?
+            }
+        }
+    }
+
+    fn fast_dn_apply(&mut self, down: &Down, _msg: &Msg, _out: &mut Outbox<'_>) {
+        if let Some(dest) = down.dest {
+            self.windows[usize::from(dest)].sent += 1;
+        }
+    }
+
+    fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
+        if !fast::is(up.header, Header::NoHdr) {
+            return None;
+        }
+        let reply = match up.cast {
+            true => None,
+            false => self.consumers[usize::from(up.origin)]
+                .peek(self.config.window)
+                .map(|count| (up.origin, Header::Ack { count }.into())),
+        };
+        Some(UpStep { qos: up.qos, reply, absorb: false })
+    }
+
+    fn fast_up_apply(&mut self, up: &fast::Up<'_>, _msg: &Msg, out: &mut Outbox<'_>) {
+        if !up.cast && self.consumers[usize::from(up.origin)].consume(self.config.window).is_some() {
+            out.count(Counter::AckSent);
         }
     }
 

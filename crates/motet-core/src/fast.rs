@@ -1,0 +1,98 @@
+//! Fast-path declarations: what each layer does in the common case of the common event traces
+//! (thesis §3.3, SOSP'99 §3-4: "trace conditions" and "trace handlers").
+//!
+//! A layer that takes part in a common trace declares two things, next to its layered handlers:
+//!
+//! - its **condition**, a pure function of its state and the event (`Layer::fast_dn` and
+//!   `Layer::fast_up` return `None` when the event is not the common case here), which also says
+//!   what the layer would do: the header it pushes, the guarantee it passes on, and whether the
+//!   trace branches here (a cast that also loops back up, a receipt that also sends an
+//!   acknowledgement down);
+//! - its **action** on its own state in that case (`Layer::fast_dn_apply`, `Layer::fast_up_apply`),
+//!   which may count, set its alarm and deliver to the application through the same [`Outbox`]
+//!   the layered handlers use, but may not emit events: the trace's shape was fixed by the
+//!   conditions.
+//!
+//! The bypass (`crate::bypass`) composes these for whatever stack a view runs, with no
+//! stack-specific code: every condition first, and only if all hold, every action, then the
+//! outputs. An event that fails any condition takes the layered path unchanged. Each declaration
+//! must do exactly what the layer's handler does in that case; `Bypass::Diff` checks this on every
+//! input (the simulator's `--bypass diff`).
+//!
+//! [`Outbox`]: crate::layer::Outbox
+
+use crate::event::Qos;
+use crate::Rank;
+use motet_wire::Header;
+
+/// A message of a common trace going down, as a layer's condition sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Down {
+    /// `None` for a cast to the view, else the destination of a send.
+    pub dest: Option<Rank>,
+    /// The guarantee asked of the layers below (casts).
+    pub qos: Qos,
+    /// Payload bytes.
+    pub len: usize,
+}
+
+/// What a layer does to a message going down, in the common case.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DnStep {
+    /// The header it pushes.
+    pub header: Header,
+    /// The guarantee it passes to the layer below.
+    pub qos: Qos,
+    /// The message also goes back up from here, as this endpoint's own cast (`local`).
+    pub loopback: bool,
+}
+
+impl DnStep {
+    /// Pushes `header` and passes the message on unchanged otherwise.
+    pub fn pass(header: impl Into<Header>, down: &Down) -> Option<DnStep> {
+        Some(DnStep { header: header.into(), qos: down.qos, loopback: false })
+    }
+}
+
+/// A message of a common trace going up, as a layer's condition sees it: its own header is
+/// `header` (not yet popped).
+#[derive(Clone, Copy, Debug)]
+pub struct Up<'a> {
+    /// The sender's rank.
+    pub origin: Rank,
+    /// A cast (or else a send).
+    pub cast: bool,
+    /// The guarantee the layers below gave it.
+    pub qos: Qos,
+    /// This layer's header on the message.
+    pub header: &'a Header,
+}
+
+/// What a layer does to a message going up, in the common case.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UpStep {
+    /// The guarantee it passes to the layer above.
+    pub qos: Qos,
+    /// The trace also sends this header-only message to this rank, from here down (an
+    /// acknowledgement or a credit report).
+    pub reply: Option<(Rank, Header)>,
+    /// The trace ends here: the layer keeps the message (an ordering layer queues it until its
+    /// turn) and nothing goes further up now.
+    pub absorb: bool,
+}
+
+impl UpStep {
+    /// Pops the header and passes the message on unchanged otherwise.
+    pub fn pass(up: &Up<'_>) -> Option<UpStep> {
+        Some(UpStep { qos: up.qos, reply: None, absorb: false })
+    }
+}
+
+/// Whether `header` is the trivial header `expected` of a layer (the condition of a layer that
+/// only passes messages through).
+pub fn is<H>(header: &Header, expected: H) -> bool
+where
+    H: Into<Header>,
+{
+    *header == expected.into()
+}
