@@ -428,4 +428,6 @@ counters! {
     Fragmented: "messages split into fragments",
     Suspected: "members newly suspected by the failure detector",
     MergeDenied: "merge requests answered `busy` (the requester keeps asking)",
+    CompressedOut: "datagrams sent with compressed headers (the common trace's template and a sequence number)",
+    CompressedIn: "compressed datagrams received and expanded",
 }

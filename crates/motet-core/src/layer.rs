@@ -52,6 +52,13 @@ pub trait Layer: core::fmt::Debug {
     fn fast_up_apply(&mut self, up: &crate::fast::Up<'_>, msg: &Msg, out: &mut Outbox<'_>) {
         let _ = (up, msg, out);
     }
+    /// Header compression: for the layer whose header carries a trace's sequence number, the
+    /// number the next cast (or send) from `origin` is expected to carry, from which a compressed
+    /// datagram's low 16 bits are expanded. `None` (the default): the layer numbers nothing.
+    fn fast_expected(&self, origin: crate::Rank, cast: bool) -> Option<motet_wire::Seqno> {
+        let _ = (origin, cast);
+        None
+    }
 }
 
 /// A service a layer provides to the layers above it, or requires from the layers below.
@@ -184,6 +191,10 @@ impl Stats {
     /// Value of `counter`.
     pub fn counter(&self, counter: Counter) -> u64 {
         self.counters[counter as usize]
+    }
+    /// Counts protocol activity.
+    pub fn count(&mut self, counter: Counter) {
+        self.counters[counter as usize] += 1;
     }
     /// Counts a drop.
     pub fn drop_one(&mut self, reason: DropReason) {

@@ -107,6 +107,20 @@ pub struct Stack {
     bypass_stats: BypassStats,
     /// `Bypass::Diff`: the same stack on the layered path, fed the same inputs.
     twin: Option<Box<Stack>>,
+    /// Header compression: the headers of the common cast and send traces (index 0 and 1).
+    templates: [Option<Template>; 2],
+}
+
+/// The headers of a common trace, the same at every member (all run the same stack): constant
+/// but for one sequence number, so a datagram of the trace carries only that number.
+#[derive(Clone, Debug)]
+struct Template {
+    /// The headers, in push order.
+    hdrs: motet_wire::HeaderStack,
+    /// Which of them carries the sequence number.
+    slot: usize,
+    /// The layer that pushes it.
+    layer: usize,
 }
 
 impl Stack {
@@ -147,10 +161,16 @@ impl Stack {
             bypass,
             bypass_stats: BypassStats::default(),
             twin: None,
+            templates: [None, None],
         };
         let bottom = stack.layers.len() - 1;
         stack.queue.push_back((bottom, Ev::Up(Up::Init)));
         stack.run(now);
+        // Templates come from the layers' declarations in their initial state, which is the
+        // same at every member.
+        let other = (usize::from(rank) + 1) % stack.view.len();
+        stack.templates =
+            [stack.template(None), (other != usize::from(rank)).then(|| stack.template(Some(other as Rank))).flatten()];
         if let Some(twin) = &mut twin {
             stack.diff(twin, [0; 3], "initialisation");
         }
@@ -330,6 +350,9 @@ impl Stack {
     /// Counts a drop decided outside the layers (by the node's router).
     pub(crate) fn count_drop(&mut self, reason: crate::DropReason) {
         self.stats.drop_one(reason);
+        if let Some(twin) = &mut self.twin {
+            twin.stats.drop_one(reason);
+        }
     }
 
     /// Messages held by all layers for retransmission or reordering.
@@ -349,6 +372,56 @@ impl Stack {
         for layer in &self.layers {
             layer.check_invariants();
         }
+    }
+
+    /// The template of the common cast (`dest` `None`) or send trace, from the declarations.
+    fn template(&self, dest: Option<Rank>) -> Option<Template> {
+        let mut down = crate::fast::Down { dest, qos: crate::event::Qos::Reliable, len: 0 };
+        let mut hdrs = motet_wire::HeaderStack::with_capacity(self.layers.len() - self.appl);
+        for layer in &self.layers[self.appl..] {
+            let step = layer.fast_dn(&down)?;
+            down.qos = step.qos;
+            hdrs.push(step.header);
+        }
+        let mut slots = hdrs.iter().enumerate().filter(|(_, h)| h.seqno().is_some()).map(|(i, _)| i);
+        let (Some(slot), None) = (slots.next(), slots.next()) else { return None };
+        let layer = self.appl + slot;
+        self.layers[layer].fast_expected(self.rank, dest.is_none())?;
+        Some(Template { hdrs, slot, layer })
+    }
+
+    /// Header compression, at the sender: the low 16 bits of the sequence number of a transmit
+    /// whose headers are its trace's template, or `None` (it goes in the full form).
+    pub(crate) fn compress(&self, transmit: &Transmit) -> Option<u16> {
+        let template = match transmit.mux {
+            Mux::Cast => self.templates[0].as_ref()?,
+            Mux::Send { .. } => self.templates[1].as_ref()?,
+            Mux::Gossip => return None,
+        };
+        let hdrs = &transmit.msg.hdrs;
+        if hdrs.len() != template.hdrs.len() {
+            return None;
+        }
+        let seqno = hdrs[template.slot].seqno()?;
+        let same = hdrs.iter().zip(&template.hdrs).enumerate().all(|(i, (h, t))| {
+            if i == template.slot {
+                t.with_seqno(seqno).as_ref() == Some(h)
+            } else {
+                h == t
+            }
+        });
+        same.then_some(seqno as u16)
+    }
+
+    /// Header compression, at a receiver: the full headers of a compressed cast or send from
+    /// `origin` whose sequence number ends in `low` (reformatted from the template, so a message
+    /// in either form gives the same result). `None` if this stack has no such template.
+    pub(crate) fn expand(&self, origin: Rank, cast: bool, low: u16) -> Option<motet_wire::HeaderStack> {
+        let template = self.templates[usize::from(!cast)].as_ref()?;
+        let expected = self.layers[template.layer].fast_expected(origin, cast)?;
+        let mut hdrs = template.hdrs.clone();
+        hdrs[template.slot] = hdrs[template.slot].with_seqno(motet_wire::datagram::expand_seqno(low, expected))?;
+        Some(hdrs)
     }
 
     /// Lengths of the output queues before an input (`Bypass::Diff`).

@@ -30,8 +30,13 @@ pub struct Group {
 }
 
 impl Group {
-    /// A group of `n` members running `stack`.
+    /// A group of `n` members running `stack`, with the bypass on.
     pub fn new(n: usize, stack: &str) -> Group {
+        Group::with_bypass(n, stack, crate::Bypass::On)
+    }
+
+    /// A group of `n` members running `stack`, with the bypass `On`, `Off` or checked (`Diff`).
+    pub fn with_bypass(n: usize, stack: &str, bypass: crate::Bypass) -> Group {
         let view = Arc::new(ViewState::initial(
             GroupName::new("testkit"),
             StackSpec::parse(stack).expect("valid stack"),
@@ -43,6 +48,7 @@ impl Group {
         let nodes = (0..n)
             .map(|rank| {
                 let mut node = Node::new();
+                node.set_bypass(bypass);
                 node.set_peers(view.group.clone(), view.addresses.clone());
                 let id = node.join(now, Arc::clone(&view), rank as u16).expect("stack builds");
                 (node, id)

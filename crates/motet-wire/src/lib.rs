@@ -18,7 +18,7 @@ pub mod hdr;
 mod payload;
 
 pub use codec::WireAddress;
-pub use datagram::{ConnId, Decoded, Head, Mux, DATAGRAM_SIZE_MAX, HEADER_COUNT_MAX, VERSION};
+pub use datagram::{Compressed, ConnId, Decoded, Head, Mux, DATAGRAM_SIZE_MAX, HEADER_COUNT_MAX, VERSION};
 pub use error::{WireError, WireErrorKind};
 pub use hdr::{Header, HeaderStack};
 pub use payload::Payload;

@@ -405,6 +405,10 @@ impl Layer for Mnak {
         }
     }
 
+    fn fast_expected(&self, origin: Rank, cast: bool) -> Option<Seqno> {
+        cast.then(|| self.origins.get(usize::from(origin)).map(|o| o.received)).flatten()
+    }
+
     fn check_invariants(&self) {
         for o in &self.origins {
             assert_eq!(o.buf_lo + o.buf.len() as Seqno, o.received, "buffer covers buf_lo..received");

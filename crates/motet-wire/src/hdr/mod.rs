@@ -175,3 +175,23 @@ fn encode_one<H: LayerHeader>(header: &H, w: &mut Writer<'_>) {
 pub(crate) fn bad_variant<H: LayerHeader>(variant: u8, r: &Reader<'_>) -> WireError {
     r.error(WireErrorKind::Variant { layer: H::LAYER, variant })
 }
+
+impl Header {
+    /// The sequence number this header carries, for the headers that carry one and nothing else
+    /// (`mnak` and `pt2pt` data): the one varying header of a compressed trace.
+    pub fn seqno(&self) -> Option<u64> {
+        match self {
+            Header::Mnak(mnak::Header::Data { seqno }) | Header::Pt2pt(pt2pt::Header::Data { seqno }) => Some(*seqno),
+            _ => None,
+        }
+    }
+
+    /// This header with its sequence number replaced (see [`Header::seqno`]).
+    pub fn with_seqno(&self, seqno: u64) -> Option<Header> {
+        match self {
+            Header::Mnak(mnak::Header::Data { .. }) => Some(Header::Mnak(mnak::Header::Data { seqno })),
+            Header::Pt2pt(pt2pt::Header::Data { .. }) => Some(Header::Pt2pt(pt2pt::Header::Data { seqno })),
+            _ => None,
+        }
+    }
+}
