@@ -420,3 +420,71 @@ fn migrating_a_stack_without_the_migrate_property_is_refused_and_changes_nothing
     let err = runtime.migrate("127.0.0.1:0".parse().unwrap(), Some("0.0.0.0:9".parse().unwrap())).unwrap_err();
     assert!(err.to_string().contains("advertise") || err.to_string().contains("Migrate"), "{err}");
 }
+
+/// Real datagrams, captured on their way between two runtimes: member B advertises the address
+/// of a relay socket, which records what A sends to B and forwards it. The common-path casts and
+/// sends of `vsync` carry at most 8 bytes of head (issue 6: header compression).
+#[test]
+#[allow(clippy::disallowed_methods)] // the relay is a thread of the test, not of the protocol
+fn common_path_datagrams_on_the_wire_carry_at_most_8_bytes_of_head() {
+    let relay = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    relay.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let b = Runtime::start(RuntimeConfig::default().advertise(relay.local_addr().unwrap())).unwrap();
+    let a = Runtime::start(RuntimeConfig::default()).unwrap();
+    let b_real = b.local_addr();
+    let captured = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Vec<u8>>::new()));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let forwarder = {
+        let (captured, stop) = (captured.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 65_536];
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Ok((n, _)) = relay.recv_from(&mut buf) {
+                    captured.lock().unwrap().push(buf[..n].to_vec());
+                    relay.send_to(&buf[..n], b_real).unwrap();
+                }
+            }
+        })
+    };
+    let seeds = [a.local_addr().to_string(), b.advertised_addr().to_string()];
+    let members = [
+        a.join(GroupConfig::new("wire").peers(seeds.clone())).unwrap(),
+        b.join(GroupConfig::new("wire").peers(seeds)).unwrap(),
+    ];
+    converge(&members, Duration::from_secs(30));
+    let to = members[1].id();
+    let total = 60;
+    for k in 0..total {
+        let data = format!("payload-{k:04}");
+        if k % 2 == 0 {
+            members[0].cast(data).unwrap();
+        } else {
+            members[0].send(to, data).unwrap();
+        }
+        // One at a time, so each leaves alone rather than packed with others.
+        receive_until(
+            &members[1],
+            Duration::from_secs(10),
+            |e| matches!(e, Event::Cast { data, .. } | Event::Send { data, .. } if data.ends_with(format!("{k:04}").as_bytes())),
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    forwarder.join().unwrap();
+    let datagrams = captured.lock().unwrap().clone();
+    let mut common = 0;
+    for datagram in &datagrams {
+        let parts = if motet_wire::bundle::is_bundle(datagram) {
+            motet_wire::bundle::decode(&bytes::Bytes::from(datagram.clone())).unwrap()
+        } else {
+            vec![bytes::Bytes::from(datagram.clone())]
+        };
+        for part in parts {
+            if let Some(at) = part.windows(8).position(|w| w == b"payload-") {
+                assert!(at <= 8, "{at} bytes of head before the payload: {:02x?}", &part[..at]);
+                assert!(motet_wire::datagram::is_compressed(&part));
+                common += 1;
+            }
+        }
+    }
+    assert!(common >= total, "only {common} of {total} application datagrams captured");
+}
