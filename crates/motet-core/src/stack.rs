@@ -486,11 +486,16 @@ impl Stack {
         }
     }
 
-    /// Records the handler's alarm request and queues its outputs for the adjacent layers.
-    fn after_handler(&mut self, index: usize, alarm: Option<Instant>) {
+    /// Records a layer's alarm request: the earliest pending one wins until it fires.
+    fn merge_alarm(&mut self, index: usize, alarm: Option<Instant>) {
         if let Some(at) = alarm {
             self.alarms[index] = Some(self.alarms[index].map_or(at, |current| current.min(at)));
         }
+    }
+
+    /// Records the handler's alarm request and queues its outputs for the adjacent layers.
+    fn after_handler(&mut self, index: usize, alarm: Option<Instant>) {
+        self.merge_alarm(index, alarm);
         let bottom = self.layers.len() - 1;
         for ev in self.scratch.drain(..) {
             match ev {

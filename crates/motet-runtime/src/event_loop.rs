@@ -37,6 +37,10 @@ const BATCHES_PER_POLL: usize = 16;
 /// Actions parked per endpoint (waiting for flow control or a view change) before more are
 /// refused with [`Error::QueueFull`].
 const PARKED_MAX: usize = 65_536;
+/// Views installed without this process's new address after which it stops asking again (a
+/// group that keeps losing the request would otherwise change views for ever; the old socket then
+/// stays open, so the endpoint is still reached).
+const MIGRATE_TRIES: u32 = 8;
 
 /// An application action, by endpoint id (translated to ranks of the current view when taken).
 #[derive(Clone, Debug)]
@@ -142,6 +146,10 @@ struct MemberState {
     /// Something that may unblock parked actions happened.
     retry: bool,
     left: bool,
+    /// Migration: the view in which this endpoint last asked for its new address, and how many
+    /// views it has asked in since it moved (at most `MIGRATE_TRIES`).
+    migrate_asked: Option<ViewId>,
+    migrate_tries: u32,
 }
 
 /// DNS names among a group's peers, re-resolved periodically.
@@ -299,6 +307,8 @@ impl EventLoop {
                 sends_blocked: BTreeSet::new(),
                 retry: false,
                 left: false,
+                migrate_asked: None,
+                migrate_tries: 0,
             },
         );
         tracing::info!(group = %group.name, %endpoint, address = %self.advertise, "joined alone; merging with seeds");
@@ -410,6 +420,10 @@ impl EventLoop {
         self.stats.migrations += 1;
         let endpoints: Vec<EndpointId> = self.members.iter().filter(|(_, m)| !m.left).map(|(&e, _)| e).collect();
         for endpoint in endpoints {
+            if let Some(member) = self.members.get_mut(&endpoint) {
+                member.migrate_asked = member.view.as_ref().map(|v| v.view_id);
+                member.migrate_tries = 0;
+            }
             self.act(endpoint, Op::Migrate(address))?;
         }
         Ok(address)
@@ -429,7 +443,11 @@ impl EventLoop {
             let Some(view) = &member.view else { continue };
             if view.rank_of(endpoint).is_some_and(|r| view.addresses[usize::from(r)] != here) {
                 everywhere = false;
-                if !member.parked.iter().any(|op| matches!(op, Op::Migrate(a) if Address::Inet(*a) == here)) {
+                // Once per view installed without it: the request in flight may still be
+                // delivered in this view.
+                if member.migrate_asked != Some(view.view_id) && member.migrate_tries < MIGRATE_TRIES {
+                    member.migrate_asked = Some(view.view_id);
+                    member.migrate_tries += 1;
                     member.parked.push_front(Op::Migrate(self.advertise));
                     member.retry = true;
                 }

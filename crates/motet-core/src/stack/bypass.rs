@@ -201,9 +201,7 @@ impl Stack {
         };
         f(&mut self.layers[index], &mut out);
         debug_assert!(self.scratch.is_empty(), "a fast-path action emitted events");
-        if let Some(at) = alarm {
-            self.alarms[index] = Some(self.alarms[index].map_or(at, |current| current.min(at)));
-        }
+        self.merge_alarm(index, alarm);
     }
 }
 
