@@ -66,8 +66,8 @@ pub struct Outgoing {
     pub stack: StackId,
     /// Where to.
     pub to: Destination,
-    /// Encoded head.
-    pub head: Bytes,
+    /// Encoded head: inline, so that a datagram of the common path allocates nothing.
+    pub head: DatagramHead,
     /// Payload, sent after the head.
     pub payload: Payload,
 }
@@ -134,7 +134,13 @@ pub struct Node {
     bypass: crate::stack::Bypass,
     /// Bypass counts of stacks that have exited.
     bypass_done: crate::stack::BypassStats,
+    /// Where heads are encoded before they are copied into their (inline) `DatagramHead`.
+    head_buf: Vec<u8>,
 }
+
+/// The encoded head of an outgoing datagram. Inline up to 24 bytes (every compressed head and
+/// most full ones), so the common path allocates nothing per datagram.
+pub type DatagramHead = SmallVec<[u8; 24]>;
 
 impl Node {
     /// A node with no stack.
@@ -354,19 +360,18 @@ impl Node {
                 Mux::Gossip => (gossip_conn_id(&view.group), 0),
                 _ => (entry.conn, entry.stack.rank()),
             };
-            let mut buf = Vec::with_capacity(8 + 2 * transmit.msg.hdrs.len());
+            let buf = &mut self.head_buf;
+            buf.clear();
             // The common trace's datagrams go compressed (≤ 8 bytes of head), the rest in full.
             let compressed = entry.stack.compress(&transmit).and_then(|seqno| {
                 let head = datagram::Compressed { conn, mux: transmit.mux, origin, seqno };
-                datagram::encode_compressed(&head, &mut buf)
+                datagram::encode_compressed(&head, buf)
             });
             match compressed {
                 Some(()) => self.stats.count(crate::Counter::CompressedOut),
-                None => datagram::encode_head(
-                    &datagram::Head { conn, mux: transmit.mux, origin },
-                    &transmit.msg.hdrs,
-                    &mut buf,
-                ),
+                None => {
+                    datagram::encode_head(&datagram::Head { conn, mux: transmit.mux, origin }, &transmit.msg.hdrs, buf)
+                }
             }
             if buf.len() + transmit.msg.payload.len() > DATAGRAM_SIZE_MAX {
                 entry.stack.count_drop(DropReason::Oversized);
@@ -383,7 +388,12 @@ impl Node {
                     Destination::Peers(peers.unwrap_or_else(|| Arc::from(Vec::new())))
                 }
             };
-            self.transmits.push_back(Outgoing { stack: id, to, head: Bytes::from(buf), payload: transmit.msg.payload });
+            self.transmits.push_back(Outgoing {
+                stack: id,
+                to,
+                head: DatagramHead::from_slice(&self.head_buf),
+                payload: transmit.msg.payload,
+            });
         }
         while let Some(event) = entry.stack.poll_event() {
             self.events.push_back((id, event));

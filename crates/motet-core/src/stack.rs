@@ -115,11 +115,9 @@ pub struct Stack {
 /// but for one sequence number, so a datagram of the trace carries only that number.
 #[derive(Clone, Debug)]
 struct Template {
-    /// The headers, in push order.
-    hdrs: motet_wire::HeaderStack,
-    /// Which of them carries the sequence number.
-    slot: usize,
-    /// The layer that pushes it.
+    /// The headers; messages of the bypass are built in its compact form.
+    hdrs: Arc<motet_wire::Template>,
+    /// The layer that pushes the sequence number.
     layer: usize,
 }
 
@@ -377,17 +375,16 @@ impl Stack {
     /// The template of the common cast (`dest` `None`) or send trace, from the declarations.
     fn template(&self, dest: Option<Rank>) -> Option<Template> {
         let mut down = crate::fast::Down { dest, qos: crate::event::Qos::Reliable, len: 0 };
-        let mut hdrs = motet_wire::HeaderStack::with_capacity(self.layers.len() - self.appl);
+        let mut hdrs = Vec::with_capacity(self.layers.len() - self.appl);
         for layer in &self.layers[self.appl..] {
             let step = layer.fast_dn(&down)?;
             down.qos = step.qos;
             hdrs.push(step.header);
         }
-        let mut slots = hdrs.iter().enumerate().filter(|(_, h)| h.seqno().is_some()).map(|(i, _)| i);
-        let (Some(slot), None) = (slots.next(), slots.next()) else { return None };
-        let layer = self.appl + slot;
+        let hdrs = motet_wire::Template::new(hdrs)?;
+        let layer = self.appl + hdrs.slot();
         self.layers[layer].fast_expected(self.rank, dest.is_none())?;
-        Some(Template { hdrs, slot, layer })
+        Some(Template { hdrs: Arc::new(hdrs), layer })
     }
 
     /// Header compression, at the sender: the low 16 bits of the sequence number of a transmit
@@ -398,19 +395,14 @@ impl Stack {
             Mux::Send { .. } => self.templates[1].as_ref()?,
             Mux::Gossip => return None,
         };
+        // A message of the bypass is in the compact form of this template: nothing to compare.
+        // The layered path builds the same headers in the full form.
         let hdrs = &transmit.msg.hdrs;
-        if hdrs.len() != template.hdrs.len() {
-            return None;
+        if let Some(seqno) = hdrs.compact_seqno(&template.hdrs) {
+            return Some(seqno as u16);
         }
-        let seqno = hdrs[template.slot].seqno()?;
-        let same = hdrs.iter().zip(&template.hdrs).enumerate().all(|(i, (h, t))| {
-            if i == template.slot {
-                t.with_seqno(seqno).as_ref() == Some(h)
-            } else {
-                h == t
-            }
-        });
-        same.then_some(seqno as u16)
+        let seqno = hdrs.get(template.hdrs.slot())?.seqno()?;
+        (*hdrs == motet_wire::HeaderStack::expanded(&template.hdrs, seqno)?).then_some(seqno as u16)
     }
 
     /// Header compression, at a receiver: the full headers of a compressed cast or send from
@@ -419,9 +411,7 @@ impl Stack {
     pub(crate) fn expand(&self, origin: Rank, cast: bool, low: u16) -> Option<motet_wire::HeaderStack> {
         let template = self.templates[usize::from(!cast)].as_ref()?;
         let expected = self.layers[template.layer].fast_expected(origin, cast)?;
-        let mut hdrs = template.hdrs.clone();
-        hdrs[template.slot] = hdrs[template.slot].with_seqno(motet_wire::datagram::expand_seqno(low, expected))?;
-        Some(hdrs)
+        motet_wire::HeaderStack::expanded(&template.hdrs, motet_wire::datagram::expand_seqno(low, expected))
     }
 
     /// Lengths of the output queues before an input (`Bypass::Diff`).

@@ -16,6 +16,7 @@ use crate::config::{GroupConfig, RuntimeConfig};
 use crate::io::UdpIo;
 use crate::{Error, Event, View};
 use bytes::Bytes;
+use motet_core::DatagramHead;
 use motet_core::{
     Action, Address, ApiError, AppEvent, Destination, EndpointId, GroupName, LayerKind, Node, Payload, Rank, StackId,
     ViewId, ViewState,
@@ -121,9 +122,9 @@ struct Retired {
 /// bundle, and whole datagrams (bundles, and messages too large to pack) waiting to leave together.
 #[derive(Debug, Default)]
 struct Packing {
-    items: Vec<(Bytes, Payload)>,
+    items: Vec<(DatagramHead, Payload)>,
     bytes: usize,
-    sealed: Vec<(Bytes, Payload)>,
+    sealed: Vec<(DatagramHead, Payload)>,
 }
 
 /// Largest buffer handed to one segmented send (a UDP datagram's limit, less IP and UDP headers,
@@ -176,7 +177,7 @@ pub struct EventLoop {
     /// are still translated with it).
     owners: BTreeMap<StackId, (EndpointId, Arc<ViewState>)>,
     ready: VecDeque<(EndpointId, Event)>,
-    backlog: VecDeque<(SocketAddr, Bytes, Payload)>,
+    backlog: VecDeque<(SocketAddr, DatagramHead, Payload)>,
     /// Per destination, what this turn has produced so far (sent at the end of the turn).
     packing: BTreeMap<SocketAddr, Packing>,
     writable_interest: bool,
@@ -709,7 +710,7 @@ impl EventLoop {
 
     /// Queues a datagram for `to`: packed with the others of this turn, or alone when it is too
     /// large to pack (after what is already packed for `to`, to keep the order).
-    fn send_one(&mut self, to: SocketAddr, head: &Bytes, payload: &Payload) {
+    fn send_one(&mut self, to: SocketAddr, head: &DatagramHead, payload: &Payload) {
         let framed = motet_wire::bundle::framed_len(head.len() + payload.len());
         let pack_max = self.config.pack_max;
         if pack_max == 0 || 1 + framed > pack_max {
@@ -746,7 +747,7 @@ impl EventLoop {
                 packing.items.clear();
                 self.stats.bundles_sent += 1;
                 self.stats.datagrams_packed += n as u64;
-                (Bytes::from(bundle), Payload::new())
+                (DatagramHead::from_vec(bundle), Payload::new())
             }
         };
         self.push_sealed(to, sealed.0, sealed.1);
@@ -754,7 +755,7 @@ impl EventLoop {
 
     /// Adds a whole datagram for `to`; they leave at the end of the turn, or now when as many are
     /// waiting as one system call can carry.
-    fn push_sealed(&mut self, to: SocketAddr, head: Bytes, payload: Payload) {
+    fn push_sealed(&mut self, to: SocketAddr, head: DatagramHead, payload: Payload) {
         let limit = if self.config.segment_offload { self.io.max_segments() } else { 1 };
         let packing = self.packing.entry(to).or_default();
         packing.sealed.push((head, payload));
@@ -858,7 +859,7 @@ impl EventLoop {
         }
     }
 
-    fn transmit(&mut self, to: SocketAddr, head: &Bytes, payload: &Payload) {
+    fn transmit(&mut self, to: SocketAddr, head: &DatagramHead, payload: &Payload) {
         if !self.backlog.is_empty() {
             return self.backlog_push(to, head, payload);
         }
@@ -872,7 +873,7 @@ impl EventLoop {
         }
     }
 
-    fn backlog_push(&mut self, to: SocketAddr, head: &Bytes, payload: &Payload) {
+    fn backlog_push(&mut self, to: SocketAddr, head: &DatagramHead, payload: &Payload) {
         self.stats.send_backlogged += 1;
         if self.backlog.len() >= self.config.send_backlog {
             self.backlog.pop_front();
@@ -1036,12 +1037,12 @@ fn multicast_interface(m: &crate::config::MulticastConfig, advertise: SocketAddr
     }
 }
 
-fn datagram_len((head, payload): &(Bytes, Payload)) -> usize {
+fn datagram_len((head, payload): &(DatagramHead, Payload)) -> usize {
     head.len() + payload.len()
 }
 
 /// A sealed bundle (built by [`EventLoop::seal`]: all in `head`), which may be padded.
-fn is_bundle((head, payload): &(Bytes, Payload)) -> bool {
+fn is_bundle((head, payload): &(DatagramHead, Payload)) -> bool {
     payload.is_empty() && motet_wire::bundle::is_bundle(head)
 }
 

@@ -68,7 +68,13 @@ pub struct Decoded {
 
 /// Appends the encoding of `head` and `hdrs` (given in push order, top layer first) to `out`. The
 /// payload follows on the wire; the caller sends it from its own buffers (scatter-gather).
-pub fn encode_head(head: &Head, hdrs: &[Header], out: &mut Vec<u8>) {
+pub fn encode_head<I>(head: &Head, hdrs: I, out: &mut Vec<u8>)
+where
+    I: IntoIterator,
+    I::Item: std::borrow::Borrow<Header>,
+    I::IntoIter: DoubleEndedIterator + ExactSizeIterator,
+{
+    let hdrs = hdrs.into_iter();
     assert!(hdrs.len() <= HEADER_COUNT_MAX, "a stack pushed {} headers", hdrs.len());
     let mut w = Writer::new(out);
     w.u8(VERSION);
@@ -89,14 +95,20 @@ pub fn encode_head(head: &Head, hdrs: &[Header], out: &mut Vec<u8>) {
         }
     }
     w.u8(hdrs.len() as u8);
-    for header in hdrs.iter().rev() {
-        header.encode(&mut w);
+    for header in hdrs.rev() {
+        std::borrow::Borrow::<Header>::borrow(&header).encode(&mut w);
     }
 }
 
 /// Encodes a whole datagram into one contiguous buffer (copies the payload; for simulators and
 /// tests, where scatter-gather does not apply).
-pub fn encode(head: &Head, hdrs: &[Header], payload: &Payload) -> Bytes {
+pub fn encode<I>(head: &Head, hdrs: I, payload: &Payload) -> Bytes
+where
+    I: IntoIterator,
+    I::Item: std::borrow::Borrow<Header>,
+    I::IntoIter: DoubleEndedIterator + ExactSizeIterator,
+{
+    let hdrs = hdrs.into_iter();
     let mut out = Vec::with_capacity(16 + hdrs.len() * 3 + payload.len());
     encode_head(head, hdrs, &mut out);
     for chunk in payload.chunks() {
@@ -133,11 +145,12 @@ pub fn decode(datagram: Bytes) -> Result<Decoded, WireError> {
     if count > HEADER_COUNT_MAX {
         return Err(WireError { kind: WireErrorKind::HeaderCount(count), offset: count_offset });
     }
-    let mut hdrs = HeaderStack::with_capacity(count.max(1));
+    let mut hdrs = Vec::with_capacity(count.max(1));
     for _ in 0..count {
         hdrs.push(Header::decode(&mut r)?);
     }
     hdrs.reverse();
+    let hdrs = HeaderStack::from(hdrs);
     let start = r.position();
     let payload = Payload::from(datagram.slice(start..));
     Ok(Decoded { head: Head { conn, mux, origin }, hdrs, payload })

@@ -15,12 +15,14 @@ pub mod codec;
 pub mod datagram;
 mod error;
 pub mod hdr;
+pub mod header_stack;
 mod payload;
 
 pub use codec::WireAddress;
 pub use datagram::{Compressed, ConnId, Decoded, Head, Mux, DATAGRAM_SIZE_MAX, HEADER_COUNT_MAX, VERSION};
 pub use error::{WireError, WireErrorKind};
-pub use hdr::{Header, HeaderStack};
+pub use hdr::Header;
+pub use header_stack::{HeaderStack, Template};
 pub use payload::Payload;
 
 /// The position of a member in a view (`0..view.len()`), as in Ensemble. Ranks are only meaningful

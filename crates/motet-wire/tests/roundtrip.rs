@@ -157,7 +157,7 @@ proptest! {
         prop_assert!(decoded.is_ok(), "{:?} for {:?}", decoded, dgram);
         let decoded = decoded.unwrap();
         prop_assert_eq!(decoded.head, dgram.head);
-        prop_assert_eq!(&decoded.hdrs[..], &dgram.hdrs[..]);
+        prop_assert_eq!(&decoded.hdrs, &dgram.hdrs);
         prop_assert_eq!(decoded.payload.to_bytes(), dgram.payload_bytes());
         // The decoder must not copy the payload: it is a view at the end of the datagram.
         if let Some(chunk) = decoded.payload.chunks().first() {

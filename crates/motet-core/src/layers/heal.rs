@@ -122,7 +122,9 @@ impl Layer for Heal {
                 self.coord = coord;
                 out.up(Up::Elect(coord));
             }
-            Up::Gossip(mut msg) if matches!(msg.hdrs.last(), Some(AnyHeader::Heal(Header::Hello { .. }))) => {
+            Up::Gossip(mut msg)
+                if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Heal(Header::Hello { .. }))) =>
+            {
                 let Some(Header::Hello { ltime, coord, primary, contact }) = msg.pop_as::<Header>() else {
                     unreachable!()
                 };

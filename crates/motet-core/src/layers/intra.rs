@@ -308,13 +308,13 @@ impl Layer for Intra {
                 out.alarm(out.now() + self.commit_timeout);
             }
             Up::Cast { origin, mut msg, .. }
-                if matches!(msg.hdrs.last(), Some(AnyHeader::Intra(Header::View { .. }))) =>
+                if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Intra(Header::View { .. }))) =>
             {
                 let Some(Header::View { round, survivors }) = msg.pop_as::<Header>() else { unreachable!("checked") };
                 self.install(origin, round, survivors, out);
             }
             Up::Cast { origin, mut msg, .. }
-                if matches!(msg.hdrs.last(), Some(AnyHeader::Intra(Header::Full { .. }))) =>
+                if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Intra(Header::Full { .. }))) =>
             {
                 let Some(Header::Full { round, view }) = msg.pop_as::<Header>() else { unreachable!("checked") };
                 if self.installed || self.cut_done != Some((origin, round)) {

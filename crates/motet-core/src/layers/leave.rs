@@ -53,7 +53,7 @@ impl Layer for Leave {
                     out.up(Up::LeaveReq(rank));
                 }
             }
-            Up::Cast { origin, ref msg, .. } if msg.hdrs.last() == Some(&Header::Leave.into()) => {
+            Up::Cast { origin, ref msg, .. } if msg.hdrs.last().as_deref() == Some(&Header::Leave.into()) => {
                 if origin != self.rank {
                     out.up(Up::LeaveReq(origin));
                 }

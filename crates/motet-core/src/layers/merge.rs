@@ -96,7 +96,8 @@ impl Merge {
 impl Layer for Merge {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
         match ev {
-            Up::Gossip(mut msg) if matches!(msg.hdrs.last(), Some(AnyHeader::Merge(h)) if *h != Header::NoHdr) => {
+            Up::Gossip(mut msg) if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Merge(h)) if *h != Header::NoHdr) =>
+            {
                 match msg.pop_as::<Header>() {
                     Some(Header::Request { view }) => {
                         let id = (view.ltime, view.coord);
@@ -188,7 +189,7 @@ mod tests {
     fn gossip(out: &[Out]) -> Vec<Header> {
         out.iter()
             .filter_map(|o| match o {
-                Out::Dn(Dn::Gossip { msg, .. }) => match msg.hdrs.last() {
+                Out::Dn(Dn::Gossip { msg, .. }) => match msg.hdrs.last().as_deref() {
                     Some(AnyHeader::Merge(h)) => Some(h.clone()),
                     _ => None,
                 },

@@ -55,7 +55,7 @@ impl Layer for Slander {
                 out.up(Up::Suspect(ranks));
             }
             Up::Cast { origin, mut msg, qos }
-                if matches!(msg.hdrs.last(), Some(motet_wire::Header::Slander(Header::Slander { .. }))) =>
+                if matches!(msg.hdrs.last().as_deref(), Some(motet_wire::Header::Slander(Header::Slander { .. }))) =>
             {
                 let Some(Header::Slander { ranks }) = msg.pop_as::<Header>() else { unreachable!("checked") };
                 if origin == self.rank {

@@ -69,7 +69,7 @@ impl Layer for Suspect {
             }
             Up::Cast { origin, ref msg, .. } | Up::Send { origin, ref msg } => {
                 self.last_heard[usize::from(origin)] = out.now();
-                if msg.hdrs.last() == Some(&Header::Heartbeat.into()) {
+                if msg.hdrs.last().as_deref() == Some(&Header::Heartbeat.into()) {
                     return; // consumed: a heartbeat carries nothing else
                 }
                 out.pass_up(ev, Header::NoHdr);

@@ -96,7 +96,7 @@ impl Sync {
 impl Layer for Sync {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
         match ev {
-            Up::Cast { origin, mut msg, qos } if matches!(msg.hdrs.last(), Some(AnyHeader::Sync(h)) if *h != Header::NoHdr) =>
+            Up::Cast { origin, mut msg, qos } if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Sync(h)) if *h != Header::NoHdr) =>
             {
                 let _ = qos;
                 match msg.pop_as::<Header>() {
@@ -126,7 +126,7 @@ impl Layer for Sync {
                     _ => out.drop_input(DropReason::HeaderMismatch),
                 }
             }
-            Up::Send { origin, mut msg } if matches!(msg.hdrs.last(), Some(AnyHeader::Sync(h)) if *h != Header::NoHdr) => {
+            Up::Send { origin, mut msg } if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Sync(h)) if *h != Header::NoHdr) => {
                 match msg.pop_as::<Header>() {
                     Some(Header::FlushOk { round, counts }) => {
                         let Some(counts) = self.vector(counts, out) else { return };

@@ -286,7 +286,7 @@ mod tests {
             other => panic!("{other:?}"),
         };
         let b_casts = casts(&b.up(Up::Send { origin: 0, msg: token }));
-        let seqs: Vec<_> = b_casts.iter().map(|m| m.hdrs[0].clone()).collect();
+        let seqs: Vec<_> = b_casts.iter().map(|m| m.hdrs.get(0).unwrap().into_owned()).collect();
         assert_eq!(seqs, vec![Header::Data { seq: 1 }.into(), Header::Data { seq: 2 }.into()]);
         // A third member delivers by seq whatever the arrival order.
         let mut c = Harness::new(Totem::new(&Config::default(), &view, 2), 2);

@@ -81,15 +81,20 @@ impl Stack {
                 }
             }
         }
-        // Actions, top down, assembling the message as the layers would.
-        let mut msg = Msg::new(payload);
-        for (k, (down, step)) in steps.iter().enumerate() {
+        // Actions, top down, assembling the message as the layers would, in the compact form of
+        // the trace's template (no allocation; a header it does not predict reformats it).
+        let hdrs = match &self.templates[usize::from(dest.is_some())] {
+            Some(template) => motet_wire::HeaderStack::compact(&template.hdrs),
+            None => motet_wire::HeaderStack::with_capacity(steps.len()),
+        };
+        let mut msg = Msg { hdrs, payload };
+        for (k, (down, step)) in steps.into_iter().enumerate() {
             let i = top + k;
-            self.apply(i, now, |layer, out| layer.fast_dn_apply(down, &msg, out));
+            self.apply(i, now, |layer, out| layer.fast_dn_apply(&down, &msg, out));
             if loopback == Some(i) {
                 self.apply_up_branch(now, &msg, i, &back);
             }
-            msg.push(step.header.clone());
+            msg.push(step.header);
         }
         let mux = match dest {
             None => Mux::Cast,
@@ -112,7 +117,7 @@ impl Stack {
         let top = self.appl;
         let n = self.layers.len();
         let application = msg.hdrs.len() == n - top
-            && matches!(&msg.hdrs[0], Header::Appl(h) if *h != motet_wire::hdr::appl::Header::NoHdr);
+            && matches!(msg.hdrs.get(0).as_deref(), Some(Header::Appl(h)) if *h != motet_wire::hdr::appl::Header::NoHdr);
         if !application {
             return Err((msg, None));
         }
@@ -121,7 +126,8 @@ impl Stack {
         let mut qos = if cast { Qos::Unreliable } else { Qos::Reliable };
         let mut reply: Option<(usize, Rank, Header)> = None;
         for i in (top..n).rev() {
-            let up = Up { origin, cast, qos, header: &msg.hdrs[i - top] };
+            let header = msg.hdrs.get(i - top).expect("one header per layer, checked");
+            let up = Up { origin, cast, qos, header: &header };
             let Some(step) = self.layers[i].fast_up(&up) else { return Err((msg, Some(i))) };
             if let Some((dest, header)) = &step.reply {
                 if reply.is_some() {
@@ -158,7 +164,7 @@ impl Stack {
             let up = Up { origin, cast, qos: *qos, header: &header };
             self.apply(i, now, |layer, out| layer.fast_up_apply(&up, &msg, out));
             if let Some((at, dest, header)) = reply.as_ref().filter(|(at, ..)| *at == i) {
-                let mut ack = Msg::default();
+                let mut ack = Msg { hdrs: motet_wire::HeaderStack::with_capacity(n - at), payload: Payload::new() };
                 ack.push(header.clone());
                 for (j, (down, step)) in reply_steps.iter().enumerate() {
                     self.apply(at + 1 + j, now, |layer, out| layer.fast_dn_apply(down, &ack, out));

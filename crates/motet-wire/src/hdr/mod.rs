@@ -53,13 +53,13 @@ pub trait LayerHeader: Sized + Clone + core::fmt::Debug + PartialEq {
     fn decode_fields(variant: u8, r: &mut Reader<'_>) -> Result<Self, WireError>;
 }
 
-/// The header stack of a message: pushed top-down on the way down, popped bottom-up on the way up.
+/// The header stack of a message (see [`crate::header_stack`]).
 ///
-/// A heap vector rather than an inline array: events carrying messages move between layer queues
-/// by value, and an inline stack of a dozen headers made each move a 500-byte copy (measured:
-/// 58% of the instructions per message went to `memcpy`). One allocation per message is far
-/// cheaper; the bypass of a later release removes it from the common path.
-pub type HeaderStack = Vec<Header>;
+/// Not an inline array: events carrying messages move between layer queues by value, and an
+/// inline stack of a dozen headers made each move a 500-byte copy (measured: 58% of the
+/// instructions per message went to `memcpy`). The layered path allocates one vector per message;
+/// the bypass keeps messages in the compact form, which allocates nothing.
+pub use crate::header_stack::HeaderStack;
 
 /// Headers a message is allocated room for: the deepest preset stack, so pushes never reallocate.
 pub const HEADER_CAPACITY: usize = 12;

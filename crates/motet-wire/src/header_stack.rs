@@ -1,0 +1,364 @@
+//! The header stack of a message, in one of two forms (thesis §3.3.3 and §3.4, "lazy
+//! reformatting" of compressed messages).
+//!
+//! - **Full**: a vector of typed headers, one per layer that pushed one. Every message of the
+//!   layered path, and every message that does not follow a common trace, is in this form.
+//! - **Compact**: the first `len` headers of a stack's [`Template`] (the headers its common cast or
+//!   send trace pushes, all constant but one sequence number), with that one number. A message of
+//!   the bypass is built in this form and stays in it: kept in a retransmission buffer, cloned for
+//!   the loop-back, encoded as a compressed datagram, or rebuilt at a receiver, it needs no
+//!   allocation. It turns into the full form only when a layer pushes a header the template does
+//!   not predict (lazily, at that moment).
+//!
+//! Both forms read the same: length, indexing, iteration, equality and `Debug` see only the
+//! headers, so a layer (and `Bypass::Diff`) cannot tell one form from the other.
+
+use crate::hdr::Header;
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+/// The headers of a common trace, from the highest layer's: constant but for one that carries a
+/// sequence number ([`Header::seqno`]).
+#[derive(Debug, PartialEq)]
+pub struct Template {
+    hdrs: Box<[Header]>,
+    slot: usize,
+}
+
+impl Template {
+    /// A template of `hdrs`, or `None` unless exactly one of them carries a sequence number.
+    pub fn new(hdrs: Vec<Header>) -> Option<Template> {
+        let mut slots = hdrs.iter().enumerate().filter(|(_, h)| h.seqno().is_some()).map(|(i, _)| i);
+        let (Some(slot), None) = (slots.next(), slots.next()) else { return None };
+        Some(Template { hdrs: hdrs.into_boxed_slice(), slot })
+    }
+
+    /// The index of the header that carries the sequence number.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
+    /// How many headers a whole message of the trace has.
+    pub fn len(&self) -> usize {
+        self.hdrs.len()
+    }
+
+    /// Never true: a template has its sequence-number header.
+    pub fn is_empty(&self) -> bool {
+        self.hdrs.is_empty()
+    }
+}
+
+/// A message's headers, in push order (the highest layer's first). See the module documentation.
+///
+/// As small as a vector (24 bytes): messages travel inside events by value, so every byte here
+/// is copied at each layer of the layered path.
+#[derive(Clone)]
+pub struct HeaderStack(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Full(Vec<Header>),
+    /// The first `packed & 0xff` headers of `template`, whose sequence-number header carries
+    /// `packed >> 8` (meaningful once the length passes the slot).
+    Compact {
+        template: Arc<Template>,
+        packed: u64,
+    },
+}
+
+/// Sequence numbers the compact form holds (56 bits: ages at any real rate); a larger one
+/// leaves the message in the full form.
+const SEQNO_COMPACT_MAX: u64 = (1 << 56) - 1;
+
+impl Default for HeaderStack {
+    fn default() -> HeaderStack {
+        HeaderStack(Repr::Full(Vec::new()))
+    }
+}
+
+impl From<Vec<Header>> for HeaderStack {
+    fn from(hdrs: Vec<Header>) -> HeaderStack {
+        HeaderStack(Repr::Full(hdrs))
+    }
+}
+
+impl HeaderStack {
+    /// An empty stack in the full form, with room for `capacity` headers.
+    pub fn with_capacity(capacity: usize) -> HeaderStack {
+        HeaderStack(Repr::Full(Vec::with_capacity(capacity)))
+    }
+
+    /// An empty stack in the compact form of `template`: pushes that follow the template
+    /// allocate nothing.
+    pub fn compact(template: &Arc<Template>) -> HeaderStack {
+        HeaderStack(Repr::Compact { template: Arc::clone(template), packed: 0 })
+    }
+
+    /// The whole headers of `template` with sequence number `seqno`, in the compact form (a
+    /// compressed datagram, rebuilt at a receiver); in the full form if `seqno` is too large.
+    pub fn expanded(template: &Arc<Template>, seqno: u64) -> Option<HeaderStack> {
+        let len = u8::try_from(template.len()).ok()?;
+        if seqno > SEQNO_COMPACT_MAX {
+            let mut hdrs = template.hdrs.to_vec();
+            hdrs[template.slot] = hdrs[template.slot].with_seqno(seqno)?;
+            return Some(HeaderStack::from(hdrs));
+        }
+        Some(HeaderStack(Repr::Compact { template: Arc::clone(template), packed: seqno << 8 | u64::from(len) }))
+    }
+
+    /// The sequence number of a whole message of `template`'s trace in the compact form of that
+    /// very template (the sender's check for compression, without comparing headers).
+    pub fn compact_seqno(&self, template: &Arc<Template>) -> Option<u64> {
+        match &self.0 {
+            Repr::Compact { template: t, packed }
+                if Arc::ptr_eq(t, template) && (packed & 0xff) as usize == t.len() =>
+            {
+                Some(packed >> 8)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the stack is in the compact form.
+    pub fn is_compact(&self) -> bool {
+        matches!(self.0, Repr::Compact { .. })
+    }
+
+    /// Number of headers.
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Repr::Full(v) => v.len(),
+            Repr::Compact { packed, .. } => (packed & 0xff) as usize,
+        }
+    }
+
+    /// True when no header has been pushed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The header at `index`, if any. Borrowed, except the sequence-number header of the compact
+    /// form, which is rebuilt (no allocation: it is a number).
+    pub fn get(&self, index: usize) -> Option<Cow<'_, Header>> {
+        match &self.0 {
+            Repr::Full(v) => v.get(index).map(Cow::Borrowed),
+            Repr::Compact { packed, .. } if index >= (packed & 0xff) as usize => None,
+            Repr::Compact { template, packed } if index == template.slot => {
+                template.hdrs[index].with_seqno(packed >> 8).map(Cow::Owned)
+            }
+            Repr::Compact { template, .. } => Some(Cow::Borrowed(&template.hdrs[index])),
+        }
+    }
+
+    /// The last header pushed.
+    pub fn last(&self) -> Option<Cow<'_, Header>> {
+        self.len().checked_sub(1).and_then(|i| self.get(i))
+    }
+
+    /// The headers, in push order.
+    pub fn iter(&self) -> Iter<'_> {
+        Iter { stack: self, front: 0, back: self.len() }
+    }
+
+    /// Pushes a header. In the compact form, a header the template predicts at this depth costs
+    /// nothing; any other turns the stack into the full form first (lazy reformatting).
+    pub fn push(&mut self, header: Header) {
+        if let Repr::Compact { template, packed } = &mut self.0 {
+            let at = (*packed & 0xff) as usize;
+            if at < template.len() {
+                if at != template.slot {
+                    if template.hdrs[at] == header {
+                        *packed += 1;
+                        return;
+                    }
+                } else if let Some(seqno) = header.seqno().filter(|&s| s <= SEQNO_COMPACT_MAX) {
+                    if template.hdrs[at].with_seqno(seqno).as_ref() == Some(&header) {
+                        *packed = seqno << 8 | (at as u64 + 1);
+                        return;
+                    }
+                }
+            }
+        }
+        self.full().push(header);
+    }
+
+    /// Pops the last header pushed.
+    pub fn pop(&mut self) -> Option<Header> {
+        let header = self.last().map(Cow::into_owned);
+        match &mut self.0 {
+            Repr::Full(v) => v.pop(),
+            Repr::Compact { packed, .. } => {
+                if header.is_some() {
+                    *packed -= 1;
+                }
+                header
+            }
+        }
+    }
+
+    /// The full form, reformatting a compact stack.
+    fn full(&mut self) -> &mut Vec<Header> {
+        if let Repr::Compact { .. } = &self.0 {
+            let mut v = Vec::with_capacity(crate::hdr::HEADER_CAPACITY.max(self.len() + 1));
+            v.extend(self.iter().map(Cow::into_owned));
+            self.0 = Repr::Full(v);
+        }
+        match &mut self.0 {
+            Repr::Full(v) => v,
+            Repr::Compact { .. } => unreachable!("just reformatted"),
+        }
+    }
+}
+
+/// Iterator over a [`HeaderStack`], in push order.
+pub struct Iter<'a> {
+    stack: &'a HeaderStack,
+    front: usize,
+    back: usize,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = Cow<'a, Header>;
+    fn next(&mut self) -> Option<Cow<'a, Header>> {
+        if self.front >= self.back {
+            return None;
+        }
+        self.front += 1;
+        self.stack.get(self.front - 1)
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.back - self.front, Some(self.back - self.front))
+    }
+}
+
+impl DoubleEndedIterator for Iter<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        if self.front >= self.back {
+            return None;
+        }
+        self.back -= 1;
+        self.stack.get(self.back)
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
+
+impl<'a> IntoIterator for &'a HeaderStack {
+    type Item = Cow<'a, Header>;
+    type IntoIter = Iter<'a>;
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
+
+impl PartialEq for HeaderStack {
+    fn eq(&self, other: &HeaderStack) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl PartialEq<Vec<Header>> for HeaderStack {
+    fn eq(&self, other: &Vec<Header>) -> bool {
+        self.len() == other.len() && self.iter().zip(other).all(|(a, b)| *a == *b)
+    }
+}
+
+impl fmt::Debug for HeaderStack {
+    /// The headers only: both forms print alike (`Bypass::Diff` compares layer states by it).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hdr::{appl, bottom, mnak};
+
+    fn template() -> Arc<Template> {
+        let hdrs = vec![
+            Header::Appl(appl::Header::Data),
+            Header::Mnak(mnak::Header::Data { seqno: 0 }),
+            Header::Bottom(bottom::Header::NoHdr),
+        ];
+        Arc::new(Template::new(hdrs).expect("one sequence number"))
+    }
+
+    fn full(seqno: u64) -> Vec<Header> {
+        vec![
+            Header::Appl(appl::Header::Data),
+            Header::Mnak(mnak::Header::Data { seqno }),
+            Header::Bottom(bottom::Header::NoHdr),
+        ]
+    }
+
+    #[test]
+    fn predicted_pushes_stay_compact_and_read_like_the_full_form() {
+        let t = template();
+        let mut s = HeaderStack::compact(&t);
+        for h in full(7) {
+            s.push(h);
+        }
+        assert!(s.is_compact());
+        assert_eq!(s, full(7));
+        assert_eq!(format!("{s:?}"), format!("{:?}", full(7)));
+        assert_eq!(s.compact_seqno(&t), Some(7));
+        assert_eq!(
+            s.iter().rev().map(Cow::into_owned).collect::<Vec<_>>(),
+            full(7).into_iter().rev().collect::<Vec<_>>()
+        );
+        assert_eq!(HeaderStack::expanded(&t, 7), Some(s.clone()));
+        let mut popped = Vec::new();
+        while let Some(h) = s.pop() {
+            popped.push(h);
+        }
+        popped.reverse();
+        assert_eq!(popped, full(7));
+    }
+
+    #[test]
+    fn an_unpredicted_push_reformats_lazily() {
+        let t = template();
+        let mut s = HeaderStack::compact(&t);
+        s.push(Header::Appl(appl::Header::Data));
+        s.push(Header::Mnak(mnak::Header::Retrans { origin: 0, seqno: 3 }));
+        assert!(!s.is_compact());
+        assert_eq!(s.compact_seqno(&t), None);
+        assert_eq!(
+            s,
+            vec![Header::Appl(appl::Header::Data), Header::Mnak(mnak::Header::Retrans { origin: 0, seqno: 3 })]
+        );
+        // A whole message of another template (even an equal one) is not compressed as this one's.
+        let other = template();
+        let mut whole = HeaderStack::compact(&other);
+        full(1).into_iter().for_each(|h| whole.push(h));
+        assert_eq!(whole.compact_seqno(&t), None);
+        // Pushing beyond the template also reformats.
+        whole.push(Header::Bottom(bottom::Header::NoHdr));
+        assert!(!whole.is_compact());
+        assert_eq!(whole.len(), 4);
+    }
+
+    #[test]
+    fn the_stack_is_as_small_as_a_vector() {
+        // Messages move by value through the layered path's event queue: every byte counts.
+        assert_eq!(std::mem::size_of::<HeaderStack>(), std::mem::size_of::<Vec<Header>>());
+    }
+
+    #[test]
+    fn a_sequence_number_beyond_56_bits_takes_the_full_form() {
+        let t = template();
+        let big = HeaderStack::expanded(&t, 1 << 60).unwrap();
+        assert!(!big.is_compact());
+        assert_eq!(big, full(1 << 60));
+    }
+
+    #[test]
+    fn a_template_needs_exactly_one_sequence_number() {
+        assert!(Template::new(vec![Header::Appl(appl::Header::Data)]).is_none());
+        let two = [full(1), full(2)].concat();
+        assert!(Template::new(two).is_none());
+    }
+}
