@@ -1,5 +1,6 @@
 //! `motet`: the command-line front end.
 
+mod bench;
 mod chat;
 mod demo;
 mod demo_udp;
@@ -40,6 +41,11 @@ enum Command {
         #[command(subcommand)]
         command: perf::PerfCommand,
     },
+    /// Measure the protocol core in process (no I/O): layered path, bypass, hand-written yardstick.
+    Bench {
+        #[command(subcommand)]
+        command: bench::BenchCommand,
+    },
     /// Inspect stack specifications.
     Stack {
         #[command(subcommand)]
@@ -66,5 +72,6 @@ fn main() -> ExitCode {
         Command::Chat(args) => chat::run(args),
         Command::Kv(args) => kv::run(args),
         Command::Perf { command } => perf::run(command),
+        Command::Bench { command } => bench::run(command),
     }
 }

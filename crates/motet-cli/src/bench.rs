@@ -1,0 +1,418 @@
+//! `motet bench stack`: what a message costs in the protocol core, in process and without I/O
+//! (issue 6; Ensemble's SOSP'99 Table 2 and Fig 6). For one stack it measures the layered path,
+//! the bypass, and a hand-written monolithic `fifo` (the yardstick, `bench/hand.rs`), each as
+//! nanoseconds per message and, when valgrind is installed, instructions per message; the cost
+//! of one more layer on each path; sweeps over message size, group size and layers on the
+//! trace; and the bytes of head a common-path cast and send carry on the wire.
+//!
+//! A message is one cast from the last rank, encoded, carried to every other member as one
+//! contiguous datagram, decoded and delivered there and at the sender (loop-back), with the
+//! acknowledgements, credit and stability traffic it causes. Costs are per cast; the group-size
+//! sweep also gives them per delivery (a cast at M members is M deliveries).
+
+#![allow(clippy::disallowed_types)] // a benchmark: wall-clock nanoseconds
+
+mod hand;
+mod svg;
+
+use clap::{Args, Subcommand, ValueEnum};
+use motet_core::testkit::Group;
+use motet_core::{Action, Bypass, Duration, Instant, Payload, Stack, StackSpec};
+use serde::Serialize;
+use std::process::{Command, ExitCode};
+
+#[derive(Subcommand)]
+pub(crate) enum BenchCommand {
+    /// Cost per message of a stack's layered path, its bypass and the hand-written yardstick.
+    Stack(StackArgs),
+    /// (internal) Runs COUNT messages of one configuration, for instruction counting.
+    #[command(hide = true)]
+    Worker { path: Path, stack: String, members: usize, size: usize, count: u64 },
+}
+
+#[derive(Args)]
+pub(crate) struct StackArgs {
+    /// A preset, a property set or a layer list.
+    #[arg(long, default_value = "vsync")]
+    stack: String,
+    /// Casts per measurement (scaled down for larger groups).
+    #[arg(long, default_value_t = 20_000)]
+    count: u64,
+    /// Skip instruction counts (they need valgrind and take a minute).
+    #[arg(long)]
+    no_instructions: bool,
+    /// Only the headline figures, no sweeps.
+    #[arg(long)]
+    quick: bool,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Draw the sweeps into this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<std::path::PathBuf>,
+}
+
+/// Which implementation carries the messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Path {
+    /// Every event through the layers' handlers and the event queue.
+    Layered,
+    /// The fused trace handlers composed from the layers' declarations.
+    Bypass,
+    /// The hand-written `fifo` (the stack is ignored).
+    Hand,
+}
+
+/// Layers on the application's trace, from `appl` to `bottom`: the base stack, then the layers
+/// `fifo` adds one at a time, as layer lists (the layers above `appl` are the same in each).
+const LAYER_SWEEP: &[&str] = &[
+    "top:stable:appl:pt2pt:mnak:bottom",
+    "top:stable:appl:local:pt2pt:mnak:bottom",
+    "top:stable:appl:local:frag:pt2pt:mnak:bottom",
+    "top:stable:appl:local:frag:pt2ptw:pt2pt:mnak:bottom",
+    "top:stable:appl:local:frag:pt2ptw:mflow:pt2pt:mnak:bottom",
+];
+const SIZES: &[usize] = &[4, 24, 100, 1024];
+const MEMBERS: &[usize] = &[2, 4, 8, 16, 32, 64];
+
+/// One measurement.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Cost {
+    pub(crate) path: Path,
+    pub(crate) stack: String,
+    pub(crate) layers: usize,
+    pub(crate) trace_layers: usize,
+    pub(crate) members: usize,
+    pub(crate) size: usize,
+    pub(crate) ns_per_msg: f64,
+    pub(crate) instructions_per_msg: Option<f64>,
+}
+
+impl Cost {
+    /// The figure the comparisons use: instructions when counted, else nanoseconds.
+    pub(crate) fn figure(&self) -> f64 {
+        self.instructions_per_msg.unwrap_or(self.ns_per_msg)
+    }
+}
+
+#[derive(Serialize)]
+struct Report {
+    stack: String,
+    layers: usize,
+    trace_layers: usize,
+    members: usize,
+    size: usize,
+    /// "instructions" (callgrind) or "ns" (valgrind missing or skipped).
+    unit: &'static str,
+    layered: Cost,
+    bypass: Cost,
+    hand: Cost,
+    layered_over_bypass: f64,
+    bypass_over_hand: f64,
+    /// Per layer on the trace, from the layer sweep's ends (fewest to most).
+    extra_layer: Option<ExtraLayer>,
+    header_bytes: HeaderBytes,
+    sweeps: Option<Sweeps>,
+}
+
+#[derive(Serialize)]
+struct ExtraLayer {
+    layered: f64,
+    bypass: f64,
+    /// Bypass cost at the most layers over the fewest.
+    bypass_growth: f64,
+}
+
+#[derive(Serialize)]
+struct HeaderBytes {
+    /// On the wire, common path (compressed form).
+    cast: usize,
+    send: usize,
+    /// The same headers in the full form.
+    cast_full: usize,
+    send_full: usize,
+}
+
+#[derive(Serialize)]
+pub(crate) struct Sweeps {
+    pub(crate) size: Vec<Cost>,
+    pub(crate) members: Vec<Cost>,
+    pub(crate) layers: Vec<Cost>,
+}
+
+pub(crate) fn run(command: BenchCommand) -> ExitCode {
+    match command {
+        BenchCommand::Worker { path, stack, members, size, count } => {
+            let spec = StackSpec::parse(&stack).map(|s| s.to_string()).unwrap_or(stack);
+            drive(path, &spec, members, size, count);
+            ExitCode::SUCCESS
+        }
+        BenchCommand::Stack(args) => stack(args),
+    }
+}
+
+fn stack(args: StackArgs) -> ExitCode {
+    let spec = match StackSpec::parse(&args.stack) {
+        Ok(spec) => spec,
+        Err(err) => {
+            eprintln!("motet: cannot build stack `{}`: {err}", args.stack);
+            return ExitCode::from(2);
+        }
+    };
+    let instructions = !args.no_instructions && valgrind_works();
+    if !args.no_instructions && !instructions {
+        eprintln!("motet: valgrind not found; reporting nanoseconds only (install valgrind for instruction counts)");
+    }
+    let m = Measure { count: args.count, instructions, quiet: args.json };
+    let name = spec.to_string();
+    let layered = m.cost(Path::Layered, &name, 2, 4);
+    let bypass = m.cost(Path::Bypass, &name, 2, 4);
+    let hand = m.cost(Path::Hand, &name, 2, 4);
+    let sweeps = (!args.quick).then(|| Sweeps {
+        size: SIZES.iter().flat_map(|&size| paths(&m, &name, 2, size)).collect(),
+        members: MEMBERS.iter().flat_map(|&members| paths(&m, &name, members, 4)).collect(),
+        layers: LAYER_SWEEP
+            .iter()
+            .flat_map(|s| [m.cost(Path::Layered, s, 2, 4), m.cost(Path::Bypass, s, 2, 4)])
+            .collect(),
+    });
+    let extra_layer = sweeps.as_ref().map(|s| {
+        let ends = |path| {
+            let points: Vec<&Cost> = s.layers.iter().filter(|c| c.path == path).collect();
+            let (first, last) = (points[0], points[points.len() - 1]);
+            (
+                (last.figure() - first.figure()) / (last.trace_layers - first.trace_layers) as f64,
+                last.figure() / first.figure(),
+            )
+        };
+        ExtraLayer { layered: ends(Path::Layered).0, bypass: ends(Path::Bypass).0, bypass_growth: ends(Path::Bypass).1 }
+    });
+    let report = Report {
+        stack: name.clone(),
+        layers: layered.layers,
+        trace_layers: layered.trace_layers,
+        members: 2,
+        size: 4,
+        unit: if instructions { "instructions" } else { "ns" },
+        layered_over_bypass: layered.figure() / bypass.figure(),
+        bypass_over_hand: bypass.figure() / hand.figure(),
+        layered,
+        bypass,
+        hand,
+        extra_layer,
+        header_bytes: header_bytes(&name),
+        sweeps,
+    };
+    if let Some(path) = &args.plot {
+        if let Some(sweeps) = &report.sweeps {
+            if let Err(err) = std::fs::write(path, svg::plot(&report.stack, report.unit, sweeps)) {
+                eprintln!("motet: cannot write {}: {err}", path.display());
+                return ExitCode::from(1);
+            }
+        } else {
+            eprintln!("motet: --plot needs the sweeps (drop --quick)");
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&report).expect("serializable"));
+    } else {
+        print_report(&report);
+    }
+    ExitCode::SUCCESS
+}
+
+fn paths(m: &Measure, stack: &str, members: usize, size: usize) -> [Cost; 3] {
+    [Path::Layered, Path::Bypass, Path::Hand].map(|path| m.cost(path, stack, members, size))
+}
+
+struct Measure {
+    count: u64,
+    instructions: bool,
+    quiet: bool,
+}
+
+impl Measure {
+    fn cost(&self, path: Path, stack: &str, members: usize, size: usize) -> Cost {
+        // The same work per point whatever the group size: fewer casts in larger groups.
+        let count = (self.count / members as u64 * 2).max(200);
+        let spec = StackSpec::parse(stack).expect("validated or built in");
+        let trace_layers = spec.layers().iter().skip_while(|k| **k != motet_core::LayerKind::Appl).count();
+        // Nanoseconds: the best of three runs, after the first run's warm-up.
+        let ns_per_msg = (0..3)
+            .map(|_| {
+                let started = std::time::Instant::now();
+                drive(path, stack, members, size, count);
+                started.elapsed().as_nanos() as f64 / count as f64
+            })
+            .fold(f64::INFINITY, f64::min);
+        let instructions_per_msg = self.instructions.then(|| {
+            // The difference between two run lengths cancels set-up and warm-up.
+            let short = instructions(path, stack, members, size, count / 4);
+            let long = instructions(path, stack, members, size, count / 4 + count / 2);
+            (long - short) as f64 / (count / 2) as f64
+        });
+        let cost = Cost {
+            path,
+            stack: stack.to_string(),
+            layers: spec.layers().len(),
+            trace_layers,
+            members,
+            size,
+            ns_per_msg,
+            instructions_per_msg,
+        };
+        if !self.quiet {
+            eprintln!(
+                "  {:>7} {:>2} members {:>4} B {:>2}/{:>2} layers: {:>8.0} ns{}",
+                format!("{path:?}").to_lowercase(),
+                members,
+                size,
+                trace_layers,
+                cost.layers,
+                ns_per_msg,
+                instructions_per_msg.map(|i| format!(" {i:>9.0} instructions")).unwrap_or_default()
+            );
+        }
+        cost
+    }
+}
+
+/// `count` casts of `size` bytes in a group of `members` over `path`.
+fn drive(path: Path, stack: &str, members: usize, size: usize, count: u64) {
+    let payload = Payload::from(vec![7u8; size]);
+    let sender = members - 1;
+    match path {
+        Path::Hand => {
+            let mut group = hand::Group::new(members);
+            for sent in 1..=count {
+                while !group.cast(sender, payload.clone()) {
+                    group.stabilize();
+                }
+                if sent % 1024 == 0 {
+                    group.stabilize();
+                }
+            }
+            assert_eq!(group.delivered, count * members as u64, "the yardstick delivers everything");
+        }
+        Path::Layered | Path::Bypass => {
+            let bypass = if path == Path::Bypass { Bypass::On } else { Bypass::Off };
+            let mut group = Group::with_bypass(members, stack, bypass);
+            for sent in 1..=count {
+                group.act(sender, Action::Cast(payload.clone())).expect("flow control releases within the pump");
+                if sent % 1024 == 0 {
+                    group.tick(Duration::from_millis(100));
+                }
+            }
+            group.tick(Duration::from_millis(100));
+            // The sender delivers its own casts only with `local` (the loop-back).
+            let local = StackSpec::parse(stack).is_ok_and(|s| s.layers().contains(&motet_core::LayerKind::Local));
+            let mut expected = vec![count; members];
+            expected[sender] = if local { count } else { 0 };
+            assert_eq!(group.delivered, expected, "every cast delivered everywhere");
+        }
+    }
+}
+
+fn valgrind_works() -> bool {
+    Command::new("valgrind").arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+/// Instructions of one worker run, counted by callgrind.
+fn instructions(path: Path, stack: &str, members: usize, size: usize, count: u64) -> u64 {
+    let exe = std::env::current_exe().expect("own path");
+    let path = format!("{path:?}").to_lowercase();
+    let output = Command::new("valgrind")
+        .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+        .arg(exe)
+        .args(["bench", "worker", &path, stack, &members.to_string(), &size.to_string(), &count.to_string()])
+        .output()
+        .expect("valgrind runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "worker failed: {stderr}");
+    stderr
+        .lines()
+        .find_map(|line| line.split("Collected :").nth(1))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no instruction count in callgrind's output: {stderr}"))
+}
+
+/// Head bytes of a common-path cast and send on the wire, and of the same headers in full.
+fn header_bytes(stack: &str) -> HeaderBytes {
+    let mut group = Group::new(2, stack);
+    let mut on_wire = [0; 2];
+    for (k, action) in [Action::Cast(Payload::new()), Action::Send(vec![0], Payload::new())].into_iter().enumerate() {
+        let (node, id) = &mut group.nodes[1];
+        node.handle_action(Instant::ZERO, *id, action).expect("a fresh stack takes it");
+        on_wire[k] = node.poll_transmit().map_or(0, |out| out.head.len());
+        group.pump();
+    }
+    let view = group.nodes[1].0.stack(group.nodes[1].1).expect("joined").view().clone();
+    let mut full = [0; 2];
+    let mut stack = Stack::new(view, 1, Instant::ZERO).expect("builds");
+    for (k, (action, mux)) in [
+        (Action::Cast(Payload::new()), motet_wire::Mux::Cast),
+        (Action::Send(vec![0], Payload::new()), motet_wire::Mux::Send { dest: 0 }),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        stack.handle_action(Instant::ZERO, action).expect("a fresh stack takes it");
+        if let Some(transmit) = std::iter::from_fn(|| stack.poll_transmit()).find(|t| t.mux == mux) {
+            let mut buf = Vec::new();
+            let head = motet_wire::Head { conn: motet_wire::ConnId(0), mux, origin: 1 };
+            motet_wire::datagram::encode_head(&head, &transmit.msg.hdrs, &mut buf);
+            full[k] = buf.len();
+        }
+    }
+    HeaderBytes { cast: on_wire[0], send: on_wire[1], cast_full: full[0], send_full: full[1] }
+}
+
+fn print_report(r: &Report) {
+    let unit = r.unit;
+    println!(
+        "stack {} ({} layers, {} on the application's trace), 2 members, 4 B casts",
+        r.stack, r.layers, r.trace_layers
+    );
+    println!("  layered path  {:>10.0} {unit}/msg  ({:.0} ns)", r.layered.figure(), r.layered.ns_per_msg);
+    println!("  bypass        {:>10.0} {unit}/msg  ({:.0} ns)", r.bypass.figure(), r.bypass.ns_per_msg);
+    println!("  hand (fifo)   {:>10.0} {unit}/msg  ({:.0} ns)", r.hand.figure(), r.hand.ns_per_msg);
+    println!("  layered / bypass {:.2}x, bypass / hand {:.2}x", r.layered_over_bypass, r.bypass_over_hand);
+    if let Some(e) = &r.extra_layer {
+        println!(
+            "  one more layer on the trace: layered +{:.0}, bypass +{:.0} {unit}; bypass at 8 layers / 4: {:.2}x",
+            e.layered, e.bypass, e.bypass_growth
+        );
+    }
+    let h = &r.header_bytes;
+    println!("  head bytes: cast {} (full form {}), send {} (full form {})", h.cast, h.cast_full, h.send, h.send_full);
+    if let Some(s) = &r.sweeps {
+        let per_delivery = |c: &Cost| c.figure() / c.members as f64;
+        let at = |path, members| s.members.iter().find(|c| c.path == path && c.members == members).map(per_delivery);
+        if let (Some(two), Some(many)) = (at(Path::Bypass, 2), at(Path::Bypass, 64)) {
+            println!("  bypass per delivery: {two:.0} at 2 members, {many:.0} at 64 ({:.2}x)", many / two);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_path_delivers_and_the_layer_sweep_builds() {
+        for path in [Path::Layered, Path::Bypass, Path::Hand] {
+            drive(path, "fifo", 3, 24, 300);
+        }
+        for stack in LAYER_SWEEP {
+            drive(Path::Bypass, stack, 2, 4, 100);
+        }
+    }
+
+    #[test]
+    fn common_path_heads_are_compressed() {
+        let h = header_bytes(&StackSpec::parse("vsync").unwrap().to_string());
+        assert_eq!((h.cast, h.send), (7, 8));
+        assert!(h.cast_full > h.cast && h.send_full > h.send, "{}/{}", h.cast_full, h.send_full);
+    }
+}

@@ -1,0 +1,229 @@
+//! The yardstick: the `fifo` stack's common path written by hand as one monolithic routine,
+//! with no layers, no events and no generic composition (the "HAND" column of Ensemble's SOSP'99
+//! Table 2). It does the work the stack's common path does, so that the bypass can be measured
+//! against the best a programmer could write for this one stack:
+//!
+//! - sender: flow-control window check (`mflow`), sequence number and retransmission buffer
+//!   (`mnak`), loop-back delivery to itself (`local`), 7-byte compressed head (the same encoder);
+//! - receiver: decode, connection and origin checks (`bottom`), next-expected check and receive
+//!   buffer (`mnak`), delivery to the application queue (`appl`), and every `CREDIT_BATCH` casts
+//!   a credit report back to the origin (`mflow`'s reply);
+//! - stability: buffers freed up to what every member has received (`stable`), which the
+//!   driver runs every few messages, as the benchmark's timers do for the stacks.
+//!
+//! It is not a protocol: no NAKs, no retransmission, no view changes. Those are off the common
+//! path, in the stack as here.
+
+use bytes::Bytes;
+use motet_core::{DatagramHead, Payload, Rank};
+use motet_wire::datagram::{self, Compressed};
+use motet_wire::{ConnId, Mux};
+use std::collections::VecDeque;
+
+/// Casts a receiver takes before it reports credit (as `mflow`'s default).
+const CREDIT_BATCH: u64 = 32;
+/// Casts in flight a sender may have before it waits for credit.
+const WINDOW: u64 = 256;
+
+/// One member of a hand-written `fifo` group.
+pub(crate) struct Member {
+    rank: Rank,
+    conn: ConnId,
+    /// Own casts: the next sequence number, and those not yet stable (for retransmission).
+    next: u64,
+    sent: VecDeque<Payload>,
+    /// Per origin: the next expected sequence number, and casts kept until stable.
+    expected: Vec<u64>,
+    kept: Vec<VecDeque<Payload>>,
+    kept_lo: Vec<u64>,
+    /// Per origin: casts received since the last credit report.
+    owed: Vec<u64>,
+    /// Credit granted by each receiver (casts it has consumed).
+    credit: Vec<u64>,
+    /// Delivered, for the application to read.
+    pub(crate) delivered: VecDeque<(Rank, Payload)>,
+    head: Vec<u8>,
+}
+
+/// A datagram leaving a member: a cast to all, or a credit report to one.
+pub(crate) struct Out {
+    pub(crate) to: Option<Rank>,
+    pub(crate) head: DatagramHead,
+    pub(crate) payload: Payload,
+}
+
+impl Member {
+    pub(crate) fn new(rank: Rank, members: usize) -> Member {
+        Member {
+            rank,
+            conn: ConnId(0x4841_4e44),
+            next: 0,
+            sent: VecDeque::new(),
+            expected: vec![0; members],
+            kept: vec![VecDeque::new(); members],
+            kept_lo: vec![0; members],
+            owed: vec![0; members],
+            credit: vec![0; members],
+            delivered: VecDeque::new(),
+            head: Vec::with_capacity(16),
+        }
+    }
+
+    /// A cast from the application: `None` when the window is full.
+    pub(crate) fn cast(&mut self, payload: Payload) -> Option<Out> {
+        let slowest =
+            self.credit.iter().enumerate().filter(|&(r, _)| r != usize::from(self.rank)).map(|(_, c)| *c).min();
+        if slowest.is_some_and(|c| self.next - c >= WINDOW) {
+            return None;
+        }
+        let seqno = self.next;
+        self.next += 1;
+        self.sent.push_back(payload.clone());
+        self.delivered.push_back((self.rank, payload.clone()));
+        self.head.clear();
+        let head = Compressed { conn: self.conn, mux: Mux::Cast, origin: self.rank, seqno: seqno as u16 };
+        datagram::encode_compressed(&head, &mut self.head)?;
+        Some(Out { to: None, head: DatagramHead::from_slice(&self.head), payload })
+    }
+
+    /// A datagram from the network: a cast to deliver, or a credit report.
+    pub(crate) fn receive(&mut self, datagram: Bytes) -> Option<Out> {
+        let (head, payload) = datagram::decode_compressed(datagram).ok()?;
+        let origin = usize::from(head.origin);
+        if head.conn != self.conn || origin >= self.expected.len() || head.origin == self.rank {
+            return None;
+        }
+        if let Mux::Send { .. } = head.mux {
+            // A credit report: the count travels in the sequence-number field.
+            self.credit[origin] = datagram::expand_seqno(head.seqno, self.credit[origin]);
+            return None;
+        }
+        let seqno = datagram::expand_seqno(head.seqno, self.expected[origin]);
+        if seqno != self.expected[origin] {
+            return None; // out of order: the layered path's business
+        }
+        self.expected[origin] += 1;
+        self.kept[origin].push_back(payload.clone());
+        self.delivered.push_back((head.origin, payload));
+        self.owed[origin] += 1;
+        if self.owed[origin] < CREDIT_BATCH {
+            return None;
+        }
+        self.owed[origin] = 0;
+        self.head.clear();
+        let seqno = self.expected[origin] as u16;
+        let report = Compressed { conn: self.conn, mux: Mux::Send { dest: head.origin }, origin: self.rank, seqno };
+        datagram::encode_compressed(&report, &mut self.head)?;
+        Some(Out { to: Some(head.origin), head: DatagramHead::from_slice(&self.head), payload: Payload::new() })
+    }
+
+    /// Frees what every member holds: `stable[o]` casts of each origin `o`.
+    pub(crate) fn stable(&mut self, stable: &[u64]) {
+        let own = usize::from(self.rank);
+        let freed = stable[own].saturating_sub(self.next - self.sent.len() as u64);
+        self.sent.drain(..(freed as usize).min(self.sent.len()));
+        for (o, kept) in self.kept.iter_mut().enumerate() {
+            let freed = stable[o].saturating_sub(self.kept_lo[o]).min(kept.len() as u64);
+            kept.drain(..freed as usize);
+            self.kept_lo[o] += freed;
+        }
+    }
+
+    /// Per origin, what this member has received (its own casts: all it sent).
+    pub(crate) fn received(&self) -> impl Iterator<Item = u64> + '_ {
+        let own = usize::from(self.rank);
+        self.expected.iter().enumerate().map(move |(o, &e)| if o == own { self.next } else { e })
+    }
+}
+
+/// A hand-written `fifo` group of `members`, driven like the benchmark drives the stacks.
+pub(crate) struct Group {
+    pub(crate) members: Vec<Member>,
+    stable: Vec<u64>,
+    /// Messages delivered so far, all members together.
+    pub(crate) delivered: u64,
+}
+
+impl Group {
+    pub(crate) fn new(members: usize) -> Group {
+        Group {
+            members: (0..members).map(|r| Member::new(r as Rank, members)).collect(),
+            stable: vec![0; members],
+            delivered: 0,
+        }
+    }
+
+    /// One cast from `sender`, carried to every other member, and every delivery read; credit
+    /// reports are carried back. Returns false when the window was full.
+    pub(crate) fn cast(&mut self, sender: usize, payload: Payload) -> bool {
+        let Some(out) = self.members[sender].cast(payload) else { return false };
+        let datagram = to_bytes(&out);
+        for to in 0..self.members.len() {
+            if to == sender {
+                continue;
+            }
+            if let Some(reply) = self.members[to].receive(datagram.clone()) {
+                let dest = usize::from(reply.to.expect("a credit report has a destination"));
+                self.members[dest].receive(to_bytes(&reply));
+            }
+        }
+        for member in &mut self.members {
+            while member.delivered.pop_front().is_some() {
+                self.delivered += 1;
+            }
+        }
+        true
+    }
+
+    /// The stability round the stacks' timers run: the minimum received, then buffers freed.
+    pub(crate) fn stabilize(&mut self) {
+        self.stable.iter_mut().for_each(|s| *s = u64::MAX);
+        for member in &self.members {
+            for (s, r) in self.stable.iter_mut().zip(member.received()) {
+                *s = (*s).min(r);
+            }
+        }
+        for member in &mut self.members {
+            member.stable(&self.stable);
+        }
+    }
+}
+
+/// The network of the benchmark: one contiguous datagram, as the testkit's.
+fn to_bytes(out: &Out) -> Bytes {
+    let mut buf = Vec::with_capacity(out.head.len() + out.payload.len());
+    buf.extend_from_slice(&out.head);
+    for chunk in out.payload.chunks() {
+        buf.extend_from_slice(chunk);
+    }
+    Bytes::from(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_cast_is_delivered_everywhere_and_stability_frees_the_buffers() {
+        let mut group = Group::new(3);
+        let payload = Payload::from(vec![1u8; 4]);
+        for k in 0..1000 {
+            assert!(group.cast(2, payload.clone()), "cast {k} within the window");
+            if k % 64 == 63 {
+                group.stabilize();
+            }
+        }
+        assert_eq!(group.delivered, 3000);
+        group.stabilize();
+        assert!(group.members.iter().all(|m| m.sent.is_empty() && m.kept.iter().all(VecDeque::is_empty)));
+        assert_eq!(group.members[0].credit[2], 0, "credit is granted to the sender, by the receivers");
+        assert!(group.members[2].credit[0] >= 1000 - CREDIT_BATCH);
+    }
+
+    #[test]
+    fn without_credit_the_window_closes() {
+        let mut a = Member::new(0, 2);
+        let sent = (0..WINDOW + 10).take_while(|_| a.cast(Payload::new()).is_some()).count();
+        assert_eq!(sent as u64, WINDOW);
+    }
+}
