@@ -24,7 +24,7 @@ pub mod view;
 pub use error::{ApiError, StackSpecError};
 pub use event::{Action, AppEvent, Counter, DropReason};
 pub use layers::{LayerKind, StackConfig};
-pub use node::{DatagramHead, Destination, Node, Outgoing, StackId};
+pub use node::{datagram_bytes, DatagramHead, Destination, Node, Outgoing, StackId};
 pub use spec::{Property, StackSpec};
 pub use stack::{Bypass, BypassStats, Stack};
 pub use time::{Duration, Instant};

@@ -75,13 +75,19 @@ pub struct Outgoing {
 impl Outgoing {
     /// The whole datagram in one buffer (copies; for the simulator and tests).
     pub fn to_bytes(&self) -> Bytes {
-        let mut buf = Vec::with_capacity(self.head.len() + self.payload.len());
-        buf.extend_from_slice(&self.head);
-        for chunk in self.payload.chunks() {
-            buf.extend_from_slice(chunk);
-        }
-        Bytes::from(buf)
+        datagram_bytes(&self.head, &self.payload)
     }
+}
+
+/// A head and its payload as one contiguous datagram (copies; for simulators, tests and
+/// benchmarks).
+pub fn datagram_bytes(head: &[u8], payload: &Payload) -> Bytes {
+    let mut buf = Vec::with_capacity(head.len() + payload.len());
+    buf.extend_from_slice(head);
+    for chunk in payload.chunks() {
+        buf.extend_from_slice(chunk);
+    }
+    Bytes::from(buf)
 }
 
 #[derive(Debug)]

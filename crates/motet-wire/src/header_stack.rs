@@ -186,16 +186,14 @@ impl HeaderStack {
 
     /// Pops the last header pushed.
     pub fn pop(&mut self) -> Option<Header> {
-        let header = self.last().map(Cow::into_owned);
-        match &mut self.0 {
-            Repr::Full(v) => v.pop(),
-            Repr::Compact { packed, .. } => {
-                if header.is_some() {
-                    *packed -= 1;
-                }
-                header
-            }
+        if let Repr::Full(v) = &mut self.0 {
+            return v.pop();
         }
+        let header = self.last().map(Cow::into_owned);
+        if let (Repr::Compact { packed, .. }, Some(_)) = (&mut self.0, &header) {
+            *packed -= 1;
+        }
+        header
     }
 
     /// The full form, reformatting a compact stack.

@@ -191,12 +191,7 @@ impl Group {
 
 /// The network of the benchmark: one contiguous datagram, as the testkit's.
 fn to_bytes(out: &Out) -> Bytes {
-    let mut buf = Vec::with_capacity(out.head.len() + out.payload.len());
-    buf.extend_from_slice(&out.head);
-    for chunk in out.payload.chunks() {
-        buf.extend_from_slice(chunk);
-    }
-    Bytes::from(buf)
+    motet_core::datagram_bytes(&out.head, &out.payload)
 }
 
 #[cfg(test)]
