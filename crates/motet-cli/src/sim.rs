@@ -132,6 +132,10 @@ struct Summary {
     /// all of them; absent with `--bypass off`.
     #[serde(skip_serializing_if = "Option::is_none")]
     bypass_hit_rate: Option<f64>,
+    /// Of the inputs that took the bypass, those that ran a compiled trace (the rest were
+    /// interpreted layer by layer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bypass_compiled_rate: Option<f64>,
     /// Per layer, the application messages whose first failed bypass condition was its.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     bypass_refused_by: std::collections::BTreeMap<&'static str, u64>,
@@ -211,6 +215,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         views_installed: 0,
         migrations: 0,
         bypass_hit_rate: None,
+        bypass_compiled_rate: None,
         bypass_refused_by: std::collections::BTreeMap::new(),
         converge_ms_p50: None,
         converge_ms_max: None,
@@ -225,6 +230,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
     let mut bypass = motet_core::BypassStats::default();
     reports.iter().for_each(|r| bypass.merge(&r.bypass));
     summary.bypass_hit_rate = bypass.hit_rate();
+    summary.bypass_compiled_rate = (bypass.hits > 0).then(|| bypass.compiled as f64 / bypass.hits as f64);
     summary.bypass_refused_by = bypass.refused_by;
     for report in &reports {
         summary.violations += report.violations.len();

@@ -13,6 +13,14 @@
 //!   the layered handlers use, but may not emit events: the trace's shape was fixed by the
 //!   conditions.
 //!
+//! A layer may also declare itself **inert** on a trace (`Layer::fast_inert`): in its current
+//! state, every message of the trace passes it with its template header, the guarantee unchanged,
+//! no action and no reply, until its next layered-path handler. A stack compiles each trace into
+//! the set of layers that are not inert, recompiled only after the layered path has run, so a
+//! message asks only the layers that have work to do: most of a deep stack costs nothing on the
+//! common path (thesis §3.3.2, the "trace handler" that leaves out what the layers would only pass
+//! through; SOSP'99 Table 2, "cost per extra layer").
+//!
 //! The bypass (`crate::bypass`) composes these for whatever stack a view runs, with no
 //! stack-specific code: every condition first, and only if all hold, every action, then the
 //! outputs. An event that fails any condition takes the layered path unchanged. Each declaration
@@ -24,6 +32,37 @@
 use crate::event::Qos;
 use crate::Rank;
 use motet_wire::Header;
+
+/// The common traces, which a stack compiles from the layers' declarations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Trace {
+    /// An application cast from `appl` to the network (and back up through `local`).
+    CastDn,
+    /// An application send to one rank, from `appl` to the network.
+    SendDn,
+    /// An application cast from the network up to `appl`.
+    CastUp,
+    /// An application send from the network up to `appl`.
+    SendUp,
+}
+
+impl Trace {
+    /// The four traces, in the order a stack keeps their compiled forms.
+    pub const ALL: [Trace; 4] = [Trace::CastDn, Trace::SendDn, Trace::CastUp, Trace::SendUp];
+
+    /// A cast (or else a send).
+    pub fn is_cast(self) -> bool {
+        matches!(self, Trace::CastDn | Trace::CastUp)
+    }
+
+    /// Going down (or else up).
+    pub fn is_down(self) -> bool {
+        matches!(self, Trace::CastDn | Trace::SendDn)
+    }
+}
+
+/// [`crate::Layer::fast_inert`] for a layer inert on a trace for messages of any size.
+pub const ANY_LEN: Option<usize> = Some(usize::MAX);
 
 /// A message of a common trace going down, as a layer's condition sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -52,6 +52,17 @@ pub trait Layer: core::fmt::Debug {
     fn fast_up_apply(&mut self, up: &crate::fast::Up<'_>, msg: &Msg, out: &mut Outbox<'_>) {
         let _ = (up, msg, out);
     }
+    /// Trace compilation ([`crate::fast`]): `Some(len_max)` when this layer is *inert* on `trace`
+    /// in its current state: every message of the trace with at most `len_max` payload bytes
+    /// meets its condition, gets (going down) or has (going up) its template header, keeps its
+    /// guarantee, and needs no action and no reply here, until this layer next runs a layered-path
+    /// handler. Its own fast-path actions on other traces must not end this. The stack then
+    /// leaves the layer out of the compiled trace. `None` (the default): the layer is asked per
+    /// message. `Bypass::Diff` checks a declaration like any other.
+    fn fast_inert(&self, trace: crate::fast::Trace) -> Option<usize> {
+        let _ = trace;
+        None
+    }
     /// Header compression: for the layer whose header carries a trace's sequence number, the
     /// number the next cast (or send) from `origin` is expected to carry, from which a compressed
     /// datagram's low 16 bits are expanded. `None` (the default): the layer numbers nothing.

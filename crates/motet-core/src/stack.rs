@@ -45,6 +45,9 @@ pub struct BypassStats {
     pub misses: u64,
     /// Per layer, the misses it caused (the first condition that failed).
     pub refused_by: std::collections::BTreeMap<&'static str, u64>,
+    /// Of the hits, those that ran a compiled trace (the layers' inert declarations leaving out
+    /// the layers with nothing to do); the others were interpreted layer by layer.
+    pub compiled: u64,
 }
 
 impl BypassStats {
@@ -52,6 +55,7 @@ impl BypassStats {
     pub fn merge(&mut self, other: &BypassStats) {
         self.hits += other.hits;
         self.misses += other.misses;
+        self.compiled += other.compiled;
         for (layer, n) in &other.refused_by {
             *self.refused_by.entry(layer).or_default() += n;
         }
@@ -99,6 +103,9 @@ pub struct Stack {
     queue: VecDeque<(usize, Ev)>,
     scratch: Vec<Ev>,
     alarms: Vec<Option<Instant>>,
+    /// The earliest of `alarms`, kept so that [`Stack::poll_timeout`] (asked on every turn of a
+    /// driver's loop, for every stack) does not scan the layers.
+    next_alarm: Option<Instant>,
     app: VecDeque<AppEvent>,
     transmits: VecDeque<Transmit>,
     top: VecDeque<TopOutput>,
@@ -109,6 +116,22 @@ pub struct Stack {
     twin: Option<Box<Stack>>,
     /// Header compression: the headers of the common cast and send traces (index 0 and 1).
     templates: [Option<Template>; 2],
+    /// The compiled traces, by `Trace as usize`: `None` for a trace without a template.
+    plans: [Option<Plan>; 4],
+    /// The layered path has run since the traces were compiled: recompile before the next
+    /// bypass (a layer's inertness holds only until its next layered-path handler).
+    plans_stale: bool,
+}
+
+/// A compiled trace (thesis §3.3.2): the layers a message of the trace asks, the others having
+/// declared themselves inert ([`crate::Layer::fast_inert`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// Bit `i` set: layer `i` is asked per message. A stack has at most 32 layers (the registry
+    /// has fewer, and a layer appears once).
+    pub(crate) active: u32,
+    /// The largest payload every inert layer passes; a larger one is interpreted.
+    pub(crate) len_max: usize,
 }
 
 /// The headers of a common trace, the same at every member (all run the same stack): constant
@@ -142,10 +165,12 @@ impl Stack {
         assert!(usize::from(rank) < view.len(), "rank {rank} outside a view of {}", view.len());
         view.params.validate()?;
         let kinds = view.stack.layers();
+        assert!(kinds.len() <= 32, "a compiled trace names its layers in a u32");
         let layers: Vec<AnyLayer> = kinds.iter().map(|&kind| AnyLayer::new(kind, &view.params, &view, rank)).collect();
         let appl = kinds.iter().position(|&k| k == LayerKind::Appl).expect("StackSpec guarantees one appl");
         let mut stack = Stack {
             alarms: vec![None; layers.len()],
+            next_alarm: None,
             view,
             rank,
             layers,
@@ -160,6 +185,8 @@ impl Stack {
             bypass_stats: BypassStats::default(),
             twin: None,
             templates: [None, None],
+            plans: [None; 4],
+            plans_stale: true,
         };
         let bottom = stack.layers.len() - 1;
         stack.queue.push_back((bottom, Ev::Up(Up::Init)));
@@ -225,6 +252,7 @@ impl Stack {
             }
             other => other,
         };
+        self.plans_stale = true;
         let AnyLayer::Appl(appl) = &mut self.layers[self.appl] else { unreachable!("appl index") };
         let mut alarm = None;
         let mut out = Outbox {
@@ -308,6 +336,8 @@ impl Stack {
                 self.queue.push_back((index, Ev::Timer));
             }
         }
+        // The alarms that did not fire; those the timers set are merged in as they run.
+        self.next_alarm = self.alarms.iter().flatten().min().copied();
         self.run(now);
         if let Some((mut twin, mark)) = twin {
             self.diff(&mut twin, mark, "a timeout");
@@ -322,7 +352,8 @@ impl Stack {
 
     /// When the stack next needs [`Stack::handle_timeout`].
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.alarms.iter().flatten().min().copied()
+        debug_assert_eq!(self.next_alarm, self.alarms.iter().flatten().min().copied());
+        self.next_alarm
     }
 
     /// The next message to transmit.
@@ -457,6 +488,7 @@ impl Stack {
     /// Runs queued events until none is left.
     fn run(&mut self, now: Instant) {
         while let Some((index, ev)) = self.queue.pop_front() {
+            self.plans_stale = true;
             let mut alarm = None;
             let mut out = Outbox {
                 now,
@@ -480,6 +512,7 @@ impl Stack {
     fn merge_alarm(&mut self, index: usize, alarm: Option<Instant>) {
         if let Some(at) = alarm {
             self.alarms[index] = Some(self.alarms[index].map_or(at, |current| current.min(at)));
+            self.next_alarm = Some(self.next_alarm.map_or(at, |next| next.min(at)));
         }
     }
 

@@ -48,6 +48,11 @@ impl Template {
     pub fn is_empty(&self) -> bool {
         self.hdrs.is_empty()
     }
+
+    /// The header at `index` (the sequence-number header with the number 0).
+    pub fn header(&self, index: usize) -> Option<&Header> {
+        self.hdrs.get(index)
+    }
 }
 
 /// A message's headers, in push order (the highest layer's first). See the module documentation.
@@ -196,6 +201,38 @@ impl HeaderStack {
         header
     }
 
+    /// Pushes the headers `template` has between this stack's length and `len`: the headers of
+    /// the layers a compiled trace leaves out, which the template predicts (thesis §3.3.3). In the
+    /// compact form of `template` this costs nothing; the sequence-number header is never among
+    /// them (its layer is always asked).
+    pub fn push_template(&mut self, template: &Arc<Template>, len: usize) {
+        let at = self.len();
+        debug_assert!(len <= template.len() && !(at..len).contains(&template.slot), "{at}..{len} crosses the slot");
+        match &mut self.0 {
+            Repr::Compact { template: t, packed } if Arc::ptr_eq(t, template) => {
+                *packed = (*packed & !0xff) | len as u64;
+            }
+            _ => {
+                for header in &template.hdrs[at.min(len)..len] {
+                    self.push(header.clone());
+                }
+            }
+        }
+    }
+
+    /// Drops the headers above `len` (the headers of the layers a compiled trace leaves out, on
+    /// the way up). Nothing happens if the stack is not longer than `len`.
+    pub fn truncate(&mut self, len: usize) {
+        match &mut self.0 {
+            Repr::Full(v) => v.truncate(len),
+            Repr::Compact { packed, .. } => {
+                if len < (*packed & 0xff) as usize {
+                    *packed = (*packed & !0xff) | len as u64;
+                }
+            }
+        }
+    }
+
     /// The full form, reformatting a compact stack.
     fn full(&mut self) -> &mut Vec<Header> {
         if let Repr::Compact { .. } = &self.0 {
@@ -314,6 +351,33 @@ mod tests {
         }
         popped.reverse();
         assert_eq!(popped, full(7));
+    }
+
+    #[test]
+    fn a_compiled_trace_skips_and_drops_predicted_headers_in_either_form() {
+        let t = template();
+        // Compact: the appl header is filled in without a push, the bottom one after the slot.
+        let mut s = HeaderStack::compact(&t);
+        s.push_template(&t, 1);
+        assert!(s.is_compact());
+        s.push(Header::Mnak(mnak::Header::Data { seqno: 9 }));
+        s.push_template(&t, 3);
+        assert!(s.is_compact());
+        assert_eq!(s, full(9));
+        s.truncate(2);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.last().as_deref(), Some(&Header::Mnak(mnak::Header::Data { seqno: 9 })));
+        s.truncate(5);
+        assert_eq!(s.len(), 2, "truncate never lengthens");
+        // Full form: the same headers are pushed as clones.
+        let mut f = HeaderStack::with_capacity(3);
+        f.push_template(&t, 1);
+        f.push(Header::Mnak(mnak::Header::Data { seqno: 9 }));
+        f.push_template(&t, 3);
+        assert!(!f.is_compact());
+        assert_eq!(f, full(9));
+        f.truncate(1);
+        assert_eq!(f, vec![Header::Appl(appl::Header::Data)]);
     }
 
     #[test]

@@ -86,6 +86,11 @@ impl Layer for Bottom {
         common.then(|| UpStep::pass(up)).flatten()
     }
 
+    fn fast_inert(&self, trace: fast::Trace) -> Option<usize> {
+        // Going up, the per-message condition is only "the origin has not failed".
+        (self.enabled && (trace.is_down() || self.failed.is_empty())).then_some(usize::MAX)
+    }
+
     fn check_invariants(&self) {}
 }
 

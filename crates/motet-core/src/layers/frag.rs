@@ -219,6 +219,13 @@ impl Layer for Frag {
         (!self.cut.contains(up.origin) && fast::is(up.header, Header::Whole)).then(|| UpStep::pass(up)).flatten()
     }
 
+    fn fast_inert(&self, trace: fast::Trace) -> Option<usize> {
+        match trace.is_down() {
+            true => Some(self.frag_size),
+            false => self.cut.is_empty().then_some(usize::MAX),
+        }
+    }
+
     fn check_invariants(&self) {
         for partial in self.casts.iter().chain(&self.sends).flatten() {
             assert!(partial.next >= 1 && partial.next < partial.count && partial.count <= self.count_max);

@@ -71,6 +71,11 @@ impl Layer for Local {
         fast::is(up.header, Header::NoHdr).then(|| UpStep::pass(up)).flatten()
     }
 
+    fn fast_inert(&self, trace: fast::Trace) -> Option<usize> {
+        // Only a cast going down has work here: the loop-back.
+        (trace != fast::Trace::CastDn).then_some(usize::MAX)
+    }
+
     fn check_invariants(&self) {}
 }
 

@@ -179,6 +179,11 @@ impl Layer for Mflow {
         }
     }
 
+    fn fast_inert(&self, trace: fast::Trace) -> Option<usize> {
+        // Multicast flow control: only casts have work here.
+        (!trace.is_cast()).then_some(usize::MAX)
+    }
+
     fn check_invariants(&self) {
         self.window.check(self.consumed(), self.config.window, self.config.pending_max);
         assert_eq!(self.credit.len(), self.consumers.len());

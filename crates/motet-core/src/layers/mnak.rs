@@ -409,6 +409,11 @@ impl Layer for Mnak {
         cast.then(|| self.origins.get(usize::from(origin)).map(|o| o.received)).flatten()
     }
 
+    fn fast_inert(&self, trace: fast::Trace) -> Option<usize> {
+        // Multicast reliability: only casts have work here.
+        (!trace.is_cast()).then_some(usize::MAX)
+    }
+
     fn check_invariants(&self) {
         for o in &self.origins {
             assert_eq!(o.buf_lo + o.buf.len() as Seqno, o.received, "buffer covers buf_lo..received");

@@ -107,6 +107,9 @@ macro_rules! registry {
             pub(crate) fn fast_up(&self, up: &crate::fast::Up<'_>) -> Option<crate::fast::UpStep> {
                 match self { $(AnyLayer::$kind(layer) => layer.fast_up(up),)* }
             }
+            pub(crate) fn fast_inert(&self, trace: crate::fast::Trace) -> Option<usize> {
+                match self { $(AnyLayer::$kind(layer) => layer.fast_inert(trace),)* }
+            }
             pub(crate) fn fast_expected(&self, origin: Rank, cast: bool) -> Option<motet_wire::Seqno> {
                 match self { $(AnyLayer::$kind(layer) => layer.fast_expected(origin, cast),)* }
             }

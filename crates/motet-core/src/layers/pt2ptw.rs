@@ -182,6 +182,11 @@ impl Layer for Pt2ptw {
         }
     }
 
+    fn fast_inert(&self, trace: fast::Trace) -> Option<usize> {
+        // Window and credit are per destination: only sends have work here.
+        trace.is_cast().then_some(usize::MAX)
+    }
+
     fn check_invariants(&self) {
         for (window, &acked) in self.windows.iter().zip(&self.acked) {
             window.check(acked, self.config.window, self.config.pending_max);

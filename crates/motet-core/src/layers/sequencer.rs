@@ -235,6 +235,11 @@ impl Layer for Sequencer {
         }
     }
 
+    fn fast_inert(&self, trace: fast::Trace) -> Option<usize> {
+        // Total order: only casts have work here.
+        (!trace.is_cast()).then_some(usize::MAX)
+    }
+
     fn fast_up_apply(&mut self, up: &fast::Up<'_>, msg: &Msg, out: &mut Outbox<'_>) {
         if !up.cast {
             return;

@@ -11,42 +11,188 @@
 //! layer applies its common case to its own state, the messages are assembled with the headers the
 //! conditions named, and the outputs are queued exactly as the layered path queues them.
 //!
+//! **Compiled traces.** A stack compiles each trace into the set of its layers that are not
+//! inert on it ([`crate::Layer::fast_inert`]) and recompiles only after the layered path has run.
+//! A message then asks only those layers; the inert ones cost nothing: their headers are the
+//! template's, filled in (going down) or dropped (going up) without being built. A message outside
+//! the compiled trace's reach (not in its template's compact form, or larger than an inert layer
+//! passes) is interpreted: every layer on the trace is asked, as before.
+//!
 //! Nothing here knows any layer: a stack whose trace crosses a layer without a declaration simply
 //! has no bypass for that trace. Drain-first scheduling makes the substitution safe: inputs arrive
 //! only when the event queue is empty (thesis §3.3.1), and a layer's own queues (flow-control
 //! backlogs, out-of-order buffers) are part of its condition.
 
-use super::{Stack, Transmit};
+use super::{Plan, Stack, Transmit};
 use crate::event::{Msg, Qos};
-use crate::fast::{DnStep, Down, Up, UpStep};
+use crate::fast::{DnStep, Down, Trace, Up, UpStep};
 use crate::layer::Outbox;
 use crate::time::Instant;
 use crate::{Payload, Rank};
-use motet_wire::{Header, Mux};
+use motet_wire::{Header, HeaderStack, Mux};
 use smallvec::SmallVec;
+use std::sync::Arc;
 
 /// Layers on one trace (the deepest preset has fewer).
 type Steps<T> = SmallVec<[T; 16]>;
+/// What each layer asked on a trace going down does: (its index, what reached it, its step).
+type DnSteps = Steps<(usize, Down, DnStep)>;
+/// What each layer asked on a trace going up does: (its index, the guarantee that reached it, its
+/// step), bottom up.
+type UpSteps = Steps<(usize, Qos, UpStep)>;
 
 #[cfg(test)]
 thread_local! {
     /// Testing the checker: the bypass skips this layer's action (a seeded bug).
     static SKIP_ACTION: std::cell::Cell<Option<crate::LayerKind>> = const { std::cell::Cell::new(None) };
+    /// Testing the checker: the compiled traces take this layer for inert (a false declaration).
+    static FORCE_INERT: std::cell::Cell<Option<crate::LayerKind>> = const { std::cell::Cell::new(None) };
+}
+
+/// The layers of `mask`, top down.
+fn top_down(mut mask: u32) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (mask != 0).then(|| {
+            let i = mask.trailing_zeros();
+            mask &= mask - 1;
+            i as usize
+        })
+    })
+}
+
+/// The layers of `mask`, bottom up.
+fn bottom_up(mut mask: u32) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (mask != 0).then(|| {
+            let i = 31 - mask.leading_zeros();
+            mask &= !(1 << i);
+            i as usize
+        })
+    })
+}
+
+/// The bits of the layers below `index`.
+fn below(index: usize) -> u32 {
+    u32::MAX.checked_shl(index as u32 + 1).unwrap_or(0)
 }
 
 impl Stack {
-    /// Runs an application cast (`dest` `None`) or send down the bypass. Gives the payload back
-    /// when some layer's condition does not hold (the caller takes the layered path).
+    /// The compiled form of `trace` and its template, compiling the traces first if the layered
+    /// path has run since they last were.
+    fn compiled(&mut self, trace: Trace) -> Option<(Plan, Arc<motet_wire::Template>)> {
+        if self.plans_stale {
+            self.compile();
+        }
+        let plan = self.plans[trace as usize]?;
+        Some((plan, Arc::clone(&self.templates[usize::from(!trace.is_cast())].as_ref()?.hdrs)))
+    }
+
+    /// Compiles every trace that has a template: the layers below `appl` that are not inert on it
+    /// in their current state. The layer that numbers the trace is always asked.
+    pub(super) fn compile(&mut self) {
+        for trace in Trace::ALL {
+            let Some(template) = &self.templates[usize::from(!trace.is_cast())] else {
+                self.plans[trace as usize] = None;
+                continue;
+            };
+            let mut plan = Plan { active: 0, len_max: usize::MAX };
+            for (i, layer) in self.layers.iter().enumerate().skip(self.appl) {
+                #[cfg(test)]
+                if FORCE_INERT.with(std::cell::Cell::get) == Some(self.view.stack.layers()[i]) && i != template.layer {
+                    continue;
+                }
+                match layer.fast_inert(trace) {
+                    Some(len_max) if i != template.layer => plan.len_max = plan.len_max.min(len_max),
+                    _ => plan.active |= 1 << i,
+                }
+            }
+            self.plans[trace as usize] = Some(plan);
+        }
+        self.plans_stale = false;
+    }
+
+    /// Runs an application cast (`dest` `None`) or send down the bypass: compiled when it can,
+    /// else interpreted. Gives the payload back with the layer whose condition did not hold (the
+    /// caller takes the layered path).
     pub(super) fn bypass_dn(
         &mut self,
         now: Instant,
         dest: Option<Rank>,
         payload: Payload,
     ) -> Result<(), (Payload, usize)> {
+        let trace = if dest.is_none() { Trace::CastDn } else { Trace::SendDn };
+        match self.compiled(trace) {
+            Some((plan, template)) if payload.len() <= plan.len_max => {
+                self.compiled_dn(now, dest, payload, plan, template)?;
+                self.bypass_stats.compiled += 1;
+                Ok(())
+            }
+            _ => self.interpret_dn(now, dest, payload),
+        }
+    }
+
+    /// A compiled trace going down: only the active layers are asked.
+    fn compiled_dn(
+        &mut self,
+        now: Instant,
+        dest: Option<Rank>,
+        payload: Payload,
+        plan: Plan,
+        template: Arc<motet_wire::Template>,
+    ) -> Result<(), (Payload, usize)> {
+        let mut down = Down { dest, qos: Qos::Reliable, len: payload.len() };
+        let mut steps = DnSteps::new();
+        let mut loopback = None;
+        for i in top_down(plan.active) {
+            let Some(step) = self.layers[i].fast_dn(&down) else { return Err((payload, i)) };
+            if step.loopback {
+                if loopback.is_some() {
+                    return Err((payload, i));
+                }
+                loopback = Some(i);
+            }
+            let next = Down { qos: step.qos, ..down };
+            steps.push((i, down, step));
+            down = next;
+        }
+        // The loop-back branch asks the layers active on a cast going up, between `appl` and
+        // `local`; the headers they see are those pushed on the way down.
+        let mut back = UpSteps::new();
+        if let Some(at) = loopback {
+            let Some(up_plan) = self.plans[Trace::CastUp as usize].filter(|p| payload.len() <= p.len_max) else {
+                return Err((payload, at));
+            };
+            let mut qos = steps.iter().find(|s| s.0 == at).expect("local was asked").1.qos;
+            for i in bottom_up(up_plan.active & ((1 << at) - 1)).filter(|&i| i >= self.appl) {
+                let header = match steps.iter().find(|s| s.0 == i) {
+                    Some((_, _, step)) => &step.header,
+                    None => template.header(i - self.appl).expect("a layer of the trace"),
+                };
+                let up = Up { origin: self.rank, cast: true, qos, header };
+                match self.layers[i].fast_up(&up) {
+                    Some(step) if step.reply.is_none() => {
+                        qos = step.qos;
+                        let absorb = step.absorb;
+                        back.push((i, up.qos, step));
+                        if absorb {
+                            break;
+                        }
+                    }
+                    _ => return Err((payload, i)),
+                }
+            }
+        }
+        let msg = Msg { hdrs: HeaderStack::compact(&template), payload };
+        self.act_dn(now, dest, msg, Some(&template), steps, loopback, &back);
+        Ok(())
+    }
+
+    /// An interpreted trace going down: every layer from `appl` to the bottom is asked.
+    fn interpret_dn(&mut self, now: Instant, dest: Option<Rank>, payload: Payload) -> Result<(), (Payload, usize)> {
         let top = self.appl;
         let mut down = Down { dest, qos: Qos::Reliable, len: payload.len() };
         // Conditions, top down: (what reached the layer, what it does).
-        let mut steps: Steps<(Down, DnStep)> = SmallVec::new();
+        let mut steps = DnSteps::new();
         let mut loopback = None;
         for (i, layer) in self.layers.iter().enumerate().skip(top) {
             let Some(step) = layer.fast_dn(&down) else { return Err((payload, i)) };
@@ -57,22 +203,22 @@ impl Stack {
                 loopback = Some(i);
             }
             let next = Down { qos: step.qos, ..down };
-            steps.push((down, step));
+            steps.push((i, down, step));
             down = next;
         }
         // The loop-back branch: the message as it reached `local` goes up through the layers
         // between `appl` and `local` as this endpoint's own cast.
-        let mut back: Steps<(Qos, UpStep)> = SmallVec::new();
+        let mut back = UpSteps::new();
         if let Some(at) = loopback {
-            let mut qos = steps[at - top].0.qos;
+            let mut qos = steps[at - top].1.qos;
             for i in (top..at).rev() {
-                let header = &steps[i - top].1.header;
+                let header = &steps[i - top].2.header;
                 let up = Up { origin: self.rank, cast: true, qos, header };
                 match self.layers[i].fast_up(&up) {
                     Some(step) if step.reply.is_none() => {
                         qos = step.qos;
                         let absorb = step.absorb;
-                        back.push((up.qos, step));
+                        back.push((i, up.qos, step));
                         if absorb {
                             break;
                         }
@@ -81,33 +227,133 @@ impl Stack {
                 }
             }
         }
-        // Actions, top down, assembling the message as the layers would, in the compact form of
-        // the trace's template (no allocation; a header it does not predict reformats it).
-        let hdrs = match &self.templates[usize::from(dest.is_some())] {
-            Some(template) => motet_wire::HeaderStack::compact(&template.hdrs),
-            None => motet_wire::HeaderStack::with_capacity(steps.len()),
+        // In the compact form of the trace's template when there is one (no allocation; a
+        // header it does not predict reformats it).
+        let template = self.templates[usize::from(dest.is_some())].as_ref().map(|t| Arc::clone(&t.hdrs));
+        let hdrs = match &template {
+            Some(template) => HeaderStack::compact(template),
+            None => HeaderStack::with_capacity(steps.len()),
         };
-        let mut msg = Msg { hdrs, payload };
-        for (k, (down, step)) in steps.into_iter().enumerate() {
-            let i = top + k;
+        self.act_dn(now, dest, Msg { hdrs, payload }, template.as_ref(), steps, loopback, &back);
+        Ok(())
+    }
+
+    /// The actions of a trace going down, top down, assembling the message as the layers would:
+    /// the headers of the layers not asked come from `template`.
+    #[allow(clippy::too_many_arguments)]
+    fn act_dn(
+        &mut self,
+        now: Instant,
+        dest: Option<Rank>,
+        mut msg: Msg,
+        template: Option<&Arc<motet_wire::Template>>,
+        steps: DnSteps,
+        loopback: Option<usize>,
+        back: &[(usize, Qos, UpStep)],
+    ) {
+        let top = self.appl;
+        for (i, down, step) in steps {
+            if let Some(template) = template {
+                msg.hdrs.push_template(template, i - top);
+            }
             self.apply(i, now, |layer, out| layer.fast_dn_apply(&down, &msg, out));
             if loopback == Some(i) {
-                self.apply_up_branch(now, &msg, i, &back);
+                let mut up_msg = msg.clone();
+                self.act_up(now, self.rank, true, &mut up_msg, back);
             }
             msg.push(step.header);
+        }
+        if let Some(template) = template {
+            msg.hdrs.push_template(template, self.layers.len() - top);
         }
         let mux = match dest {
             None => Mux::Cast,
             Some(dest) => Mux::Send { dest },
         };
         self.transmits.push_back(Transmit { mux, msg, to: None });
-        Ok(())
     }
 
-    /// Runs an application cast or send from the network up the bypass. Gives the message back
+    /// Runs an application cast or send from the network up the bypass: compiled when the message
+    /// is in the compact form of its trace's template, else interpreted. Gives the message back
     /// with the layer whose condition did not hold, or with `None` when it is not the
     /// application's (the layers' own traffic: acknowledgements, gossip, heartbeats).
     pub(super) fn bypass_up(
+        &mut self,
+        now: Instant,
+        origin: Rank,
+        cast: bool,
+        msg: Msg,
+    ) -> Result<(), (Msg, Option<usize>)> {
+        let trace = if cast { Trace::CastUp } else { Trace::SendUp };
+        match self.compiled(trace) {
+            Some((plan, template))
+                if msg.payload.len() <= plan.len_max && msg.hdrs.compact_seqno(&template).is_some() =>
+            {
+                self.compiled_up(now, origin, cast, msg, plan)?;
+                self.bypass_stats.compiled += 1;
+                Ok(())
+            }
+            _ => self.interpret_up(now, origin, cast, msg),
+        }
+    }
+
+    /// A compiled trace going up: a whole message of the template, so every inert layer's header
+    /// is its template header and only the active layers are asked.
+    fn compiled_up(
+        &mut self,
+        now: Instant,
+        origin: Rank,
+        cast: bool,
+        mut msg: Msg,
+        plan: Plan,
+    ) -> Result<(), (Msg, Option<usize>)> {
+        let top = self.appl;
+        let mut steps = UpSteps::new();
+        let mut qos = if cast { Qos::Unreliable } else { Qos::Reliable };
+        let mut reply: Option<(usize, Rank, Header)> = None;
+        for i in bottom_up(plan.active) {
+            let header = msg.hdrs.get(i - top).expect("a whole message of the template");
+            let up = Up { origin, cast, qos, header: &header };
+            let Some(step) = self.layers[i].fast_up(&up) else { return Err((msg, Some(i))) };
+            if let Some((dest, header)) = &step.reply {
+                if reply.is_some() {
+                    return Err((msg, Some(i)));
+                }
+                reply = Some((i, *dest, header.clone()));
+            }
+            qos = step.qos;
+            let absorb = step.absorb;
+            steps.push((i, up.qos, step));
+            if absorb {
+                break;
+            }
+        }
+        // The reply branch: the layers active on a send going down, below the replying one.
+        let mut reply_steps = DnSteps::new();
+        if let Some((at, dest, _)) = &reply {
+            let Some(send) = self.plans[Trace::SendDn as usize] else { return Err((msg, Some(*at))) };
+            let mut down = Down { dest: Some(*dest), qos: Qos::Reliable, len: 0 };
+            for i in top_down(send.active & below(*at)) {
+                match self.layers[i].fast_dn(&down) {
+                    Some(step) if !step.loopback => {
+                        let next = Down { qos: step.qos, ..down };
+                        reply_steps.push((i, down, step));
+                        down = next;
+                    }
+                    _ => return Err((msg, Some(i))),
+                }
+            }
+        }
+        self.act_up(now, origin, cast, &mut msg, &steps);
+        if let Some(reply) = reply {
+            self.act_reply(now, reply, reply_steps);
+        }
+        Ok(())
+    }
+
+    /// An interpreted trace going up: every layer from the bottom to `appl` (or the one that
+    /// absorbs the message) is asked.
+    fn interpret_up(
         &mut self,
         now: Instant,
         origin: Rank,
@@ -121,8 +367,8 @@ impl Stack {
         if !application {
             return Err((msg, None));
         }
-        // Conditions, bottom up: (the guarantee that reached the layer, what it does).
-        let mut steps: Steps<(Qos, UpStep)> = SmallVec::new();
+        // Conditions, bottom up.
+        let mut steps = UpSteps::new();
         let mut qos = if cast { Qos::Unreliable } else { Qos::Reliable };
         let mut reply: Option<(usize, Rank, Header)> = None;
         for i in (top..n).rev() {
@@ -137,55 +383,67 @@ impl Stack {
             }
             qos = step.qos;
             let absorb = step.absorb;
-            steps.push((up.qos, step));
+            steps.push((i, up.qos, step));
             if absorb {
                 break;
             }
         }
         // The reply branch: a header-only send from the replying layer down.
-        let mut reply_steps: Steps<(Down, DnStep)> = SmallVec::new();
+        let mut reply_steps = DnSteps::new();
         if let Some((at, dest, _)) = &reply {
             let mut down = Down { dest: Some(*dest), qos: Qos::Reliable, len: 0 };
             for (i, layer) in self.layers.iter().enumerate().skip(at + 1) {
                 match layer.fast_dn(&down) {
                     Some(step) if !step.loopback => {
                         let next = Down { qos: step.qos, ..down };
-                        reply_steps.push((down, step));
+                        reply_steps.push((i, down, step));
                         down = next;
                     }
                     _ => return Err((msg, Some(i))),
                 }
             }
         }
-        // Actions, bottom up.
-        for (k, (qos, _)) in steps.iter().enumerate() {
-            let i = n - 1 - k;
-            let header = msg.hdrs.pop().expect("one header per layer, checked");
-            let up = Up { origin, cast, qos: *qos, header: &header };
-            self.apply(i, now, |layer, out| layer.fast_up_apply(&up, &msg, out));
-            if let Some((at, dest, header)) = reply.as_ref().filter(|(at, ..)| *at == i) {
-                let mut ack = Msg { hdrs: motet_wire::HeaderStack::with_capacity(n - at), payload: Payload::new() };
-                ack.push(header.clone());
-                for (j, (down, step)) in reply_steps.iter().enumerate() {
-                    self.apply(at + 1 + j, now, |layer, out| layer.fast_dn_apply(down, &ack, out));
-                    ack.push(step.header.clone());
-                }
-                self.transmits.push_back(Transmit { mux: Mux::Send { dest: *dest }, msg: ack, to: None });
-            }
+        self.act_up(now, origin, cast, &mut msg, &steps);
+        if let Some(reply) = reply {
+            self.act_reply(now, reply, reply_steps);
         }
         Ok(())
     }
 
-    /// The loop-back branch's actions: `msg` (as it reached `local`, at index `at`) up to `appl`
-    /// or the layer that absorbs it.
-    fn apply_up_branch(&mut self, now: Instant, msg: &Msg, at: usize, back: &[(Qos, UpStep)]) {
-        let mut up_msg = msg.clone();
-        let origin = self.rank;
-        for (k, (qos, _)) in back.iter().enumerate() {
-            let i = at - 1 - k;
-            let header = up_msg.hdrs.pop().expect("one header per layer, checked");
-            let up = Up { origin, cast: true, qos: *qos, header: &header };
-            self.apply(i, now, |layer, out| layer.fast_up_apply(&up, &up_msg, out));
+    /// The actions of a trace going up, bottom up: each asked layer gets `msg` with its own header
+    /// popped (and those of the inert layers below it dropped).
+    fn act_up(&mut self, now: Instant, origin: Rank, cast: bool, msg: &mut Msg, steps: &[(usize, Qos, UpStep)]) {
+        let top = self.appl;
+        for (i, qos, _) in steps {
+            msg.hdrs.truncate(i - top + 1);
+            let header = msg.hdrs.pop().expect("one header per layer, checked");
+            let up = Up { origin, cast, qos: *qos, header: &header };
+            self.apply(*i, now, |layer, out| layer.fast_up_apply(&up, msg, out));
+        }
+    }
+
+    /// The reply branch's actions: the header-only send from the layer at `reply.0`, assembled
+    /// down to the bottom (the headers of the layers not asked come from the send template).
+    fn act_reply(&mut self, now: Instant, (at, dest, header): (usize, Rank, Header), steps: DnSteps) {
+        let n = self.layers.len();
+        let mut ack = Msg { hdrs: HeaderStack::with_capacity(n - at), payload: Payload::new() };
+        ack.push(header);
+        let mut next = at + 1;
+        for (i, down, step) in steps {
+            self.push_send_template(&mut ack, next..i);
+            self.apply(i, now, |layer, out| layer.fast_dn_apply(&down, &ack, out));
+            ack.push(step.header);
+            next = i + 1;
+        }
+        self.push_send_template(&mut ack, next..n);
+        self.transmits.push_back(Transmit { mux: Mux::Send { dest }, msg: ack, to: None });
+    }
+
+    /// Pushes the send template's headers of the layers `range` (inert on a send going down).
+    fn push_send_template(&self, msg: &mut Msg, range: std::ops::Range<usize>) {
+        for i in range {
+            let template = self.templates[1].as_ref().expect("only a compiled trace leaves layers out");
+            msg.push(template.hdrs.header(i - self.appl).expect("a layer of the trace").clone());
         }
     }
 
@@ -253,5 +511,72 @@ mod tests {
         SKIP_ACTION.with(|s| s.set(Some(LayerKind::Mnak)));
         assert!(cast(Bypass::On).is_ok());
         SKIP_ACTION.with(|s| s.set(None));
+    }
+}
+
+#[cfg(test)]
+mod compiled_tests {
+    use super::*;
+    use crate::event::Action;
+    use crate::stack::Bypass;
+    use crate::testkit::Group;
+    use crate::view::RankSet;
+    use crate::LayerKind;
+
+    fn names(stack: &Stack, trace: Trace) -> Vec<&'static str> {
+        let plan = stack.plans[trace as usize].expect("compiled");
+        top_down(plan.active).map(|i| stack.view.stack.layers()[i].name()).collect()
+    }
+
+    #[test]
+    fn vsync_compiles_each_trace_to_the_layers_with_work() {
+        let mut stack = Stack::new(crate::testing::view_of("vsync", 3), 1, Instant::ZERO).unwrap();
+        stack.compile();
+        assert_eq!(names(&stack, Trace::CastDn), ["appl", "local", "mflow", "mnak"]);
+        assert_eq!(names(&stack, Trace::SendDn), ["appl", "pt2ptw", "pt2pt"]);
+        assert_eq!(names(&stack, Trace::CastUp), ["appl", "mflow", "mnak"]);
+        assert_eq!(names(&stack, Trace::SendUp), ["appl", "pt2ptw", "pt2pt"]);
+        assert_eq!(stack.plans[Trace::CastDn as usize].unwrap().len_max, 1024, "frag passes one fragment");
+        assert_eq!(stack.plans[Trace::CastUp as usize].unwrap().len_max, usize::MAX);
+        // The layered path runs (a failure notice): the traces recompile, and `bottom` now checks
+        // each arrival's origin.
+        let mut failed = RankSet::new();
+        failed.insert(2);
+        stack.handle_fail(Instant::ZERO, failed);
+        assert!(stack.plans_stale);
+        stack.compile();
+        assert!(names(&stack, Trace::CastUp).contains(&"bottom"), "{:?}", names(&stack, Trace::CastUp));
+        assert!(!names(&stack, Trace::CastDn).contains(&"bottom"));
+    }
+
+    #[test]
+    fn common_traces_run_compiled_and_equal_the_layered_path() {
+        let mut group = Group::with_bypass(3, "vsync", Bypass::Diff);
+        for k in 0..100u8 {
+            group.act(0, Action::Cast(vec![k; 8].into())).unwrap();
+            group.act(1, Action::Send(vec![2], vec![k; 8].into())).unwrap();
+        }
+        group.act(2, Action::Cast(vec![0; 4000].into())).unwrap(); // fragmented: interpreted, then layered
+        let stats: Vec<_> = group.nodes.iter().map(|(node, _)| node.bypass_stats()).collect();
+        assert!(stats.iter().all(|s| s.hits > 0 && s.compiled == s.hits), "{stats:?}");
+        assert_eq!(group.delivered, [101, 101, 201], "casts everywhere, sends at rank 2");
+    }
+
+    #[test]
+    fn the_diff_catches_a_false_inert_declaration() {
+        for layer in [LayerKind::Mflow, LayerKind::Local, LayerKind::Pt2ptw] {
+            FORCE_INERT.with(|f| f.set(Some(layer)));
+            let caught = std::panic::catch_unwind(|| {
+                let mut group = Group::with_bypass(2, "vsync", Bypass::Diff);
+                for k in 0..40u8 {
+                    group.act(0, Action::Cast(vec![k; 8].into())).unwrap();
+                    group.act(1, Action::Send(vec![0], vec![k; 8].into())).unwrap();
+                }
+            });
+            FORCE_INERT.with(|f| f.set(None));
+            let message = caught.expect_err("a false inert declaration went unnoticed");
+            let message = message.downcast_ref::<String>().cloned().unwrap_or_default();
+            assert!(message.contains("bypass diff"), "{layer:?}: {message}");
+        }
     }
 }
