@@ -64,15 +64,19 @@ pub(crate) enum Path {
     Hand,
 }
 
-/// Layers on the application's trace, from `appl` to `bottom`: the base stack, then the layers
-/// `fifo` adds one at a time, as layer lists (the layers above `appl` are the same in each).
+/// Stacks that do the same work per cast (a sequence number and retransmission buffer, the
+/// loop-back, multicast flow control, the same 7-byte head) with more and more layers: `frag` and
+/// `pt2ptw` join the trace (a cast has nothing to do there), then `vsync`'s eleven membership
+/// layers join above `appl`. The first three points give the cost of one more layer on the trace;
+/// the ends, the growth from 8 to 21 layers.
 const LAYER_SWEEP: &[&str] = &[
-    "top:stable:appl:pt2pt:mnak:bottom",
-    "top:stable:appl:local:pt2pt:mnak:bottom",
-    "top:stable:appl:local:frag:pt2pt:mnak:bottom",
-    "top:stable:appl:local:frag:pt2ptw:pt2pt:mnak:bottom",
+    "top:stable:appl:local:mflow:pt2pt:mnak:bottom",
+    "top:stable:appl:local:frag:mflow:pt2pt:mnak:bottom",
     "top:stable:appl:local:frag:pt2ptw:mflow:pt2pt:mnak:bottom",
+    "vsync",
 ];
+/// The points of [`LAYER_SWEEP`] that differ only in layers on the trace.
+const TRACE_SWEEP: usize = 3;
 const SIZES: &[usize] = &[4, 24, 100, 1024];
 const MEMBERS: &[usize] = &[2, 4, 8, 16, 32, 64];
 
@@ -118,10 +122,15 @@ struct Report {
 
 #[derive(Serialize)]
 struct ExtraLayer {
+    /// One more layer on the application's trace (first points of the layer sweep).
     layered: f64,
     bypass: f64,
-    /// Bypass cost at the most layers over the fewest.
+    /// The layer sweep's ends: layers in the stack, and the bypass cost at the most over the
+    /// fewest (the same work per cast at every point).
+    layers_from: usize,
+    layers_to: usize,
     bypass_growth: f64,
+    layered_growth: f64,
 }
 
 #[derive(Serialize)]
@@ -178,15 +187,21 @@ fn stack(args: StackArgs) -> ExitCode {
             .collect(),
     });
     let extra_layer = sweeps.as_ref().map(|s| {
-        let ends = |path| {
-            let points: Vec<&Cost> = s.layers.iter().filter(|c| c.path == path).collect();
-            let (first, last) = (points[0], points[points.len() - 1]);
-            (
-                (last.figure() - first.figure()) / (last.trace_layers - first.trace_layers) as f64,
-                last.figure() / first.figure(),
-            )
+        let points = |path| s.layers.iter().filter(|c| c.path == path).collect::<Vec<&Cost>>();
+        let per_trace_layer = |path| {
+            let (first, last) = (points(path)[0], points(path)[TRACE_SWEEP - 1]);
+            (last.figure() - first.figure()) / (last.trace_layers - first.trace_layers) as f64
         };
-        ExtraLayer { layered: ends(Path::Layered).0, bypass: ends(Path::Bypass).0, bypass_growth: ends(Path::Bypass).1 }
+        let growth = |path| points(path)[points(path).len() - 1].figure() / points(path)[0].figure();
+        let (from, to) = (points(Path::Bypass)[0], points(Path::Bypass)[points(Path::Bypass).len() - 1]);
+        ExtraLayer {
+            layered: per_trace_layer(Path::Layered),
+            bypass: per_trace_layer(Path::Bypass),
+            layers_from: from.layers,
+            layers_to: to.layers,
+            bypass_growth: growth(Path::Bypass),
+            layered_growth: growth(Path::Layered),
+        }
     });
     let report = Report {
         stack: name.clone(),
@@ -379,9 +394,10 @@ fn print_report(r: &Report) {
     println!("  hand (fifo)   {:>10.0} {unit}/msg  ({:.0} ns)", r.hand.figure(), r.hand.ns_per_msg);
     println!("  layered / bypass {:.2}x, bypass / hand {:.2}x", r.layered_over_bypass, r.bypass_over_hand);
     if let Some(e) = &r.extra_layer {
+        println!("  one more layer on the trace: layered +{:.0}, bypass +{:.0} {unit}", e.layered, e.bypass);
         println!(
-            "  one more layer on the trace: layered +{:.0}, bypass +{:.0} {unit}; bypass at 8 layers / 4: {:.2}x",
-            e.layered, e.bypass, e.bypass_growth
+            "  same work, {} -> {} layers: bypass {:.2}x, layered {:.2}x",
+            e.layers_from, e.layers_to, e.bypass_growth, e.layered_growth
         );
     }
     let h = &r.header_bytes;

@@ -217,7 +217,8 @@ impl Node {
         let Some(ids) = self.routes.get(&head.conn).cloned() else {
             return self.stats.drop_one(DropReason::UnknownConn);
         };
-        for id in ids {
+        let mut payload = Some(payload);
+        for (i, &id) in ids.iter().enumerate() {
             let Some(entry) = self.stacks[id.0 as usize].as_mut() else { continue };
             let stack = &mut entry.stack;
             let in_view = usize::from(head.origin) < stack.view().len() && head.origin != stack.rank();
@@ -234,7 +235,9 @@ impl Node {
                 continue;
             };
             self.stats.count(crate::Counter::CompressedIn);
-            stack.handle_recv(now, head.origin, head.mux, Msg { hdrs, payload: payload.clone() });
+            // The last stack takes the payload itself (no reference-count traffic).
+            let payload = if i + 1 == ids.len() { payload.take() } else { payload.clone() }.expect("present");
+            stack.handle_recv(now, head.origin, head.mux, Msg { hdrs, payload });
             self.collect(id);
         }
     }

@@ -48,6 +48,9 @@ pub struct BypassStats {
     /// Of the hits, those that ran a compiled trace (the layers' inert declarations leaving out
     /// the layers with nothing to do); the others were interpreted layer by layer.
     pub compiled: u64,
+    /// The layers' own messages (credit reports, acknowledgements) that took the bypass up to the
+    /// layer that keeps them. Not in `hits`: the hit rate is the application's.
+    pub absorbed: u64,
 }
 
 impl BypassStats {
@@ -56,6 +59,7 @@ impl BypassStats {
         self.hits += other.hits;
         self.misses += other.misses;
         self.compiled += other.compiled;
+        self.absorbed += other.absorbed;
         for (layer, n) in &other.refused_by {
             *self.refused_by.entry(layer).or_default() += n;
         }
@@ -283,8 +287,12 @@ impl Stack {
         let msg = match mux {
             Mux::Cast | Mux::Send { .. } if self.bypass != Bypass::Off => {
                 match self.bypass_up(now, origin, matches!(mux, Mux::Cast), msg) {
-                    Ok(()) => {
+                    Ok(true) => {
                         self.bypass_stats.hits += 1;
+                        return;
+                    }
+                    Ok(false) => {
+                        self.bypass_stats.absorbed += 1;
                         return;
                     }
                     Err((msg, refused)) => {

@@ -6,10 +6,28 @@ use smallvec::SmallVec;
 /// An immutable message payload made of reference-counted chunks. Slicing and concatenation never
 /// copy bytes: they only adjust the chunk list (thesis §4.4.2 p.64, the `Iovec` operations `sub` and
 /// `concat`).
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Default, PartialEq, Eq)]
 pub struct Payload {
     chunks: SmallVec<[Bytes; 2]>,
     len: usize,
+}
+
+impl Clone for Payload {
+    /// Clones the chunk references. A payload of one chunk (the common case: a message as the
+    /// application or the network gave it) skips `SmallVec`'s generic extend, which costs more than
+    /// the reference count itself; every buffered or delivered message is a clone.
+    fn clone(&self) -> Payload {
+        let chunks = match self.chunks.as_slice() {
+            [] => SmallVec::new(),
+            [one] => {
+                let mut chunks = SmallVec::new();
+                chunks.push(one.clone());
+                chunks
+            }
+            _ => self.chunks.clone(),
+        };
+        Payload { chunks, len: self.len }
+    }
 }
 
 impl Payload {

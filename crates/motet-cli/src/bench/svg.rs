@@ -26,7 +26,7 @@ pub(crate) fn plot(stack: &str, unit: &str, sweeps: &Sweeps) -> String {
     let charts: [Chart<'_>; 3] = [
         ("message size (B), 2 members", &sweeps.size, |c| c.size as f64, true),
         ("members, 4 B (per delivery)", &sweeps.members, |c| c.members as f64, true),
-        ("layers on the trace, 2 members, 4 B", &sweeps.layers, |c| c.trace_layers as f64, false),
+        ("layers in the stack, same work per cast, 2 members, 4 B", &sweeps.layers, |c| c.layers as f64, false),
     ];
     for (i, (title, points, x, log)) in charts.into_iter().enumerate() {
         let left = PAD + i as f64 * (W + PAD);

@@ -158,6 +158,12 @@ impl Layer for Mflow {
     }
 
     fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
+        if let motet_wire::Header::Mflow(Header::Credit { .. }) = up.header {
+            // A credit report that releases nothing (no cast waits, no flush is held) only
+            // raises a count: kept here, with no event.
+            let quiet = !up.cast && self.window.pending() == 0 && !self.block_held;
+            return quiet.then_some(UpStep { qos: up.qos, reply: None, absorb: true });
+        }
         if !fast::is(up.header, Header::NoHdr) {
             return None;
         }
@@ -171,6 +177,11 @@ impl Layer for Mflow {
     }
 
     fn fast_up_apply(&mut self, up: &fast::Up<'_>, _msg: &Msg, out: &mut Outbox<'_>) {
+        if let motet_wire::Header::Mflow(Header::Credit { count }) = up.header {
+            let o = usize::from(up.origin);
+            self.credit[o] = self.credit[o].max((*count).min(self.window.sent));
+            return;
+        }
         if up.cast
             && up.qos == Qos::Reliable
             && self.consumers[usize::from(up.origin)].consume(self.config.window).is_some()

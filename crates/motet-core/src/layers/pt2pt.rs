@@ -275,6 +275,11 @@ impl Layer for Pt2pt {
         }
         let p = self.peers.get(usize::from(up.origin))?;
         match up.header {
+            // An acknowledgement frees the retransmission buffer; it is kept here, with no event,
+            // unless a flush waits for it.
+            motet_wire::Header::Pt2pt(Header::Ack { .. }) if !self.block_held => {
+                Some(UpStep { qos: up.qos, reply: None, absorb: true })
+            }
             motet_wire::Header::Pt2pt(Header::Data { seqno }) if *seqno == p.expected && p.ooo.is_empty() => {
                 let next = p.expected + 1;
                 let reply =
@@ -287,6 +292,15 @@ impl Layer for Pt2pt {
 
     fn fast_up_apply(&mut self, up: &fast::Up<'_>, _msg: &Msg, out: &mut Outbox<'_>) {
         if up.cast {
+            return;
+        }
+        if let motet_wire::Header::Pt2pt(Header::Ack { next }) = up.header {
+            let p = &mut self.peers[usize::from(up.origin)];
+            let next = (*next).min(p.next_seqno());
+            while p.acked < next {
+                p.unacked.pop_front();
+                p.acked += 1;
+            }
             return;
         }
         let p = &mut self.peers[usize::from(up.origin)];

@@ -183,7 +183,7 @@ impl Stack {
             }
         }
         let msg = Msg { hdrs: HeaderStack::compact(&template), payload };
-        self.act_dn(now, dest, msg, Some(&template), steps, loopback, &back);
+        self.act_dn(now, dest, msg, Some(&template), &mut steps, loopback, &back);
         Ok(())
     }
 
@@ -234,7 +234,7 @@ impl Stack {
             Some(template) => HeaderStack::compact(template),
             None => HeaderStack::with_capacity(steps.len()),
         };
-        self.act_dn(now, dest, Msg { hdrs, payload }, template.as_ref(), steps, loopback, &back);
+        self.act_dn(now, dest, Msg { hdrs, payload }, template.as_ref(), &mut steps, loopback, &back);
         Ok(())
     }
 
@@ -247,19 +247,20 @@ impl Stack {
         dest: Option<Rank>,
         mut msg: Msg,
         template: Option<&Arc<motet_wire::Template>>,
-        steps: DnSteps,
+        steps: &mut DnSteps,
         loopback: Option<usize>,
         back: &[(usize, Qos, UpStep)],
     ) {
         let top = self.appl;
-        for (i, down, step) in steps {
+        // Drained in place: a move of the steps would copy their whole inline array.
+        for (i, down, step) in steps.drain(..) {
             if let Some(template) = template {
                 msg.hdrs.push_template(template, i - top);
             }
             self.apply(i, now, |layer, out| layer.fast_dn_apply(&down, &msg, out));
             if loopback == Some(i) {
                 let mut up_msg = msg.clone();
-                self.act_up(now, self.rank, true, &mut up_msg, back);
+                self.act_up(now, self.rank, true, &mut up_msg, self.appl, back);
             }
             msg.push(step.header);
         }
@@ -273,17 +274,18 @@ impl Stack {
         self.transmits.push_back(Transmit { mux, msg, to: None });
     }
 
-    /// Runs an application cast or send from the network up the bypass: compiled when the message
-    /// is in the compact form of its trace's template, else interpreted. Gives the message back
-    /// with the layer whose condition did not hold, or with `None` when it is not the
-    /// application's (the layers' own traffic: acknowledgements, gossip, heartbeats).
+    /// Runs a cast or send from the network up the bypass: compiled when the message is in the
+    /// compact form of its trace's template, else interpreted. `Ok(true)` for an application
+    /// message, `Ok(false)` for a layer's own message that a layer absorbed on the bypass (a
+    /// credit report, an acknowledgement). Gives the message back with the layer whose condition
+    /// did not hold, or with `None` when no trace fits it (gossip, heartbeats, NAKs).
     pub(super) fn bypass_up(
         &mut self,
         now: Instant,
         origin: Rank,
         cast: bool,
         msg: Msg,
-    ) -> Result<(), (Msg, Option<usize>)> {
+    ) -> Result<bool, (Msg, Option<usize>)> {
         let trace = if cast { Trace::CastUp } else { Trace::SendUp };
         match self.compiled(trace) {
             Some((plan, template))
@@ -291,7 +293,7 @@ impl Stack {
             {
                 self.compiled_up(now, origin, cast, msg, plan)?;
                 self.bypass_stats.compiled += 1;
-                Ok(())
+                Ok(true)
             }
             _ => self.interpret_up(now, origin, cast, msg),
         }
@@ -344,40 +346,45 @@ impl Stack {
                 }
             }
         }
-        self.act_up(now, origin, cast, &mut msg, &steps);
+        self.act_up(now, origin, cast, &mut msg, top, &steps);
         if let Some(reply) = reply {
-            self.act_reply(now, reply, reply_steps);
+            self.act_reply(now, reply, &mut reply_steps);
         }
         Ok(())
     }
 
     /// An interpreted trace going up: every layer from the bottom to `appl` (or the one that
-    /// absorbs the message) is asked.
+    /// absorbs the message) is asked. A message with fewer headers than the trace has was sent by
+    /// the layer whose header is its first (the layers' own traffic); it takes the bypass only if
+    /// that layer absorbs it.
     fn interpret_up(
         &mut self,
         now: Instant,
         origin: Rank,
         cast: bool,
         mut msg: Msg,
-    ) -> Result<(), (Msg, Option<usize>)> {
-        let top = self.appl;
-        let n = self.layers.len();
-        let application = msg.hdrs.len() == n - top
-            && matches!(msg.hdrs.get(0).as_deref(), Some(Header::Appl(h)) if *h != motet_wire::hdr::appl::Header::NoHdr);
-        if !application {
+    ) -> Result<bool, (Msg, Option<usize>)> {
+        let (top, n) = (self.appl, self.layers.len());
+        // The layer whose header is the message's first.
+        let Some(first) = n.checked_sub(msg.hdrs.len()).filter(|&first| first >= top && first < n) else {
             return Err((msg, None));
-        }
+        };
+        let application = first == top
+            && matches!(msg.hdrs.get(0).as_deref(), Some(Header::Appl(h)) if *h != motet_wire::hdr::appl::Header::NoHdr);
         // Conditions, bottom up.
         let mut steps = UpSteps::new();
         let mut qos = if cast { Qos::Unreliable } else { Qos::Reliable };
         let mut reply: Option<(usize, Rank, Header)> = None;
-        for i in (top..n).rev() {
-            let header = msg.hdrs.get(i - top).expect("one header per layer, checked");
+        for i in (first..n).rev() {
+            let header = msg.hdrs.get(i - first).expect("one header per layer, checked");
             let up = Up { origin, cast, qos, header: &header };
-            let Some(step) = self.layers[i].fast_up(&up) else { return Err((msg, Some(i))) };
+            let Some(step) = self.layers[i].fast_up(&up) else {
+                return Err((msg, application.then_some(i)));
+            };
             if let Some((dest, header)) = &step.reply {
                 if reply.is_some() {
-                    return Err((msg, Some(i))); // two replies in one trace: rare, left to the layered path
+                    // Two replies in one trace: rare, left to the layered path.
+                    return Err((msg, application.then_some(i)));
                 }
                 reply = Some((i, *dest, header.clone()));
             }
@@ -387,6 +394,11 @@ impl Stack {
             if absorb {
                 break;
             }
+        }
+        // A layer's own message must end at a layer that keeps it: above its sender it would
+        // have no header left.
+        if !application && !steps.last().is_some_and(|(_, _, step)| step.absorb) {
+            return Err((msg, None));
         }
         // The reply branch: a header-only send from the replying layer down.
         let mut reply_steps = DnSteps::new();
@@ -399,23 +411,31 @@ impl Stack {
                         reply_steps.push((i, down, step));
                         down = next;
                     }
-                    _ => return Err((msg, Some(i))),
+                    _ => return Err((msg, application.then_some(i))),
                 }
             }
         }
-        self.act_up(now, origin, cast, &mut msg, &steps);
+        self.act_up(now, origin, cast, &mut msg, first, &steps);
         if let Some(reply) = reply {
-            self.act_reply(now, reply, reply_steps);
+            self.act_reply(now, reply, &mut reply_steps);
         }
-        Ok(())
+        Ok(application)
     }
 
     /// The actions of a trace going up, bottom up: each asked layer gets `msg` with its own header
-    /// popped (and those of the inert layers below it dropped).
-    fn act_up(&mut self, now: Instant, origin: Rank, cast: bool, msg: &mut Msg, steps: &[(usize, Qos, UpStep)]) {
-        let top = self.appl;
+    /// popped (and those of the inert layers below it dropped). `first` is the layer whose header
+    /// is the message's first (`appl`, for the application's).
+    fn act_up(
+        &mut self,
+        now: Instant,
+        origin: Rank,
+        cast: bool,
+        msg: &mut Msg,
+        first: usize,
+        steps: &[(usize, Qos, UpStep)],
+    ) {
         for (i, qos, _) in steps {
-            msg.hdrs.truncate(i - top + 1);
+            msg.hdrs.truncate(i - first + 1);
             let header = msg.hdrs.pop().expect("one header per layer, checked");
             let up = Up { origin, cast, qos: *qos, header: &header };
             self.apply(*i, now, |layer, out| layer.fast_up_apply(&up, msg, out));
@@ -424,12 +444,12 @@ impl Stack {
 
     /// The reply branch's actions: the header-only send from the layer at `reply.0`, assembled
     /// down to the bottom (the headers of the layers not asked come from the send template).
-    fn act_reply(&mut self, now: Instant, (at, dest, header): (usize, Rank, Header), steps: DnSteps) {
+    fn act_reply(&mut self, now: Instant, (at, dest, header): (usize, Rank, Header), steps: &mut DnSteps) {
         let n = self.layers.len();
         let mut ack = Msg { hdrs: HeaderStack::with_capacity(n - at), payload: Payload::new() };
         ack.push(header);
         let mut next = at + 1;
-        for (i, down, step) in steps {
+        for (i, down, step) in steps.drain(..) {
             self.push_send_template(&mut ack, next..i);
             self.apply(i, now, |layer, out| layer.fast_dn_apply(&down, &ack, out));
             ack.push(step.header);
@@ -560,6 +580,22 @@ mod compiled_tests {
         let stats: Vec<_> = group.nodes.iter().map(|(node, _)| node.bypass_stats()).collect();
         assert!(stats.iter().all(|s| s.hits > 0 && s.compiled == s.hits), "{stats:?}");
         assert_eq!(group.delivered, [101, 101, 201], "casts everywhere, sends at rank 2");
+    }
+
+    #[test]
+    fn credit_reports_and_acknowledgements_are_absorbed_on_the_bypass() {
+        let mut group = Group::with_bypass(2, "vsync", Bypass::Diff);
+        for k in 0..256u16 {
+            group.act(1, Action::Cast(k.to_be_bytes().to_vec().into())).unwrap();
+            group.act(1, Action::Send(vec![0], k.to_be_bytes().to_vec().into())).unwrap();
+        }
+        assert_eq!(group.delivered, [512, 256]);
+        // Rank 0 reported credit every 32 casts and acknowledged sends in batches; rank 1 kept
+        // both on the bypass, compared with the layered path at every step.
+        let sender = group.nodes[1].0.bypass_stats();
+        assert!(sender.absorbed >= 256 / 32, "{sender:?}");
+        let (_, stack) = group.nodes[1].0.stacks().next().expect("one stack");
+        assert!(stack.buffered() < 512, "acknowledgements freed the send buffer: {}", stack.buffered());
     }
 
     #[test]
