@@ -76,6 +76,12 @@ fn below(index: usize) -> u32 {
     u32::MAX.checked_shl(index as u32 + 1).unwrap_or(0)
 }
 
+/// The bits of the layers `from..to`.
+fn span(from: usize, to: usize) -> u32 {
+    let upto = u32::MAX.checked_shr(32 - to as u32).unwrap_or(0);
+    upto & u32::MAX.checked_shl(from as u32).unwrap_or(0)
+}
+
 impl Stack {
     /// The compiled form of `trace` and its template, compiling the traces first if the layered
     /// path has run since they last were.
@@ -123,27 +129,41 @@ impl Stack {
         let trace = if dest.is_none() { Trace::CastDn } else { Trace::SendDn };
         match self.compiled(trace) {
             Some((plan, template)) if payload.len() <= plan.len_max => {
-                self.compiled_dn(now, dest, payload, plan, template)?;
+                // The loop-back branch, if any, is a cast going up: its compiled trace, if the
+                // payload is within its reach.
+                let back = self.plans[Trace::CastUp as usize].filter(|p| payload.len() <= p.len_max).map(|p| p.active);
+                self.trace_dn(now, dest, payload, plan.active, back, Some(template))?;
                 self.bypass_stats.compiled += 1;
                 Ok(())
             }
-            _ => self.interpret_dn(now, dest, payload),
+            _ => {
+                // Interpreted: every layer from `appl` down is asked, and the message is built in
+                // the compact form of the trace's template when there is one.
+                let all = span(self.appl, self.layers.len());
+                let template = self.templates[usize::from(dest.is_some())].as_ref().map(|t| Arc::clone(&t.hdrs));
+                self.trace_dn(now, dest, payload, all, Some(all), template)
+            }
         }
     }
 
-    /// A compiled trace going down: only the active layers are asked.
-    fn compiled_dn(
+    /// A trace going down that asks the layers of `active` (every other one is inert on it and
+    /// gets its header from `template`). `back`: the layers to ask on the loop-back branch, if
+    /// one is allowed.
+    fn trace_dn(
         &mut self,
         now: Instant,
         dest: Option<Rank>,
         payload: Payload,
-        plan: Plan,
-        template: Arc<motet_wire::Template>,
+        active: u32,
+        back: Option<u32>,
+        template: Option<Arc<motet_wire::Template>>,
     ) -> Result<(), (Payload, usize)> {
+        let top = self.appl;
         let mut down = Down { dest, qos: Qos::Reliable, len: payload.len() };
+        // Conditions, top down: (the layer, what reached it, what it does).
         let mut steps = DnSteps::new();
         let mut loopback = None;
-        for i in top_down(plan.active) {
+        for i in top_down(active) {
             let Some(step) = self.layers[i].fast_dn(&down) else { return Err((payload, i)) };
             if step.loopback {
                 if loopback.is_some() {
@@ -155,25 +175,25 @@ impl Stack {
             steps.push((i, down, step));
             down = next;
         }
-        // The loop-back branch asks the layers active on a cast going up, between `appl` and
-        // `local`; the headers they see are those pushed on the way down.
-        let mut back = UpSteps::new();
+        // The loop-back branch: the message as it reached `local` goes up through the layers
+        // between `appl` and `local` as this endpoint's own cast; the headers they see are those
+        // pushed on the way down.
+        let mut up_steps = UpSteps::new();
         if let Some(at) = loopback {
-            let Some(up_plan) = self.plans[Trace::CastUp as usize].filter(|p| payload.len() <= p.len_max) else {
-                return Err((payload, at));
-            };
+            let Some(back) = back else { return Err((payload, at)) };
             let mut qos = steps.iter().find(|s| s.0 == at).expect("local was asked").1.qos;
-            for i in bottom_up(up_plan.active & ((1 << at) - 1)).filter(|&i| i >= self.appl) {
-                let header = match steps.iter().find(|s| s.0 == i) {
-                    Some((_, _, step)) => &step.header,
-                    None => template.header(i - self.appl).expect("a layer of the trace"),
+            for i in bottom_up(back & span(top, at)) {
+                let header = match (steps.iter().find(|s| s.0 == i), &template) {
+                    (Some((_, _, step)), _) => &step.header,
+                    (None, Some(template)) => template.header(i - top).expect("a layer of the trace"),
+                    (None, None) => unreachable!("only a compiled trace leaves layers out"),
                 };
                 let up = Up { origin: self.rank, cast: true, qos, header };
                 match self.layers[i].fast_up(&up) {
                     Some(step) if step.reply.is_none() => {
                         qos = step.qos;
                         let absorb = step.absorb;
-                        back.push((i, up.qos, step));
+                        up_steps.push((i, up.qos, step));
                         if absorb {
                             break;
                         }
@@ -182,59 +202,13 @@ impl Stack {
                 }
             }
         }
-        let msg = Msg { hdrs: HeaderStack::compact(&template), payload };
-        self.act_dn(now, dest, msg, Some(&template), &mut steps, loopback, &back);
-        Ok(())
-    }
-
-    /// An interpreted trace going down: every layer from `appl` to the bottom is asked.
-    fn interpret_dn(&mut self, now: Instant, dest: Option<Rank>, payload: Payload) -> Result<(), (Payload, usize)> {
-        let top = self.appl;
-        let mut down = Down { dest, qos: Qos::Reliable, len: payload.len() };
-        // Conditions, top down: (what reached the layer, what it does).
-        let mut steps = DnSteps::new();
-        let mut loopback = None;
-        for (i, layer) in self.layers.iter().enumerate().skip(top) {
-            let Some(step) = layer.fast_dn(&down) else { return Err((payload, i)) };
-            if step.loopback {
-                if loopback.is_some() {
-                    return Err((payload, i));
-                }
-                loopback = Some(i);
-            }
-            let next = Down { qos: step.qos, ..down };
-            steps.push((i, down, step));
-            down = next;
-        }
-        // The loop-back branch: the message as it reached `local` goes up through the layers
-        // between `appl` and `local` as this endpoint's own cast.
-        let mut back = UpSteps::new();
-        if let Some(at) = loopback {
-            let mut qos = steps[at - top].1.qos;
-            for i in (top..at).rev() {
-                let header = &steps[i - top].2.header;
-                let up = Up { origin: self.rank, cast: true, qos, header };
-                match self.layers[i].fast_up(&up) {
-                    Some(step) if step.reply.is_none() => {
-                        qos = step.qos;
-                        let absorb = step.absorb;
-                        back.push((i, up.qos, step));
-                        if absorb {
-                            break;
-                        }
-                    }
-                    _ => return Err((payload, i)),
-                }
-            }
-        }
-        // In the compact form of the trace's template when there is one (no allocation; a
-        // header it does not predict reformats it).
-        let template = self.templates[usize::from(dest.is_some())].as_ref().map(|t| Arc::clone(&t.hdrs));
+        // In the compact form of the template (no allocation; a header it does not predict
+        // reformats it).
         let hdrs = match &template {
             Some(template) => HeaderStack::compact(template),
             None => HeaderStack::with_capacity(steps.len()),
         };
-        self.act_dn(now, dest, Msg { hdrs, payload }, template.as_ref(), &mut steps, loopback, &back);
+        self.act_dn(now, dest, Msg { hdrs, payload }, template.as_ref(), &mut steps, loopback, &up_steps);
         Ok(())
     }
 
@@ -286,105 +260,65 @@ impl Stack {
         cast: bool,
         msg: Msg,
     ) -> Result<bool, (Msg, Option<usize>)> {
+        let (top, n) = (self.appl, self.layers.len());
         let trace = if cast { Trace::CastUp } else { Trace::SendUp };
         match self.compiled(trace) {
             Some((plan, template))
                 if msg.payload.len() <= plan.len_max && msg.hdrs.compact_seqno(&template).is_some() =>
             {
-                self.compiled_up(now, origin, cast, msg, plan)?;
+                // A whole message of the template: every inert layer's header is its template
+                // header. A reply branch is a send going down: its compiled trace.
+                let Some(send) = self.plans[Trace::SendDn as usize].map(|p| p.active) else {
+                    return self.trace_up(now, origin, cast, msg, top, span(top, n), span(top, n), true);
+                };
+                self.trace_up(now, origin, cast, msg, top, plan.active, send, true)?;
                 self.bypass_stats.compiled += 1;
                 Ok(true)
             }
-            _ => self.interpret_up(now, origin, cast, msg),
+            _ => {
+                // Interpreted: every layer from the bottom up to the one whose header is the
+                // message's first (`appl` for the application's messages; a layer's own messages
+                // have fewer headers).
+                let Some(first) = n.checked_sub(msg.hdrs.len()).filter(|&first| first >= top && first < n) else {
+                    return Err((msg, None));
+                };
+                let application = first == top
+                    && matches!(msg.hdrs.get(0).as_deref(), Some(Header::Appl(h)) if *h != motet_wire::hdr::appl::Header::NoHdr);
+                self.trace_up(now, origin, cast, msg, first, span(first, n), span(top, n), application)
+            }
         }
     }
 
-    /// A compiled trace going up: a whole message of the template, so every inert layer's header
-    /// is its template header and only the active layers are asked.
-    fn compiled_up(
+    /// A trace going up that asks the layers of `active`, bottom up; `first` is the layer whose
+    /// header is the message's first. A layer's own message (not `application`) takes the bypass
+    /// only if that layer absorbs it: above it the message would have no header left. A reply
+    /// branch asks the layers of `send` below the replying layer.
+    #[allow(clippy::too_many_arguments)]
+    fn trace_up(
         &mut self,
         now: Instant,
         origin: Rank,
         cast: bool,
         mut msg: Msg,
-        plan: Plan,
-    ) -> Result<(), (Msg, Option<usize>)> {
-        let top = self.appl;
-        let mut steps = UpSteps::new();
-        let mut qos = if cast { Qos::Unreliable } else { Qos::Reliable };
-        let mut reply: Option<(usize, Rank, Header)> = None;
-        for i in bottom_up(plan.active) {
-            let header = msg.hdrs.get(i - top).expect("a whole message of the template");
-            let up = Up { origin, cast, qos, header: &header };
-            let Some(step) = self.layers[i].fast_up(&up) else { return Err((msg, Some(i))) };
-            if let Some((dest, header)) = &step.reply {
-                if reply.is_some() {
-                    return Err((msg, Some(i)));
-                }
-                reply = Some((i, *dest, header.clone()));
-            }
-            qos = step.qos;
-            let absorb = step.absorb;
-            steps.push((i, up.qos, step));
-            if absorb {
-                break;
-            }
-        }
-        // The reply branch: the layers active on a send going down, below the replying one.
-        let mut reply_steps = DnSteps::new();
-        if let Some((at, dest, _)) = &reply {
-            let Some(send) = self.plans[Trace::SendDn as usize] else { return Err((msg, Some(*at))) };
-            let mut down = Down { dest: Some(*dest), qos: Qos::Reliable, len: 0 };
-            for i in top_down(send.active & below(*at)) {
-                match self.layers[i].fast_dn(&down) {
-                    Some(step) if !step.loopback => {
-                        let next = Down { qos: step.qos, ..down };
-                        reply_steps.push((i, down, step));
-                        down = next;
-                    }
-                    _ => return Err((msg, Some(i))),
-                }
-            }
-        }
-        self.act_up(now, origin, cast, &mut msg, top, &steps);
-        if let Some(reply) = reply {
-            self.act_reply(now, reply, &mut reply_steps);
-        }
-        Ok(())
-    }
-
-    /// An interpreted trace going up: every layer from the bottom to `appl` (or the one that
-    /// absorbs the message) is asked. A message with fewer headers than the trace has was sent by
-    /// the layer whose header is its first (the layers' own traffic); it takes the bypass only if
-    /// that layer absorbs it.
-    fn interpret_up(
-        &mut self,
-        now: Instant,
-        origin: Rank,
-        cast: bool,
-        mut msg: Msg,
+        first: usize,
+        active: u32,
+        send: u32,
+        application: bool,
     ) -> Result<bool, (Msg, Option<usize>)> {
-        let (top, n) = (self.appl, self.layers.len());
-        // The layer whose header is the message's first.
-        let Some(first) = n.checked_sub(msg.hdrs.len()).filter(|&first| first >= top && first < n) else {
-            return Err((msg, None));
-        };
-        let application = first == top
-            && matches!(msg.hdrs.get(0).as_deref(), Some(Header::Appl(h)) if *h != motet_wire::hdr::appl::Header::NoHdr);
+        // Misses are counted for the application's messages only.
+        let refused = |i: usize| application.then_some(i);
         // Conditions, bottom up.
         let mut steps = UpSteps::new();
         let mut qos = if cast { Qos::Unreliable } else { Qos::Reliable };
         let mut reply: Option<(usize, Rank, Header)> = None;
-        for i in (first..n).rev() {
-            let header = msg.hdrs.get(i - first).expect("one header per layer, checked");
+        for i in bottom_up(active) {
+            let header = msg.hdrs.get(i - first).expect("one header per layer from the first");
             let up = Up { origin, cast, qos, header: &header };
-            let Some(step) = self.layers[i].fast_up(&up) else {
-                return Err((msg, application.then_some(i)));
-            };
+            let Some(step) = self.layers[i].fast_up(&up) else { return Err((msg, refused(i))) };
             if let Some((dest, header)) = &step.reply {
                 if reply.is_some() {
                     // Two replies in one trace: rare, left to the layered path.
-                    return Err((msg, application.then_some(i)));
+                    return Err((msg, refused(i)));
                 }
                 reply = Some((i, *dest, header.clone()));
             }
@@ -395,8 +329,6 @@ impl Stack {
                 break;
             }
         }
-        // A layer's own message must end at a layer that keeps it: above its sender it would
-        // have no header left.
         if !application && !steps.last().is_some_and(|(_, _, step)| step.absorb) {
             return Err((msg, None));
         }
@@ -404,14 +336,14 @@ impl Stack {
         let mut reply_steps = DnSteps::new();
         if let Some((at, dest, _)) = &reply {
             let mut down = Down { dest: Some(*dest), qos: Qos::Reliable, len: 0 };
-            for (i, layer) in self.layers.iter().enumerate().skip(at + 1) {
-                match layer.fast_dn(&down) {
+            for i in top_down(send & below(*at)) {
+                match self.layers[i].fast_dn(&down) {
                     Some(step) if !step.loopback => {
                         let next = Down { qos: step.qos, ..down };
                         reply_steps.push((i, down, step));
                         down = next;
                     }
-                    _ => return Err((msg, application.then_some(i))),
+                    _ => return Err((msg, refused(i))),
                 }
             }
         }
