@@ -5,6 +5,7 @@
 //! Traces: a cast or send going down from `appl` to the network (a cast also loops back up through
 //! `local`, a branching trace), and a cast or send coming up from the network to `appl` (which may
 //! also send an acknowledgement or credit report down from the layer that owes it, another branch).
+//! Such a report, arriving, goes up the same way to the layer it is for, which keeps it (`absorb`).
 //! The trace runs in two phases. **Conditions**: every layer on the trace is asked, in the order
 //! the layered path would reach it, whether the event is its common case and what it would do;
 //! nothing changes, and the first `None` sends the event down the layered path. **Actions**: each
