@@ -191,14 +191,17 @@ impl HeaderStack {
 
     /// Pops the last header pushed.
     pub fn pop(&mut self) -> Option<Header> {
-        if let Repr::Full(v) = &mut self.0 {
-            return v.pop();
+        match &mut self.0 {
+            Repr::Full(v) => v.pop(),
+            Repr::Compact { template, packed } => {
+                let at = ((*packed & 0xff) as usize).checked_sub(1)?;
+                *packed -= 1;
+                match at == template.slot {
+                    true => template.hdrs[at].with_seqno(*packed >> 8),
+                    false => Some(template.hdrs[at].clone()),
+                }
+            }
         }
-        let header = self.last().map(Cow::into_owned);
-        if let (Repr::Compact { packed, .. }, Some(_)) = (&mut self.0, &header) {
-            *packed -= 1;
-        }
-        header
     }
 
     /// Pushes the headers `template` has between this stack's length and `len`: the headers of
