@@ -16,7 +16,7 @@
 use crate::codec::{Reader, Writer};
 use crate::hdr::{Header, HeaderStack};
 use crate::{Payload, Rank, WireError, WireErrorKind};
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 
 /// The wire version this build speaks.
 pub const VERSION: u8 = 1;
@@ -152,7 +152,11 @@ pub fn decode(datagram: Bytes) -> Result<Decoded, WireError> {
     hdrs.reverse();
     let hdrs = HeaderStack::from(hdrs);
     let start = r.position();
-    let payload = Payload::from(datagram.slice(start..));
+    // The payload is the rest of the datagram's own buffer: advancing it costs no reference count
+    // (a slice would take one and the datagram's drop give it back).
+    let mut datagram = datagram;
+    datagram.advance(start);
+    let payload = Payload::from(datagram);
     Ok(Decoded { head: Head { conn, mux, origin }, hdrs, payload })
 }
 
@@ -227,7 +231,10 @@ pub fn decode_compressed(datagram: Bytes) -> Result<(Compressed, Payload), WireE
     let conn = ConnId(r.u32_le()?);
     let mux = if first & 0x80 != 0 { Mux::Cast } else { Mux::Send { dest: r.rank()? } };
     let seqno = u16::from(r.u8()?) | u16::from(r.u8()?) << 8;
-    let payload = Payload::from(datagram.slice(r.position()..));
+    let start = r.position();
+    let mut datagram = datagram;
+    datagram.advance(start);
+    let payload = Payload::from(datagram);
     Ok((Compressed { conn, mux, origin, seqno }, payload))
 }
 
