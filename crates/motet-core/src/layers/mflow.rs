@@ -73,6 +73,13 @@ impl Mflow {
         live.map(|r| self.credit[usize::from(r)]).min().unwrap_or(self.window.sent)
     }
 
+    /// Records a credit report from `origin` (cumulative casts it consumed, never more than we
+    /// sent). The layered handler and the fast path share it.
+    fn take_credit(&mut self, origin: Rank, count: u64) {
+        let o = usize::from(origin);
+        self.credit[o] = self.credit[o].max(count.min(self.window.sent));
+    }
+
     fn release(&mut self, out: &mut Outbox<'_>) {
         let consumed = self.consumed();
         if self.window.release(consumed, self.config.window, |msg| out.dn(Dn::Cast { msg, qos: Qos::Reliable })) {
@@ -104,8 +111,7 @@ impl Layer for Mflow {
             Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => out.up(Up::Send { origin, msg }),
                 Some(Header::Credit { count }) => {
-                    let o = usize::from(origin);
-                    self.credit[o] = self.credit[o].max(count.min(self.window.sent));
+                    self.take_credit(origin, count);
                     self.release(out);
                 }
                 None => out.drop_input(DropReason::HeaderMismatch),
@@ -178,9 +184,7 @@ impl Layer for Mflow {
 
     fn fast_up_apply(&mut self, up: &fast::Up<'_>, _msg: &Msg, out: &mut Outbox<'_>) {
         if let motet_wire::Header::Mflow(Header::Credit { count }) = up.header {
-            let o = usize::from(up.origin);
-            self.credit[o] = self.credit[o].max((*count).min(self.window.sent));
-            return;
+            return self.take_credit(up.origin, *count);
         }
         if up.cast
             && up.qos == Qos::Reliable

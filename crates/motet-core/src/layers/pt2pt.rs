@@ -96,6 +96,17 @@ impl Pt2pt {
     }
 
     /// Lets a held `Block` continue down once every send is acknowledged.
+    /// Frees what `peer` acknowledged: every send before `next` (never beyond what was sent). The
+    /// layered handler and the fast path share it.
+    fn acknowledge(&mut self, peer: Rank, next: Seqno) {
+        let p = &mut self.peers[usize::from(peer)];
+        let next = next.min(p.next_seqno());
+        while p.acked < next {
+            p.unacked.pop_front();
+            p.acked += 1;
+        }
+    }
+
     fn release_block(&mut self, out: &mut Outbox<'_>) {
         if self.block_held && self.peers.iter().all(|p| p.unacked.is_empty()) {
             self.block_held = false;
@@ -174,12 +185,7 @@ impl Layer for Pt2pt {
             Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
                 Some(Header::Data { seqno }) => self.recv_data(origin, seqno, msg, out),
                 Some(Header::Ack { next }) => {
-                    let p = &mut self.peers[usize::from(origin)];
-                    let next = next.min(p.next_seqno());
-                    while p.acked < next {
-                        p.unacked.pop_front();
-                        p.acked += 1;
-                    }
+                    self.acknowledge(origin, next);
                     self.release_block(out);
                 }
                 Some(Header::Nak { lo, hi }) => self.retransmit(origin, lo, hi, out),
@@ -295,13 +301,7 @@ impl Layer for Pt2pt {
             return;
         }
         if let motet_wire::Header::Pt2pt(Header::Ack { next }) = up.header {
-            let p = &mut self.peers[usize::from(up.origin)];
-            let next = (*next).min(p.next_seqno());
-            while p.acked < next {
-                p.unacked.pop_front();
-                p.acked += 1;
-            }
-            return;
+            return self.acknowledge(up.origin, *next);
         }
         let p = &mut self.peers[usize::from(up.origin)];
         p.expected += 1;
