@@ -114,6 +114,10 @@ struct Report {
     hand: Cost,
     layered_over_bypass: f64,
     bypass_over_hand: f64,
+    /// Of the bypass's instructions per message, those of delayed processing (`Stack::settle`:
+    /// filing copies for retransmission), which run after the transmit and the delivery, off the
+    /// path from a receive to the next send (thesis Table 3.1's "delayed ops").
+    bypass_delayed: Option<f64>,
     /// Per layer on the trace, from the layer sweep's ends (fewest to most).
     extra_layer: Option<ExtraLayer>,
     header_bytes: HeaderBytes,
@@ -177,6 +181,7 @@ fn stack(args: StackArgs) -> ExitCode {
     let name = spec.to_string();
     let layered = m.cost(Path::Layered, &name, 2, 4);
     let bypass = m.cost(Path::Bypass, &name, 2, 4);
+    let bypass_delayed = m.delayed(&name);
     let hand = m.cost(Path::Hand, &name, 2, 4);
     let sweeps = (!args.quick).then(|| Sweeps {
         size: SIZES.iter().flat_map(|&size| paths(&m, &name, 2, size)).collect(),
@@ -212,6 +217,7 @@ fn stack(args: StackArgs) -> ExitCode {
         unit: if instructions { "instructions" } else { "ns" },
         layered_over_bypass: layered.figure() / bypass.figure(),
         bypass_over_hand: bypass.figure() / hand.figure(),
+        bypass_delayed,
         layered,
         bypass,
         hand,
@@ -263,8 +269,8 @@ impl Measure {
             .fold(f64::INFINITY, f64::min);
         let instructions_per_msg = self.instructions.then(|| {
             // The difference between two run lengths cancels set-up and warm-up.
-            let short = instructions(path, stack, members, size, count / 4);
-            let long = instructions(path, stack, members, size, count / 4 + count / 2);
+            let short = instructions(path, stack, members, size, count / 4, None);
+            let long = instructions(path, stack, members, size, count / 4 + count / 2, None);
             (long - short) as f64 / (count / 2) as f64
         });
         let cost = Cost {
@@ -290,6 +296,17 @@ impl Measure {
             );
         }
         cost
+    }
+
+    /// Instructions per message of the bypass's delayed processing, 2 members, 4 B (callgrind
+    /// counting only inside `Stack::settle`).
+    fn delayed(&self, stack: &str) -> Option<f64> {
+        self.instructions.then(|| {
+            let (count, settle) = (self.count, Some("*Stack::settle"));
+            let short = instructions(Path::Bypass, stack, 2, 4, count / 4, settle);
+            let long = instructions(Path::Bypass, stack, 2, 4, count / 4 + count / 2, settle);
+            (long - short) as f64 / (count / 2) as f64
+        })
     }
 }
 
@@ -333,12 +350,14 @@ fn valgrind_works() -> bool {
     Command::new("valgrind").arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
-/// Instructions of one worker run, counted by callgrind.
-fn instructions(path: Path, stack: &str, members: usize, size: usize, count: u64) -> u64 {
+/// Instructions of one worker run, counted by callgrind: all of them, or only those inside the
+/// functions `only` names (callgrind's `--toggle-collect` pattern).
+fn instructions(path: Path, stack: &str, members: usize, size: usize, count: u64, only: Option<&str>) -> u64 {
     let exe = std::env::current_exe().expect("own path");
     let path = format!("{path:?}").to_lowercase();
     let output = Command::new("valgrind")
         .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+        .args(only.map(|only| format!("--toggle-collect={only}")))
         .arg(exe)
         .args(["bench", "worker", &path, stack, &members.to_string(), &size.to_string(), &count.to_string()])
         .output()
@@ -392,6 +411,10 @@ fn print_report(r: &Report) {
     println!("  layered path  {:>10.0} {unit}/msg  ({:.0} ns)", r.layered.figure(), r.layered.ns_per_msg);
     println!("  bypass        {:>10.0} {unit}/msg  ({:.0} ns)", r.bypass.figure(), r.bypass.ns_per_msg);
     println!("  hand (fifo)   {:>10.0} {unit}/msg  ({:.0} ns)", r.hand.figure(), r.hand.ns_per_msg);
+    if let Some(delayed) = r.bypass_delayed {
+        let critical = r.bypass.figure() - delayed;
+        println!("  bypass: {critical:.0} before the transmit and the delivery, {delayed:.0} delayed after them");
+    }
     println!("  layered / bypass {:.2}x, bypass / hand {:.2}x", r.layered_over_bypass, r.bypass_over_hand);
     if let Some(e) = &r.extra_layer {
         println!("  one more layer on the trace: layered +{:.0}, bypass +{:.0} {unit}", e.layered, e.bypass);

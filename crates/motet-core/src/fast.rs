@@ -13,6 +13,15 @@
 //!   the layered handlers use, but may not emit events: the trace's shape was fixed by the
 //!   conditions.
 //!
+//! **Delayed processing** (thesis §3.4.3 and §5.4.5; HvR §4.3): what a layer does to its state in
+//! the common case is split in two. The *action* updates what the conditions read (a sequence
+//! number, a window) and runs at once; keeping a copy of the message for retransmission (the step's
+//! `keep`, then `Layer::fast_keep`) is bookkeeping that no condition and no action of an
+//! application trace reads, so the bypass does it after the message is transmitted or delivered,
+//! when the driver is idle (`Stack::settle`) or, at the latest, before any input that is not an
+//! application message on a compiled trace. No observer can tell: every layered handler, timer and
+//! NAK finds the buffers filled.
+//!
 //! A layer may also declare itself **inert** on a trace (`Layer::fast_inert`): in its current
 //! state, every message of the trace passes it with its template header, the guarantee unchanged,
 //! no action and no reply, until its next layered-path handler. A stack compiles each trace into
@@ -59,6 +68,15 @@ impl Trace {
     pub fn is_down(self) -> bool {
         matches!(self, Trace::CastDn | Trace::SendDn)
     }
+
+    /// The trace going down of a cast (`dest` `None`) or a send to `dest`.
+    pub fn down(dest: Option<Rank>) -> Trace {
+        if dest.is_none() {
+            Trace::CastDn
+        } else {
+            Trace::SendDn
+        }
+    }
 }
 
 /// [`crate::Layer::fast_inert`] for a layer inert on a trace for messages of any size.
@@ -84,12 +102,15 @@ pub struct DnStep {
     pub qos: Qos,
     /// The message also goes back up from here, as this endpoint's own cast (`local`).
     pub loopback: bool,
+    /// The layer keeps a copy of the message as it reaches it (for retransmission): the bypass
+    /// hands it over with [`crate::Layer::fast_keep`] after the transmit (delayed processing).
+    pub keep: bool,
 }
 
 impl DnStep {
     /// Pushes `header` and passes the message on unchanged otherwise.
     pub fn pass(header: impl Into<Header>, down: &Down) -> Option<DnStep> {
-        Some(DnStep { header: header.into(), qos: down.qos, loopback: false })
+        Some(DnStep { header: header.into(), qos: down.qos, loopback: false, keep: false })
     }
 }
 
@@ -118,13 +139,28 @@ pub struct UpStep {
     /// The trace ends here: the layer keeps the message (an ordering layer queues it until its
     /// turn) and nothing goes further up now.
     pub absorb: bool,
+    /// The layer keeps a copy of the message, its own header popped (for retransmission to other
+    /// members): the bypass hands it over with [`crate::Layer::fast_keep`] after the delivery
+    /// (delayed processing).
+    pub keep: bool,
 }
 
 impl UpStep {
     /// Pops the header and passes the message on unchanged otherwise.
     pub fn pass(up: &Up<'_>) -> Option<UpStep> {
-        Some(UpStep { qos: up.qos, reply: None, absorb: false })
+        Some(UpStep { qos: up.qos, reply: None, absorb: false, keep: false })
     }
+}
+
+/// A copy of a message that a layer keeps, handed over after the transmit or delivery
+/// ([`crate::Layer::fast_keep`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kept {
+    /// The trace the message took.
+    pub trace: Trace,
+    /// The destination of a send going down, the origin of a message going up, this endpoint's
+    /// own rank for a cast going down.
+    pub peer: Rank,
 }
 
 /// Whether `header` is the trivial header `expected` of a layer (the condition of a layer that

@@ -52,6 +52,16 @@ pub trait Layer: core::fmt::Debug {
     fn fast_up_apply(&mut self, up: &crate::fast::Up<'_>, msg: &Msg, out: &mut Outbox<'_>) {
         let _ = (up, msg, out);
     }
+    /// Delayed processing ([`crate::fast`]): takes the copy of a message this layer's condition
+    /// asked to keep (`keep` in its step), after the message was transmitted or delivered. `msg`
+    /// is the message as the action saw it; `out.now()` is the time of the input that carried it.
+    /// Runs before any input that is not an application message on a compiled trace, so only the
+    /// conditions and actions of such traces may run before it: they must not read what it writes.
+    /// May set the alarm, never emit events.
+    fn fast_keep(&mut self, kept: &crate::fast::Kept, msg: Msg, out: &mut Outbox<'_>) {
+        let _ = (kept, msg, out);
+        unreachable!("a layer whose step asks to keep a message takes it in fast_keep")
+    }
     /// Trace compilation ([`crate::fast`]): `Some(len_max)` when this layer is *inert* on `trace`
     /// in its current state: every message of the trace with at most `len_max` payload bytes
     /// meets its condition, gets (going down) or has (going up) its template header, keeps its

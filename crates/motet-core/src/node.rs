@@ -96,6 +96,8 @@ struct Entry {
     conn: ConnId,
     /// The stack passed out its successor view and is lingering.
     replaced: bool,
+    /// Listed in `Node::unsettled`.
+    unsettled: bool,
 }
 
 /// The connection identifier of a view's stack: a 32-bit hash of the addressing that is the same
@@ -142,6 +144,8 @@ pub struct Node {
     bypass_done: crate::stack::BypassStats,
     /// Where heads are encoded before they are copied into their (inline) `DatagramHead`.
     head_buf: Vec<u8>,
+    /// Stacks holding delayed processing, each once ([`Node::settle`] visits only these).
+    unsettled: Vec<StackId>,
 }
 
 /// The encoded head of an outgoing datagram. Inline up to 24 bytes (every compressed head and
@@ -160,7 +164,7 @@ impl Node {
         let conn = conn_id(&view);
         let stack = Stack::with_bypass(view, rank, now, self.bypass)?;
         let id = StackId(self.stacks.len() as u32);
-        self.stacks.push(Some(Entry { stack, conn, replaced: false }));
+        self.stacks.push(Some(Entry { stack, conn, replaced: false, unsettled: false }));
         self.routes.entry(conn).or_default().push(id);
         let gossip = gossip_conn_id(&self.stacks[id.0 as usize].as_ref().expect("just pushed").stack.view().group);
         self.routes.entry(gossip).or_default().push(id);
@@ -272,9 +276,30 @@ impl Node {
         Ok(())
     }
 
-    /// The earliest alarm of any stack.
+    /// When the node next needs [`Node::handle_timeout`]: the earliest alarm of any stack, or
+    /// now while a stack holds delayed processing.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.stacks.iter().flatten().filter_map(|e| e.stack.poll_timeout()).min()
+    }
+
+    /// The earliest alarm of any stack, not counting delayed processing: what a driver that
+    /// calls [`Node::settle`] itself waits for.
+    pub fn poll_alarm(&self) -> Option<Instant> {
+        self.stacks.iter().flatten().filter_map(|e| e.stack.poll_alarm()).min()
+    }
+
+    /// Delayed processing ([`Stack::settle`]): the bookkeeping of the messages the bypass has
+    /// transmitted or delivered (filing copies for retransmission). A driver calls it when idle,
+    /// after sending what the inputs produced and handing the application its events. It is
+    /// never needed for correctness: any input that needs the bookkeeping settles first, and
+    /// [`Node::poll_timeout`] asks for a timeout at once while any is pending.
+    pub fn settle(&mut self) {
+        for id in self.unsettled.drain(..) {
+            if let Some(entry) = self.stacks[id.0 as usize].as_mut() {
+                entry.stack.settle();
+                entry.unsettled = false;
+            }
+        }
     }
 
     /// The next datagram to send.
@@ -361,6 +386,10 @@ impl Node {
     /// a new view (thesis §2.3.4) and removes a stack that exits.
     fn collect(&mut self, id: StackId) {
         let Some(entry) = self.stacks[id.0 as usize].as_mut() else { return };
+        if entry.stack.unsettled() && !entry.unsettled {
+            entry.unsettled = true;
+            self.unsettled.push(id);
+        }
         let mut exited = false;
         let mut next_view = None;
         while let Some(transmit) = entry.stack.poll_transmit() {

@@ -21,6 +21,12 @@ use std::sync::Arc;
 
 mod bypass;
 
+#[cfg(test)]
+thread_local! {
+    /// Testing the checker: inputs do not settle delayed processing first (a seeded bug).
+    static SETTLE_LATE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Whether a stack runs its common traces through the bypass ([`crate::fast`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Bypass {
@@ -125,7 +131,25 @@ pub struct Stack {
     /// The layered path has run since the traces were compiled: recompile before the next
     /// bypass (a layer's inertness holds only until its next layered-path handler).
     plans_stale: bool,
+    /// Delayed processing: copies of messages the bypass transmitted or delivered that layers
+    /// keep, not yet handed over ([`Stack::settle`]). At most [`DELAYED_MAX`] (and one trace's).
+    delayed: Vec<Delayed>,
 }
+
+/// A copy of a message a layer keeps, handed over after the transmit or delivery (thesis §3.4.3,
+/// §5.4.5: emit first, then update).
+#[derive(Debug)]
+struct Delayed {
+    layer: usize,
+    kept: crate::fast::Kept,
+    /// The time of the input that carried the message.
+    now: Instant,
+    msg: Msg,
+}
+
+/// Copies a stack holds for delayed processing before it settles on its own: a bound on its
+/// memory when a driver never idles (the runtime settles once per loop turn).
+const DELAYED_MAX: usize = 32;
 
 /// A compiled trace (thesis §3.3.2): the layers a message of the trace asks, the others having
 /// declared themselves inert ([`crate::Layer::fast_inert`]).
@@ -191,6 +215,7 @@ impl Stack {
             templates: [None, None],
             plans: [None; 4],
             plans_stale: true,
+            delayed: Vec::new(),
         };
         let bottom = stack.layers.len() - 1;
         stack.queue.push_back((bottom, Ev::Up(Up::Init)));
@@ -256,6 +281,7 @@ impl Stack {
             }
             other => other,
         };
+        self.settle_for_input();
         self.plans_stale = true;
         let AnyLayer::Appl(appl) = &mut self.layers[self.appl] else { unreachable!("appl index") };
         let mut alarm = None;
@@ -305,6 +331,7 @@ impl Stack {
             }
             _ => msg,
         };
+        self.settle_for_input();
         let ev = match mux {
             Mux::Gossip => Up::Gossip(msg),
             // The network is unreliable: `mnak` upgrades the guarantee when it sequences the cast.
@@ -322,6 +349,7 @@ impl Stack {
             twin.handle_fail(now, ranks.clone());
             (twin, mark)
         });
+        self.settle_for_input();
         self.queue.push_back((0, Ev::Dn(Dn::Fail(ranks))));
         self.run(now);
         if let Some((mut twin, mark)) = twin {
@@ -338,6 +366,7 @@ impl Stack {
             twin.handle_timeout(now);
             (twin, mark)
         });
+        self.settle_for_input();
         for index in (0..self.layers.len()).rev() {
             if self.alarms[index].is_some_and(|at| at <= now) {
                 self.alarms[index] = None;
@@ -358,10 +387,59 @@ impl Stack {
         &self.bypass_stats
     }
 
-    /// When the stack next needs [`Stack::handle_timeout`].
+    /// When the stack next needs [`Stack::handle_timeout`]: its earliest alarm, or now if it
+    /// holds delayed processing (which `handle_timeout` does first, like [`Stack::settle`]).
     pub fn poll_timeout(&self) -> Option<Instant> {
+        let delayed = self.delayed.first().map(|d| d.now);
+        [self.poll_alarm(), delayed].into_iter().flatten().min()
+    }
+
+    /// The earliest alarm of the layers, not counting delayed processing (a driver that calls
+    /// [`Stack::settle`] when idle waits for this).
+    pub fn poll_alarm(&self) -> Option<Instant> {
         debug_assert_eq!(self.next_alarm, self.alarms.iter().flatten().min().copied());
         self.next_alarm
+    }
+
+    /// Delayed processing (thesis §3.4.3; HvR §4.3): hands the layers the copies of messages
+    /// they keep (retransmission buffers), for the messages the bypass has transmitted or
+    /// delivered since the stack last settled. A driver calls it when idle, after sending what
+    /// the inputs produced, so this bookkeeping is off the path from a receive to the next send.
+    /// Every input that is not an application message on a compiled trace settles first, so no
+    /// observer (a layered handler, a timer, a NAK) can tell: it finds the buffers filled.
+    /// Produces no output but alarms.
+    #[inline(never)]
+    pub fn settle(&mut self) {
+        if self.delayed.is_empty() {
+            return;
+        }
+        // Taken out and put back: the vector keeps its capacity (no allocation per message).
+        let mut delayed = std::mem::take(&mut self.delayed);
+        for Delayed { layer, kept, now, msg } in delayed.drain(..) {
+            self.apply(layer, now, |l, out| l.fast_keep(&kept, msg, out));
+        }
+        self.delayed = delayed;
+        // `Bypass::Diff`: outside an input (a driver settling), the layers must now equal the
+        // layered twin's. Within one, the input's own check follows.
+        if let Some(mut twin) = self.twin.take() {
+            self.diff(&mut twin, self.mark(), "delayed processing");
+            self.twin = Some(twin);
+        }
+    }
+
+    /// Settles before an input that is not an application message on a compiled trace: only
+    /// those may run ahead of delayed processing (their conditions and actions do not read it).
+    fn settle_for_input(&mut self) {
+        #[cfg(test)]
+        if SETTLE_LATE.with(std::cell::Cell::get) {
+            return;
+        }
+        self.settle();
+    }
+
+    /// Delayed work is pending ([`Stack::settle`] has something to do).
+    pub fn unsettled(&self) -> bool {
+        !self.delayed.is_empty()
     }
 
     /// The next message to transmit.
@@ -392,9 +470,10 @@ impl Stack {
         }
     }
 
-    /// Messages held by all layers for retransmission or reordering.
+    /// Messages held by all layers for retransmission or reordering (those waiting for delayed
+    /// processing included).
     pub fn buffered(&self) -> usize {
-        self.layers.iter().map(AnyLayer::buffered).sum()
+        self.layers.iter().map(AnyLayer::buffered).sum::<usize>() + self.delayed.len()
     }
 
     /// Per layer (top to bottom): name and buffered messages.
@@ -402,12 +481,16 @@ impl Stack {
         self.view.stack.layers().iter().zip(&self.layers).map(|(k, l)| (k.name(), l.buffered())).collect()
     }
 
-    /// Asserts every layer's invariants and the scheduler's.
+    /// Asserts the scheduler's invariants and, once the stack has settled (a retransmission
+    /// buffer is whole only then), every layer's.
     pub fn check_invariants(&self) {
         assert!(self.queue.is_empty(), "the scheduler drains before returning");
         assert!(self.scratch.is_empty());
-        for layer in &self.layers {
-            layer.check_invariants();
+        assert!(self.delayed.len() <= DELAYED_MAX + self.layers.len(), "delayed processing is bounded");
+        if self.delayed.is_empty() {
+            for layer in &self.layers {
+                layer.check_invariants();
+            }
         }
     }
 
@@ -458,8 +541,9 @@ impl Stack {
         [self.transmits.len(), self.app.len(), self.top.len()]
     }
 
-    /// `Bypass::Diff`: after one input to both, this stack's new outputs and every layer's state
-    /// must equal the layered twin's. The twin's outputs are consumed here.
+    /// `Bypass::Diff`: after one input to both, this stack's new outputs must equal the layered
+    /// twin's; once it has settled (no delayed processing pending), every layer's state, alarm
+    /// and counter too. The twin's outputs are consumed here.
     fn diff(&self, twin: &mut Stack, mark: [usize; 3], input: &str) {
         let show = |items: &mut dyn Iterator<Item = String>| items.collect::<Vec<_>>().join("\n");
         let pairs = [
@@ -478,14 +562,20 @@ impl Stack {
                 show(&mut self.top.iter().skip(mark[2]).map(|e| format!("{e:?}"))),
                 show(&mut twin.top.drain(..).map(|e| format!("{e:?}"))),
             ),
+        ];
+        let settled = self.delayed.is_empty();
+        let states = [
             ("alarms", format!("{:?}", self.alarms), format!("{:?}", twin.alarms)),
             ("counters", format!("{:?}", self.stats), format!("{:?}", twin.stats)),
         ];
-        for (what, bypass, layered) in pairs {
+        for (what, bypass, layered) in pairs.into_iter().chain(states.into_iter().filter(|_| settled)) {
             assert!(
                 bypass == layered,
                 "bypass diff after {input}: {what} differ\nbypass:  {bypass}\nlayered: {layered}"
             );
+        }
+        if !settled {
+            return;
         }
         for (kind, (a, b)) in self.view.stack.layers().iter().zip(self.layers.iter().zip(&twin.layers)) {
             let (a, b) = (format!("{a:?}"), format!("{b:?}"));

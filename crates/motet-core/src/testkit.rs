@@ -27,6 +27,9 @@ pub struct Group {
     /// Addresses other than `Sim(rank)` and the member they reach (endpoint migration); an
     /// address mapped to `None` reaches nobody any more (its socket was closed).
     pub routes: std::collections::BTreeMap<u32, Option<usize>>,
+    /// Whether the pump settles delayed processing when the network is quiet, as a driver does
+    /// when idle (on by default; a test may leave it to the inputs and to its own calls).
+    pub settle: bool,
 }
 
 impl Group {
@@ -62,6 +65,7 @@ impl Group {
             exited: vec![false; n],
             partition: None,
             routes: Default::default(),
+            settle: true,
         };
         group.pump();
         group
@@ -117,7 +121,11 @@ impl Group {
             // Alarms due now (end-of-turn work such as a sequencer's order announcement) fire
             // before the network is called quiet, as a driver's loop turn would.
             for (node, _) in &mut self.nodes {
-                if node.poll_timeout().is_some_and(|at| at <= self.now) {
+                // Idle: delayed processing, as a driver's loop does after sending.
+                if self.settle {
+                    node.settle();
+                }
+                if node.poll_alarm().is_some_and(|at| at <= self.now) {
                     node.handle_timeout(self.now);
                     moved = true;
                 }

@@ -523,6 +523,9 @@ impl EventLoop {
     pub fn poll(&mut self, timeout: Option<Duration>) -> Result<(), Error> {
         // What earlier actions produced goes out before we wait.
         self.send_packed();
+        // Then the bookkeeping the bypass delayed (thesis §3.4.3): off the path from the last
+        // receive, through the application, to this send.
+        self.node.settle();
         self.stats.turns += 1;
         let lagging = self.ready.len() >= self.config.event_queue;
         let mut wait = self.node.poll_timeout().map(|at| self.clock.until(at));
@@ -572,8 +575,10 @@ impl EventLoop {
                 }
             }
         }
+        // Due alarms only: delayed processing waits for the next turn, after the application has
+        // had this turn's events.
         let now = self.clock.now();
-        if self.node.poll_timeout().is_some_and(|at| at <= now) {
+        if self.node.poll_alarm().is_some_and(|at| at <= now) {
             self.node.handle_timeout(now);
         }
         self.reresolve();

@@ -244,7 +244,7 @@ impl Layer for Appl {
         }
         match down.dest {
             None if self.view.xfer_view || self.cast_blocked => None,
-            None => Some(DnStep { header: Header::Data.into(), qos: self.cast_qos, loopback: false }),
+            None => Some(DnStep { header: Header::Data.into(), qos: self.cast_qos, loopback: false, keep: false }),
             Some(dest) if usize::from(dest) >= self.view.len() || dest == self.rank => None,
             Some(dest) if self.send_blocked.contains(dest) => None,
             Some(_) => DnStep::pass(Header::Data, down),
@@ -252,7 +252,12 @@ impl Layer for Appl {
     }
 
     fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
-        (!self.left && fast::is(up.header, Header::Data)).then_some(UpStep { qos: up.qos, reply: None, absorb: false })
+        (!self.left && fast::is(up.header, Header::Data)).then_some(UpStep {
+            qos: up.qos,
+            reply: None,
+            absorb: false,
+            keep: false,
+        })
     }
 
     fn fast_up_apply(&mut self, up: &fast::Up<'_>, msg: &Msg, out: &mut Outbox<'_>) {

@@ -371,15 +371,16 @@ impl Layer for Mnak {
             (None, Qos::Unreliable) => Header::Unrel,
             (None, _) => Header::Data { seqno: self.origins[usize::from(self.rank)].received },
         };
-        let qos = if down.dest.is_none() && down.qos != Qos::Unreliable { Qos::Reliable } else { down.qos };
-        Some(DnStep { header: header.into(), qos, loopback: false })
+        let reliable = down.dest.is_none() && down.qos != Qos::Unreliable;
+        let qos = if reliable { Qos::Reliable } else { down.qos };
+        // A reliable cast is kept for retransmission: after the transmit (delayed processing).
+        Some(DnStep { header: header.into(), qos, loopback: false, keep: reliable })
     }
 
-    fn fast_dn_apply(&mut self, down: &Down, msg: &Msg, _out: &mut Outbox<'_>) {
+    fn fast_dn_apply(&mut self, down: &Down, _msg: &Msg, _out: &mut Outbox<'_>) {
+        // The sequence number, which the next cast's condition reads, moves at once.
         if down.dest.is_none() && down.qos != Qos::Unreliable {
-            let o = &mut self.origins[usize::from(self.rank)];
-            o.buf.push_back(msg.clone());
-            o.received += 1;
+            self.origins[usize::from(self.rank)].received += 1;
         }
     }
 
@@ -394,15 +395,20 @@ impl Layer for Mnak {
             && o.ooo.is_empty()
             && *seqno < self.limit(up.origin)
             && up.origin != self.rank;
-        common.then_some(UpStep { qos: Qos::Reliable, reply: None, absorb: false })
+        // Kept for retransmission to the others, after the delivery (delayed processing).
+        common.then_some(UpStep { qos: Qos::Reliable, reply: None, absorb: false, keep: true })
     }
 
-    fn fast_up_apply(&mut self, up: &fast::Up<'_>, msg: &Msg, _out: &mut Outbox<'_>) {
+    fn fast_up_apply(&mut self, up: &fast::Up<'_>, _msg: &Msg, _out: &mut Outbox<'_>) {
         if up.cast {
-            let o = &mut self.origins[usize::from(up.origin)];
-            o.buf.push_back(msg.clone());
-            o.received += 1;
+            self.origins[usize::from(up.origin)].received += 1;
         }
+    }
+
+    fn fast_keep(&mut self, kept: &fast::Kept, msg: Msg, _out: &mut Outbox<'_>) {
+        // Casts only (the conditions keep nothing else): the buffer `buf_lo..received` is whole
+        // again once every kept cast is filed, in order.
+        self.origins[usize::from(kept.peer)].buf.push_back(msg);
     }
 
     fn fast_expected(&self, origin: Rank, cast: bool) -> Option<Seqno> {

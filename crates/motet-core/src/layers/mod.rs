@@ -107,6 +107,9 @@ macro_rules! registry {
             pub(crate) fn fast_up(&self, up: &crate::fast::Up<'_>) -> Option<crate::fast::UpStep> {
                 match self { $(AnyLayer::$kind(layer) => layer.fast_up(up),)* }
             }
+            pub(crate) fn fast_keep(&mut self, kept: &crate::fast::Kept, msg: crate::event::Msg, out: &mut Outbox<'_>) {
+                match self { $(AnyLayer::$kind(layer) => layer.fast_keep(kept, msg, out),)* }
+            }
             pub(crate) fn fast_inert(&self, trace: crate::fast::Trace) -> Option<usize> {
                 match self { $(AnyLayer::$kind(layer) => layer.fast_inert(trace),)* }
             }

@@ -56,6 +56,10 @@ struct Peer {
     acked: Seqno,
     /// Sent, not yet acknowledged: message (with the headers from above) and last send time.
     unacked: VecDeque<(Msg, Instant)>,
+    /// Next sequence number to send: `acked + unacked.len()` once the bypass's delayed
+    /// processing has filed every kept send (the fast path's condition reads this, not the
+    /// buffer).
+    sent: Seqno,
     /// Next sequence number expected from this peer.
     expected: Seqno,
     /// Received ahead of `expected`.
@@ -64,12 +68,6 @@ struct Peer {
     naked_upto: Seqno,
     /// The last cumulative ack we sent.
     ack_sent: Seqno,
-}
-
-impl Peer {
-    fn next_seqno(&self) -> Seqno {
-        self.acked + self.unacked.len() as Seqno
-    }
 }
 
 /// `pt2pt` state.
@@ -100,7 +98,7 @@ impl Pt2pt {
     /// layered handler and the fast path share it.
     fn acknowledge(&mut self, peer: Rank, next: Seqno) {
         let p = &mut self.peers[usize::from(peer)];
-        let next = next.min(p.next_seqno());
+        let next = next.min(p.sent);
         while p.acked < next {
             p.unacked.pop_front();
             p.acked += 1;
@@ -130,9 +128,9 @@ impl Pt2pt {
         let now = out.now();
         let p = &mut self.peers[usize::from(peer)];
         let lo = lo.max(p.acked);
-        let hi = hi.min(p.next_seqno().saturating_sub(1));
+        let hi = hi.min(p.sent.saturating_sub(1));
         for seqno in (lo..=hi).take(self.config.retransmit_max) {
-            if seqno >= p.next_seqno() {
+            if seqno >= p.sent {
                 break;
             }
             let entry = &mut p.unacked[(seqno - p.acked) as usize];
@@ -204,7 +202,8 @@ impl Layer for Pt2pt {
                     return;
                 }
                 let p = &mut self.peers[usize::from(dest)];
-                let seqno = p.next_seqno();
+                let seqno = p.sent;
+                p.sent += 1;
                 p.unacked.push_back((msg.clone(), out.now()));
                 out.dn(Dn::Send { dest, msg: msg.with(Header::Data { seqno }) });
                 out.alarm(out.now() + self.config.sweep_interval);
@@ -214,7 +213,7 @@ impl Layer for Pt2pt {
                 for rank in ranks.iter().filter(|&r| usize::from(r) < n) {
                     self.failed.insert(rank);
                     let p = &mut self.peers[usize::from(rank)];
-                    p.acked = p.next_seqno();
+                    p.acked = p.sent;
                     p.unacked.clear();
                     p.ooo.clear();
                 }
@@ -264,15 +263,24 @@ impl Layer for Pt2pt {
         match down.dest {
             None => DnStep::pass(Header::NoHdr, down),
             Some(dest) if dest == self.rank || self.failed.contains(dest) => None,
-            Some(dest) => DnStep::pass(Header::Data { seqno: self.peers[usize::from(dest)].next_seqno() }, down),
+            // Kept until acknowledged: after the transmit (delayed processing).
+            Some(dest) => DnStep::pass(Header::Data { seqno: self.peers[usize::from(dest)].sent }, down)
+                .map(|step| DnStep { keep: true, ..step }),
         }
     }
 
-    fn fast_dn_apply(&mut self, down: &Down, msg: &Msg, out: &mut Outbox<'_>) {
+    fn fast_dn_apply(&mut self, down: &Down, _msg: &Msg, _out: &mut Outbox<'_>) {
+        // The sequence number, which the next send's condition reads, moves at once.
         if let Some(dest) = down.dest {
-            self.peers[usize::from(dest)].unacked.push_back((msg.clone(), out.now()));
-            out.alarm(out.now() + self.config.sweep_interval);
+            self.peers[usize::from(dest)].sent += 1;
         }
+    }
+
+    fn fast_keep(&mut self, kept: &fast::Kept, msg: Msg, out: &mut Outbox<'_>) {
+        // Sends only (the conditions keep nothing else), with the time they were sent: the sweep
+        // that retransmits them is armed here too.
+        self.peers[usize::from(kept.peer)].unacked.push_back((msg, out.now()));
+        out.alarm(out.now() + self.config.sweep_interval);
     }
 
     fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
@@ -284,13 +292,13 @@ impl Layer for Pt2pt {
             // An acknowledgement frees the retransmission buffer; it is kept here, with no event,
             // unless a flush waits for it.
             motet_wire::Header::Pt2pt(Header::Ack { .. }) if !self.block_held => {
-                Some(UpStep { qos: up.qos, reply: None, absorb: true })
+                Some(UpStep { qos: up.qos, reply: None, absorb: true, keep: false })
             }
             motet_wire::Header::Pt2pt(Header::Data { seqno }) if *seqno == p.expected && p.ooo.is_empty() => {
                 let next = p.expected + 1;
                 let reply =
                     (next - p.ack_sent >= self.config.ack_batch).then(|| (up.origin, Header::Ack { next }.into()));
-                Some(UpStep { qos: up.qos, reply, absorb: false })
+                Some(UpStep { qos: up.qos, reply, absorb: false, keep: false })
             }
             _ => None,
         }
@@ -325,6 +333,7 @@ impl Layer for Pt2pt {
     fn check_invariants(&self) {
         for p in &self.peers {
             assert!(p.ack_sent <= p.expected, "acked beyond what was received");
+            assert_eq!(p.acked + p.unacked.len() as Seqno, p.sent, "unacked covers acked..sent");
             assert!(p.ooo.keys().all(|&s| s > p.expected && s - p.expected <= self.config.recv_window_max));
         }
     }

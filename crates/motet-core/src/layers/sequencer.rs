@@ -212,7 +212,9 @@ impl Layer for Sequencer {
     // trace ends here) and, at the sequencer, added to the order to announce.
     fn fast_dn(&self, down: &Down) -> Option<DnStep> {
         match (down.dest, down.qos) {
-            (None, Qos::Total) => Some(DnStep { header: Header::Data.into(), qos: Qos::Reliable, loopback: false }),
+            (None, Qos::Total) => {
+                Some(DnStep { header: Header::Data.into(), qos: Qos::Reliable, loopback: false, keep: false })
+            }
             _ => DnStep::pass(Header::NoHdr, down),
         }
     }
@@ -229,9 +231,9 @@ impl Layer for Sequencer {
             // later cast of its origin, or the next run's casts have not arrived).
             Some(&(origin, count)) if origin == up.origin => {
                 let alone = count > 1 || self.order.get(1).is_none_or(|&(o, _)| self.queues[usize::from(o)].is_empty());
-                alone.then_some(UpStep { qos: Qos::Reliable, reply: None, absorb: false })
+                alone.then_some(UpStep { qos: Qos::Reliable, reply: None, absorb: false, keep: false })
             }
-            _ => Some(UpStep { qos: up.qos, reply: None, absorb: true }),
+            _ => Some(UpStep { qos: up.qos, reply: None, absorb: true, keep: false }),
         }
     }
 

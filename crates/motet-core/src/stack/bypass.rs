@@ -24,9 +24,9 @@
 //! only when the event queue is empty (thesis §3.3.1), and a layer's own queues (flow-control
 //! backlogs, out-of-order buffers) are part of its condition.
 
-use super::{Plan, Stack, Transmit};
+use super::{Delayed, Plan, Stack, Transmit, DELAYED_MAX};
 use crate::event::{Msg, Qos};
-use crate::fast::{DnStep, Down, Trace, Up, UpStep};
+use crate::fast::{DnStep, Down, Kept, Trace, Up, UpStep};
 use crate::layer::Outbox;
 use crate::time::Instant;
 use crate::{Payload, Rank};
@@ -90,6 +90,9 @@ impl Stack {
         if self.plans_stale {
             self.compile();
         }
+        if self.delayed.len() >= DELAYED_MAX {
+            self.settle_for_input();
+        }
         let plan = self.plans[trace as usize]?;
         Some((plan, Arc::clone(&self.templates[usize::from(!trace.is_cast())].as_ref()?.hdrs)))
     }
@@ -139,7 +142,9 @@ impl Stack {
             }
             _ => {
                 // Interpreted: every layer from `appl` down is asked, and the message is built in
-                // the compact form of the trace's template when there is one.
+                // the compact form of the trace's template when there is one. Delayed processing
+                // may run ahead of compiled traces only.
+                self.settle_for_input();
                 let all = span(self.appl, self.layers.len());
                 let template = self.templates[usize::from(dest.is_some())].as_ref().map(|t| Arc::clone(&t.hdrs));
                 self.trace_dn(now, dest, payload, all, Some(all), template)
@@ -233,6 +238,10 @@ impl Stack {
                 msg.hdrs.push_template(template, i - top);
             }
             self.apply(i, now, |layer, out| layer.fast_dn_apply(&down, &msg, out));
+            if step.keep {
+                let kept = Kept { trace: Trace::down(dest), peer: dest.unwrap_or(self.rank) };
+                self.delayed.push(Delayed { layer: i, kept, now, msg: msg.clone() });
+            }
             if loopback == Some(i) {
                 let mut up_msg = msg.clone();
                 self.act_up(now, self.rank, true, &mut up_msg, self.appl, back);
@@ -279,7 +288,8 @@ impl Stack {
             _ => {
                 // Interpreted: every layer from the bottom up to the one whose header is the
                 // message's first (`appl` for the application's messages; a layer's own messages
-                // have fewer headers).
+                // have fewer headers). Delayed processing may run ahead of compiled traces only.
+                self.settle_for_input();
                 let Some(first) = n.checked_sub(msg.hdrs.len()).filter(|&first| first >= top && first < n) else {
                     return Err((msg, None));
                 };
@@ -367,11 +377,15 @@ impl Stack {
         first: usize,
         steps: &[(usize, Qos, UpStep)],
     ) {
-        for (i, qos, _) in steps {
+        for (i, qos, step) in steps {
             msg.hdrs.truncate(i - first + 1);
             let header = msg.hdrs.pop().expect("one header per layer, checked");
             let up = Up { origin, cast, qos: *qos, header: &header };
             self.apply(*i, now, |layer, out| layer.fast_up_apply(&up, msg, out));
+            if step.keep {
+                let kept = Kept { trace: if cast { Trace::CastUp } else { Trace::SendUp }, peer: origin };
+                self.delayed.push(Delayed { layer: *i, kept, now, msg: msg.clone() });
+            }
         }
     }
 
@@ -385,6 +399,10 @@ impl Stack {
         for (i, down, step) in steps.drain(..) {
             self.push_send_template(&mut ack, next..i);
             self.apply(i, now, |layer, out| layer.fast_dn_apply(&down, &ack, out));
+            if step.keep {
+                let kept = Kept { trace: Trace::SendDn, peer: dest };
+                self.delayed.push(Delayed { layer: i, kept, now, msg: ack.clone() });
+            }
             ack.push(step.header);
             next = i + 1;
         }
@@ -402,7 +420,12 @@ impl Stack {
 
     /// Runs one layer's fast-path action with an outbox like its handlers get (alarms, counters
     /// and deliveries; no events).
-    fn apply(&mut self, index: usize, now: Instant, f: impl FnOnce(&mut crate::layers::AnyLayer, &mut Outbox<'_>)) {
+    pub(super) fn apply(
+        &mut self,
+        index: usize,
+        now: Instant,
+        f: impl FnOnce(&mut crate::layers::AnyLayer, &mut Outbox<'_>),
+    ) {
         #[cfg(test)]
         if SKIP_ACTION.with(std::cell::Cell::get) == Some(self.view.stack.layers()[index]) {
             return;
@@ -434,6 +457,8 @@ mod tests {
         let mut stack = Stack::with_bypass(view, 1, Instant::ZERO, bypass).unwrap();
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             stack.handle_action(Instant::ZERO, Action::Cast(b"x".as_slice().into())).unwrap();
+            // The layers' states are compared once delayed processing is done.
+            stack.settle();
         }));
         match result {
             Ok(()) => Ok(stack),
@@ -547,5 +572,93 @@ mod compiled_tests {
             let message = message.downcast_ref::<String>().cloned().unwrap_or_default();
             assert!(message.contains("bypass diff"), "{layer:?}: {message}");
         }
+    }
+}
+
+#[cfg(test)]
+mod delayed_tests {
+    use super::*;
+    use crate::event::Action;
+    use crate::stack::{Bypass, SETTLE_LATE};
+    use crate::testkit::Group;
+    use crate::time::Duration;
+
+    fn buffered_at(stack: &Stack, layer: &str) -> usize {
+        stack.buffered_by_layer().into_iter().find(|(name, _)| *name == layer).map_or(0, |(_, n)| n)
+    }
+
+    #[test]
+    fn a_kept_copy_is_filed_after_the_transmit_and_before_any_other_input() {
+        let view = crate::testing::view_of("vsync", 3);
+        let mut stack = Stack::with_bypass(view, 1, Instant::ZERO, Bypass::Diff).unwrap();
+        stack.handle_action(Instant::ZERO, Action::Cast(b"x".as_slice().into())).unwrap();
+        assert_eq!(stack.bypass_stats().compiled, 1);
+        // Transmitted and looped back; mnak's copy for retransmission waits.
+        assert_eq!(stack.transmits.len(), 1);
+        assert!(stack.unsettled());
+        assert_eq!(buffered_at(&stack, "mnak"), 0);
+        assert_eq!(stack.buffered(), 1, "a copy waiting to be filed still counts as buffered");
+        assert_eq!(stack.poll_timeout(), Some(Instant::ZERO), "the driver is asked to come back at once");
+        // A send: pt2pt's copy and its retransmission alarm wait too, behind the cast's.
+        let pt2pt = stack.view.stack.layers().iter().position(|&k| k == crate::LayerKind::Pt2pt).unwrap();
+        stack.handle_action(Instant::ZERO, Action::Send(vec![2], b"y".as_slice().into())).unwrap();
+        assert_eq!(stack.delayed.len(), 2);
+        assert_eq!(stack.alarms[pt2pt], None);
+        // The driver is idle: the copies are filed (and `Diff` compares every layer).
+        stack.settle();
+        assert!(!stack.unsettled());
+        assert_eq!((buffered_at(&stack, "mnak"), buffered_at(&stack, "pt2pt")), (1, 1));
+        assert!(stack.alarms[pt2pt].is_some(), "pt2pt's sweep is armed");
+        // An input off the compiled traces settles first: a failure notice finds the buffers
+        // filled.
+        stack.handle_action(Instant::ZERO, Action::Cast(b"z".as_slice().into())).unwrap();
+        assert!(stack.unsettled());
+        let mut failed = crate::view::RankSet::new();
+        failed.insert(0);
+        stack.handle_fail(Instant::ZERO, failed);
+        assert!(!stack.unsettled());
+        stack.check_invariants();
+    }
+
+    #[test]
+    fn compiled_traces_run_ahead_of_delayed_processing_and_equal_the_layered_path() {
+        // The pump never settles: only the inputs that need it do, and the end of the test. Every
+        // input is compared with the layered path; the layers' states at each settling.
+        let mut group = Group::with_bypass(3, "vsync", Bypass::Diff);
+        group.settle = false;
+        for k in 0..200u8 {
+            group.act(usize::from(k % 3), Action::Cast(vec![k; 8].into())).unwrap();
+            group.act(1, Action::Send(vec![2], vec![k; 8].into())).unwrap();
+            if k % 50 == 0 {
+                group.tick(Duration::from_millis(60)); // sweeps and NAK timers: settle first
+            }
+        }
+        let compiled: u64 = group.nodes.iter().map(|(node, _)| node.bypass_stats().compiled).sum();
+        assert!(compiled > 600, "{compiled}");
+        assert!(group.nodes.iter().any(|(node, _)| node.stacks().any(|(_, s)| s.unsettled())));
+        for (node, _) in &mut group.nodes {
+            node.settle();
+            node.check_invariants();
+        }
+        assert_eq!(group.delivered, [200, 200, 400]);
+    }
+
+    #[test]
+    fn the_diff_catches_an_input_that_does_not_settle_first() {
+        let view = crate::testing::view_of("vsync", 3);
+        let late = |settle_late: bool| {
+            let mut stack = Stack::with_bypass(Arc::clone(&view), 1, Instant::ZERO, Bypass::Diff).unwrap();
+            stack.handle_action(Instant::ZERO, Action::Send(vec![0], b"x".as_slice().into())).unwrap();
+            SETTLE_LATE.with(|s| s.set(settle_late));
+            // pt2pt's sweep retransmits the unacknowledged send: only if its copy was filed.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                stack.handle_timeout(Instant::ZERO + Duration::from_millis(1_000));
+            }));
+            SETTLE_LATE.with(|s| s.set(false));
+            result.err().and_then(|e| e.downcast_ref::<String>().cloned())
+        };
+        assert_eq!(late(false), None);
+        let caught = late(true).expect("a retransmission buffer filed late went unnoticed");
+        assert!(caught.contains("bypass diff after a timeout"), "{caught}");
     }
 }
