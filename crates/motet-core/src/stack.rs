@@ -140,7 +140,7 @@ pub struct Stack {
 /// §5.4.5: emit first, then update).
 #[derive(Debug)]
 struct Delayed {
-    layer: usize,
+    layer: u8,
     kept: crate::fast::Kept,
     /// The time of the input that carried the message.
     now: Instant,
@@ -416,7 +416,18 @@ impl Stack {
         // Taken out and put back: the vector keeps its capacity (no allocation per message).
         let mut delayed = std::mem::take(&mut self.delayed);
         for Delayed { layer, kept, now, msg } in delayed.drain(..) {
-            self.apply(layer, now, |l, out| l.fast_keep(&kept, msg, out));
+            let mut alarm = None;
+            let mut out = Outbox {
+                now,
+                rank: self.rank,
+                events: &mut self.scratch,
+                alarm: &mut alarm,
+                app: &mut self.app,
+                stats: &mut self.stats,
+            };
+            self.layers[usize::from(layer)].fast_keep(&kept, msg, &mut out);
+            debug_assert!(self.scratch.is_empty(), "delayed processing emitted events");
+            self.merge_alarm(usize::from(layer), alarm);
         }
         self.delayed = delayed;
         // `Bypass::Diff`: outside an input (a driver settling), the layers must now equal the

@@ -240,7 +240,7 @@ impl Stack {
             self.apply(i, now, |layer, out| layer.fast_dn_apply(&down, &msg, out));
             if step.keep {
                 let kept = Kept { trace: Trace::down(dest), peer: dest.unwrap_or(self.rank) };
-                self.delayed.push(Delayed { layer: i, kept, now, msg: msg.clone() });
+                self.delayed.push(Delayed { layer: i as u8, kept, now, msg: msg.clone() });
             }
             if loopback == Some(i) {
                 let mut up_msg = msg.clone();
@@ -384,7 +384,7 @@ impl Stack {
             self.apply(*i, now, |layer, out| layer.fast_up_apply(&up, msg, out));
             if step.keep {
                 let kept = Kept { trace: if cast { Trace::CastUp } else { Trace::SendUp }, peer: origin };
-                self.delayed.push(Delayed { layer: *i, kept, now, msg: msg.clone() });
+                self.delayed.push(Delayed { layer: *i as u8, kept, now, msg: msg.clone() });
             }
         }
     }
@@ -401,7 +401,7 @@ impl Stack {
             self.apply(i, now, |layer, out| layer.fast_dn_apply(&down, &ack, out));
             if step.keep {
                 let kept = Kept { trace: Trace::SendDn, peer: dest };
-                self.delayed.push(Delayed { layer: i, kept, now, msg: ack.clone() });
+                self.delayed.push(Delayed { layer: i as u8, kept, now, msg: ack.clone() });
             }
             ack.push(step.header);
             next = i + 1;
