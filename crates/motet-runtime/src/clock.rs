@@ -23,8 +23,14 @@ impl Clock {
 
     /// How long from now until `at` (zero if it has passed).
     pub(crate) fn until(&self, at: Instant) -> std::time::Duration {
-        std::time::Duration::from_nanos(at.0.saturating_sub(self.now().0))
+        between(self.now(), at)
     }
+}
+
+/// How long from `now` until `at` (zero if it has passed): for a loop turn that read the clock
+/// once.
+pub(crate) fn between(now: Instant, at: Instant) -> std::time::Duration {
+    std::time::Duration::from_nanos(at.0.saturating_sub(now.0))
 }
 
 /// A point in the runtime's time (for the runtime's own periodic work, such as DNS).
@@ -39,5 +45,10 @@ impl Deadline {
 
     pub(crate) fn until(self, clock: &Clock) -> std::time::Duration {
         clock.until(self.0)
+    }
+
+    /// [`Deadline::until`] from a time already read.
+    pub(crate) fn from(self, now: Instant) -> std::time::Duration {
+        between(now, self.0)
     }
 }

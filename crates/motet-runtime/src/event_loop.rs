@@ -35,6 +35,9 @@ const RETIRED_FIRST: usize = 3;
 
 /// Receive batches handled per [`EventLoop::poll`] before timers and actions get a turn.
 const BATCHES_PER_POLL: usize = 16;
+/// With busy-polling, the turns on which the loop still asks `epoll` for readiness (one in this
+/// many; every turn while a send backlog waits for the socket to become writable).
+const BUSY_POLL_EPOLL_EVERY: u64 = 64;
 /// Actions parked per endpoint (waiting for flow control or a view change) before more are
 /// refused with [`Error::QueueFull`].
 const PARKED_MAX: usize = 65_536;
@@ -180,6 +183,8 @@ pub struct EventLoop {
     backlog: VecDeque<(SocketAddr, DatagramHead, Payload)>,
     /// Per destination, what this turn has produced so far (sent at the end of the turn).
     packing: BTreeMap<SocketAddr, Packing>,
+    /// Scratch for [`EventLoop::send_packed`] (no allocation per turn).
+    destinations: Vec<SocketAddr>,
     writable_interest: bool,
     /// The socket may have more datagrams (mio is edge-triggered: read until `WouldBlock`).
     readable: bool,
@@ -238,6 +243,7 @@ impl EventLoop {
             ready: VecDeque::new(),
             backlog: VecDeque::new(),
             packing: BTreeMap::new(),
+            destinations: Vec::new(),
             writable_interest: false,
             readable: true,
             multicast_readable: multicast.is_some(),
@@ -528,7 +534,10 @@ impl EventLoop {
         self.node.settle();
         self.stats.turns += 1;
         let lagging = self.ready.len() >= self.config.event_queue;
-        let mut wait = self.node.poll_timeout().map(|at| self.clock.until(at));
+        // The clock is read once before the wait and once after it (each read costs about as much
+        // as a protocol layer's work on a message).
+        let before = self.clock.now();
+        let mut wait = self.node.poll_timeout().map(|at| crate::clock::between(before, at));
         if let Some(timeout) = timeout {
             wait = Some(wait.map_or(timeout, |w| w.min(timeout)));
         }
@@ -538,13 +547,21 @@ impl EventLoop {
         }
         let closing = self.retired.iter().filter_map(|r| r.close_at);
         if let Some(next) = self.seeds.iter().map(|s| s.next).chain(closing).min() {
-            let next = next.until(&self.clock);
+            let next = next.from(before);
             wait = Some(wait.map_or(next, |w| w.min(next)));
         }
-        match self.poll.poll(&mut self.mio_events, wait) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::io("polling", e)),
+        // Busy-polling tries every socket each turn anyway, and the threaded runtime checks its
+        // command channel without a system call, so readiness is only needed for a send backlog
+        // (writable) and, now and then, the rest. Skipping `epoll_wait` on the other turns halves
+        // the system calls per spin: a datagram is seen sooner.
+        if self.config.busy_poll && self.backlog.is_empty() && !self.stats.turns.is_multiple_of(BUSY_POLL_EPOLL_EVERY) {
+            self.mio_events.clear();
+        } else {
+            match self.poll.poll(&mut self.mio_events, wait) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("polling", e)),
+            }
         }
         let mut writable = false;
         for event in &self.mio_events {
@@ -560,28 +577,28 @@ impl EventLoop {
         if writable {
             self.drain_backlog();
         }
+        let now = self.clock.now();
         if lagging {
             self.stats.app_backpressure += 1;
         } else {
             if self.readable || self.config.busy_poll {
-                self.receive(Source::Unicast);
+                self.receive(Source::Unicast, now);
             }
             if self.multicast.is_some() && (self.multicast_readable || self.config.busy_poll) {
-                self.receive(Source::Multicast);
+                self.receive(Source::Multicast, now);
             }
             for index in 0..self.retired.len() {
                 if self.retired[index].readable || self.config.busy_poll {
-                    self.receive(Source::Retired(index));
+                    self.receive(Source::Retired(index), now);
                 }
             }
         }
         // Due alarms only: delayed processing waits for the next turn, after the application has
         // had this turn's events.
-        let now = self.clock.now();
         if self.node.poll_alarm().is_some_and(|at| at <= now) {
             self.node.handle_timeout(now);
         }
-        self.reresolve();
+        self.reresolve(now);
         self.tend_migrations();
         self.flush();
         Ok(())
@@ -618,13 +635,13 @@ impl EventLoop {
         self.members.get(&endpoint)?.view.as_ref()
     }
 
-    /// Reads batches from one socket until it is empty or the application lags.
-    fn receive(&mut self, source: Source) {
+    /// Reads batches from one socket until it is empty or the application lags; `now` is the
+    /// turn's time.
+    fn receive(&mut self, source: Source, now: motet_core::Instant) {
         for _ in 0..BATCHES_PER_POLL {
             if self.ready.len() >= self.config.event_queue {
                 return;
             }
-            let now = self.clock.now();
             let io = match (source, self.multicast.as_mut()) {
                 (Source::Unicast, _) => &mut self.io,
                 (Source::Multicast, Some((io, _))) => io,
@@ -635,37 +652,41 @@ impl EventLoop {
                 (Source::Retired(index), _) => &mut self.retired[index].io,
             };
             let result = receive_batch(io, &mut self.node, &mut self.stats, now, self.config.inject_loss);
-            match result {
-                Ok(n) => {
-                    self.stats.datagrams_in += n as u64;
+            let drained = match result {
+                Ok(batch) => {
+                    let n = batch.datagrams as u64;
+                    self.stats.datagrams_in += n;
                     self.stats.recv_batches += 1;
                     if let Source::Retired(_) = source {
-                        self.stats.datagrams_in_retired += n as u64;
+                        self.stats.datagrams_in_retired += n;
                     }
                     self.drain();
+                    batch.drained
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    match source {
-                        Source::Unicast => self.readable = false,
-                        Source::Multicast => self.multicast_readable = false,
-                        Source::Retired(index) => self.retired[index].readable = false,
-                    }
-                    return;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => false,
                 Err(e) => {
                     // ICMP errors surface on some systems as receive errors; they say nothing
                     // the failure detector does not.
                     tracing::debug!(error = %e, "receive error");
                     self.stats.send_errors += 1;
+                    false
                 }
+            };
+            if drained {
+                match source {
+                    Source::Unicast => self.readable = false,
+                    Source::Multicast => self.multicast_readable = false,
+                    Source::Retired(index) => self.retired[index].readable = false,
+                }
+                return;
             }
         }
     }
 
-    fn reresolve(&mut self) {
+    fn reresolve(&mut self, now: motet_core::Instant) {
         for index in 0..self.seeds.len() {
-            if self.seeds[index].next.until(&self.clock) > Duration::ZERO {
+            if self.seeds[index].next.from(now) > Duration::ZERO {
                 continue;
             }
             let peers = self.resolve(&self.seeds[index].peers);
@@ -771,11 +792,17 @@ impl EventLoop {
 
     /// Sends everything this turn produced, bundles closed.
     fn send_packed(&mut self) {
-        let destinations: Vec<SocketAddr> = self.packing.keys().copied().collect();
-        for to in destinations {
+        // Only the destinations this turn wrote to, listed in a vector kept between turns.
+        let mut destinations = std::mem::take(&mut self.destinations);
+        destinations.extend(
+            self.packing.iter().filter(|(_, p)| !p.items.is_empty() || !p.sealed.is_empty()).map(|(to, _)| *to),
+        );
+        for &to in &destinations {
             self.seal(to);
             self.send_sealed(to);
         }
+        destinations.clear();
+        self.destinations = destinations;
         // Buffers stay allocated for the next turn; members that come and go (restarts take new
         // ports) must not grow the map for ever.
         if self.packing.len() > 1024 {
@@ -910,14 +937,16 @@ impl EventLoop {
     }
 
     fn collect_events(&mut self) {
-        let mut any = false;
+        // Stacks come and go with views: the owners' map is pruned when one does.
+        let mut views_changed = false;
         while let Some((stack, event)) = self.node.poll_event() {
-            any = true;
             if let AppEvent::View { view, rank } = &event {
                 let endpoint = view.members[usize::from(*rank)];
                 self.owners.insert(stack, (endpoint, Arc::clone(view)));
             }
-            let Some((endpoint, view)) = self.owners.get(&stack).cloned() else { continue };
+            views_changed |= matches!(event, AppEvent::View { .. } | AppEvent::Exit);
+            let Some((endpoint, view)) = self.owners.get(&stack) else { continue };
+            let endpoint = *endpoint;
             let Some(member) = self.members.get_mut(&endpoint) else { continue };
             let current = stack == member.current;
             let event = match event {
@@ -970,7 +999,7 @@ impl EventLoop {
             };
             self.ready.push_back((endpoint, event));
         }
-        if any {
+        if views_changed {
             let node = &self.node;
             self.owners.retain(|&stack, _| node.stack(stack).is_some());
         }
@@ -979,11 +1008,13 @@ impl EventLoop {
     /// Takes parked actions of endpoints that may have been unblocked. True if any was taken.
     fn retry_parked(&mut self) -> bool {
         let mut progress = false;
-        let now = self.clock.now();
+        // Read only when some member has parked actions to retry (rarely).
+        let mut now = None;
         for member in self.members.values_mut() {
             if !std::mem::take(&mut member.retry) || member.blocked {
                 continue;
             }
+            let now = *now.get_or_insert_with(|| self.clock.now());
             while let Some(op) = member.xfer_parked.pop_front() {
                 match take(&mut self.node, now, member, &op, &mut self.stats) {
                     Err(Error::Api(ApiError::FlowBlocked { .. })) => {
@@ -1058,7 +1089,7 @@ fn receive_batch(
     stats: &mut RuntimeStats,
     now: motet_core::Instant,
     loss: f64,
-) -> io::Result<usize> {
+) -> io::Result<crate::io::Batch> {
     io.recv_batch(|_, datagram| {
         if loss > 0.0 && rand::random::<f64>() < loss {
             stats.injected_loss += 1;

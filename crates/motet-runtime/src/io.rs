@@ -15,12 +15,30 @@ use std::net::SocketAddr;
 /// segments of one sender coalesced into one buffer of up to 64 KiB.
 const SLOT: usize = 64 * 1024;
 
+/// What one [`UdpIo::recv_batch`] got.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Batch {
+    /// Datagrams handed over (a slot may hold several, with GRO).
+    pub(crate) datagrams: usize,
+    /// The batch was not full: the socket's queue was empty when the call returned. Edge-triggered
+    /// readiness reports any datagram that arrives later, so no second call is needed to learn
+    /// that the socket is drained (a `recvmmsg` that would only return `EWOULDBLOCK`).
+    pub(crate) drained: bool,
+}
+
+/// Slots offered to a `recvmmsg` after one that did not fill its batch: the call prepares a
+/// header per slot, so a quiet socket (one datagram per turn, as in a round trip) is read with a
+/// small batch, and a busy one, once a batch fills, with the whole [`BATCH_SIZE`].
+const QUIET_BATCH: usize = 4;
+
 /// One process's UDP socket.
 pub(crate) struct UdpIo {
     socket: mio::net::UdpSocket,
     state: UdpSocketState,
     slots: Vec<Vec<u8>>,
     meta: Vec<RecvMeta>,
+    /// Slots the next `recvmmsg` offers ([`QUIET_BATCH`] or all).
+    batch: usize,
 }
 
 impl UdpIo {
@@ -40,6 +58,7 @@ impl UdpIo {
             state,
             slots: (0..BATCH_SIZE).map(|_| vec![0; SLOT]).collect(),
             meta: vec![RecvMeta::default(); BATCH_SIZE],
+            batch: BATCH_SIZE,
         })
     }
 
@@ -68,6 +87,7 @@ impl UdpIo {
             state,
             slots: (0..BATCH_SIZE).map(|_| vec![0; SLOT]).collect(),
             meta: vec![RecvMeta::default(); BATCH_SIZE],
+            batch: BATCH_SIZE,
         })
     }
 
@@ -92,12 +112,14 @@ impl UdpIo {
     /// copied once out of the batch buffer into a buffer of its own size, so what the protocol
     /// keeps (retransmission buffers) pins only its own bytes. `Err(WouldBlock)` when none is
     /// waiting.
-    pub(crate) fn recv_batch(&mut self, mut each: impl FnMut(SocketAddr, Bytes)) -> io::Result<usize> {
+    pub(crate) fn recv_batch(&mut self, mut each: impl FnMut(SocketAddr, Bytes)) -> io::Result<Batch> {
+        let offered = self.batch.min(self.slots.len());
         let n = {
             let mut bufs: SmallVec<[IoSliceMut<'_>; BATCH_SIZE]> =
-                self.slots.iter_mut().map(|slot| IoSliceMut::new(slot)).collect();
+                self.slots[..offered].iter_mut().map(|slot| IoSliceMut::new(slot)).collect();
             self.state.recv(UdpSockRef::from(&self.socket), &mut bufs, &mut self.meta)?
         };
+        self.batch = if n == offered { BATCH_SIZE } else { QUIET_BATCH };
         let mut datagrams = 0;
         for (meta, slot) in self.meta.iter().zip(&self.slots).take(n) {
             let stride = meta.stride.max(1);
@@ -106,7 +128,8 @@ impl UdpIo {
                 datagrams += 1;
             }
         }
-        Ok(datagrams)
+        // A non-blocking `recvmmsg` stops early only when the queue is empty.
+        Ok(Batch { datagrams, drained: n < offered })
     }
 
     /// How many datagrams one [`UdpIo::send_segments`] may carry (1 where the kernel has no UDP
