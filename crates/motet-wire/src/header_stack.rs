@@ -236,6 +236,20 @@ impl HeaderStack {
         }
     }
 
+    /// Back to the first `len` headers after pops, in the compact form only (whose headers are
+    /// all its template's, so popping loses nothing): a layer that kept a message on its way up
+    /// can take the message itself once the layers above are done with it. False in the full form,
+    /// or beyond the template.
+    pub fn regrow(&mut self, len: usize) -> bool {
+        match &mut self.0 {
+            Repr::Compact { template, packed } if len <= template.len() => {
+                *packed = (*packed & !0xff) | len as u64;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The full form, reformatting a compact stack.
     fn full(&mut self) -> &mut Vec<Header> {
         if let Repr::Compact { .. } = &self.0 {
@@ -404,6 +418,25 @@ mod tests {
         whole.push(Header::Bottom(bottom::Header::NoHdr));
         assert!(!whole.is_compact());
         assert_eq!(whole.len(), 4);
+    }
+
+    #[test]
+    fn a_popped_compact_stack_grows_back_and_a_full_one_does_not() {
+        let t = template();
+        let whole = HeaderStack::expanded(&t, 7).unwrap();
+        let mut s = whole.clone();
+        s.truncate(2);
+        let at_two = s.clone();
+        s.pop();
+        s.pop();
+        assert!(s.regrow(2));
+        assert_eq!(s, at_two, "the first two headers again, sequence number included");
+        assert!(s.regrow(t.len()));
+        assert_eq!(s, whole);
+        assert!(!s.regrow(t.len() + 1), "not beyond the template");
+        let mut full = HeaderStack::expanded(&t, 1 << 60).unwrap();
+        full.pop();
+        assert!(!full.regrow(t.len()), "popped headers of the full form are gone");
     }
 
     #[test]

@@ -243,8 +243,7 @@ impl Stack {
                 self.delayed.push(Delayed { layer: i as u8, kept, now, msg: msg.clone() });
             }
             if loopback == Some(i) {
-                let mut up_msg = msg.clone();
-                self.act_up(now, self.rank, true, &mut up_msg, self.appl, back);
+                self.act_up(now, self.rank, true, msg.clone(), self.appl, back);
             }
             msg.push(step.header);
         }
@@ -310,7 +309,7 @@ impl Stack {
         now: Instant,
         origin: Rank,
         cast: bool,
-        mut msg: Msg,
+        msg: Msg,
         first: usize,
         active: u32,
         send: u32,
@@ -358,7 +357,7 @@ impl Stack {
                 }
             }
         }
-        self.act_up(now, origin, cast, &mut msg, first, &steps);
+        self.act_up(now, origin, cast, msg, first, &steps);
         if let Some(reply) = reply {
             self.act_reply(now, reply, &mut reply_steps);
         }
@@ -373,19 +372,34 @@ impl Stack {
         now: Instant,
         origin: Rank,
         cast: bool,
-        msg: &mut Msg,
+        mut msg: Msg,
         first: usize,
         steps: &[(usize, Qos, UpStep)],
     ) {
+        let trace = if cast { Trace::CastUp } else { Trace::SendUp };
+        // A layer that keeps the message (a receiver's retransmission buffer) takes the message
+        // itself after the delivery, when its headers are in the compact form: the delivery has
+        // its own reference to the payload, and the popped headers grow back from the template.
+        // That saves the copy and its release on the path to the delivery.
+        let mut keep_whole = None;
         for (i, qos, step) in steps {
             msg.hdrs.truncate(i - first + 1);
             let header = msg.hdrs.pop().expect("one header per layer, checked");
             let up = Up { origin, cast, qos: *qos, header: &header };
-            self.apply(*i, now, |layer, out| layer.fast_up_apply(&up, msg, out));
+            self.apply(*i, now, |layer, out| layer.fast_up_apply(&up, &msg, out));
             if step.keep {
-                let kept = Kept { trace: if cast { Trace::CastUp } else { Trace::SendUp }, peer: origin };
-                self.delayed.push(Delayed { layer: *i as u8, kept, now, msg: msg.clone() });
+                let kept = Kept { trace, peer: origin };
+                if keep_whole.is_none() && msg.hdrs.is_compact() {
+                    keep_whole = Some((*i as u8, kept, msg.hdrs.len()));
+                } else {
+                    self.delayed.push(Delayed { layer: *i as u8, kept, now, msg: msg.clone() });
+                }
             }
+        }
+        if let Some((layer, kept, len)) = keep_whole {
+            let regrown = msg.hdrs.regrow(len);
+            debug_assert!(regrown, "a compact stack grows back");
+            self.delayed.push(Delayed { layer, kept, now, msg });
         }
     }
 
