@@ -3,7 +3,7 @@
 //! `sendmsg` so a payload is never copied into a send buffer (thesis §4.4.2: iovecs all the way
 //! to the kernel).
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use motet_core::Payload;
 use quinn_udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState, BATCH_SIZE};
 use smallvec::SmallVec;
@@ -31,6 +31,15 @@ pub(crate) struct Batch {
 /// small batch, and a busy one, once a batch fills, with the whole [`BATCH_SIZE`].
 const QUIET_BATCH: usize = 4;
 
+/// Received datagrams up to this size are copied into a shared chunk of [`CHUNK`] bytes instead of
+/// a buffer of their own: one allocation (and one reference count) serves a couple of dozen small
+/// datagrams, where a buffer of its own costs two (the copy, and the shared count the first clone
+/// of a vector-backed `Bytes` allocates).
+const SMALL: usize = 256;
+/// A chunk stays allocated while any datagram copied into it is held (a retransmission buffer):
+/// small enough that this pins little.
+const CHUNK: usize = 2048;
+
 /// One process's UDP socket.
 pub(crate) struct UdpIo {
     socket: mio::net::UdpSocket,
@@ -39,6 +48,8 @@ pub(crate) struct UdpIo {
     meta: Vec<RecvMeta>,
     /// Slots the next `recvmmsg` offers ([`QUIET_BATCH`] or all).
     batch: usize,
+    /// What is left of the chunk small datagrams are copied into.
+    chunk: BytesMut,
 }
 
 impl UdpIo {
@@ -59,6 +70,7 @@ impl UdpIo {
             slots: (0..BATCH_SIZE).map(|_| vec![0; SLOT]).collect(),
             meta: vec![RecvMeta::default(); BATCH_SIZE],
             batch: BATCH_SIZE,
+            chunk: BytesMut::new(),
         })
     }
 
@@ -88,6 +100,7 @@ impl UdpIo {
             slots: (0..BATCH_SIZE).map(|_| vec![0; SLOT]).collect(),
             meta: vec![RecvMeta::default(); BATCH_SIZE],
             batch: BATCH_SIZE,
+            chunk: BytesMut::new(),
         })
     }
 
@@ -109,8 +122,9 @@ impl UdpIo {
     }
 
     /// Receives one batch (one `recvmmsg`), calling `each` with every datagram. Each datagram is
-    /// copied once out of the batch buffer into a buffer of its own size, so what the protocol
-    /// keeps (retransmission buffers) pins only its own bytes. `Err(WouldBlock)` when none is
+    /// copied once out of the batch buffer: a small one into a shared [`CHUNK`], a larger one into
+    /// a buffer of its own size, so what the protocol keeps (retransmission buffers) pins its own
+    /// bytes or at most one small chunk, never a 64 KiB slot. `Err(WouldBlock)` when none is
     /// waiting.
     pub(crate) fn recv_batch(&mut self, mut each: impl FnMut(SocketAddr, Bytes)) -> io::Result<Batch> {
         let offered = self.batch.min(self.slots.len());
@@ -124,7 +138,16 @@ impl UdpIo {
         for (meta, slot) in self.meta.iter().zip(&self.slots).take(n) {
             let stride = meta.stride.max(1);
             for segment in slot[..meta.len].chunks(stride) {
-                each(meta.addr, Bytes::copy_from_slice(segment));
+                let datagram = if segment.len() <= SMALL {
+                    if self.chunk.capacity() < segment.len() {
+                        self.chunk = BytesMut::with_capacity(CHUNK);
+                    }
+                    self.chunk.extend_from_slice(segment);
+                    self.chunk.split().freeze()
+                } else {
+                    Bytes::copy_from_slice(segment)
+                };
+                each(meta.addr, datagram);
                 datagrams += 1;
             }
         }
@@ -152,5 +175,72 @@ impl UdpIo {
         slices.push(IoSlice::new(head));
         slices.extend(payload.chunks().iter().map(|chunk| IoSlice::new(chunk)));
         SockRef::from(&self.socket).send_to_vectored(&slices, &SockAddr::from(to)).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Receives until `n` datagrams came (bounded: the sender is on loopback).
+    fn receive(io: &mut UdpIo, n: usize) -> (Vec<Bytes>, Vec<Batch>) {
+        let (mut got, mut batches) = (Vec::new(), Vec::new());
+        for _ in 0..2_000 {
+            match io.recv_batch(|_, datagram| got.push(datagram)) {
+                Ok(batch) => batches.push(batch),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(std::time::Duration::from_millis(1))
+                }
+                Err(e) => panic!("receive: {e}"),
+            }
+            if got.len() >= n {
+                break;
+            }
+        }
+        (got, batches)
+    }
+
+    #[test]
+    fn small_datagrams_share_chunks_and_stay_intact_and_large_ones_are_whole() {
+        let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
+        let (a, mut b) = (UdpIo::bind(localhost, 1 << 20).unwrap(), UdpIo::bind(localhost, 1 << 20).unwrap());
+        let to = b.local_addr().unwrap();
+        // 300 datagrams: enough small ones to fill several chunks, and some larger than SMALL.
+        let sent: Vec<Vec<u8>> = (0..300u32)
+            .map(|k| vec![k as u8; if k % 7 == 0 { SMALL + 100 } else { 20 + (k as usize % 200) }])
+            .collect();
+        let mut got = Vec::new();
+        for (k, datagram) in sent.iter().enumerate() {
+            a.send(to, &[], &Payload::from(datagram.clone())).unwrap();
+            if k % 50 == 49 {
+                // Receive as we go (the socket buffer is bounded), keeping every datagram.
+                got.extend(receive(&mut b, 50).0);
+            }
+        }
+        assert_eq!(got.len(), sent.len());
+        for (k, (got, sent)) in got.iter().zip(&sent).enumerate() {
+            assert_eq!(&got[..], &sent[..], "datagram {k} intact after later receives");
+        }
+    }
+
+    #[test]
+    fn a_batch_that_is_not_full_says_the_socket_is_drained() {
+        let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
+        let (a, mut b) = (UdpIo::bind(localhost, 1 << 20).unwrap(), UdpIo::bind(localhost, 1 << 20).unwrap());
+        let to = b.local_addr().unwrap();
+        a.send(to, b"x", &Payload::new()).unwrap();
+        let (got, batches) = receive(&mut b, 1);
+        assert_eq!(got.len(), 1);
+        assert!(batches.last().is_some_and(|batch| batch.drained && batch.datagrams == 1), "{batches:?}");
+        // Quiet now: the next call offers a small batch; a full one makes the one after offer all.
+        assert_eq!(b.batch, QUIET_BATCH);
+        // Growing sizes: receive offload (GRO) never merges them into one slot.
+        for k in 1..=QUIET_BATCH {
+            a.send(to, &vec![b'y'; k], &Payload::new()).unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let batch = b.recv_batch(|_, _| {}).unwrap();
+        assert_eq!((batch.datagrams, batch.drained), (QUIET_BATCH, false), "full: maybe more waiting");
+        assert_eq!(b.batch, BATCH_SIZE);
     }
 }
