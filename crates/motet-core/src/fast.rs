@@ -77,6 +77,15 @@ impl Trace {
             Trace::SendDn
         }
     }
+
+    /// The trace going up of a cast or a send.
+    pub fn up(cast: bool) -> Trace {
+        if cast {
+            Trace::CastUp
+        } else {
+            Trace::SendUp
+        }
+    }
 }
 
 /// [`crate::Layer::fast_inert`] for a layer inert on a trace for messages of any size.

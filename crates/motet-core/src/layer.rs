@@ -57,7 +57,8 @@ pub trait Layer: core::fmt::Debug {
     /// is the message as the action saw it; `out.now()` is the time of the input that carried it.
     /// Runs before any input that is not an application message on a compiled trace, so only the
     /// conditions and actions of such traces may run before it: they must not read what it writes.
-    /// May set the alarm, never emit events.
+    /// May set the alarm; never counts (`Bypass::Diff` compares counters at every input) and never
+    /// emits events.
     fn fast_keep(&mut self, kept: &crate::fast::Kept, msg: Msg, out: &mut Outbox<'_>) {
         let _ = (kept, msg, out);
         unreachable!("a layer whose step asks to keep a message takes it in fast_keep")

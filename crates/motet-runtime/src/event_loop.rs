@@ -534,8 +534,8 @@ impl EventLoop {
         self.node.settle();
         self.stats.turns += 1;
         let lagging = self.ready.len() >= self.config.event_queue;
-        // The clock is read once before the wait and once after it (each read costs about as much
-        // as a protocol layer's work on a message).
+        // One clock read serves every deadline of the wait (each read costs about as much as a
+        // protocol layer's work on a message).
         let before = self.clock.now();
         let mut wait = self.node.poll_timeout().map(|at| crate::clock::between(before, at));
         if let Some(timeout) = timeout {
@@ -577,24 +577,24 @@ impl EventLoop {
         if writable {
             self.drain_backlog();
         }
-        let now = self.clock.now();
         if lagging {
             self.stats.app_backpressure += 1;
         } else {
             if self.readable || self.config.busy_poll {
-                self.receive(Source::Unicast, now);
+                self.receive(Source::Unicast);
             }
             if self.multicast.is_some() && (self.multicast_readable || self.config.busy_poll) {
-                self.receive(Source::Multicast, now);
+                self.receive(Source::Multicast);
             }
             for index in 0..self.retired.len() {
                 if self.retired[index].readable || self.config.busy_poll {
-                    self.receive(Source::Retired(index), now);
+                    self.receive(Source::Retired(index));
                 }
             }
         }
         // Due alarms only: delayed processing waits for the next turn, after the application has
-        // had this turn's events.
+        // had this turn's events (unless an alarm is due: `Node::handle_timeout` settles first).
+        let now = self.clock.now();
         if self.node.poll_alarm().is_some_and(|at| at <= now) {
             self.node.handle_timeout(now);
         }
@@ -635,13 +635,14 @@ impl EventLoop {
         self.members.get(&endpoint)?.view.as_ref()
     }
 
-    /// Reads batches from one socket until it is empty or the application lags; `now` is the
-    /// turn's time.
-    fn receive(&mut self, source: Source, now: motet_core::Instant) {
+    /// Reads batches from one socket until it is empty or the application lags.
+    fn receive(&mut self, source: Source) {
         for _ in 0..BATCHES_PER_POLL {
             if self.ready.len() >= self.config.event_queue {
                 return;
             }
+            // Read per batch: the node's time never goes back, whatever ran in between.
+            let now = self.clock.now();
             let io = match (source, self.multicast.as_mut()) {
                 (Source::Unicast, _) => &mut self.io,
                 (Source::Multicast, Some((io, _))) => io,

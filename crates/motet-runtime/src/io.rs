@@ -20,9 +20,10 @@ const SLOT: usize = 64 * 1024;
 pub(crate) struct Batch {
     /// Datagrams handed over (a slot may hold several, with GRO).
     pub(crate) datagrams: usize,
-    /// The batch was not full: the socket's queue was empty when the call returned. Edge-triggered
-    /// readiness reports any datagram that arrives later, so no second call is needed to learn
-    /// that the socket is drained (a `recvmmsg` that would only return `EWOULDBLOCK`).
+    /// The batch was not full: the socket's queue was empty when the call returned (on Linux, where
+    /// `recvmmsg` stops early only then). Edge-triggered readiness reports any datagram that
+    /// arrives later, so no second call is needed to learn that the socket is drained (a
+    /// `recvmmsg` that would only return `EWOULDBLOCK`).
     pub(crate) drained: bool,
 }
 
@@ -36,9 +37,9 @@ const QUIET_BATCH: usize = 4;
 /// datagrams, where a buffer of its own costs two (the copy, and the shared count the first clone
 /// of a vector-backed `Bytes` allocates).
 const SMALL: usize = 256;
-/// A chunk stays allocated while any datagram copied into it is held (a retransmission buffer):
-/// small enough that this pins little.
-const CHUNK: usize = 2048;
+/// A chunk stays allocated while any datagram copied into it is held (a retransmission buffer, an
+/// application's `Bytes`): at worst one small datagram pins this much.
+const CHUNK: usize = 1024;
 
 /// One process's UDP socket.
 pub(crate) struct UdpIo {
@@ -151,8 +152,10 @@ impl UdpIo {
                 datagrams += 1;
             }
         }
-        // A non-blocking `recvmmsg` stops early only when the queue is empty.
-        Ok(Batch { datagrams, drained: n < offered })
+        // Linux's non-blocking `recvmmsg` stops early only when the queue is empty. Elsewhere
+        // `quinn-udp` may read one datagram per call whatever the batch: only `WouldBlock` says so.
+        let drained = cfg!(any(target_os = "linux", target_os = "android")) && n < offered;
+        Ok(Batch { datagrams, drained })
     }
 
     /// How many datagrams one [`UdpIo::send_segments`] may carry (1 where the kernel has no UDP
@@ -220,6 +223,14 @@ mod tests {
         assert_eq!(got.len(), sent.len());
         for (k, (got, sent)) in got.iter().zip(&sent).enumerate() {
             assert_eq!(&got[..], &sent[..], "datagram {k} intact after later receives");
+        }
+        // Consecutive small datagrams sit side by side in one chunk (no allocation each); a large
+        // one has a buffer of its own.
+        let adjacent = |a: &Bytes, b: &Bytes| a.as_ptr().wrapping_add(a.len()) == b.as_ptr();
+        let shared = got.windows(2).filter(|w| w[0].len() <= SMALL && w[1].len() <= SMALL && adjacent(&w[0], &w[1]));
+        assert!(shared.count() > got.len() / 4, "small datagrams share chunks");
+        for pair in got.windows(2).filter(|w| w[1].len() > SMALL) {
+            assert!(!adjacent(&pair[0], &pair[1]), "a large datagram is not in a chunk");
         }
     }
 

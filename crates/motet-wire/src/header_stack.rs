@@ -239,7 +239,8 @@ impl HeaderStack {
     /// Back to the first `len` headers after pops, in the compact form only (whose headers are
     /// all its template's, so popping loses nothing): a layer that kept a message on its way up
     /// can take the message itself once the layers above are done with it. False in the full form,
-    /// or beyond the template.
+    /// or beyond the template. `len` must not exceed the length the stack had before the pops:
+    /// beyond it the headers would be the template's, with a sequence number nobody pushed.
     pub fn regrow(&mut self, len: usize) -> bool {
         match &mut self.0 {
             Repr::Compact { template, packed } if len <= template.len() => {

@@ -130,7 +130,7 @@ impl Stack {
         dest: Option<Rank>,
         payload: Payload,
     ) -> Result<(), (Payload, usize)> {
-        let trace = if dest.is_none() { Trace::CastDn } else { Trace::SendDn };
+        let trace = Trace::down(dest);
         match self.compiled(trace) {
             Some((plan, template)) if payload.len() <= plan.len_max => {
                 // The loop-back branch, if any, is a cast going up: its compiled trace, if the
@@ -240,7 +240,7 @@ impl Stack {
             self.apply(i, now, |layer, out| layer.fast_dn_apply(&down, &msg, out));
             if step.keep {
                 let kept = Kept { trace: Trace::down(dest), peer: dest.unwrap_or(self.rank) };
-                self.delayed.push(Delayed { layer: i as u8, kept, now, msg: msg.clone() });
+                self.keep(i, kept, now, msg.clone());
             }
             if loopback == Some(i) {
                 self.act_up(now, self.rank, true, msg.clone(), self.appl, back);
@@ -270,7 +270,7 @@ impl Stack {
         msg: Msg,
     ) -> Result<bool, (Msg, Option<usize>)> {
         let (top, n) = (self.appl, self.layers.len());
-        let trace = if cast { Trace::CastUp } else { Trace::SendUp };
+        let trace = Trace::up(cast);
         match self.compiled(trace) {
             Some((plan, template))
                 if msg.payload.len() <= plan.len_max && msg.hdrs.compact_seqno(&template).is_some() =>
@@ -376,7 +376,7 @@ impl Stack {
         first: usize,
         steps: &[(usize, Qos, UpStep)],
     ) {
-        let trace = if cast { Trace::CastUp } else { Trace::SendUp };
+        let trace = Trace::up(cast);
         // A layer that keeps the message (a receiver's retransmission buffer) takes the message
         // itself after the delivery, when its headers are in the compact form: the delivery has
         // its own reference to the payload, and the popped headers grow back from the template.
@@ -390,16 +390,16 @@ impl Stack {
             if step.keep {
                 let kept = Kept { trace, peer: origin };
                 if keep_whole.is_none() && msg.hdrs.is_compact() {
-                    keep_whole = Some((*i as u8, kept, msg.hdrs.len()));
+                    keep_whole = Some((*i, kept, msg.hdrs.len()));
                 } else {
-                    self.delayed.push(Delayed { layer: *i as u8, kept, now, msg: msg.clone() });
+                    self.keep(*i, kept, now, msg.clone());
                 }
             }
         }
         if let Some((layer, kept, len)) = keep_whole {
             let regrown = msg.hdrs.regrow(len);
             debug_assert!(regrown, "a compact stack grows back");
-            self.delayed.push(Delayed { layer, kept, now, msg });
+            self.keep(layer, kept, now, msg);
         }
     }
 
@@ -415,7 +415,7 @@ impl Stack {
             self.apply(i, now, |layer, out| layer.fast_dn_apply(&down, &ack, out));
             if step.keep {
                 let kept = Kept { trace: Trace::SendDn, peer: dest };
-                self.delayed.push(Delayed { layer: i as u8, kept, now, msg: ack.clone() });
+                self.keep(i, kept, now, ack.clone());
             }
             ack.push(step.header);
             next = i + 1;
@@ -430,6 +430,13 @@ impl Stack {
             let template = self.templates[1].as_ref().expect("only a compiled trace leaves layers out");
             msg.push(template.hdrs.header(i - self.appl).expect("a layer of the trace").clone());
         }
+    }
+
+    /// Queues the copy of a message that layer `index` keeps, for delayed processing
+    /// ([`Stack::settle`]).
+    fn keep(&mut self, index: usize, kept: Kept, now: Instant, msg: Msg) {
+        let layer = u8::try_from(index).expect("at most 32 layers");
+        self.delayed.push(Delayed { layer, kept, now, msg });
     }
 
     /// Runs one layer's fast-path action with an outbox like its handlers get (alarms, counters
