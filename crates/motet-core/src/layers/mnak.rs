@@ -390,18 +390,46 @@ impl Layer for Mnak {
         }
         let motet_wire::Header::Mnak(Header::Data { seqno }) = up.header else { return None };
         let o = self.origins.get(usize::from(up.origin))?;
-        let common = self.cut.is_none()
-            && *seqno == o.received
-            && o.ooo.is_empty()
-            && *seqno < self.limit(up.origin)
-            && up.origin != self.rank;
-        // Kept for retransmission to the others, after the delivery (delayed processing).
-        common.then_some(UpStep { qos: Qos::Reliable, reply: None, absorb: false, keep: true })
+        let usual = self.cut.is_none() && up.origin != self.rank;
+        if usual && *seqno == o.received && o.ooo.is_empty() && *seqno < self.limit(up.origin) {
+            // Kept for retransmission to the others, after the delivery (delayed processing).
+            return Some(UpStep { qos: Qos::Reliable, reply: None, absorb: false, keep: true });
+        }
+        // Ahead of a gap (the network reordered or lost what comes before), from a live origin:
+        // kept out of order, with a NAK for the part of the gap not yet asked for, as `recv_cast`
+        // does. The trace ends here; the cast that fills the gap takes the layered path, which
+        // delivers the run.
+        let ahead = usual
+            && !self.failed.contains(up.origin)
+            && *seqno > o.received
+            && *seqno - o.received <= self.config.recv_window_max
+            && !o.ooo.contains_key(seqno);
+        ahead.then(|| {
+            let lo = o.received.max(o.naked_upto);
+            let reply = (lo < *seqno).then(|| (up.origin, Header::Nak { origin: up.origin, lo, hi: seqno - 1 }.into()));
+            UpStep { qos: up.qos, reply, absorb: true, keep: false }
+        })
     }
 
-    fn fast_up_apply(&mut self, up: &fast::Up<'_>, _msg: &Msg, _out: &mut Outbox<'_>) {
-        if up.cast {
-            self.origins[usize::from(up.origin)].received += 1;
+    fn fast_up_apply(&mut self, up: &fast::Up<'_>, msg: &Msg, out: &mut Outbox<'_>) {
+        if !up.cast {
+            return;
+        }
+        let motet_wire::Header::Mnak(Header::Data { seqno }) = up.header else { return };
+        let o = &mut self.origins[usize::from(up.origin)];
+        if *seqno == o.received {
+            o.received += 1;
+            return;
+        }
+        // Ahead of a gap (see `fast_up`): the same bookkeeping as `recv_cast`; the NAK itself is
+        // the trace's reply.
+        o.ooo.insert(*seqno, msg.clone());
+        o.max_known = o.max_known.max(seqno + 1);
+        let lo = o.received.max(o.naked_upto);
+        o.naked_upto = o.naked_upto.max(seqno + 1);
+        if lo < *seqno {
+            out.count(Counter::NakSent);
+            out.alarm(out.now() + self.config.sweep_interval);
         }
     }
 

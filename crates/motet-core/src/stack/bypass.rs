@@ -578,6 +578,38 @@ mod compiled_tests {
     }
 
     #[test]
+    fn a_cast_ahead_of_a_gap_is_kept_on_the_bypass_with_its_nak() {
+        let mut group = Group::with_bypass(2, "vsync", Bypass::Diff);
+        // Rank 1 casts three times; the network hands rank 0 the first, then the third.
+        let (sender, id) = &mut group.nodes[1];
+        let mut datagrams = Vec::new();
+        for k in 0..3u8 {
+            sender.handle_action(group.now, *id, Action::Cast(vec![k; 8].into())).unwrap();
+            while let Some(out) = sender.poll_transmit() {
+                datagrams.push(out.to_bytes());
+            }
+        }
+        assert_eq!(datagrams.len(), 3);
+        let receiver = &mut group.nodes[0].0;
+        let before = receiver.bypass_stats();
+        receiver.handle_datagram(group.now, datagrams[0].clone());
+        receiver.handle_datagram(group.now, datagrams[2].clone());
+        let after = receiver.bypass_stats();
+        assert_eq!(after.hits - before.hits, 2, "in order, then ahead of the gap: both on the bypass");
+        let nak = receiver.poll_transmit().expect("the gap is NAKed at once");
+        assert!(matches!(nak.to, crate::node::Destination::Send(_)), "to the origin");
+        // The cast that fills the gap takes the layered path, which delivers the run; the diff
+        // compares every step with the layered twin.
+        receiver.handle_datagram(group.now, datagrams[1].clone());
+        assert_eq!(receiver.bypass_stats().misses - after.misses, 1);
+        receiver.settle();
+        let delivered =
+            std::iter::from_fn(|| receiver.poll_event()).filter(|(_, e)| matches!(e, crate::AppEvent::Cast { .. }));
+        assert_eq!(delivered.count(), 3);
+        receiver.check_invariants();
+    }
+
+    #[test]
     fn the_diff_catches_a_false_inert_declaration() {
         for layer in [LayerKind::Mflow, LayerKind::Local, LayerKind::Pt2ptw] {
             FORCE_INERT.with(|f| f.set(Some(layer)));
