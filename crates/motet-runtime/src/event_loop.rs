@@ -13,7 +13,7 @@
 
 use crate::clock::Clock;
 use crate::config::{GroupConfig, RuntimeConfig};
-use crate::io::UdpIo;
+use crate::io::{Chunks, UdpIo};
 use crate::{Error, Event, View};
 use bytes::Bytes;
 use motet_core::DatagramHead;
@@ -185,6 +185,8 @@ pub struct EventLoop {
     packing: BTreeMap<SocketAddr, Packing>,
     /// Scratch for [`EventLoop::send_packed`] (no allocation per turn).
     destinations: Vec<SocketAddr>,
+    /// Where the application's small payloads are copied ([`payload`]).
+    chunks: Chunks,
     writable_interest: bool,
     /// The socket may have more datagrams (mio is edge-triggered: read until `WouldBlock`).
     readable: bool,
@@ -244,6 +246,7 @@ impl EventLoop {
             backlog: VecDeque::new(),
             packing: BTreeMap::new(),
             destinations: Vec::new(),
+            chunks: Chunks::default(),
             writable_interest: false,
             readable: true,
             multicast_readable: multicast.is_some(),
@@ -491,7 +494,7 @@ impl EventLoop {
                 return Ok(());
             }
             let now = self.clock.now();
-            let result = match take(&mut self.node, now, member, &op, &mut self.stats) {
+            let result = match take(&mut self.node, now, member, &op, &mut self.stats, &mut self.chunks) {
                 Err(Error::Api(ApiError::FlowBlocked { .. })) => {
                     member.xfer_parked.push_back(op);
                     Ok(())
@@ -509,7 +512,7 @@ impl EventLoop {
             return Ok(());
         }
         let now = self.clock.now();
-        let result = take(&mut self.node, now, member, &op, &mut self.stats);
+        let result = take(&mut self.node, now, member, &op, &mut self.stats, &mut self.chunks);
         let result = match result {
             Err(Error::Api(ApiError::FlowBlocked { .. } | ApiError::Blocked | ApiError::NoSuchStack)) => {
                 member.parked.push_back(op);
@@ -1027,7 +1030,7 @@ impl EventLoop {
             }
             let now = *now.get_or_insert_with(|| self.clock.now());
             while let Some(op) = member.xfer_parked.pop_front() {
-                match take(&mut self.node, now, member, &op, &mut self.stats) {
+                match take(&mut self.node, now, member, &op, &mut self.stats, &mut self.chunks) {
                     Err(Error::Api(ApiError::FlowBlocked { .. })) => {
                         member.xfer_parked.push_front(op);
                         break;
@@ -1037,7 +1040,7 @@ impl EventLoop {
                 }
             }
             while let Some(op) = member.parked.pop_front() {
-                match take(&mut self.node, now, member, &op, &mut self.stats) {
+                match take(&mut self.node, now, member, &op, &mut self.stats, &mut self.chunks) {
                     Err(Error::Api(ApiError::FlowBlocked { .. } | ApiError::Blocked | ApiError::NoSuchStack)) => {
                         member.parked.push_front(op);
                         break;
@@ -1122,26 +1125,27 @@ fn take(
     member: &MemberState,
     op: &Op,
     stats: &mut RuntimeStats,
+    chunks: &mut Chunks,
 ) -> Result<(), Error> {
     let action = match op {
-        Op::Cast(data) => Action::Cast(payload(data)),
+        Op::Cast(data) => Action::Cast(payload(data, chunks)),
         Op::Send(to, data) => {
             let view = member.view.as_ref().ok_or(Error::Api(ApiError::Blocked))?;
             let Some(rank) = view.rank_of(*to) else {
                 stats.sends_to_departed += 1;
                 return Ok(());
             };
-            Action::Send(vec![rank], payload(data))
+            Action::Send(vec![rank], payload(data, chunks))
         }
         Op::Subcast(to, data) => {
             let view = member.view.as_ref().ok_or(Error::Api(ApiError::Blocked))?;
             let ranks: Vec<Rank> = to.iter().filter_map(|&e| view.rank_of(e)).collect();
             stats.sends_to_departed += (to.len() - ranks.len()) as u64;
-            Action::Subcast(ranks, payload(data))
+            Action::Subcast(ranks, payload(data, chunks))
         }
         Op::RoleCast(clients, data) => {
             let view = member.view.as_ref().ok_or(Error::Api(ApiError::Blocked))?;
-            Action::Subcast(view.ranks_where(*clients), payload(data))
+            Action::Subcast(view.ranks_where(*clients), payload(data, chunks))
         }
         Op::Leave => Action::Leave,
         Op::Switch(spec) => Action::Switch(spec.clone()),
@@ -1149,15 +1153,18 @@ fn take(
             stats.stale_xfer += 1;
             return Ok(());
         }
-        Op::XferChunk(_, data, last) => Action::XferChunk { payload: payload(data), last: *last },
+        Op::XferChunk(_, data, last) => Action::XferChunk { payload: payload(data, chunks), last: *last },
         Op::XferDone(_) => Action::XferDone,
         Op::Migrate(to) => Action::Migrate(Address::Inet(*to)),
     };
     node.handle_action(now, member.current, action).map_err(Error::from)
 }
 
-fn payload(data: &Bytes) -> Payload {
+/// The application's data as a payload. A small one is copied into a shared chunk: the stack
+/// keeps a reference for retransmission, and the first clone of a vector-backed `Bytes` would
+/// allocate its shared count (a copy of up to 256 bytes costs less than that allocation).
+fn payload(data: &Bytes, chunks: &mut Chunks) -> Payload {
     let mut payload = Payload::new();
-    payload.push(data.clone());
+    payload.push(if data.len() <= crate::io::SMALL { chunks.copy(data) } else { data.clone() });
     payload
 }

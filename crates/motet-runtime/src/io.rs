@@ -32,14 +32,32 @@ pub(crate) struct Batch {
 /// small batch, and a busy one, once a batch fills, with the whole [`BATCH_SIZE`].
 const QUIET_BATCH: usize = 4;
 
-/// Received datagrams up to this size are copied into a shared chunk of [`CHUNK`] bytes instead of
-/// a buffer of their own: one allocation (and one reference count) serves a couple of dozen small
-/// datagrams, where a buffer of its own costs two (the copy, and the shared count the first clone
+/// Buffers up to this size are copied into a shared chunk of [`CHUNK`] bytes instead of a buffer
+/// of their own: one allocation (and one reference count) serves several small datagrams or
+/// payloads, where a buffer of its own costs two (the copy, and the shared count the first clone
 /// of a vector-backed `Bytes` allocates).
-const SMALL: usize = 256;
-/// A chunk stays allocated while any datagram copied into it is held (a retransmission buffer, an
-/// application's `Bytes`): at worst one small datagram pins this much.
+pub(crate) const SMALL: usize = 256;
+/// A chunk stays allocated while any buffer copied into it is held (a retransmission buffer, an
+/// application's `Bytes`): at worst one small buffer pins this much.
 const CHUNK: usize = 1024;
+
+/// Copies small buffers side by side into shared chunks ([`SMALL`], [`CHUNK`]).
+#[derive(Default)]
+pub(crate) struct Chunks(BytesMut);
+
+impl Chunks {
+    /// `bytes` in a shared chunk if it is small, else in a buffer of its own.
+    pub(crate) fn copy(&mut self, bytes: &[u8]) -> Bytes {
+        if bytes.len() > SMALL {
+            return Bytes::copy_from_slice(bytes);
+        }
+        if self.0.capacity() < bytes.len() {
+            self.0 = BytesMut::with_capacity(CHUNK);
+        }
+        self.0.extend_from_slice(bytes);
+        self.0.split().freeze()
+    }
+}
 
 /// One process's UDP socket.
 pub(crate) struct UdpIo {
@@ -49,8 +67,8 @@ pub(crate) struct UdpIo {
     meta: Vec<RecvMeta>,
     /// Slots the next `recvmmsg` offers ([`QUIET_BATCH`] or all).
     batch: usize,
-    /// What is left of the chunk small datagrams are copied into.
-    chunk: BytesMut,
+    /// Where small datagrams are copied.
+    chunks: Chunks,
 }
 
 impl UdpIo {
@@ -71,7 +89,7 @@ impl UdpIo {
             slots: (0..BATCH_SIZE).map(|_| vec![0; SLOT]).collect(),
             meta: vec![RecvMeta::default(); BATCH_SIZE],
             batch: BATCH_SIZE,
-            chunk: BytesMut::new(),
+            chunks: Chunks::default(),
         })
     }
 
@@ -101,7 +119,7 @@ impl UdpIo {
             slots: (0..BATCH_SIZE).map(|_| vec![0; SLOT]).collect(),
             meta: vec![RecvMeta::default(); BATCH_SIZE],
             batch: BATCH_SIZE,
-            chunk: BytesMut::new(),
+            chunks: Chunks::default(),
         })
     }
 
@@ -139,16 +157,7 @@ impl UdpIo {
         for (meta, slot) in self.meta.iter().zip(&self.slots).take(n) {
             let stride = meta.stride.max(1);
             for segment in slot[..meta.len].chunks(stride) {
-                let datagram = if segment.len() <= SMALL {
-                    if self.chunk.capacity() < segment.len() {
-                        self.chunk = BytesMut::with_capacity(CHUNK);
-                    }
-                    self.chunk.extend_from_slice(segment);
-                    self.chunk.split().freeze()
-                } else {
-                    Bytes::copy_from_slice(segment)
-                };
-                each(meta.addr, datagram);
+                each(meta.addr, self.chunks.copy(segment));
                 datagrams += 1;
             }
         }
