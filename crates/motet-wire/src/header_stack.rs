@@ -236,6 +236,15 @@ impl HeaderStack {
         }
     }
 
+    /// The template of a compact stack (whose headers, but for the sequence number, are the
+    /// template's: a reader may borrow them from it instead of popping copies).
+    pub fn template(&self) -> Option<&Arc<Template>> {
+        match &self.0 {
+            Repr::Compact { template, .. } => Some(template),
+            Repr::Full(_) => None,
+        }
+    }
+
     /// Back to the first `len` headers after pops, in the compact form only (whose headers are
     /// all its template's, so popping loses nothing): a layer that kept a message on its way up
     /// can take the message itself once the layers above are done with it. False in the full form,

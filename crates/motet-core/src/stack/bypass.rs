@@ -382,10 +382,24 @@ impl Stack {
         // its own reference to the payload, and the popped headers grow back from the template.
         // That saves the copy and its release on the path to the delivery.
         let mut keep_whole = None;
+        // A compact message's headers are its template's: borrowed from it, not popped as copies
+        // (only the sequence number's header is built).
+        let template = msg.hdrs.template().map(Arc::clone);
         for (i, qos, step) in steps {
-            msg.hdrs.truncate(i - first + 1);
-            let header = msg.hdrs.pop().expect("one header per layer, checked");
-            let up = Up { origin, cast, qos: *qos, header: &header };
+            let at = i - first;
+            msg.hdrs.truncate(at + 1);
+            let popped;
+            let header = match &template {
+                Some(template) if at != template.slot() => {
+                    msg.hdrs.truncate(at);
+                    template.header(at).expect("one header per layer, checked")
+                }
+                _ => {
+                    popped = msg.hdrs.pop().expect("one header per layer, checked");
+                    &popped
+                }
+            };
+            let up = Up { origin, cast, qos: *qos, header };
             self.apply(*i, now, |layer, out| layer.fast_up_apply(&up, &msg, out));
             if step.keep {
                 let kept = Kept { trace, peer: origin };
