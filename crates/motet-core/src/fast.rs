@@ -176,7 +176,7 @@ pub struct Kept {
 /// only passes messages through).
 pub fn is<H>(header: &Header, expected: H) -> bool
 where
-    H: Into<Header>,
+    Header: PartialEq<H>,
 {
-    *header == expected.into()
+    *header == expected
 }

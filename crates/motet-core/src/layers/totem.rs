@@ -287,7 +287,7 @@ mod tests {
         };
         let b_casts = casts(&b.up(Up::Send { origin: 0, msg: token }));
         let seqs: Vec<_> = b_casts.iter().map(|m| m.hdrs.get(0).unwrap().into_owned()).collect();
-        assert_eq!(seqs, vec![Header::Data { seq: 1 }.into(), Header::Data { seq: 2 }.into()]);
+        assert_eq!(seqs, vec![motet_wire::Header::from(Header::Data { seq: 1 }), Header::Data { seq: 2 }.into()]);
         // A third member delivers by seq whatever the arrival order.
         let mut c = Harness::new(Totem::new(&Config::default(), &view, 2), 2);
         let delivered = |out: &[Out]| out.iter().filter(|o| matches!(o, Out::Up(Up::Cast { .. }))).count();

@@ -82,6 +82,14 @@ macro_rules! headers {
                 }
             }
 
+            /// Compares with one layer's header without building a [`Header`] (the fast path's
+            /// conditions check their header this way on every message).
+            impl PartialEq<$module::Header> for Header {
+                fn eq(&self, other: &$module::Header) -> bool {
+                    matches!(self, Header::$variant(h) if h == other)
+                }
+            }
+
             impl TryFrom<Header> for $module::Header {
                 type Error = Header;
                 fn try_from(header: Header) -> Result<$module::Header, Header> {
