@@ -387,7 +387,6 @@ impl Stack {
         let template = msg.hdrs.template().map(Arc::clone);
         for (i, qos, step) in steps {
             let at = i - first;
-            msg.hdrs.truncate(at + 1);
             let popped;
             let header = match &template {
                 Some(template) if at != template.slot() => {
@@ -395,6 +394,7 @@ impl Stack {
                     template.header(at).expect("one header per layer, checked")
                 }
                 _ => {
+                    msg.hdrs.truncate(at + 1);
                     popped = msg.hdrs.pop().expect("one header per layer, checked");
                     &popped
                 }
