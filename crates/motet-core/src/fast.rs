@@ -143,10 +143,10 @@ pub struct UpStep {
     /// The guarantee it passes to the layer above.
     pub qos: Qos,
     /// The trace also sends this header-only message to this rank, from here down (an
-    /// acknowledgement or a credit report).
+    /// acknowledgement, a credit report, a NAK).
     pub reply: Option<(Rank, Header)>,
     /// The trace ends here: the layer keeps the message (an ordering layer queues it until its
-    /// turn) and nothing goes further up now.
+    /// turn, `mnak` holds a cast that arrived ahead of a gap) and nothing goes further up now.
     pub absorb: bool,
     /// The layer keeps a copy of the message, its own header popped (for retransmission to other
     /// members): the bypass hands it over with [`crate::Layer::fast_keep`] after the delivery

@@ -54,8 +54,9 @@ pub struct BypassStats {
     /// Of the hits, those that ran a compiled trace (the layers' inert declarations leaving out
     /// the layers with nothing to do); the others were interpreted layer by layer.
     pub compiled: u64,
-    /// The layers' own messages (credit reports, acknowledgements) that took the bypass up to the
-    /// layer that keeps them. Not in `hits`: the hit rate is the application's.
+    /// The layers' own messages (credit reports, acknowledgements, and in principle a layer's own
+    /// cast that `mnak` keeps out of order) that took the bypass up to the layer that keeps them.
+    /// Not in `hits`: the hit rate is the application's.
     pub absorbed: u64,
 }
 

@@ -64,6 +64,26 @@ pub(crate) enum Op {
     Migrate(SocketAddr),
 }
 
+impl Op {
+    /// The operation with small data copied into a shared chunk, once, when it comes in (a parked
+    /// operation is not copied again when it is retried): the stack keeps a reference for
+    /// retransmission, and the first clone of a vector-backed `Bytes` would allocate its shared
+    /// count. A copy of up to 256 bytes costs less than that allocation.
+    fn small_copied(self, chunks: &mut Chunks) -> Op {
+        let mut copy = |data: Bytes| match data.len() {
+            1..=crate::io::SMALL => chunks.copy(&data),
+            _ => data,
+        };
+        match self {
+            Op::Cast(data) => Op::Cast(copy(data)),
+            Op::Send(to, data) => Op::Send(to, copy(data)),
+            Op::Subcast(to, data) => Op::Subcast(to, copy(data)),
+            Op::RoleCast(clients, data) => Op::RoleCast(clients, copy(data)),
+            other => other,
+        }
+    }
+}
+
 /// Counters of the runtime itself (the protocol's are in [`motet_core::layer::Stats`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RuntimeStats {
@@ -185,7 +205,7 @@ pub struct EventLoop {
     packing: BTreeMap<SocketAddr, Packing>,
     /// Scratch for [`EventLoop::send_packed`] (no allocation per turn).
     destinations: Vec<SocketAddr>,
-    /// Where the application's small payloads are copied ([`payload`]).
+    /// Where the application's small payloads are copied ([`Op::small_copied`]).
     chunks: Chunks,
     writable_interest: bool,
     /// The socket may have more datagrams (mio is edge-triggered: read until `WouldBlock`).
@@ -483,6 +503,7 @@ impl EventLoop {
     }
 
     pub(crate) fn act(&mut self, endpoint: EndpointId, op: Op) -> Result<(), Error> {
+        let op = op.small_copied(&mut self.chunks);
         let member = self.members.get_mut(&endpoint).ok_or(Error::Left)?;
         if member.left {
             return Err(Error::Left);
@@ -494,7 +515,7 @@ impl EventLoop {
                 return Ok(());
             }
             let now = self.clock.now();
-            let result = match take(&mut self.node, now, member, &op, &mut self.stats, &mut self.chunks) {
+            let result = match take(&mut self.node, now, member, &op, &mut self.stats) {
                 Err(Error::Api(ApiError::FlowBlocked { .. })) => {
                     member.xfer_parked.push_back(op);
                     Ok(())
@@ -512,7 +533,7 @@ impl EventLoop {
             return Ok(());
         }
         let now = self.clock.now();
-        let result = take(&mut self.node, now, member, &op, &mut self.stats, &mut self.chunks);
+        let result = take(&mut self.node, now, member, &op, &mut self.stats);
         let result = match result {
             Err(Error::Api(ApiError::FlowBlocked { .. } | ApiError::Blocked | ApiError::NoSuchStack)) => {
                 member.parked.push_back(op);
@@ -1030,7 +1051,7 @@ impl EventLoop {
             }
             let now = *now.get_or_insert_with(|| self.clock.now());
             while let Some(op) = member.xfer_parked.pop_front() {
-                match take(&mut self.node, now, member, &op, &mut self.stats, &mut self.chunks) {
+                match take(&mut self.node, now, member, &op, &mut self.stats) {
                     Err(Error::Api(ApiError::FlowBlocked { .. })) => {
                         member.xfer_parked.push_front(op);
                         break;
@@ -1040,7 +1061,7 @@ impl EventLoop {
                 }
             }
             while let Some(op) = member.parked.pop_front() {
-                match take(&mut self.node, now, member, &op, &mut self.stats, &mut self.chunks) {
+                match take(&mut self.node, now, member, &op, &mut self.stats) {
                     Err(Error::Api(ApiError::FlowBlocked { .. } | ApiError::Blocked | ApiError::NoSuchStack)) => {
                         member.parked.push_front(op);
                         break;
@@ -1125,27 +1146,26 @@ fn take(
     member: &MemberState,
     op: &Op,
     stats: &mut RuntimeStats,
-    chunks: &mut Chunks,
 ) -> Result<(), Error> {
     let action = match op {
-        Op::Cast(data) => Action::Cast(payload(data, chunks)),
+        Op::Cast(data) => Action::Cast(payload(data)),
         Op::Send(to, data) => {
             let view = member.view.as_ref().ok_or(Error::Api(ApiError::Blocked))?;
             let Some(rank) = view.rank_of(*to) else {
                 stats.sends_to_departed += 1;
                 return Ok(());
             };
-            Action::Send(vec![rank], payload(data, chunks))
+            Action::Send(vec![rank], payload(data))
         }
         Op::Subcast(to, data) => {
             let view = member.view.as_ref().ok_or(Error::Api(ApiError::Blocked))?;
             let ranks: Vec<Rank> = to.iter().filter_map(|&e| view.rank_of(e)).collect();
             stats.sends_to_departed += (to.len() - ranks.len()) as u64;
-            Action::Subcast(ranks, payload(data, chunks))
+            Action::Subcast(ranks, payload(data))
         }
         Op::RoleCast(clients, data) => {
             let view = member.view.as_ref().ok_or(Error::Api(ApiError::Blocked))?;
-            Action::Subcast(view.ranks_where(*clients), payload(data, chunks))
+            Action::Subcast(view.ranks_where(*clients), payload(data))
         }
         Op::Leave => Action::Leave,
         Op::Switch(spec) => Action::Switch(spec.clone()),
@@ -1153,18 +1173,15 @@ fn take(
             stats.stale_xfer += 1;
             return Ok(());
         }
-        Op::XferChunk(_, data, last) => Action::XferChunk { payload: payload(data, chunks), last: *last },
+        Op::XferChunk(_, data, last) => Action::XferChunk { payload: payload(data), last: *last },
         Op::XferDone(_) => Action::XferDone,
         Op::Migrate(to) => Action::Migrate(Address::Inet(*to)),
     };
     node.handle_action(now, member.current, action).map_err(Error::from)
 }
 
-/// The application's data as a payload. A small one is copied into a shared chunk: the stack
-/// keeps a reference for retransmission, and the first clone of a vector-backed `Bytes` would
-/// allocate its shared count (a copy of up to 256 bytes costs less than that allocation).
-fn payload(data: &Bytes, chunks: &mut Chunks) -> Payload {
+fn payload(data: &Bytes) -> Payload {
     let mut payload = Payload::new();
-    payload.push(if data.len() <= crate::io::SMALL { chunks.copy(data) } else { data.clone() });
+    payload.push(data.clone());
     payload
 }

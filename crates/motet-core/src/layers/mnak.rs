@@ -10,7 +10,8 @@
 //! reports it held by all live members, so any member can repair any other. A receiver that sees a
 //! gap buffers what is ahead (at most `recv_window_max`) and NAKs the origin once; if the origin
 //! has failed the NAK is cast to the view and whoever holds the messages answers. The fast path is
-//! Fig 5.2: a cast with the next expected seqno is stored and passed up. A periodic sweep, armed
+//! Fig 5.2: a cast with the next expected seqno is stored and passed up; on the bypass, a cast
+//! ahead of a gap from a live origin is also held there, with its NAK as the trace's reply. A periodic sweep, armed
 //! only while a gap is open, re-NAKs. Stability gossip also carries the most any member holds, so
 //! a lost *last* cast (which no later cast reveals) is NAKed too. Casts of a failed origin that
 //! no live member can supply (beyond a gap every survivor shares) are forgotten once stability
@@ -364,7 +365,8 @@ impl Layer for Mnak {
     }
 
     // Fast path (Fig 5.2): a reliable cast is numbered and kept; the next expected cast of an
-    // origin, with nothing ahead of it and no cut announced, is kept and passed up; sends pass.
+    // origin, with nothing ahead of it and no cut announced, is kept and passed up; a cast ahead of
+    // a gap is held out of order, with a NAK (`fast_up`); sends pass.
     fn fast_dn(&self, down: &Down) -> Option<DnStep> {
         let header = match (down.dest, down.qos) {
             (Some(_), _) => Header::NoHdr,

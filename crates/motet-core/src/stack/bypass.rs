@@ -4,8 +4,10 @@
 //!
 //! Traces: a cast or send going down from `appl` to the network (a cast also loops back up through
 //! `local`, a branching trace), and a cast or send coming up from the network to `appl` (which may
-//! also send an acknowledgement or credit report down from the layer that owes it, another branch).
-//! Such a report, arriving, goes up the same way to the layer it is for, which keeps it (`absorb`).
+//! also send an acknowledgement, a credit report or a NAK down from the layer that owes it, another
+//! branch; or end at a layer that keeps it, `absorb`: an ordering layer's queue, `mnak`'s
+//! out-of-order buffer). Such a report, arriving, goes up the same way to the layer it is for,
+//! which keeps it.
 //! The trace runs in two phases. **Conditions**: every layer on the trace is asked, in the order
 //! the layered path would reach it, whether the event is its common case and what it would do;
 //! nothing changes, and the first `None` sends the event down the layered path. **Actions**: each
@@ -594,32 +596,46 @@ mod compiled_tests {
     #[test]
     fn a_cast_ahead_of_a_gap_is_kept_on_the_bypass_with_its_nak() {
         let mut group = Group::with_bypass(2, "vsync", Bypass::Diff);
-        // Rank 1 casts three times; the network hands rank 0 the first, then the third.
+        // Rank 1 casts five times; the network hands rank 0 casts 0, 2, 3, 2 again, then 1.
         let (sender, id) = &mut group.nodes[1];
         let mut datagrams = Vec::new();
-        for k in 0..3u8 {
+        for k in 0..5u8 {
             sender.handle_action(group.now, *id, Action::Cast(vec![k; 8].into())).unwrap();
             while let Some(out) = sender.poll_transmit() {
                 datagrams.push(out.to_bytes());
             }
         }
-        assert_eq!(datagrams.len(), 3);
+        assert_eq!(datagrams.len(), 5);
+        let now = group.now;
         let receiver = &mut group.nodes[0].0;
-        let before = receiver.bypass_stats();
-        receiver.handle_datagram(group.now, datagrams[0].clone());
-        receiver.handle_datagram(group.now, datagrams[2].clone());
-        let after = receiver.bypass_stats();
-        assert_eq!(after.hits - before.hits, 2, "in order, then ahead of the gap: both on the bypass");
-        let nak = receiver.poll_transmit().expect("the gap is NAKed at once");
-        assert!(matches!(nak.to, crate::node::Destination::Send(_)), "to the origin");
+        let mut deliver = |k: usize| {
+            let before = receiver.bypass_stats();
+            receiver.handle_datagram(now, datagrams[k].clone());
+            let after = receiver.bypass_stats();
+            let transmits: Vec<_> = std::iter::from_fn(|| receiver.poll_transmit()).collect();
+            (after.hits - before.hits, after.misses - before.misses, transmits)
+        };
+        assert_eq!(deliver(0).0, 1, "in order: the bypass");
+        // Ahead of the gap: kept on the bypass, and the gap (cast 1) is NAKed to the origin.
+        let (hits, _, transmits) = deliver(2);
+        assert_eq!((hits, transmits.len()), (1, 1));
+        let nak = motet_wire::datagram::decode(transmits[0].to_bytes()).unwrap();
+        assert_eq!(nak.head.mux, Mux::Send { dest: 1 });
+        let expected = motet_wire::hdr::mnak::Header::Nak { origin: 1, lo: 1, hi: 1 };
+        assert!(nak.hdrs.iter().any(|h| *h == expected), "{:?}", nak.hdrs);
+        // Further ahead: kept on the bypass, nothing new to NAK.
+        let (hits, _, transmits) = deliver(3);
+        assert_eq!((hits, transmits.len()), (1, 0));
+        // A duplicate of a held cast is the layered path's (dropped there).
+        let (hits, misses, _) = deliver(2);
+        assert_eq!((hits, misses), (0, 1));
         // The cast that fills the gap takes the layered path, which delivers the run; the diff
         // compares every step with the layered twin.
-        receiver.handle_datagram(group.now, datagrams[1].clone());
-        assert_eq!(receiver.bypass_stats().misses - after.misses, 1);
+        assert_eq!(deliver(1).1, 1);
         receiver.settle();
         let delivered =
             std::iter::from_fn(|| receiver.poll_event()).filter(|(_, e)| matches!(e, crate::AppEvent::Cast { .. }));
-        assert_eq!(delivered.count(), 3);
+        assert_eq!(delivered.count(), 4);
         receiver.check_invariants();
     }
 
