@@ -65,21 +65,15 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    /// The operation with small data copied into a shared chunk, once, when it comes in (a parked
+    /// Copies the operation's small data into a shared chunk, once, when it comes in (a parked
     /// operation is not copied again when it is retried): the stack keeps a reference for
     /// retransmission, and the first clone of a vector-backed `Bytes` would allocate its shared
     /// count. A copy of up to 256 bytes costs less than that allocation.
-    fn small_copied(self, chunks: &mut Chunks) -> Op {
-        let mut copy = |data: Bytes| match data.len() {
-            1..=crate::io::SMALL => chunks.copy(&data),
-            _ => data,
-        };
-        match self {
-            Op::Cast(data) => Op::Cast(copy(data)),
-            Op::Send(to, data) => Op::Send(to, copy(data)),
-            Op::Subcast(to, data) => Op::Subcast(to, copy(data)),
-            Op::RoleCast(clients, data) => Op::RoleCast(clients, copy(data)),
-            other => other,
+    fn copy_small(&mut self, chunks: &mut Chunks) {
+        if let Op::Cast(data) | Op::Send(_, data) | Op::Subcast(_, data) | Op::RoleCast(_, data) = self {
+            if (1..=crate::io::SMALL).contains(&data.len()) {
+                *data = chunks.copy(data);
+            }
         }
     }
 }
@@ -205,7 +199,7 @@ pub struct EventLoop {
     packing: BTreeMap<SocketAddr, Packing>,
     /// Scratch for [`EventLoop::send_packed`] (no allocation per turn).
     destinations: Vec<SocketAddr>,
-    /// Where the application's small payloads are copied ([`Op::small_copied`]).
+    /// Where the application's small payloads are copied ([`Op::copy_small`]).
     chunks: Chunks,
     writable_interest: bool,
     /// The socket may have more datagrams (mio is edge-triggered: read until `WouldBlock`).
@@ -503,7 +497,8 @@ impl EventLoop {
     }
 
     pub(crate) fn act(&mut self, endpoint: EndpointId, op: Op) -> Result<(), Error> {
-        let op = op.small_copied(&mut self.chunks);
+        let mut op = op;
+        op.copy_small(&mut self.chunks);
         let member = self.members.get_mut(&endpoint).ok_or(Error::Left)?;
         if member.left {
             return Err(Error::Left);
