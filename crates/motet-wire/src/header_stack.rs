@@ -179,7 +179,7 @@ impl HeaderStack {
                         return;
                     }
                 } else if let Some(seqno) = header.seqno().filter(|&s| s <= SEQNO_COMPACT_MAX) {
-                    if template.hdrs[at].with_seqno(seqno).as_ref() == Some(&header) {
+                    if template.hdrs[at].same_but_seqno(&header) {
                         *packed = seqno << 8 | (at as u64 + 1);
                         return;
                     }

@@ -194,6 +194,17 @@ impl Header {
         }
     }
 
+    /// Whether `other` is this header but for its sequence number: both carry one (see
+    /// [`Header::seqno`]), in the same layer's header. Cheaper than building
+    /// [`Header::with_seqno`] to compare.
+    pub fn same_but_seqno(&self, other: &Header) -> bool {
+        matches!(
+            (self, other),
+            (Header::Mnak(mnak::Header::Data { .. }), Header::Mnak(mnak::Header::Data { .. }))
+                | (Header::Pt2pt(pt2pt::Header::Data { .. }), Header::Pt2pt(pt2pt::Header::Data { .. }))
+        )
+    }
+
     /// This header with its sequence number replaced (see [`Header::seqno`]).
     pub fn with_seqno(&self, seqno: u64) -> Option<Header> {
         match self {
