@@ -267,12 +267,7 @@ impl Measure {
                 started.elapsed().as_nanos() as f64 / count as f64
             })
             .fold(f64::INFINITY, f64::min);
-        let instructions_per_msg = self.instructions.then(|| {
-            // The difference between two run lengths cancels set-up and warm-up.
-            let short = instructions(path, stack, members, size, count / 4, None);
-            let long = instructions(path, stack, members, size, count / 4 + count / 2, None);
-            (long - short) as f64 / (count / 2) as f64
-        });
+        let instructions_per_msg = self.instructions.then(|| per_msg(path, stack, members, size, count, None));
         let cost = Cost {
             path,
             stack: stack.to_string(),
@@ -301,12 +296,7 @@ impl Measure {
     /// Instructions per message of the bypass's delayed processing, 2 members, 4 B (callgrind
     /// counting only inside `Stack::settle`).
     fn delayed(&self, stack: &str) -> Option<f64> {
-        self.instructions.then(|| {
-            let (count, settle) = (self.count, Some("*Stack::settle"));
-            let short = instructions(Path::Bypass, stack, 2, 4, count / 4, settle);
-            let long = instructions(Path::Bypass, stack, 2, 4, count / 4 + count / 2, settle);
-            (long - short) as f64 / (count / 2) as f64
-        })
+        self.instructions.then(|| per_msg(Path::Bypass, stack, 2, 4, self.count, Some("*Stack::settle")))
     }
 }
 
@@ -348,6 +338,14 @@ fn drive(path: Path, stack: &str, members: usize, size: usize, count: u64) {
 
 fn valgrind_works() -> bool {
     Command::new("valgrind").arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+/// Instructions per message over `count` messages: the difference between two run lengths, which
+/// cancels set-up and warm-up.
+fn per_msg(path: Path, stack: &str, members: usize, size: usize, count: u64, only: Option<&str>) -> f64 {
+    let short = instructions(path, stack, members, size, count / 4, only);
+    let long = instructions(path, stack, members, size, count / 4 + count / 2, only);
+    (long - short) as f64 / (count / 2) as f64
 }
 
 /// Instructions of one worker run, counted by callgrind: all of them, or only those inside the
