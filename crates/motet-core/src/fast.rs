@@ -114,12 +114,21 @@ pub struct DnStep {
     /// The layer keeps a copy of the message as it reaches it (for retransmission): the bypass
     /// hands it over with [`crate::Layer::fast_keep`] after the transmit (delayed processing).
     pub keep: bool,
+    /// The layer splits the message into this many parts (`frag`), each of which goes on down
+    /// the rest of the trace as a message of its own, made by [`crate::Layer::fast_split`]
+    /// (`header` is then the first part's). 1 (or 0): the message stays whole.
+    pub parts: u32,
 }
 
 impl DnStep {
+    /// Pushes `header` and passes the message on with the guarantee `qos`, nothing else.
+    pub fn to(header: impl Into<Header>, qos: Qos) -> DnStep {
+        DnStep { header: header.into(), qos, loopback: false, keep: false, parts: 1 }
+    }
+
     /// Pushes `header` and passes the message on unchanged otherwise.
     pub fn pass(header: impl Into<Header>, down: &Down) -> Option<DnStep> {
-        Some(DnStep { header: header.into(), qos: down.qos, loopback: false, keep: false })
+        Some(DnStep::to(header, down.qos))
     }
 }
 
@@ -152,12 +161,26 @@ pub struct UpStep {
     /// members): the bypass hands it over with [`crate::Layer::fast_keep`] after the delivery
     /// (delayed processing).
     pub keep: bool,
+    /// The message completes a larger one (the last part of a fragmented message): the layer
+    /// takes it with [`crate::Layer::fast_join`] instead of its action, and the message it gives
+    /// back goes on up from there. The conditions of the layers above are asked about that
+    /// message, once it exists.
+    pub join: bool,
+    /// The message fills a gap: once it has gone on up, the layer releases the messages it held
+    /// behind it, in order, with [`crate::Layer::fast_release`]; each goes on up from here in turn
+    /// (with `keep`, the layer keeps a copy of each, as of this one).
+    pub release: bool,
 }
 
 impl UpStep {
+    /// Pops the header and passes the message on up with the guarantee `qos`, nothing else.
+    pub fn to(qos: Qos) -> UpStep {
+        UpStep { qos, reply: None, absorb: false, keep: false, join: false, release: false }
+    }
+
     /// Pops the header and passes the message on unchanged otherwise.
     pub fn pass(up: &Up<'_>) -> Option<UpStep> {
-        Some(UpStep { qos: up.qos, reply: None, absorb: false, keep: false })
+        Some(UpStep::to(up.qos))
     }
 }
 

@@ -63,6 +63,36 @@ pub trait Layer: core::fmt::Debug {
         let _ = (kept, msg, out);
         unreachable!("a layer whose step asks to keep a message takes it in fast_keep")
     }
+    /// A splitting layer's parts ([`crate::fast::DnStep::parts`]): part `index` of `msg` (the
+    /// message as it reached this layer), with this layer's header pushed, exactly as its
+    /// handler would emit it. Called only for a layer whose step declared parts, after its action.
+    fn fast_split(&self, msg: &Msg, index: u32) -> Msg {
+        let _ = (msg, index);
+        unreachable!("a layer whose step declares parts makes them in fast_split")
+    }
+    /// A joining layer's action ([`crate::fast::UpStep::join`]): takes the part that completes a
+    /// message (this layer's header popped) and gives back the whole message, as its handler
+    /// would pass it up. Same rules as an action: may count, never emits events.
+    fn fast_join(&mut self, up: &crate::fast::Up<'_>, msg: Msg, out: &mut Outbox<'_>) -> Msg {
+        let _ = (up, msg, out);
+        unreachable!("a layer whose step declares a join completes the message in fast_join")
+    }
+    /// A releasing layer's held messages ([`crate::fast::UpStep::release`]): the next message
+    /// that may now go on up after the trace's message from `origin`, and its own origin (the same
+    /// for a FIFO layer's run; another member's for an ordering layer's), with the layer's state
+    /// moved past it as its handler moves it; `None` when the run ends. Same rules as an action.
+    fn fast_release(&mut self, origin: Rank, cast: bool, out: &mut Outbox<'_>) -> Option<(Rank, Msg)> {
+        let _ = (origin, cast, out);
+        unreachable!("a layer whose step declares a release hands the messages over in fast_release")
+    }
+    /// Whether a message whose first header is this layer's `header` carries application data
+    /// (`appl`'s data header; `frag`'s later parts, which carry only the headers from `frag` down).
+    /// The bypass counts such messages in its hit rate; the layers' own messages (credit,
+    /// acknowledgements) are counted apart. Default: no.
+    fn fast_data(&self, header: &Header) -> bool {
+        let _ = header;
+        false
+    }
     /// Trace compilation ([`crate::fast`]): `Some(len_max)` when this layer is *inert* on `trace`
     /// in its current state: every message of the trace with at most `len_max` payload bytes
     /// meets its condition, gets (going down) or has (going up) its template header, keeps its

@@ -61,6 +61,15 @@ pub struct BypassStats {
 }
 
 impl BypassStats {
+    /// Counts an input that took the bypass (`layers`: the stack's, for a refusing layer's name).
+    fn took(&mut self, took: bypass::Took, layers: &[LayerKind]) {
+        match took {
+            bypass::Took::Hit => self.hits += 1,
+            bypass::Took::Absorbed => self.absorbed += 1,
+            bypass::Took::Finished(layer) => self.miss(layers[layer]),
+        }
+    }
+
     /// Adds `other` into `self`.
     pub fn merge(&mut self, other: &BypassStats) {
         self.hits += other.hits;
@@ -259,8 +268,8 @@ impl Stack {
         debug_assert!(self.queue.is_empty(), "drain-first: the queue is empty between inputs");
         let action = match action {
             Action::Cast(payload) if self.bypass != Bypass::Off => match self.bypass_dn(now, None, payload) {
-                Ok(()) => {
-                    self.bypass_stats.hits += 1;
+                Ok(took) => {
+                    self.bypass_stats.took(took, self.view.stack.layers());
                     return Ok(());
                 }
                 Err((payload, layer)) => {
@@ -270,8 +279,8 @@ impl Stack {
             },
             Action::Send(dests, payload) if self.bypass != Bypass::Off && dests.len() == 1 => {
                 match self.bypass_dn(now, Some(dests[0]), payload) {
-                    Ok(()) => {
-                        self.bypass_stats.hits += 1;
+                    Ok(took) => {
+                        self.bypass_stats.took(took, self.view.stack.layers());
                         return Ok(());
                     }
                     Err((payload, layer)) => {
@@ -314,12 +323,8 @@ impl Stack {
         let msg = match mux {
             Mux::Cast | Mux::Send { .. } if self.bypass != Bypass::Off => {
                 match self.bypass_up(now, origin, matches!(mux, Mux::Cast), msg) {
-                    Ok(true) => {
-                        self.bypass_stats.hits += 1;
-                        return;
-                    }
-                    Ok(false) => {
-                        self.bypass_stats.absorbed += 1;
+                    Ok(took) => {
+                        self.bypass_stats.took(took, self.view.stack.layers());
                         return;
                     }
                     Err((msg, refused)) => {

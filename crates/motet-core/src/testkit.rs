@@ -40,10 +40,15 @@ impl Group {
 
     /// A group of `n` members running `stack`, with the bypass `On`, `Off` or checked (`Diff`).
     pub fn with_bypass(n: usize, stack: &str, bypass: crate::Bypass) -> Group {
+        Group::with_config(n, stack, bypass, StackConfig::default())
+    }
+
+    /// A group of `n` members running `stack` with the layers' parameters `config`.
+    pub fn with_config(n: usize, stack: &str, bypass: crate::Bypass, config: StackConfig) -> Group {
         let view = Arc::new(ViewState::initial(
             GroupName::new("testkit"),
             StackSpec::parse(stack).expect("valid stack"),
-            StackConfig::default(),
+            config,
             (0..n as u64).map(EndpointId).collect(),
             (0..n as u32).map(Address::Sim).collect(),
         ));

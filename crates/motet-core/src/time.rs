@@ -26,6 +26,10 @@ impl Duration {
     pub const fn as_millis(self) -> u64 {
         self.0 / 1_000_000
     }
+    /// No time at all.
+    pub const fn is_zero(self) -> bool {
+        self.0 == 0
+    }
 }
 
 impl Instant {

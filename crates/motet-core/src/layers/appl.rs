@@ -244,7 +244,7 @@ impl Layer for Appl {
         }
         match down.dest {
             None if self.view.xfer_view || self.cast_blocked => None,
-            None => Some(DnStep { header: Header::Data.into(), qos: self.cast_qos, loopback: false, keep: false }),
+            None => Some(DnStep::to(Header::Data, self.cast_qos)),
             Some(dest) if usize::from(dest) >= self.view.len() || dest == self.rank => None,
             Some(dest) if self.send_blocked.contains(dest) => None,
             Some(_) => DnStep::pass(Header::Data, down),
@@ -252,12 +252,11 @@ impl Layer for Appl {
     }
 
     fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
-        (!self.left && fast::is(up.header, Header::Data)).then_some(UpStep {
-            qos: up.qos,
-            reply: None,
-            absorb: false,
-            keep: false,
-        })
+        (!self.left && fast::is(up.header, Header::Data)).then_some(UpStep::to(up.qos))
+    }
+
+    fn fast_data(&self, header: &motet_wire::Header) -> bool {
+        matches!(header, motet_wire::Header::Appl(h) if *h != Header::NoHdr)
     }
 
     fn fast_up_apply(&mut self, up: &fast::Up<'_>, msg: &Msg, out: &mut Outbox<'_>) {

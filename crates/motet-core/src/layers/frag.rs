@@ -209,14 +209,75 @@ impl Layer for Frag {
         }
     }
 
-    // Fast path: a message that fits one fragment (`Whole`), from an origin not cut off.
+    // Fast path: a message that fits one fragment (`Whole`), from an origin not cut off; and a
+    // larger one, split going down (a one-to-many trace) and reassembled going up: each part but
+    // the last is kept here (`absorb`), the last completes the message (`join`), which goes on up.
     fn fast_dn(&self, down: &Down) -> Option<DnStep> {
-        let whole = down.qos == crate::event::Qos::Unreliable || down.len <= self.frag_size;
-        whole.then(|| DnStep::pass(Header::Whole, down)).flatten()
+        if down.qos == crate::event::Qos::Unreliable || down.len <= self.frag_size {
+            return DnStep::pass(Header::Whole, down);
+        }
+        let count = u32::try_from(down.len.div_ceil(self.frag_size)).ok()?;
+        Some(DnStep { parts: count, ..DnStep::to(Header::Part { index: 0, count }, down.qos) })
+    }
+
+    fn fast_dn_apply(&mut self, down: &Down, _msg: &Msg, out: &mut Outbox<'_>) {
+        if down.qos != crate::event::Qos::Unreliable && down.len > self.frag_size {
+            out.count(Counter::Fragmented);
+        }
+    }
+
+    fn fast_split(&self, msg: &Msg, index: u32) -> Msg {
+        // As `split`: the headers from above travel on the first part only.
+        let len = msg.payload.len();
+        let count = len.div_ceil(self.frag_size) as u32;
+        let start = index as usize * self.frag_size;
+        let hdrs = if index == 0 { msg.hdrs.clone() } else { HeaderStack::default() };
+        let part = msg.payload.slice(start, self.frag_size.min(len - start));
+        Msg { hdrs, payload: part }.with(Header::Part { index, count })
     }
 
     fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
-        (!self.cut.contains(up.origin) && fast::is(up.header, Header::Whole)).then(|| UpStep::pass(up)).flatten()
+        if self.cut.contains(up.origin) {
+            return None;
+        }
+        let motet_wire::Header::Frag(header) = up.header else { return None };
+        let Header::Part { index, count } = *header else { return UpStep::pass(up) };
+        // The parts `reassemble` accepts without a violation: a first part with nothing pending,
+        // or the next part of the message pending.
+        let slot = if up.cast { &self.casts } else { &self.sends }.get(usize::from(up.origin))?;
+        if count < 2 || count > self.count_max || index >= count {
+            return None;
+        }
+        let accepted = match slot {
+            None => index == 0,
+            Some(partial) => index != 0 && partial.next == index && partial.count == count,
+        };
+        let last = index + 1 == count;
+        accepted.then_some(UpStep { absorb: !last, join: last, ..UpStep::to(up.qos) })
+    }
+
+    fn fast_up_apply(&mut self, up: &fast::Up<'_>, msg: &Msg, _out: &mut Outbox<'_>) {
+        let motet_wire::Header::Frag(Header::Part { index, count }) = *up.header else { return };
+        let slot = &mut if up.cast { &mut self.casts } else { &mut self.sends }[usize::from(up.origin)];
+        match slot {
+            Some(partial) => {
+                partial.payload.append(msg.payload.clone());
+                partial.next += 1;
+            }
+            None => *slot = Some(Partial { hdrs: msg.hdrs.clone(), payload: msg.payload.clone(), next: 1, count }),
+        }
+        debug_assert!(index + 1 < count, "the last part joins");
+    }
+
+    fn fast_join(&mut self, up: &fast::Up<'_>, msg: Msg, _out: &mut Outbox<'_>) -> Msg {
+        let slot = &mut if up.cast { &mut self.casts } else { &mut self.sends }[usize::from(up.origin)];
+        let mut partial = slot.take().expect("the condition saw the message pending");
+        partial.payload.append(msg.payload);
+        Msg { hdrs: partial.hdrs, payload: partial.payload }
+    }
+
+    fn fast_data(&self, header: &motet_wire::Header) -> bool {
+        matches!(header, motet_wire::Header::Frag(Header::Part { .. }))
     }
 
     fn fast_inert(&self, trace: fast::Trace) -> Option<usize> {

@@ -58,7 +58,7 @@ impl Layer for Local {
 
     // Fast path: a cast goes down and loops back up (a branching trace); the rest passes.
     fn fast_dn(&self, down: &Down) -> Option<DnStep> {
-        Some(DnStep { header: Header::NoHdr.into(), qos: down.qos, loopback: down.dest.is_none(), keep: false })
+        Some(DnStep { loopback: down.dest.is_none(), ..DnStep::to(Header::NoHdr, down.qos) })
     }
 
     fn fast_dn_apply(&mut self, down: &Down, _msg: &Msg, _out: &mut Outbox<'_>) {

@@ -168,7 +168,7 @@ impl Layer for Mflow {
             // A credit report that releases nothing (no cast waits, no flush is held) only
             // raises a count: kept here, with no event.
             let quiet = !up.cast && self.window.pending() == 0 && !self.block_held;
-            return quiet.then_some(UpStep { qos: up.qos, reply: None, absorb: true, keep: false });
+            return quiet.then_some(UpStep { absorb: true, ..UpStep::to(up.qos) });
         }
         if !fast::is(up.header, Header::NoHdr) {
             return None;
@@ -179,7 +179,7 @@ impl Layer for Mflow {
                 .map(|count| (up.origin, Header::Credit { count }.into())),
             false => None,
         };
-        Some(UpStep { qos: up.qos, reply, absorb: false, keep: false })
+        Some(UpStep { reply, ..UpStep::to(up.qos) })
     }
 
     fn fast_up_apply(&mut self, up: &fast::Up<'_>, _msg: &Msg, out: &mut Outbox<'_>) {

@@ -37,11 +37,22 @@ pub struct Config {
     pub recv_window_max: u64,
     /// Casts retransmitted in answer to one NAK. Default 256.
     pub retransmit_max: usize,
+    /// How long a gap must stay open before it is NAKed. Default 2 ms. A network that reorders
+    /// (multipath, jitter, a busy receive queue) opens gaps that close by themselves a moment
+    /// later; NAKing at once would have the origin retransmit what is already on its way. Zero
+    /// NAKs at once, as Ensemble's `mnak` does (thesis Fig 5.4). PGM and Aeron hold NAKs back the
+    /// same way; the cost is that much more recovery latency after a real loss.
+    pub nak_delay: Duration,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { sweep_interval: Duration::from_millis(50), recv_window_max: 4096, retransmit_max: 256 }
+        Config {
+            sweep_interval: Duration::from_millis(50),
+            recv_window_max: 4096,
+            retransmit_max: 256,
+            nak_delay: Duration::from_millis(2),
+        }
     }
 }
 
@@ -65,7 +76,8 @@ struct Origin {
     received: Seqno,
     /// Casts received ahead of a gap.
     ooo: BTreeMap<Seqno, Msg>,
-    /// Everything below this was received or already NAKed.
+    /// Everything below this was received, or NAKed, or is due to be NAKed when the gap has
+    /// stayed open for `nak_delay`.
     naked_upto: Seqno,
     /// Some live member holds casts below this (from stability gossip).
     max_known: Seqno,
@@ -244,7 +256,11 @@ impl Mnak {
         let lo = o.received.max(o.naked_upto);
         o.naked_upto = o.naked_upto.max(seqno + 1);
         if lo < seqno {
-            self.nak(origin, lo, seqno - 1, out);
+            match self.config.nak_delay.is_zero() {
+                true => self.nak(origin, lo, seqno - 1, out),
+                // The timer NAKs every gap still open then (`handle_timer`).
+                false => out.alarm(out.now() + self.config.nak_delay),
+            }
         }
     }
 
@@ -376,7 +392,7 @@ impl Layer for Mnak {
         let reliable = down.dest.is_none() && down.qos != Qos::Unreliable;
         let qos = if reliable { Qos::Reliable } else { down.qos };
         // A reliable cast is kept for retransmission: after the transmit (delayed processing).
-        Some(DnStep { header: header.into(), qos, loopback: false, keep: reliable })
+        Some(DnStep { keep: reliable, ..DnStep::to(header, qos) })
     }
 
     fn fast_dn_apply(&mut self, down: &Down, _msg: &Msg, _out: &mut Outbox<'_>) {
@@ -393,14 +409,17 @@ impl Layer for Mnak {
         let motet_wire::Header::Mnak(Header::Data { seqno }) = up.header else { return None };
         let o = self.origins.get(usize::from(up.origin))?;
         let usual = self.cut.is_none() && up.origin != self.rank;
-        if usual && *seqno == o.received && o.ooo.is_empty() && *seqno < self.limit(up.origin) {
-            // Kept for retransmission to the others, after the delivery (delayed processing).
-            return Some(UpStep { qos: Qos::Reliable, reply: None, absorb: false, keep: true });
+        if usual && *seqno == o.received && *seqno < self.limit(up.origin) {
+            // Kept for retransmission to the others, after the delivery (delayed processing). A
+            // cast that fills a gap also releases the run held behind it (`drain`).
+            let release = !o.ooo.is_empty();
+            return Some(UpStep { keep: true, release, ..UpStep::to(Qos::Reliable) });
         }
         // Ahead of a gap (the network reordered or lost what comes before), from a live origin:
-        // kept out of order, with a NAK for the part of the gap not yet asked for, as `recv_cast`
-        // does. The trace ends here; the cast that fills the gap takes the layered path, which
-        // delivers the run.
+        // kept out of order, as `recv_cast` does: with a NAK for the part of the gap not yet asked
+        // for, or (with a `nak_delay`) an alarm that NAKs the gap if it is still open then. The
+        // trace ends here; the cast that fills the gap takes the layered path, which delivers the
+        // run.
         let ahead = usual
             && !self.failed.contains(up.origin)
             && *seqno > o.received
@@ -408,8 +427,10 @@ impl Layer for Mnak {
             && !o.ooo.contains_key(seqno);
         ahead.then(|| {
             let lo = o.received.max(o.naked_upto);
-            let reply = (lo < *seqno).then(|| (up.origin, Header::Nak { origin: up.origin, lo, hi: seqno - 1 }.into()));
-            UpStep { qos: up.qos, reply, absorb: true, keep: false }
+            let now = self.config.nak_delay.is_zero();
+            let reply =
+                (now && lo < *seqno).then(|| (up.origin, Header::Nak { origin: up.origin, lo, hi: seqno - 1 }.into()));
+            UpStep { reply, absorb: true, ..UpStep::to(up.qos) }
         })
     }
 
@@ -430,9 +451,23 @@ impl Layer for Mnak {
         let lo = o.received.max(o.naked_upto);
         o.naked_upto = o.naked_upto.max(seqno + 1);
         if lo < *seqno {
-            out.count(Counter::NakSent);
-            out.alarm(out.now() + self.config.sweep_interval);
+            match self.config.nak_delay.is_zero() {
+                true => {
+                    out.count(Counter::NakSent);
+                    out.alarm(out.now() + self.config.sweep_interval);
+                }
+                false => out.alarm(out.now() + self.config.nak_delay),
+            }
         }
+    }
+
+    fn fast_release(&mut self, origin: Rank, _cast: bool, _out: &mut Outbox<'_>) -> Option<(Rank, Msg)> {
+        // `drain`, one cast at a time; the copy for the buffer comes back through `fast_keep`.
+        let limit = self.limit(origin);
+        let o = &mut self.origins[usize::from(origin)];
+        let next = (o.received < limit).then(|| o.ooo.remove(&o.received)).flatten()?;
+        o.received += 1;
+        Some((origin, next))
     }
 
     fn fast_keep(&mut self, kept: &fast::Kept, msg: Msg, _out: &mut Outbox<'_>) {
@@ -467,6 +502,7 @@ impl Layer for Mnak {
 mod tests {
     use super::*;
     use crate::layer::harness::{Harness, Out};
+    use crate::time::Instant;
 
     fn data(seqno: Seqno) -> Msg {
         Msg::new(vec![seqno as u8].into()).with(Header::Data { seqno })
@@ -480,7 +516,11 @@ mod tests {
         holder.up(Up::Cast { origin: 0, msg: data(0), qos: Qos::Unreliable });
         holder.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Unreliable });
         lagger.dn(Dn::Fail([0].into_iter().collect()));
-        let out = lagger.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Unreliable });
+        // The gap is NAKed once it has lasted `nak_delay`, not at once (it may be a reordering).
+        assert!(lagger.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Unreliable }).is_empty());
+        let due = lagger.alarm.expect("the NAK's alarm");
+        assert_eq!(due, Instant::ZERO + Config::default().nak_delay);
+        let out = lagger.timer(due);
         let nak = match &out[..] {
             [Out::Dn(Dn::Cast { msg, qos: Qos::Unreliable })] => msg.clone(),
             other => panic!("{other:?}"),

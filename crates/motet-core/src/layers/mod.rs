@@ -110,6 +110,18 @@ macro_rules! registry {
             pub(crate) fn fast_keep(&mut self, kept: &crate::fast::Kept, msg: crate::event::Msg, out: &mut Outbox<'_>) {
                 match self { $(AnyLayer::$kind(layer) => layer.fast_keep(kept, msg, out),)* }
             }
+            pub(crate) fn fast_split(&self, msg: &crate::event::Msg, index: u32) -> crate::event::Msg {
+                match self { $(AnyLayer::$kind(layer) => layer.fast_split(msg, index),)* }
+            }
+            pub(crate) fn fast_join(&mut self, up: &crate::fast::Up<'_>, msg: crate::event::Msg, out: &mut Outbox<'_>) -> crate::event::Msg {
+                match self { $(AnyLayer::$kind(layer) => layer.fast_join(up, msg, out),)* }
+            }
+            pub(crate) fn fast_release(&mut self, origin: Rank, cast: bool, out: &mut Outbox<'_>) -> Option<(Rank, crate::event::Msg)> {
+                match self { $(AnyLayer::$kind(layer) => layer.fast_release(origin, cast, out),)* }
+            }
+            pub(crate) fn fast_data(&self, header: &motet_wire::Header) -> bool {
+                match self { $(AnyLayer::$kind(layer) => layer.fast_data(header),)* }
+            }
             pub(crate) fn fast_inert(&self, trace: crate::fast::Trace) -> Option<usize> {
                 match self { $(AnyLayer::$kind(layer) => layer.fast_inert(trace),)* }
             }

@@ -32,11 +32,20 @@ pub struct Config {
     pub recv_window_max: u64,
     /// Messages retransmitted per peer per NAK or sweep. Default 64.
     pub retransmit_max: usize,
+    /// How long a gap must stay open before it is NAKed. Default 2 ms; zero NAKs at once. As
+    /// `mnak`'s: a reordering network closes most gaps by itself a moment later.
+    pub nak_delay: Duration,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { sweep_interval: Duration::from_millis(50), ack_batch: 16, recv_window_max: 4096, retransmit_max: 64 }
+        Config {
+            sweep_interval: Duration::from_millis(50),
+            ack_batch: 16,
+            recv_window_max: 4096,
+            retransmit_max: 64,
+            nak_delay: Duration::from_millis(2),
+        }
     }
 }
 
@@ -64,10 +73,18 @@ struct Peer {
     expected: Seqno,
     /// Received ahead of `expected`.
     ooo: BTreeMap<Seqno, Msg>,
-    /// Everything below this was either received or already NAKed.
+    /// Everything below this was received, or NAKed, or is due to be NAKed when the gap has
+    /// lasted `nak_delay`.
     naked_upto: Seqno,
     /// The last cumulative ack we sent.
     ack_sent: Seqno,
+}
+
+impl Peer {
+    /// How many sends are held in order right behind the next expected one.
+    fn run(&self) -> Seqno {
+        self.ooo.keys().zip(self.expected + 1..).take_while(|(held, want)| **held == *want).count() as Seqno
+    }
 }
 
 /// `pt2pt` state.
@@ -157,7 +174,11 @@ impl Pt2pt {
             let lo = p.expected.max(p.naked_upto);
             p.naked_upto = p.naked_upto.max(seqno + 1);
             if lo < seqno {
-                Pt2pt::send_nak(origin, lo, seqno - 1, out);
+                match self.config.nak_delay.is_zero() {
+                    true => Pt2pt::send_nak(origin, lo, seqno - 1, out),
+                    // The sweep NAKs every gap still open then.
+                    false => out.alarm(out.now() + self.config.nak_delay),
+                }
             }
             out.alarm(out.now() + self.config.sweep_interval);
             return;
@@ -257,8 +278,8 @@ impl Layer for Pt2pt {
     }
 
     // Fast path (thesis §5.6): a send to a live peer (numbered, kept until acknowledged); the
-    // next expected send from a peer with nothing out of order (delivered, with an `Ack` reply
-    // when one is due); casts pass.
+    // next expected send from a peer (delivered, with an `Ack` reply when one is due, and the run
+    // held behind it released); a send ahead of a gap (held); casts pass.
     fn fast_dn(&self, down: &Down) -> Option<DnStep> {
         match down.dest {
             None => DnStep::pass(Header::NoHdr, down),
@@ -292,29 +313,69 @@ impl Layer for Pt2pt {
             // An acknowledgement frees the retransmission buffer; it is kept here, with no event,
             // unless a flush waits for it.
             motet_wire::Header::Pt2pt(Header::Ack { .. }) if !self.block_held => {
-                Some(UpStep { qos: up.qos, reply: None, absorb: true, keep: false })
+                Some(UpStep { absorb: true, ..UpStep::to(up.qos) })
             }
-            motet_wire::Header::Pt2pt(Header::Data { seqno }) if *seqno == p.expected && p.ooo.is_empty() => {
-                let next = p.expected + 1;
+            // The next expected send; if it fills a gap, the run held behind it is released after
+            // it, and the ack, when due, covers the run too (as `recv_data` acks after draining).
+            motet_wire::Header::Pt2pt(Header::Data { seqno }) if *seqno == p.expected => {
+                let run = p.run();
+                let next = p.expected + 1 + run;
                 let reply =
                     (next - p.ack_sent >= self.config.ack_batch).then(|| (up.origin, Header::Ack { next }.into()));
-                Some(UpStep { qos: up.qos, reply, absorb: false, keep: false })
+                Some(UpStep { reply, release: run > 0, ..UpStep::to(up.qos) })
+            }
+            // Ahead of a gap: held out of order, as `recv_data` does, the gap NAKed at once (the
+            // trace's reply) or when it has lasted `nak_delay`.
+            motet_wire::Header::Pt2pt(Header::Data { seqno })
+                if *seqno > p.expected
+                    && *seqno - p.expected <= self.config.recv_window_max
+                    && !p.ooo.contains_key(seqno) =>
+            {
+                let lo = p.expected.max(p.naked_upto);
+                let reply = (self.config.nak_delay.is_zero() && lo < *seqno)
+                    .then(|| (up.origin, Header::Nak { lo, hi: seqno - 1 }.into()));
+                Some(UpStep { reply, absorb: true, ..UpStep::to(up.qos) })
             }
             _ => None,
         }
     }
 
-    fn fast_up_apply(&mut self, up: &fast::Up<'_>, _msg: &Msg, out: &mut Outbox<'_>) {
+    fn fast_release(&mut self, origin: Rank, _cast: bool, _out: &mut Outbox<'_>) -> Option<(Rank, Msg)> {
+        // `recv_data`'s drain, one send at a time.
+        let p = &mut self.peers[usize::from(origin)];
+        let next = p.ooo.remove(&p.expected)?;
+        p.expected += 1;
+        Some((origin, next))
+    }
+
+    fn fast_up_apply(&mut self, up: &fast::Up<'_>, msg: &Msg, out: &mut Outbox<'_>) {
         if up.cast {
             return;
         }
         if let motet_wire::Header::Pt2pt(Header::Ack { next }) = up.header {
             return self.acknowledge(up.origin, *next);
         }
+        let motet_wire::Header::Pt2pt(Header::Data { seqno }) = up.header else { return };
         let p = &mut self.peers[usize::from(up.origin)];
+        if *seqno > p.expected {
+            // Ahead of a gap (see `fast_up`).
+            p.ooo.insert(*seqno, msg.clone());
+            let lo = p.expected.max(p.naked_upto);
+            p.naked_upto = p.naked_upto.max(seqno + 1);
+            if lo < *seqno {
+                match self.config.nak_delay.is_zero() {
+                    true => out.count(Counter::NakSent),
+                    false => out.alarm(out.now() + self.config.nak_delay),
+                }
+            }
+            out.alarm(out.now() + self.config.sweep_interval);
+            return;
+        }
+        // The run behind it is released next (`fast_release`); the ack covers it.
+        let next = p.expected + 1 + p.run();
         p.expected += 1;
-        if p.expected - p.ack_sent >= self.config.ack_batch {
-            p.ack_sent = p.expected;
+        if next - p.ack_sent >= self.config.ack_batch {
+            p.ack_sent = next;
             out.count(Counter::AckSent);
         } else {
             out.alarm(out.now() + self.config.sweep_interval);
@@ -363,11 +424,26 @@ mod tests {
 
     #[test]
     fn gap_is_naked_once_then_filled_in_order() {
+        for nak_delay in [Duration(0), Config::default().nak_delay] {
+            gap_is_naked_once_then_filled_in_order_with(Config { nak_delay, ..Config::default() });
+        }
+    }
+
+    fn gap_is_naked_once_then_filled_in_order_with(config: Config) {
         let view = crate::testing::view(2);
-        let mut h = Harness::new(Pt2pt::new(&Config::default(), &view, 1), 1);
+        let mut h = Harness::new(Pt2pt::new(&config, &view, 1), 1);
         assert_eq!(h.up(Up::Send { origin: 0, msg: data(0) }).len(), 1);
         let out = h.up(Up::Send { origin: 0, msg: data(3) });
-        assert_eq!(sent_headers(&out), vec![Header::Nak { lo: 1, hi: 2 }]);
+        if config.nak_delay.is_zero() {
+            assert_eq!(sent_headers(&out), vec![Header::Nak { lo: 1, hi: 2 }]);
+        } else {
+            // Not at once: when the gap has lasted `nak_delay` (the sweep also acks what came).
+            assert!(sent_headers(&out).is_empty());
+            let due = h.alarm.expect("the NAK's alarm");
+            assert_eq!(due, Instant::ZERO + config.nak_delay);
+            let out = h.timer(due);
+            assert_eq!(sent_headers(&out), vec![Header::Ack { next: 1 }, Header::Nak { lo: 1, hi: 2 }]);
+        }
         // A later message does not NAK the same range again.
         let out = h.up(Up::Send { origin: 0, msg: data(4) });
         assert!(sent_headers(&out).is_empty());

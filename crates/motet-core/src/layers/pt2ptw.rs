@@ -173,7 +173,7 @@ impl Layer for Pt2ptw {
                 .peek(self.config.window)
                 .map(|count| (up.origin, Header::Ack { count }.into())),
         };
-        Some(UpStep { qos: up.qos, reply, absorb: false, keep: false })
+        Some(UpStep { reply, ..UpStep::to(up.qos) })
     }
 
     fn fast_up_apply(&mut self, up: &fast::Up<'_>, _msg: &Msg, out: &mut Outbox<'_>) {

@@ -209,12 +209,12 @@ impl Layer for Sequencer {
 
     // Fast path: a totally ordered cast goes down numbered by nobody (`Data`); one arriving, in
     // a view not yet completed and not the next the announced order waits for, is queued (the
-    // trace ends here) and, at the sequencer, added to the order to announce.
+    // trace ends here) and, at the sequencer, added to the order to announce; the next one is
+    // delivered, then what the order names after it (released). An `Order` from the sequencer is
+    // kept here and releases what it orders.
     fn fast_dn(&self, down: &Down) -> Option<DnStep> {
         match (down.dest, down.qos) {
-            (None, Qos::Total) => {
-                Some(DnStep { header: Header::Data.into(), qos: Qos::Reliable, loopback: false, keep: false })
-            }
+            (None, Qos::Total) => Some(DnStep::to(Header::Data, Qos::Reliable)),
             _ => DnStep::pass(Header::NoHdr, down),
         }
     }
@@ -223,18 +223,40 @@ impl Layer for Sequencer {
         if !up.cast {
             return fast::is(up.header, Header::NoHdr).then(|| UpStep::pass(up)).flatten();
         }
-        if self.completed || !fast::is(up.header, Header::Data) {
+        if self.completed {
             return None;
         }
-        match self.order.front() {
-            // The order already names it: it is delivered now, alone (the run goes on with a
-            // later cast of its origin, or the next run's casts have not arrived).
-            Some(&(origin, count)) if origin == up.origin => {
-                let alone = count > 1 || self.order.get(1).is_none_or(|&(o, _)| self.queues[usize::from(o)].is_empty());
-                alone.then_some(UpStep { qos: Qos::Reliable, reply: None, absorb: false, keep: false })
+        match up.header {
+            motet_wire::Header::Sequencer(Header::Order(runs)) => {
+                // What the layered handler accepts: from the sequencer, naming members of the view.
+                let valid = up.origin == 0 && runs.iter().all(|&(o, _)| usize::from(o) < self.queues.len());
+                valid.then_some(UpStep { absorb: true, release: true, ..UpStep::to(up.qos) })
             }
-            _ => Some(UpStep { qos: up.qos, reply: None, absorb: true, keep: false }),
+            motet_wire::Header::Sequencer(Header::Data) => match self.order.front() {
+                // The order already names it: it is delivered now, then what the order names
+                // next, if it has arrived (the run goes on with a later cast of its origin, or
+                // the next run's casts).
+                Some(&(origin, count)) if origin == up.origin => {
+                    let alone =
+                        count > 1 || self.order.get(1).is_none_or(|&(o, _)| self.queues[usize::from(o)].is_empty());
+                    Some(UpStep { release: !alone, ..UpStep::to(Qos::Reliable) })
+                }
+                _ => Some(UpStep { absorb: true, ..UpStep::to(up.qos) }),
+            },
+            _ => None,
         }
+    }
+
+    fn fast_release(&mut self, _origin: Rank, _cast: bool, _out: &mut Outbox<'_>) -> Option<(Rank, Msg)> {
+        // `deliver_ordered`, one cast at a time.
+        let &(origin, count) = self.order.front()?;
+        let msg = self.queues[usize::from(origin)].pop_front()?;
+        match count {
+            1 => drop(self.order.pop_front()),
+            _ => self.order[0].1 = count - 1,
+        }
+        self.delivered += 1;
+        Some((origin, msg))
     }
 
     fn fast_inert(&self, trace: fast::Trace) -> Option<usize> {
@@ -244,6 +266,11 @@ impl Layer for Sequencer {
 
     fn fast_up_apply(&mut self, up: &fast::Up<'_>, msg: &Msg, out: &mut Outbox<'_>) {
         if !up.cast {
+            return;
+        }
+        if let motet_wire::Header::Sequencer(Header::Order(runs)) = up.header {
+            // The casts it orders are released next (`fast_release`).
+            self.order.extend(runs.iter().copied().filter(|&(_, count)| count > 0));
             return;
         }
         if self.order.front().is_some_and(|&(origin, _)| origin == up.origin) {

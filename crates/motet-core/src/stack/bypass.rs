@@ -27,9 +27,9 @@
 //! backlogs, out-of-order buffers) are part of its condition.
 
 use super::{Delayed, Plan, Stack, Transmit, DELAYED_MAX};
-use crate::event::{Msg, Qos};
+use crate::event::{Dn, Msg, Qos};
 use crate::fast::{DnStep, Down, Kept, Trace, Up, UpStep};
-use crate::layer::Outbox;
+use crate::layer::{Ev, Outbox};
 use crate::time::Instant;
 use crate::{Payload, Rank};
 use motet_wire::{Header, HeaderStack, Mux};
@@ -44,12 +44,41 @@ type DnSteps = Steps<(usize, Down, DnStep)>;
 /// step), bottom up.
 type UpSteps = Steps<(usize, Qos, UpStep)>;
 
+/// How an input that took the bypass ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub(super) enum Took {
+    /// An application message, entirely on the bypass.
+    Hit,
+    /// A layer's own message (a credit report, an acknowledgement), kept by its layer.
+    Absorbed,
+    /// An application message that began on the bypass and ended on the layered path: a part of
+    /// a split message, or the message a join completed, failed a condition of this layer. What
+    /// the bypass had done is what the layers' handlers would have done up to there.
+    Finished(usize),
+}
+
+impl Took {
+    /// The outcome of an input whose trace went on with `next`: finished on the layered path if
+    /// either part was.
+    fn then(self, next: Took) -> Took {
+        match (self, next) {
+            (Took::Finished(layer), _) | (_, Took::Finished(layer)) => Took::Finished(layer),
+            _ => self,
+        }
+    }
+}
+
 #[cfg(test)]
 thread_local! {
     /// Testing the checker: the bypass skips this layer's action (a seeded bug).
     static SKIP_ACTION: std::cell::Cell<Option<crate::LayerKind>> = const { std::cell::Cell::new(None) };
     /// Testing the checker: the compiled traces take this layer for inert (a false declaration).
     static FORCE_INERT: std::cell::Cell<Option<crate::LayerKind>> = const { std::cell::Cell::new(None) };
+    /// Testing the checker: a split message loses its last part on the bypass.
+    static SKIP_LAST_PART: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Testing the checker: the bypass forgets what a layer releases.
+    static SKIP_RELEASE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// The layers of `mask`, top down.
@@ -131,16 +160,16 @@ impl Stack {
         now: Instant,
         dest: Option<Rank>,
         payload: Payload,
-    ) -> Result<(), (Payload, usize)> {
+    ) -> Result<Took, (Payload, usize)> {
         let trace = Trace::down(dest);
         match self.compiled(trace) {
             Some((plan, template)) if payload.len() <= plan.len_max => {
                 // The loop-back branch, if any, is a cast going up: its compiled trace, if the
                 // payload is within its reach.
                 let back = self.plans[Trace::CastUp as usize].filter(|p| payload.len() <= p.len_max).map(|p| p.active);
-                self.trace_dn(now, dest, payload, plan.active, back, Some(template))?;
-                self.bypass_stats.compiled += 1;
-                Ok(())
+                let took = self.trace_dn(now, dest, payload, plan.active, back, Some(template))?;
+                self.bypass_stats.compiled += u64::from(took == Took::Hit);
+                Ok(took)
             }
             _ => {
                 // Interpreted: every layer from `appl` down is asked, and the message is built in
@@ -165,10 +194,11 @@ impl Stack {
         active: u32,
         back: Option<u32>,
         template: Option<Arc<motet_wire::Template>>,
-    ) -> Result<(), (Payload, usize)> {
+    ) -> Result<Took, (Payload, usize)> {
         let top = self.appl;
         let mut down = Down { dest, qos: Qos::Reliable, len: payload.len() };
-        // Conditions, top down: (the layer, what reached it, what it does).
+        // Conditions, top down: (the layer, what reached it, what it does). A layer that splits
+        // the message ends this phase: each part is asked about below it, once it exists.
         let mut steps = DnSteps::new();
         let mut loopback = None;
         for i in top_down(active) {
@@ -180,8 +210,12 @@ impl Stack {
                 loopback = Some(i);
             }
             let next = Down { qos: step.qos, ..down };
+            let split = step.parts > 1;
             steps.push((i, down, step));
             down = next;
+            if split {
+                break;
+            }
         }
         // The loop-back branch: the message as it reached `local` goes up through the layers
         // between `appl` and `local` as this endpoint's own cast; the headers they see are those
@@ -198,7 +232,8 @@ impl Stack {
                 };
                 let up = Up { origin: self.rank, cast: true, qos, header };
                 match self.layers[i].fast_up(&up) {
-                    Some(step) if step.reply.is_none() => {
+                    // A reply, a join or a release on the loop-back branch: the layered path's.
+                    Some(step) if step.reply.is_none() && !step.join && !step.release => {
                         qos = step.qos;
                         let absorb = step.absorb;
                         up_steps.push((i, up.qos, step));
@@ -216,12 +251,70 @@ impl Stack {
             Some(template) => HeaderStack::compact(template),
             None => HeaderStack::with_capacity(steps.len()),
         };
-        self.act_dn(now, dest, Msg { hdrs, payload }, template.as_ref(), &mut steps, loopback, &up_steps);
+        match self.act_dn(now, dest, Msg { hdrs, payload }, template.as_ref(), &mut steps, loopback, &up_steps) {
+            Some((at, parts, whole)) => Ok(self.parts_dn(now, dest, at, parts, down.qos, &whole)),
+            None => Ok(Took::Hit),
+        }
+    }
+
+    /// The parts of a message that layer `at` split (a one-to-many trace, `frag`), each asked
+    /// about and sent on down the layers below it in turn, since each part's conditions read what
+    /// the previous part's actions did (a window, a sequence number). The first part a condition
+    /// refuses, and every part after it, take the layered path from `at`'s output on, queued as
+    /// its handler queues them.
+    fn parts_dn(&mut self, now: Instant, dest: Option<Rank>, at: usize, parts: u32, qos: Qos, whole: &Msg) -> Took {
+        let below = span(at + 1, self.layers.len());
+        for index in 0..parts {
+            #[cfg(test)]
+            if SKIP_LAST_PART.with(std::cell::Cell::get) && index + 1 == parts {
+                break;
+            }
+            let part = self.layers[at].fast_split(whole, index);
+            let Err((part, refused)) = self.part_dn(now, dest, part, qos, below) else { continue };
+            self.settle_for_input();
+            let rest: Vec<Msg> = (index + 1..parts).map(|k| self.layers[at].fast_split(whole, k)).collect();
+            for msg in std::iter::once(part).chain(rest) {
+                let ev = match dest {
+                    None => Dn::Cast { msg, qos },
+                    Some(dest) => Dn::Send { dest, msg },
+                };
+                self.queue.push_back((at + 1, Ev::Dn(ev)));
+            }
+            self.run(now);
+            return Took::Finished(refused);
+        }
+        Took::Hit
+    }
+
+    /// One part of a split message down the layers of `active` (all of them, in its full form).
+    fn part_dn(
+        &mut self,
+        now: Instant,
+        dest: Option<Rank>,
+        msg: Msg,
+        qos: Qos,
+        active: u32,
+    ) -> Result<(), (Msg, usize)> {
+        let mut down = Down { dest, qos, len: msg.payload.len() };
+        let mut steps = DnSteps::new();
+        for i in top_down(active) {
+            match self.layers[i].fast_dn(&down) {
+                Some(step) if !step.loopback && step.parts <= 1 => {
+                    let next = Down { qos: step.qos, ..down };
+                    steps.push((i, down, step));
+                    down = next;
+                }
+                _ => return Err((msg, i)),
+            }
+        }
+        let split = self.act_dn(now, dest, msg, None, &mut steps, None, &[]);
+        debug_assert!(split.is_none(), "the conditions refused a second split");
         Ok(())
     }
 
     /// The actions of a trace going down, top down, assembling the message as the layers would:
-    /// the headers of the layers not asked come from `template`.
+    /// the headers of the layers not asked come from `template`. Stops at a layer that splits the
+    /// message, and gives back that layer, its parts and the message as it reached it.
     #[allow(clippy::too_many_arguments)]
     fn act_dn(
         &mut self,
@@ -232,7 +325,7 @@ impl Stack {
         steps: &mut DnSteps,
         loopback: Option<usize>,
         back: &[(usize, Qos, UpStep)],
-    ) {
+    ) -> Option<(usize, u32, Msg)> {
         let top = self.appl;
         // Drained in place: a move of the steps would copy their whole inline array.
         for (i, down, step) in steps.drain(..) {
@@ -240,6 +333,9 @@ impl Stack {
                 msg.hdrs.push_template(template, i - top);
             }
             self.apply(i, now, |layer, out| layer.fast_dn_apply(&down, &msg, out));
+            if step.parts > 1 {
+                return Some((i, step.parts, msg));
+            }
             if step.keep {
                 let kept = Kept { trace: Trace::down(dest), peer: dest.unwrap_or(self.rank) };
                 self.keep(i, kept, now, msg.clone());
@@ -257,22 +353,42 @@ impl Stack {
             Some(dest) => Mux::Send { dest },
         };
         self.transmits.push_back(Transmit { mux, msg, to: None });
+        None
     }
 
     /// Runs a cast or send from the network up the bypass: compiled when the message is in the
-    /// compact form of its trace's template, else interpreted. `Ok(true)` for an application
-    /// message, `Ok(false)` for a layer's own message that a layer absorbed on the bypass (a
-    /// credit report, an acknowledgement). Gives the message back with the layer whose condition
-    /// did not hold, or with `None` when no trace fits it (gossip, heartbeats, NAKs).
+    /// compact form of its trace's template, else interpreted. Gives the message back with the
+    /// layer whose condition did not hold (for an application message), or with `None` when no
+    /// trace fits it (gossip, heartbeats, NAKs).
     pub(super) fn bypass_up(
         &mut self,
         now: Instant,
         origin: Rank,
         cast: bool,
         msg: Msg,
-    ) -> Result<bool, (Msg, Option<usize>)> {
-        let (top, n) = (self.appl, self.layers.len());
+    ) -> Result<Took, (Msg, Option<usize>)> {
         let trace = Trace::up(cast);
+        let qos = if cast { Qos::Unreliable } else { Qos::Reliable };
+        let took = self.trace_up_from_network(now, origin, cast, msg, qos, trace)?;
+        // What went on up on the layered path, mid-trace (`go_on_up`), runs now.
+        if !self.queue.is_empty() {
+            self.settle_for_input();
+            self.run(now);
+        }
+        Ok(took)
+    }
+
+    /// [`Stack::bypass_up`]'s trace: compiled or interpreted.
+    fn trace_up_from_network(
+        &mut self,
+        now: Instant,
+        origin: Rank,
+        cast: bool,
+        msg: Msg,
+        qos: Qos,
+        trace: Trace,
+    ) -> Result<Took, (Msg, Option<usize>)> {
+        let (top, n) = (self.appl, self.layers.len());
         match self.compiled(trace) {
             Some((plan, template))
                 if msg.payload.len() <= plan.len_max && msg.hdrs.compact_seqno(&template).is_some() =>
@@ -280,31 +396,33 @@ impl Stack {
                 // A whole message of the template: every inert layer's header is its template
                 // header. A reply branch is a send going down: its compiled trace.
                 let Some(send) = self.plans[Trace::SendDn as usize].map(|p| p.active) else {
-                    return self.trace_up(now, origin, cast, msg, top, span(top, n), span(top, n), true);
+                    return self.trace_up(now, origin, cast, msg, qos, top, span(top, n), span(top, n), true);
                 };
-                self.trace_up(now, origin, cast, msg, top, plan.active, send, true)?;
-                self.bypass_stats.compiled += 1;
-                Ok(true)
+                let took = self.trace_up(now, origin, cast, msg, qos, top, plan.active, send, true)?;
+                self.bypass_stats.compiled += u64::from(took == Took::Hit);
+                Ok(took)
             }
             _ => {
                 // Interpreted: every layer from the bottom up to the one whose header is the
                 // message's first (`appl` for the application's messages; a layer's own messages
-                // have fewer headers). Delayed processing may run ahead of compiled traces only.
+                // and the later parts of a split message have fewer headers). Delayed processing
+                // may run ahead of compiled traces only.
                 self.settle_for_input();
                 let Some(first) = n.checked_sub(msg.hdrs.len()).filter(|&first| first >= top && first < n) else {
                     return Err((msg, None));
                 };
-                let application = first == top
-                    && matches!(msg.hdrs.get(0).as_deref(), Some(Header::Appl(h)) if *h != motet_wire::hdr::appl::Header::NoHdr);
-                self.trace_up(now, origin, cast, msg, first, span(first, n), span(top, n), application)
+                let application = msg.hdrs.get(0).is_some_and(|h| self.layers[first].fast_data(&h));
+                self.trace_up(now, origin, cast, msg, qos, first, span(first, n), span(top, n), application)
             }
         }
     }
 
-    /// A trace going up that asks the layers of `active`, bottom up; `first` is the layer whose
-    /// header is the message's first. A layer's own message (not `application`) takes the bypass
-    /// only if that layer absorbs it: above it the message would have no header left. A reply
-    /// branch asks the layers of `send` below the replying layer.
+    /// A trace going up that asks the layers of `active`, bottom up, starting with the guarantee
+    /// `qos`; `first` is the layer whose header is the message's first. A layer's own message
+    /// (not `application`) takes the bypass only if that layer absorbs it: above it the message
+    /// would have no header left. A reply branch asks the layers of `send` below the replying
+    /// layer. A layer that joins the message to others (the last part of a split message) ends the
+    /// conditions; the message it completes then goes on up, asked about in turn.
     #[allow(clippy::too_many_arguments)]
     fn trace_up(
         &mut self,
@@ -312,17 +430,19 @@ impl Stack {
         origin: Rank,
         cast: bool,
         msg: Msg,
+        mut qos: Qos,
         first: usize,
         active: u32,
         send: u32,
         application: bool,
-    ) -> Result<bool, (Msg, Option<usize>)> {
+    ) -> Result<Took, (Msg, Option<usize>)> {
         // Misses are counted for the application's messages only.
         let refused = |i: usize| application.then_some(i);
         // Conditions, bottom up.
         let mut steps = UpSteps::new();
-        let mut qos = if cast { Qos::Unreliable } else { Qos::Reliable };
         let mut reply: Option<(usize, Rank, Header)> = None;
+        #[allow(unused_mut)] // the test hook `SKIP_RELEASE` clears it
+        let mut release: Option<(usize, Qos, bool)> = None;
         for i in bottom_up(active) {
             let header = msg.hdrs.get(i - first).expect("one header per layer from the first");
             let up = Up { origin, cast, qos, header: &header };
@@ -334,10 +454,16 @@ impl Stack {
                 }
                 reply = Some((i, *dest, header.clone()));
             }
+            if step.release {
+                if release.is_some() {
+                    return Err((msg, refused(i)));
+                }
+                release = Some((i, step.qos, step.keep));
+            }
             qos = step.qos;
-            let absorb = step.absorb;
+            let ends = step.absorb || step.join;
             steps.push((i, up.qos, step));
-            if absorb {
+            if ends {
                 break;
             }
         }
@@ -359,16 +485,73 @@ impl Stack {
                 }
             }
         }
-        self.act_up(now, origin, cast, msg, first, &steps);
+        let joined = self.act_up(now, origin, cast, msg, first, &steps);
         if let Some(reply) = reply {
             self.act_reply(now, reply, &mut reply_steps);
         }
-        Ok(application)
+        let mut took = if application { Took::Hit } else { Took::Absorbed };
+        // The whole message a layer completed goes on up from there.
+        if let Some((at, whole)) = joined {
+            took = took.then(self.go_on_up(now, origin, cast, whole, qos, at));
+        }
+        // Then what a layer held behind this message, in order, as its handler would pass it up
+        // right after this one.
+        #[cfg(test)]
+        if SKIP_RELEASE.with(std::cell::Cell::get) {
+            release = None;
+        }
+        if let Some((at, qos, keep)) = release {
+            let trace = Trace::up(cast);
+            loop {
+                let mut next = None;
+                self.apply(at, now, |layer, out| next = layer.fast_release(origin, cast, out));
+                let Some((origin, next)) = next else { break };
+                if keep {
+                    self.keep(at, Kept { trace, peer: origin }, now, next.clone());
+                }
+                took = took.then(self.go_on_up(now, origin, cast, next, qos, at));
+            }
+        }
+        Ok(took)
+    }
+
+    /// A message that layer `at` passes up in the middle of a trace (one it completed, or held)
+    /// goes on up from there: on the bypass if every layer above takes it (the headers it carries
+    /// tell which layer's is first), else queued for the layered path from `at`'s output on, as
+    /// its handler would have queued it. Once one message is queued, the ones after it follow it
+    /// there. The queue runs when the input's trace is over ([`Stack::bypass_up`]): a layer's
+    /// handler passes a whole run up before any layer above sees any of it, so no layered handler
+    /// may run while a layer is still releasing.
+    fn go_on_up(&mut self, now: Instant, origin: Rank, cast: bool, msg: Msg, qos: Qos, at: usize) -> Took {
+        let (top, n) = (self.appl, self.layers.len());
+        let result = match at.checked_sub(msg.hdrs.len()).filter(|&first| first >= top && first < at) {
+            Some(first) if self.queue.is_empty() => {
+                let application = msg.hdrs.get(0).is_some_and(|h| self.layers[first].fast_data(&h));
+                self.trace_up(now, origin, cast, msg, qos, first, span(first, at), span(top, n), application)
+            }
+            _ => Err((msg, None)),
+        };
+        match result {
+            Ok(took) => took,
+            Err((msg, refused)) => {
+                self.queue.push_back((at - 1, Ev::Up(Self::up_event(origin, cast, msg, qos))));
+                Took::Finished(refused.unwrap_or(at))
+            }
+        }
+    }
+
+    /// The event a layer's handler passes up with a message from `origin`.
+    fn up_event(origin: Rank, cast: bool, msg: Msg, qos: Qos) -> crate::event::Up {
+        match cast {
+            true => crate::event::Up::Cast { origin, msg, qos },
+            false => crate::event::Up::Send { origin, msg },
+        }
     }
 
     /// The actions of a trace going up, bottom up: each asked layer gets `msg` with its own header
     /// popped (and those of the inert layers below it dropped). `first` is the layer whose header
-    /// is the message's first (`appl`, for the application's).
+    /// is the message's first (`appl`, for the application's). A joining layer, last, takes the
+    /// message: then gives back that layer and the whole message it completed.
     fn act_up(
         &mut self,
         now: Instant,
@@ -377,7 +560,7 @@ impl Stack {
         mut msg: Msg,
         first: usize,
         steps: &[(usize, Qos, UpStep)],
-    ) {
+    ) -> Option<(usize, Msg)> {
         let trace = Trace::up(cast);
         // A layer that keeps the message (a receiver's retransmission buffer) takes the message
         // itself after the delivery, when its headers are in the compact form: the delivery has
@@ -402,6 +585,13 @@ impl Stack {
                 }
             };
             let up = Up { origin, cast, qos: *qos, header };
+            if step.join {
+                debug_assert!(keep_whole.is_none(), "a part of a split message is never compact");
+                let mut whole = None;
+                let part = std::mem::take(&mut msg);
+                self.apply(*i, now, |layer, out| whole = Some(layer.fast_join(&up, part, out)));
+                return Some((*i, whole.expect("the joining layer gives the message back")));
+            }
             self.apply(*i, now, |layer, out| layer.fast_up_apply(&up, &msg, out));
             if step.keep {
                 let kept = Kept { trace, peer: origin };
@@ -417,6 +607,7 @@ impl Stack {
             debug_assert!(regrown, "a compact stack grows back");
             self.keep(layer, kept, now, msg);
         }
+        None
     }
 
     /// The reply branch's actions: the header-only send from the layer at `reply.0`, assembled
@@ -571,10 +762,17 @@ mod compiled_tests {
             group.act(0, Action::Cast(vec![k; 8].into())).unwrap();
             group.act(1, Action::Send(vec![2], vec![k; 8].into())).unwrap();
         }
-        group.act(2, Action::Cast(vec![0; 4000].into())).unwrap(); // fragmented: interpreted, then layered
         let stats: Vec<_> = group.nodes.iter().map(|(node, _)| node.bypass_stats()).collect();
         assert!(stats.iter().all(|s| s.hits > 0 && s.compiled == s.hits), "{stats:?}");
-        assert_eq!(group.delivered, [101, 101, 201], "casts everywhere, sends at rank 2");
+        // A fragmented cast and send (4,000 B: 4 parts of 1,024 B at most) are interpreted: split
+        // going down, each part kept by `frag` going up and the last one joined, all on the bypass.
+        group.act(2, Action::Cast(vec![1; 4000].into())).unwrap();
+        group.act(0, Action::Send(vec![1], vec![2; 4000].into())).unwrap();
+        let after: Vec<_> = group.nodes.iter().map(|(node, _)| node.bypass_stats()).collect();
+        let new = |r: usize| (after[r].hits - stats[r].hits, after[r].misses - stats[r].misses);
+        assert_eq!([new(0), new(1), new(2)], [(1 + 4, 0), (4 + 4, 0), (1, 0)], "{after:?}");
+        assert!(after.iter().zip(&stats).all(|(a, s)| a.compiled == s.compiled), "interpreted");
+        assert_eq!(group.delivered, [101, 102, 201], "casts everywhere, sends at ranks 1 and 2");
     }
 
     #[test]
@@ -593,10 +791,13 @@ mod compiled_tests {
         assert!(stack.buffered() < 512, "acknowledgements freed the send buffer: {}", stack.buffered());
     }
 
-    #[test]
-    fn a_cast_ahead_of_a_gap_is_kept_on_the_bypass_with_its_nak() {
-        let mut group = Group::with_bypass(2, "vsync", Bypass::Diff);
-        // Rank 1 casts five times; the network hands rank 0 casts 0, 2, 3, 2 again, then 1.
+    /// Rank 1 casts five times; the network hands rank 0 casts 0, 2, 3, 2 again, then 1. With
+    /// `nak_delay` zero the gap is NAKed at once, as the trace's reply; with a delay, when the
+    /// timer finds it still open.
+    fn a_cast_ahead_of_a_gap_is_kept_on_the_bypass(nak_delay: crate::Duration) {
+        let mut config = crate::StackConfig::default();
+        config.mnak.nak_delay = nak_delay;
+        let mut group = Group::with_config(2, "vsync", Bypass::Diff, config);
         let (sender, id) = &mut group.nodes[1];
         let mut datagrams = Vec::new();
         for k in 0..5u8 {
@@ -608,35 +809,131 @@ mod compiled_tests {
         assert_eq!(datagrams.len(), 5);
         let now = group.now;
         let receiver = &mut group.nodes[0].0;
-        let mut deliver = |k: usize| {
+        let deliver = |receiver: &mut crate::Node, k: usize| {
             let before = receiver.bypass_stats();
             receiver.handle_datagram(now, datagrams[k].clone());
             let after = receiver.bypass_stats();
             let transmits: Vec<_> = std::iter::from_fn(|| receiver.poll_transmit()).collect();
             (after.hits - before.hits, after.misses - before.misses, transmits)
         };
-        assert_eq!(deliver(0).0, 1, "in order: the bypass");
-        // Ahead of the gap: kept on the bypass, and the gap (cast 1) is NAKed to the origin.
-        let (hits, _, transmits) = deliver(2);
-        assert_eq!((hits, transmits.len()), (1, 1));
-        let nak = motet_wire::datagram::decode(transmits[0].to_bytes()).unwrap();
-        assert_eq!(nak.head.mux, Mux::Send { dest: 1 });
-        let expected = motet_wire::hdr::mnak::Header::Nak { origin: 1, lo: 1, hi: 1 };
-        assert!(nak.hdrs.iter().any(|h| *h == expected), "{:?}", nak.hdrs);
+        let the_nak = |transmits: &[crate::Outgoing]| {
+            assert_eq!(transmits.len(), 1, "one NAK");
+            let nak = motet_wire::datagram::decode(transmits[0].to_bytes()).unwrap();
+            assert_eq!(nak.head.mux, Mux::Send { dest: 1 });
+            let expected = motet_wire::hdr::mnak::Header::Nak { origin: 1, lo: 1, hi: 1 };
+            assert!(nak.hdrs.iter().any(|h| *h == expected), "{:?}", nak.hdrs);
+        };
+        assert_eq!(deliver(receiver, 0).0, 1, "in order: the bypass");
+        // Ahead of the gap: kept on the bypass, and the gap (cast 1) is NAKed to the origin, at
+        // once or later.
+        let (hits, _, transmits) = deliver(receiver, 2);
+        assert_eq!(hits, 1);
+        match nak_delay.is_zero() {
+            true => the_nak(&transmits),
+            false => assert!(transmits.is_empty(), "the NAK waits for the gap to last"),
+        }
         // Further ahead: kept on the bypass, nothing new to NAK.
-        let (hits, _, transmits) = deliver(3);
+        let (hits, _, transmits) = deliver(receiver, 3);
         assert_eq!((hits, transmits.len()), (1, 0));
         // A duplicate of a held cast is the layered path's (dropped there).
-        let (hits, misses, _) = deliver(2);
+        let (hits, misses, _) = deliver(receiver, 2);
         assert_eq!((hits, misses), (0, 1));
-        // The cast that fills the gap takes the layered path, which delivers the run; the diff
-        // compares every step with the layered twin.
-        assert_eq!(deliver(1).1, 1);
+        if !nak_delay.is_zero() {
+            let due = receiver.poll_alarm().expect("the NAK's alarm");
+            assert_eq!(due, now + nak_delay);
+            receiver.handle_timeout(due);
+            the_nak(&std::iter::from_fn(|| receiver.poll_transmit()).collect::<Vec<_>>());
+        }
+        // The cast that fills the gap takes the bypass too, and releases the run held behind it
+        // (casts 2 and 3, each going on up on the bypass); the diff compares every step with the
+        // layered twin.
+        let (hits, misses, _) = deliver(receiver, 1);
+        assert_eq!((hits, misses), (1, 0));
         receiver.settle();
         let delivered =
             std::iter::from_fn(|| receiver.poll_event()).filter(|(_, e)| matches!(e, crate::AppEvent::Cast { .. }));
         assert_eq!(delivered.count(), 4);
         receiver.check_invariants();
+    }
+
+    #[test]
+    fn a_cast_ahead_of_a_gap_is_kept_on_the_bypass_and_nak_ed_when_the_gap_lasts() {
+        a_cast_ahead_of_a_gap_is_kept_on_the_bypass(crate::StackConfig::default().mnak.nak_delay);
+    }
+
+    #[test]
+    fn a_cast_ahead_of_a_gap_is_kept_on_the_bypass_with_its_nak() {
+        a_cast_ahead_of_a_gap_is_kept_on_the_bypass(crate::Duration(0));
+    }
+
+    /// `pt2pt` on the bypass, as `mnak` above: rank 0 gets sends 0, 2, 3, 2 again, then 1 (of 0-4).
+    #[test]
+    fn a_send_ahead_of_a_gap_is_kept_on_the_bypass_and_the_send_that_fills_it_releases_the_run() {
+        let mut group = Group::with_bypass(2, "vsync", Bypass::Diff);
+        let (sender, id) = &mut group.nodes[1];
+        let mut datagrams = Vec::new();
+        for k in 0..5u8 {
+            sender.handle_action(group.now, *id, Action::Send(vec![0], vec![k; 8].into())).unwrap();
+            datagrams.extend(std::iter::from_fn(|| sender.poll_transmit()).map(|out| out.to_bytes()));
+        }
+        assert_eq!(datagrams.len(), 5);
+        let receiver = &mut group.nodes[0].0;
+        let outcomes: Vec<_> = [0, 2, 3, 2, 1]
+            .into_iter()
+            .map(|k| {
+                let before = receiver.bypass_stats();
+                receiver.handle_datagram(group.now, datagrams[k].clone());
+                let after = receiver.bypass_stats();
+                (after.hits - before.hits, after.misses - before.misses)
+            })
+            .collect();
+        // The duplicate is the layered path's (dropped and answered with an ack there).
+        assert_eq!(outcomes, [(1, 0), (1, 0), (1, 0), (0, 1), (1, 0)]);
+        receiver.settle();
+        let delivered: Vec<u8> = std::iter::from_fn(|| receiver.poll_event())
+            .filter_map(|(_, e)| match e {
+                crate::AppEvent::Send { payload, .. } => Some(payload.to_bytes()[0]),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(delivered, [0, 1, 2, 3]);
+        receiver.check_invariants();
+    }
+
+    /// The seeded bugs: a split that loses its last part, a release that is forgotten. The diff
+    /// names what differs; with the bypass on and no check, nothing notices at once.
+    #[test]
+    fn the_diff_catches_a_lost_part_and_a_forgotten_release() {
+        let caught = |hook: &'static std::thread::LocalKey<std::cell::Cell<bool>>, run: fn(Bypass)| {
+            hook.with(|h| h.set(true));
+            let result = std::panic::catch_unwind(|| run(Bypass::Diff));
+            let quiet = std::panic::catch_unwind(|| run(Bypass::On)).is_ok();
+            hook.with(|h| h.set(false));
+            let message = result.err().and_then(|p| p.downcast_ref::<String>().cloned()).expect("the diff catches it");
+            (message, quiet)
+        };
+        let split = |bypass| {
+            let mut group = Group::with_bypass(2, "vsync", bypass);
+            group.act(1, Action::Cast(vec![7; 4000].into())).unwrap();
+        };
+        let (message, quiet) = caught(&SKIP_LAST_PART, split);
+        assert!(message.contains("transmits differ"), "{message}");
+        assert!(quiet);
+        let release = |bypass| {
+            let mut group = Group::with_bypass(2, "vsync", bypass);
+            let (sender, id) = &mut group.nodes[1];
+            let mut datagrams = Vec::new();
+            for k in 0..3u8 {
+                sender.handle_action(group.now, *id, Action::Cast(vec![k; 8].into())).unwrap();
+                datagrams.extend(std::iter::from_fn(|| sender.poll_transmit()).map(|out| out.to_bytes()));
+            }
+            for k in [0, 2, 1] {
+                group.nodes[0].0.handle_datagram(group.now, datagrams[k].clone());
+            }
+        };
+        let (message, quiet) = caught(&SKIP_RELEASE, release);
+        assert!(message.contains("differ"), "{message}");
+        assert!(quiet);
     }
 
     #[test]
