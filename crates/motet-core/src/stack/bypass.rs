@@ -251,10 +251,7 @@ impl Stack {
             Some(template) => HeaderStack::compact(template),
             None => HeaderStack::with_capacity(steps.len()),
         };
-        match self.act_dn(now, dest, Msg { hdrs, payload }, template.as_ref(), &mut steps, loopback, &up_steps) {
-            Some((at, parts, whole)) => Ok(self.parts_dn(now, dest, at, parts, down.qos, &whole)),
-            None => Ok(Took::Hit),
-        }
+        Ok(self.act_dn(now, dest, Msg { hdrs, payload }, template.as_ref(), &mut steps, loopback, &up_steps))
     }
 
     /// The parts of a message that layer `at` split (a one-to-many trace, `frag`), each asked
@@ -307,15 +304,16 @@ impl Stack {
                 _ => return Err((msg, i)),
             }
         }
-        let split = self.act_dn(now, dest, msg, None, &mut steps, None, &[]);
-        debug_assert!(split.is_none(), "the conditions refused a second split");
+        let took = self.act_dn(now, dest, msg, None, &mut steps, None, &[]);
+        debug_assert_eq!(took, Took::Hit, "the conditions refused a second split");
         Ok(())
     }
 
     /// The actions of a trace going down, top down, assembling the message as the layers would:
-    /// the headers of the layers not asked come from `template`. Stops at a layer that splits the
-    /// message, and gives back that layer, its parts and the message as it reached it.
+    /// the headers of the layers not asked come from `template`. At a layer that splits the
+    /// message, the parts go on from there ([`Stack::parts_dn`]).
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)] // into the trace handlers: a call would move the message and the steps
     fn act_dn(
         &mut self,
         now: Instant,
@@ -325,7 +323,7 @@ impl Stack {
         steps: &mut DnSteps,
         loopback: Option<usize>,
         back: &[(usize, Qos, UpStep)],
-    ) -> Option<(usize, u32, Msg)> {
+    ) -> Took {
         let top = self.appl;
         // Drained in place: a move of the steps would copy their whole inline array.
         for (i, down, step) in steps.drain(..) {
@@ -334,7 +332,7 @@ impl Stack {
             }
             self.apply(i, now, |layer, out| layer.fast_dn_apply(&down, &msg, out));
             if step.parts > 1 {
-                return Some((i, step.parts, msg));
+                return self.parts_dn(now, dest, i, step.parts, step.qos, &msg);
             }
             if step.keep {
                 let kept = Kept { trace: Trace::down(dest), peer: dest.unwrap_or(self.rank) };
@@ -353,7 +351,7 @@ impl Stack {
             Some(dest) => Mux::Send { dest },
         };
         self.transmits.push_back(Transmit { mux, msg, to: None });
-        None
+        Took::Hit
     }
 
     /// Runs a cast or send from the network up the bypass: compiled when the message is in the
