@@ -129,6 +129,14 @@ impl Pt2pt {
         }
     }
 
+    /// How long an ack may wait for more messages to cover: half a sweep, so that it reaches the
+    /// sender before the sender's sweep, a whole sweep after the send, takes the message for lost
+    /// (with both at one sweep, the two timers raced, and a fault-free run retransmitted sends that
+    /// had arrived: TCP's delayed ack is likewise shorter than its retransmission timeout).
+    fn ack_delay(&self) -> Duration {
+        Duration(self.config.sweep_interval.0 / 2)
+    }
+
     fn send_ack(&mut self, peer: Rank, out: &mut Outbox<'_>) {
         let p = &mut self.peers[usize::from(peer)];
         p.ack_sent = p.expected;
@@ -193,7 +201,7 @@ impl Pt2pt {
         if p.expected - p.ack_sent >= self.config.ack_batch {
             self.send_ack(origin, out);
         } else {
-            out.alarm(out.now() + self.config.sweep_interval);
+            out.alarm(out.now() + self.ack_delay());
         }
     }
 }
@@ -378,7 +386,7 @@ impl Layer for Pt2pt {
             p.ack_sent = next;
             out.count(Counter::AckSent);
         } else {
-            out.alarm(out.now() + self.config.sweep_interval);
+            out.alarm(out.now() + self.ack_delay());
         }
     }
 
@@ -462,6 +470,30 @@ mod tests {
         let out = h.up(Up::Send { origin: 0, msg: data(1) });
         assert_eq!(sent_headers(&out), vec![Header::Ack { next: 5 }]);
         assert_eq!(h.stats.drops(DropReason::Duplicate), 1);
+    }
+
+    /// The race the ack delay removes: with both timers at one sweep, the sender's sweep came
+    /// first and retransmitted a send that had arrived.
+    #[test]
+    fn a_delayed_ack_reaches_the_sender_before_its_sweep_would_retransmit() {
+        let view = crate::testing::view(2);
+        let config = Config::default();
+        let mut sender = Harness::new(Pt2pt::new(&config, &view, 0), 0);
+        let mut receiver = Harness::new(Pt2pt::new(&config, &view, 1), 1);
+        let out = sender.dn(Dn::Send { dest: 1, msg: Msg::new(b"a".as_slice().into()) });
+        let [Out::Dn(Dn::Send { msg, .. })] = &out[..] else { panic!("{out:?}") };
+        let sweep = sender.alarm.expect("the sender's sweep");
+        receiver.now = Instant::ZERO + Duration::from_millis(1);
+        receiver.up(Up::Send { origin: 0, msg: msg.clone() });
+        let ack_at = receiver.alarm.expect("the receiver's delayed ack");
+        assert!(ack_at < sweep, "the ack is due at {ack_at:?}, the sender's sweep at {sweep:?}");
+        let acks = receiver.timer(ack_at);
+        let [Out::Dn(Dn::Send { msg: ack, .. })] = &acks[..] else { panic!("{acks:?}") };
+        assert_eq!(sent_headers(&acks), vec![Header::Ack { next: 1 }]);
+        sender.now = ack_at + Duration::from_millis(1);
+        sender.up(Up::Send { origin: 1, msg: ack.clone() });
+        assert!(sent_headers(&sender.timer(sweep)).is_empty(), "nothing to retransmit");
+        assert_eq!(sender.stats.counter(Counter::Retransmit), 0);
     }
 
     #[test]
