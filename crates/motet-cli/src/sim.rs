@@ -136,9 +136,10 @@ struct Summary {
     /// interpreted layer by layer).
     #[serde(skip_serializing_if = "Option::is_none")]
     bypass_compiled_rate: Option<f64>,
-    /// Per layer, the application messages whose first failed bypass condition was its.
-    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    bypass_refused_by: std::collections::BTreeMap<&'static str, u64>,
+    /// Per layer, the application messages whose first failed bypass condition was its (empty
+    /// when none failed); absent with `--bypass off`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bypass_refused_by: Option<std::collections::BTreeMap<&'static str, u64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     converge_ms_p50: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -216,7 +217,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         migrations: 0,
         bypass_hit_rate: None,
         bypass_compiled_rate: None,
-        bypass_refused_by: std::collections::BTreeMap::new(),
+        bypass_refused_by: None,
         converge_ms_p50: None,
         converge_ms_max: None,
         trace_hash: (reports.len() == 1).then(|| reports[0].trace_hash.clone()),
@@ -231,7 +232,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
     reports.iter().for_each(|r| bypass.merge(&r.bypass));
     summary.bypass_hit_rate = bypass.hit_rate();
     summary.bypass_compiled_rate = (bypass.hits > 0).then(|| bypass.compiled as f64 / bypass.hits as f64);
-    summary.bypass_refused_by = bypass.refused_by;
+    summary.bypass_refused_by = summary.bypass_hit_rate.is_some().then_some(bypass.refused_by);
     for report in &reports {
         summary.violations += report.violations.len();
         summary.views_installed += report.views_installed;
