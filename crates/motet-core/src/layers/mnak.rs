@@ -28,6 +28,10 @@ use motet_wire::Seqno;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
+/// Holes looked at per origin per timer: a bound on the NAKs one sweep sends (the rest are asked
+/// for at later sweeps).
+const HOLES_MAX: usize = 32;
+
 /// `mnak` parameters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -79,11 +83,26 @@ struct Origin {
     /// Everything below this was received, or NAKed, or is due to be NAKed when the gap has
     /// stayed open for `nak_delay`.
     naked_upto: Seqno,
+    /// Everything below this was received or asked for at least once (`naked_upto` runs ahead of
+    /// it by the holes whose NAK waits for `nak_delay`).
+    asked_upto: Seqno,
     /// Some live member holds casts below this (from stability gossip).
     max_known: Seqno,
 }
 
 impl Origin {
+    /// The holes in what is held: `received` up to the first cast held out of order, between held
+    /// casts, and up to `max_known`; each `(lo, hi)`, inclusive.
+    fn holes(&self) -> impl Iterator<Item = (Seqno, Seqno)> + '_ {
+        let mut next = self.received;
+        let ends = self.ooo.keys().copied().map(|held| (held, held + 1)).chain([(self.max_known, self.max_known)]);
+        ends.filter_map(move |(end, after)| {
+            let hole = (end > next).then(|| (next, end - 1));
+            next = next.max(after);
+            hole
+        })
+    }
+
     /// The open gap `received..=hi`, if any.
     fn gap(&self) -> Option<(Seqno, Seqno)> {
         let end = match self.ooo.first_key_value() {
@@ -169,7 +188,9 @@ impl Mnak {
     }
 
     /// NAKs `lo..=hi` of `origin`: to the origin while it lives, else to the whole view.
-    fn nak(&self, origin: Rank, lo: Seqno, hi: Seqno, out: &mut Outbox<'_>) {
+    fn nak(&mut self, origin: Rank, lo: Seqno, hi: Seqno, out: &mut Outbox<'_>) {
+        let o = &mut self.origins[usize::from(origin)];
+        o.asked_upto = o.asked_upto.max(hi + 1);
         out.count(Counter::NakSent);
         let msg = Msg::default().with(Header::Nak { origin, lo, hi });
         if self.failed.contains(origin) {
@@ -370,18 +391,32 @@ impl Layer for Mnak {
     }
 
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
+        // The sweep asks again for the first hole (a NAK or its answer may have been lost); the
+        // holes after it are asked for once, when their `nak_delay` is over, as they would have
+        // been at once without a delay.
         for origin in 0..self.origins.len() as Rank {
             if origin == self.rank {
                 continue;
             }
-            if let Some((lo, hi)) = self.origins[usize::from(origin)].gap() {
+            let o = &self.origins[usize::from(origin)];
+            let asks: Vec<(Seqno, Seqno)> = o
+                .holes()
+                .take(HOLES_MAX)
+                .enumerate()
+                .filter_map(|(k, (lo, hi))| match k {
+                    0 => Some((lo, hi)),
+                    _ => (hi >= o.asked_upto).then(|| (lo.max(o.asked_upto), hi)),
+                })
+                .collect();
+            for (lo, hi) in asks {
                 self.nak(origin, lo, hi, out);
             }
         }
     }
 
     // Fast path (Fig 5.2): a reliable cast is numbered and kept; the next expected cast of an
-    // origin, with nothing ahead of it and no cut announced, is kept and passed up; a cast ahead of
+    // origin, with no cut announced, is kept and passed up, and releases what was held behind it;
+    // a cast ahead of
     // a gap is held out of order, with a NAK (`fast_up`); sends pass.
     fn fast_dn(&self, down: &Down) -> Option<DnStep> {
         let header = match (down.dest, down.qos) {
@@ -418,8 +453,7 @@ impl Layer for Mnak {
         // Ahead of a gap (the network reordered or lost what comes before), from a live origin:
         // kept out of order, as `recv_cast` does: with a NAK for the part of the gap not yet asked
         // for, or (with a `nak_delay`) an alarm that NAKs the gap if it is still open then. The
-        // trace ends here; the cast that fills the gap takes the layered path, which delivers the
-        // run.
+        // trace ends here; the cast that fills the gap releases the run (`fast_release`).
         let ahead = usual
             && !self.failed.contains(up.origin)
             && *seqno > o.received
@@ -453,6 +487,8 @@ impl Layer for Mnak {
         if lo < *seqno {
             match self.config.nak_delay.is_zero() {
                 true => {
+                    // The trace's reply asks for `lo..seqno`, as `nak` would.
+                    o.asked_upto = o.asked_upto.max(*seqno);
                     out.count(Counter::NakSent);
                     out.alarm(out.now() + self.config.sweep_interval);
                 }
@@ -533,6 +569,29 @@ mod tests {
         let out = lagger.up(Up::Send { origin: 1, msg: retrans });
         assert_eq!(out.iter().filter(|o| matches!(o, Out::Up(Up::Cast { origin: 0, .. }))).count(), 2);
         assert_eq!(lagger.layer.origins[0].received, 2);
+    }
+
+    /// With `nak_delay`, holes are NAKed by the timer: every hole once, when its delay is over
+    /// (not only the first), and the first again at each later sweep.
+    #[test]
+    fn the_timer_naks_every_hole_once_and_the_first_at_every_sweep() {
+        let view = crate::testing::view(2);
+        let mut h = Harness::new(Mnak::new(&Config::default(), &view, 1), 1);
+        for seqno in [0, 2, 4, 5] {
+            h.up(Up::Cast { origin: 0, msg: data(seqno), qos: Qos::Unreliable });
+        }
+        let naks = |out: Vec<Out>| -> Vec<Header> {
+            out.iter()
+                .filter_map(|o| match o {
+                    Out::Dn(Dn::Send { dest: 0, msg }) => msg.clone().pop_as::<Header>(),
+                    _ => None,
+                })
+                .collect()
+        };
+        let out = h.timer(h.alarm.expect("the NAK's alarm"));
+        assert_eq!(naks(out), [Header::Nak { origin: 0, lo: 1, hi: 1 }, Header::Nak { origin: 0, lo: 3, hi: 3 }]);
+        let out = h.timer(h.alarm.expect("the sweep"));
+        assert_eq!(naks(out), [Header::Nak { origin: 0, lo: 1, hi: 1 }]);
     }
 
     #[test]

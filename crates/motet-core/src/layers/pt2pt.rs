@@ -6,9 +6,10 @@
 //!
 //! Sender: numbers each message per destination and keeps it until acknowledged. Receiver:
 //! delivers in order; on a gap it buffers (at most `recv_window_max` ahead) and NAKs the missing
-//! range once, at once (receiver-driven repair, thesis §2.3.3). A periodic sweep, armed only while
-//! something is outstanding, sends delayed cumulative acks, re-NAKs open gaps and retransmits what
-//! is still unacknowledged a sweep later ("similar to TCP", thesis §5.6). A duplicate is answered
+//! range once, when it has lasted `nak_delay` (receiver-driven repair, thesis §2.3.3; at once with
+//! a zero delay). A periodic sweep, armed only while something is outstanding, sends delayed
+//! cumulative acks (within half a sweep), re-NAKs open gaps and retransmits what is still
+//! unacknowledged a sweep later ("similar to TCP", thesis §5.6). A duplicate is answered
 //! with an immediate ack, since it means our ack was lost.
 
 use crate::event::{Counter, Dn, DropReason, Msg, Up};
@@ -20,6 +21,9 @@ use crate::Rank;
 use motet_wire::hdr::pt2pt::Header;
 use motet_wire::Seqno;
 use std::collections::{BTreeMap, VecDeque};
+
+/// Holes looked at per peer per sweep (the rest are asked for at later sweeps).
+const HOLES_MAX: usize = 32;
 
 /// `pt2pt` parameters.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,11 +80,23 @@ struct Peer {
     /// Everything below this was received, or NAKed, or is due to be NAKed when the gap has
     /// lasted `nak_delay`.
     naked_upto: Seqno,
+    /// Everything below this was received or asked for at least once.
+    asked_upto: Seqno,
     /// The last cumulative ack we sent.
     ack_sent: Seqno,
 }
 
 impl Peer {
+    /// The holes before and between the sends held out of order, each `(lo, hi)`, inclusive.
+    fn holes(&self) -> impl Iterator<Item = (Seqno, Seqno)> + '_ {
+        let mut next = self.expected;
+        self.ooo.keys().filter_map(move |&held| {
+            let hole = (held > next).then(|| (next, held - 1));
+            next = next.max(held + 1);
+            hole
+        })
+    }
+
     /// How many sends are held in order right behind the next expected one.
     fn run(&self) -> Seqno {
         self.ooo.keys().zip(self.expected + 1..).take_while(|(held, want)| **held == *want).count() as Seqno
@@ -144,7 +160,9 @@ impl Pt2pt {
         out.dn(Dn::Send { dest: peer, msg: Msg::default().with(Header::Ack { next: p.expected }) });
     }
 
-    fn send_nak(peer: Rank, lo: Seqno, hi: Seqno, out: &mut Outbox<'_>) {
+    fn send_nak(&mut self, peer: Rank, lo: Seqno, hi: Seqno, out: &mut Outbox<'_>) {
+        let p = &mut self.peers[usize::from(peer)];
+        p.asked_upto = p.asked_upto.max(hi + 1);
         out.count(Counter::NakSent);
         out.dn(Dn::Send { dest: peer, msg: Msg::default().with(Header::Nak { lo, hi }) });
     }
@@ -183,7 +201,7 @@ impl Pt2pt {
             p.naked_upto = p.naked_upto.max(seqno + 1);
             if lo < seqno {
                 match self.config.nak_delay.is_zero() {
-                    true => Pt2pt::send_nak(origin, lo, seqno - 1, out),
+                    true => self.send_nak(origin, lo, seqno - 1, out),
                     // The sweep NAKs every gap still open then.
                     false => out.alarm(out.now() + self.config.nak_delay),
                 }
@@ -268,10 +286,22 @@ impl Layer for Pt2pt {
             if p.expected > p.ack_sent {
                 self.send_ack(peer, out);
             }
+            // The first hole is asked for again; those after it once, when their `nak_delay` is
+            // over (as `mnak`'s timer).
             let p = &self.peers[usize::from(peer)];
-            if let Some((&first, _)) = p.ooo.first_key_value() {
-                Pt2pt::send_nak(peer, p.expected, first - 1, out);
+            let asks: Vec<(Seqno, Seqno)> = p
+                .holes()
+                .take(HOLES_MAX)
+                .enumerate()
+                .filter_map(|(k, (lo, hi))| match k {
+                    0 => Some((lo, hi)),
+                    _ => (hi >= p.asked_upto).then(|| (lo.max(p.asked_upto), hi)),
+                })
+                .collect();
+            for (lo, hi) in asks {
+                self.send_nak(peer, lo, hi, out);
             }
+            let p = &self.peers[usize::from(peer)];
             let due = p.unacked.iter().take_while(|(_, sent)| *sent + self.config.sweep_interval <= now).count();
             if due > 0 {
                 let (lo, hi) = (p.acked, p.acked + due as Seqno - 1);
@@ -372,7 +402,11 @@ impl Layer for Pt2pt {
             p.naked_upto = p.naked_upto.max(seqno + 1);
             if lo < *seqno {
                 match self.config.nak_delay.is_zero() {
-                    true => out.count(Counter::NakSent),
+                    true => {
+                        // The trace's reply asks for `lo..seqno`, as `send_nak` would.
+                        p.asked_upto = p.asked_upto.max(*seqno);
+                        out.count(Counter::NakSent);
+                    }
                     false => out.alarm(out.now() + self.config.nak_delay),
                 }
             }

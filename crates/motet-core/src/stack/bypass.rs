@@ -60,11 +60,13 @@ pub(super) enum Took {
 
 impl Took {
     /// The outcome of an input whose trace went on with `next`: finished on the layered path if
-    /// either part was.
+    /// either part was; else a hit if either carried application data (a layer's own message,
+    /// the sequencer's `Order`, that releases application casts on the bypass counts as a hit).
     fn then(self, next: Took) -> Took {
         match (self, next) {
             (Took::Finished(layer), _) | (_, Took::Finished(layer)) => Took::Finished(layer),
-            _ => self,
+            (Took::Hit, _) | (_, Took::Hit) => Took::Hit,
+            _ => Took::Absorbed,
         }
     }
 }
@@ -265,6 +267,10 @@ impl Stack {
             #[cfg(test)]
             if SKIP_LAST_PART.with(std::cell::Cell::get) && index + 1 == parts {
                 break;
+            }
+            // Each part may leave a copy to keep: the bound on delayed work holds within a trace.
+            if self.delayed.len() >= DELAYED_MAX {
+                self.settle_for_input();
             }
             let part = self.layers[at].fast_split(whole, index);
             let Err((part, refused)) = self.part_dn(now, dest, part, qos, below) else { continue };
@@ -501,6 +507,11 @@ impl Stack {
         if let Some((at, qos, keep)) = release {
             let trace = Trace::up(cast);
             loop {
+                // A run may be long (up to a receive window): the bound on delayed work holds
+                // within a trace. What was kept so far is filed in order.
+                if self.delayed.len() >= DELAYED_MAX {
+                    self.settle_for_input();
+                }
                 let mut next = None;
                 self.apply(at, now, |layer, out| next = layer.fast_release(origin, cast, out));
                 let Some((origin, next)) = next else { break };
@@ -963,6 +974,37 @@ mod delayed_tests {
 
     fn buffered_at(stack: &Stack, layer: &str) -> usize {
         stack.buffered_by_layer().into_iter().find(|(name, _)| *name == layer).map_or(0, |(_, n)| n)
+    }
+
+    /// A split into more parts than delayed processing may hold, and the long run a gap-filling
+    /// cast releases, keep the bound (`Stack::check_invariants`) without the driver settling.
+    #[test]
+    fn a_long_split_and_a_long_release_keep_delayed_work_bounded() {
+        let mut group = Group::with_bypass(2, "vsync", Bypass::Diff);
+        group.settle = false;
+        // 60 parts of 1,024 B: all within `mflow`'s window, each keeping a copy at `mnak`.
+        group.act(1, Action::Cast(vec![3; 60 * 1024].into())).unwrap();
+        for (node, _) in &group.nodes {
+            node.check_invariants();
+        }
+        assert_eq!(group.delivered, [1, 1]);
+        // Rank 0 gets 60 casts with the first last: 59 are held, then one input releases them.
+        let mut group = Group::with_bypass(2, "vsync", Bypass::Diff);
+        group.settle = false;
+        let (sender, id) = &mut group.nodes[1];
+        let mut datagrams = Vec::new();
+        for k in 0..60u8 {
+            sender.handle_action(group.now, *id, Action::Cast(vec![k; 8].into())).unwrap();
+            datagrams.extend(std::iter::from_fn(|| sender.poll_transmit()).map(|out| out.to_bytes()));
+        }
+        let receiver = &mut group.nodes[0].0;
+        for datagram in datagrams[1..].iter().chain(&datagrams[..1]) {
+            receiver.handle_datagram(group.now, datagram.clone());
+            receiver.check_invariants();
+        }
+        let casts =
+            std::iter::from_fn(|| receiver.poll_event()).filter(|(_, e)| matches!(e, crate::AppEvent::Cast { .. }));
+        assert_eq!(casts.count(), 60);
     }
 
     #[test]
