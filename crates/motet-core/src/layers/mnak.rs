@@ -28,10 +28,6 @@ use motet_wire::Seqno;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-/// Holes looked at per origin per timer: a bound on the NAKs one sweep sends (the rest are asked
-/// for at later sweeps).
-const HOLES_MAX: usize = 32;
-
 /// `mnak` parameters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -94,13 +90,7 @@ impl Origin {
     /// The holes in what is held: `received` up to the first cast held out of order, between held
     /// casts, and up to `max_known`; each `(lo, hi)`, inclusive.
     fn holes(&self) -> impl Iterator<Item = (Seqno, Seqno)> + '_ {
-        let mut next = self.received;
-        let ends = self.ooo.keys().copied().map(|held| (held, held + 1)).chain([(self.max_known, self.max_known)]);
-        ends.filter_map(move |(end, after)| {
-            let hole = (end > next).then(|| (next, end - 1));
-            next = next.max(after);
-            hole
-        })
+        super::gaps::holes(self.received, self.ooo.keys().copied(), self.max_known)
     }
 
     /// The open gap `received..=hi`, if any.
@@ -399,16 +389,7 @@ impl Layer for Mnak {
                 continue;
             }
             let o = &self.origins[usize::from(origin)];
-            let asks: Vec<(Seqno, Seqno)> = o
-                .holes()
-                .take(HOLES_MAX)
-                .enumerate()
-                .filter_map(|(k, (lo, hi))| match k {
-                    0 => Some((lo, hi)),
-                    _ => (hi >= o.asked_upto).then(|| (lo.max(o.asked_upto), hi)),
-                })
-                .collect();
-            for (lo, hi) in asks {
+            for (lo, hi) in super::gaps::to_ask(o.holes(), o.asked_upto) {
                 self.nak(origin, lo, hi, out);
             }
         }

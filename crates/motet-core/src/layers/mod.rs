@@ -15,6 +15,7 @@ pub mod causal;
 pub mod elect;
 mod flow;
 pub mod frag;
+mod gaps;
 pub mod heal;
 pub mod inter;
 pub mod intra;

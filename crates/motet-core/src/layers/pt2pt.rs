@@ -22,9 +22,6 @@ use motet_wire::hdr::pt2pt::Header;
 use motet_wire::Seqno;
 use std::collections::{BTreeMap, VecDeque};
 
-/// Holes looked at per peer per sweep (the rest are asked for at later sweeps).
-const HOLES_MAX: usize = 32;
-
 /// `pt2pt` parameters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -89,12 +86,7 @@ struct Peer {
 impl Peer {
     /// The holes before and between the sends held out of order, each `(lo, hi)`, inclusive.
     fn holes(&self) -> impl Iterator<Item = (Seqno, Seqno)> + '_ {
-        let mut next = self.expected;
-        self.ooo.keys().filter_map(move |&held| {
-            let hole = (held > next).then(|| (next, held - 1));
-            next = next.max(held + 1);
-            hole
-        })
+        super::gaps::holes(self.expected, self.ooo.keys().copied(), 0)
     }
 
     /// How many sends are held in order right behind the next expected one.
@@ -289,16 +281,7 @@ impl Layer for Pt2pt {
             // The first hole is asked for again; those after it once, when their `nak_delay` is
             // over (as `mnak`'s timer).
             let p = &self.peers[usize::from(peer)];
-            let asks: Vec<(Seqno, Seqno)> = p
-                .holes()
-                .take(HOLES_MAX)
-                .enumerate()
-                .filter_map(|(k, (lo, hi))| match k {
-                    0 => Some((lo, hi)),
-                    _ => (hi >= p.asked_upto).then(|| (lo.max(p.asked_upto), hi)),
-                })
-                .collect();
-            for (lo, hi) in asks {
+            for (lo, hi) in super::gaps::to_ask(p.holes(), p.asked_upto) {
                 self.send_nak(peer, lo, hi, out);
             }
             let p = &self.peers[usize::from(peer)];

@@ -1,0 +1,51 @@
+//! Holes in a sequence received out of order, and which of them a repair timer asks for: shared
+//! by `mnak` and `pt2pt` (receiver-driven repair, thesis §2.3.3 and §5.6 pp.87-88).
+
+use motet_wire::Seqno;
+
+/// Holes looked at per origin per timer: a bound on the NAKs one sweep sends (the rest are asked
+/// for at later sweeps).
+pub(super) const HOLES_MAX: usize = 32;
+
+/// The holes in what was received, each `(lo, hi)` inclusive: from `next` (the next number
+/// expected) up to the first number `held` out of order (ascending), between held numbers, and up
+/// to `end` (the number after the last one known to exist; `next` or less for none).
+pub(super) fn holes(
+    next: Seqno,
+    held: impl Iterator<Item = Seqno>,
+    end: Seqno,
+) -> impl Iterator<Item = (Seqno, Seqno)> {
+    let mut next = next;
+    held.map(|held| (held, held + 1)).chain([(end, end)]).filter_map(move |(stop, after)| {
+        let hole = (stop > next).then(|| (next, stop - 1));
+        next = next.max(after);
+        hole
+    })
+}
+
+/// What a repair timer asks for: the first hole again (a NAK or its answer may have been lost),
+/// and of the later ones only what lies at or above `asked_upto` (each is asked for once, when its
+/// `nak_delay` is over, as it would have been at once without a delay).
+pub(super) fn to_ask(holes: impl Iterator<Item = (Seqno, Seqno)>, asked_upto: Seqno) -> Vec<(Seqno, Seqno)> {
+    holes
+        .take(HOLES_MAX)
+        .enumerate()
+        .filter_map(|(k, (lo, hi))| match k {
+            0 => Some((lo, hi)),
+            _ => (hi >= asked_upto).then(|| (lo.max(asked_upto), hi)),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holes_lie_before_between_and_after_what_is_held() {
+        let got: Vec<_> = holes(0, [2, 4, 5].into_iter(), 9).collect();
+        assert_eq!(got, [(0, 1), (3, 3), (6, 8)]);
+        assert_eq!(holes(3, [3, 4].into_iter(), 0).count(), 0, "nothing missing");
+        assert_eq!(to_ask(got.into_iter(), 4), [(0, 1), (6, 8)], "the first again, the rest once");
+    }
+}
