@@ -21,6 +21,7 @@ use motet_core::{
     Action, Address, ApiError, AppEvent, Destination, EndpointId, GroupName, LayerKind, Node, Payload, Rank, StackId,
     ViewId, ViewState,
 };
+use smallvec::SmallVec;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -719,23 +720,29 @@ impl EventLoop {
         loop {
             while let Some(out) = self.node.poll_transmit() {
                 let group = self.multicast.as_ref().map(|(_, group)| *group);
+                // Where it goes: with IP multicast, a cast is one datagram to the group address,
+                // and gossip to other partitions goes there too (discovery on the LAN without
+                // seeds), then also to the known peers.
+                let mut to: SmallVec<[SocketAddr; 8]> = SmallVec::new();
                 match (&out.to, group) {
-                    // With IP multicast, a cast is one datagram to the group address.
-                    (Destination::Cast { .. }, Some(group)) => self.send_one(group, &out.head, &out.payload),
-                    // Gossip to other partitions also goes to the group address: discovery on
-                    // the LAN without seeds.
-                    (Destination::Peers(_), Some(group)) => self.send_one(group, &out.head, &out.payload),
-                    _ => {}
-                }
-                if matches!(out.to, Destination::Cast { .. }) && group.is_some() {
-                    continue;
-                }
-                for address in out.to.addresses() {
-                    match address {
-                        Address::Inet(to) => self.send_one(to, &out.head, &out.payload),
-                        Address::Sim(_) => self.stats.send_errors += 1,
+                    (Destination::Cast { .. }, Some(group)) => to.push(group),
+                    (destination, group) => {
+                        to.extend(group.filter(|_| matches!(destination, Destination::Peers(_))));
+                        for address in destination.addresses() {
+                            match address {
+                                Address::Inet(address) => to.push(address),
+                                Address::Sim(_) => self.stats.send_errors += 1,
+                            }
+                        }
                     }
                 }
+                // The last destination takes the head and payload themselves (no copy of the
+                // head, no reference-count traffic on the payload).
+                let Some((&last, rest)) = to.split_last() else { continue };
+                for &address in rest {
+                    self.send_one(address, out.head.clone(), out.payload.clone());
+                }
+                self.send_one(last, out.head, out.payload);
             }
             self.collect_events();
             if !self.retry_parked() {

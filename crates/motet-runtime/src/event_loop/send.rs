@@ -23,12 +23,12 @@ const SEGMENTED_MAX: usize = 65_000;
 impl EventLoop {
     /// Queues a datagram for `to`: packed with the others of this turn, or alone when it is too
     /// large to pack (after what is already packed for `to`, to keep the order).
-    pub(super) fn send_one(&mut self, to: SocketAddr, head: &DatagramHead, payload: &Payload) {
+    pub(super) fn send_one(&mut self, to: SocketAddr, head: DatagramHead, payload: Payload) {
         let framed = motet_wire::bundle::framed_len(head.len() + payload.len());
         let pack_max = self.config.pack_max;
         if pack_max == 0 || 1 + framed > pack_max {
             self.seal(to);
-            return self.push_sealed(to, head.clone(), payload.clone());
+            return self.push_sealed(to, head, payload);
         }
         let mut packing = self.packing.entry(to).or_default();
         if 1 + packing.bytes + framed > pack_max {
@@ -36,7 +36,7 @@ impl EventLoop {
             packing = self.packing.get_mut(&to).expect("sealing keeps the destination");
         }
         packing.bytes += framed;
-        packing.items.push((head.clone(), payload.clone()));
+        packing.items.push((head, payload));
     }
 
     /// Closes the bundle being packed for `to`: one datagram as it is (no copy), several as a
