@@ -193,7 +193,7 @@ impl Node {
             Ok(decoded) => decoded,
             Err(_) => return self.stats.drop_one(DropReason::Malformed),
         };
-        let Some(ids) = self.routes.get(&decoded.head.conn).cloned() else {
+        let Some(ids) = self.routes.get(&decoded.head.conn).map(|ids| SmallVec::<[StackId; 1]>::from_slice(ids)) else {
             return self.stats.drop_one(DropReason::UnknownConn);
         };
         let head = decoded.head;
@@ -224,7 +224,9 @@ impl Node {
             Ok(decoded) => decoded,
             Err(_) => return self.stats.drop_one(DropReason::Malformed),
         };
-        let Some(ids) = self.routes.get(&head.conn).cloned() else {
+        // Copied out, since the loop below changes the node: `from_slice` copies the ids at once,
+        // where `clone` would push them one by one (measurable on every datagram).
+        let Some(ids) = self.routes.get(&head.conn).map(|ids| SmallVec::<[StackId; 1]>::from_slice(ids)) else {
             return self.stats.drop_one(DropReason::UnknownConn);
         };
         let mut payload = Some(payload);
