@@ -1,0 +1,233 @@
+//! Compiled traces, the layers' own messages, reordering, and the traces that fan out and in.
+
+use super::*;
+use crate::event::Action;
+use crate::stack::Bypass;
+use crate::testkit::Group;
+use crate::view::RankSet;
+use crate::LayerKind;
+
+fn names(stack: &Stack, trace: Trace) -> Vec<&'static str> {
+    let plan = stack.plans[trace as usize].expect("compiled");
+    top_down(plan.active).map(|i| stack.view.stack.layers()[i].name()).collect()
+}
+
+#[test]
+fn vsync_compiles_each_trace_to_the_layers_with_work() {
+    let mut stack = Stack::new(crate::testing::view_of("vsync", 3), 1, Instant::ZERO).unwrap();
+    stack.compile();
+    assert_eq!(names(&stack, Trace::CastDn), ["appl", "local", "mflow", "mnak"]);
+    assert_eq!(names(&stack, Trace::SendDn), ["appl", "pt2ptw", "pt2pt"]);
+    assert_eq!(names(&stack, Trace::CastUp), ["appl", "mflow", "mnak"]);
+    assert_eq!(names(&stack, Trace::SendUp), ["appl", "pt2ptw", "pt2pt"]);
+    assert_eq!(stack.plans[Trace::CastDn as usize].unwrap().len_max, 1024, "frag passes one fragment");
+    assert_eq!(stack.plans[Trace::CastUp as usize].unwrap().len_max, usize::MAX);
+    // The layered path runs (a failure notice): the traces recompile, and `bottom` now checks
+    // each arrival's origin.
+    let mut failed = RankSet::new();
+    failed.insert(2);
+    stack.handle_fail(Instant::ZERO, failed);
+    assert!(stack.plans_stale);
+    stack.compile();
+    assert!(names(&stack, Trace::CastUp).contains(&"bottom"), "{:?}", names(&stack, Trace::CastUp));
+    assert!(!names(&stack, Trace::CastDn).contains(&"bottom"));
+}
+
+#[test]
+fn common_traces_run_compiled_and_equal_the_layered_path() {
+    let mut group = Group::with_bypass(3, "vsync", Bypass::Diff);
+    for k in 0..100u8 {
+        group.act(0, Action::Cast(vec![k; 8].into())).unwrap();
+        group.act(1, Action::Send(vec![2], vec![k; 8].into())).unwrap();
+    }
+    let stats: Vec<_> = group.nodes.iter().map(|(node, _)| node.bypass_stats()).collect();
+    assert!(stats.iter().all(|s| s.hits > 0 && s.compiled == s.hits), "{stats:?}");
+    // A fragmented cast and send (4,000 B: 4 parts of 1,024 B at most) are interpreted: split
+    // going down, each part kept by `frag` going up and the last one joined, all on the bypass.
+    group.act(2, Action::Cast(vec![1; 4000].into())).unwrap();
+    group.act(0, Action::Send(vec![1], vec![2; 4000].into())).unwrap();
+    let after: Vec<_> = group.nodes.iter().map(|(node, _)| node.bypass_stats()).collect();
+    let new = |r: usize| (after[r].hits - stats[r].hits, after[r].misses - stats[r].misses);
+    assert_eq!([new(0), new(1), new(2)], [(1 + 4, 0), (4 + 4, 0), (1, 0)], "{after:?}");
+    assert!(after.iter().zip(&stats).all(|(a, s)| a.compiled == s.compiled), "interpreted");
+    assert_eq!(group.delivered, [101, 102, 201], "casts everywhere, sends at ranks 1 and 2");
+}
+
+#[test]
+fn credit_reports_and_acknowledgements_are_absorbed_on_the_bypass() {
+    let mut group = Group::with_bypass(2, "vsync", Bypass::Diff);
+    for k in 0..256u16 {
+        group.act(1, Action::Cast(k.to_be_bytes().to_vec().into())).unwrap();
+        group.act(1, Action::Send(vec![0], k.to_be_bytes().to_vec().into())).unwrap();
+    }
+    assert_eq!(group.delivered, [512, 256]);
+    // Rank 0 reported credit every 32 casts and acknowledged sends in batches; rank 1 kept
+    // both on the bypass, compared with the layered path at every step.
+    let sender = group.nodes[1].0.bypass_stats();
+    assert!(sender.absorbed >= 256 / 32, "{sender:?}");
+    let (_, stack) = group.nodes[1].0.stacks().next().expect("one stack");
+    assert!(stack.buffered() < 512, "acknowledgements freed the send buffer: {}", stack.buffered());
+}
+
+/// Rank 1 casts five times; the network hands rank 0 casts 0, 2, 3, 2 again, then 1. With
+/// `nak_delay` zero the gap is NAKed at once, as the trace's reply; with a delay, when the
+/// timer finds it still open.
+fn a_cast_ahead_of_a_gap_is_kept_on_the_bypass(nak_delay: crate::Duration) {
+    let mut config = crate::StackConfig::default();
+    config.mnak.nak_delay = nak_delay;
+    let mut group = Group::with_config(2, "vsync", Bypass::Diff, config);
+    let (sender, id) = &mut group.nodes[1];
+    let mut datagrams = Vec::new();
+    for k in 0..5u8 {
+        sender.handle_action(group.now, *id, Action::Cast(vec![k; 8].into())).unwrap();
+        while let Some(out) = sender.poll_transmit() {
+            datagrams.push(out.to_bytes());
+        }
+    }
+    assert_eq!(datagrams.len(), 5);
+    let now = group.now;
+    let receiver = &mut group.nodes[0].0;
+    let deliver = |receiver: &mut crate::Node, k: usize| {
+        let before = receiver.bypass_stats();
+        receiver.handle_datagram(now, datagrams[k].clone());
+        let after = receiver.bypass_stats();
+        let transmits: Vec<_> = std::iter::from_fn(|| receiver.poll_transmit()).collect();
+        (after.hits - before.hits, after.misses - before.misses, transmits)
+    };
+    let the_nak = |transmits: &[crate::Outgoing]| {
+        assert_eq!(transmits.len(), 1, "one NAK");
+        let nak = motet_wire::datagram::decode(transmits[0].to_bytes()).unwrap();
+        assert_eq!(nak.head.mux, Mux::Send { dest: 1 });
+        let expected = motet_wire::hdr::mnak::Header::Nak { origin: 1, lo: 1, hi: 1 };
+        assert!(nak.hdrs.iter().any(|h| *h == expected), "{:?}", nak.hdrs);
+    };
+    assert_eq!(deliver(receiver, 0).0, 1, "in order: the bypass");
+    // Ahead of the gap: kept on the bypass, and the gap (cast 1) is NAKed to the origin, at
+    // once or later.
+    let (hits, _, transmits) = deliver(receiver, 2);
+    assert_eq!(hits, 1);
+    match nak_delay.is_zero() {
+        true => the_nak(&transmits),
+        false => assert!(transmits.is_empty(), "the NAK waits for the gap to last"),
+    }
+    // Further ahead: kept on the bypass, nothing new to NAK.
+    let (hits, _, transmits) = deliver(receiver, 3);
+    assert_eq!((hits, transmits.len()), (1, 0));
+    // A duplicate of a held cast is the layered path's (dropped there).
+    let (hits, misses, _) = deliver(receiver, 2);
+    assert_eq!((hits, misses), (0, 1));
+    if !nak_delay.is_zero() {
+        let due = receiver.poll_alarm().expect("the NAK's alarm");
+        assert_eq!(due, now + nak_delay);
+        receiver.handle_timeout(due);
+        the_nak(&std::iter::from_fn(|| receiver.poll_transmit()).collect::<Vec<_>>());
+    }
+    // The cast that fills the gap takes the bypass too, and releases the run held behind it
+    // (casts 2 and 3, each going on up on the bypass); the diff compares every step with the
+    // layered twin.
+    let (hits, misses, _) = deliver(receiver, 1);
+    assert_eq!((hits, misses), (1, 0));
+    receiver.settle();
+    let delivered =
+        std::iter::from_fn(|| receiver.poll_event()).filter(|(_, e)| matches!(e, crate::AppEvent::Cast { .. }));
+    assert_eq!(delivered.count(), 4);
+    receiver.check_invariants();
+}
+
+#[test]
+fn a_cast_ahead_of_a_gap_is_kept_on_the_bypass_and_nak_ed_when_the_gap_lasts() {
+    a_cast_ahead_of_a_gap_is_kept_on_the_bypass(crate::StackConfig::default().mnak.nak_delay);
+}
+
+#[test]
+fn a_cast_ahead_of_a_gap_is_kept_on_the_bypass_with_its_nak() {
+    a_cast_ahead_of_a_gap_is_kept_on_the_bypass(crate::Duration(0));
+}
+
+/// `pt2pt` on the bypass, as `mnak` above: rank 0 gets sends 0, 2, 3, 2 again, then 1 (of 0-4).
+#[test]
+fn a_send_ahead_of_a_gap_is_kept_on_the_bypass_and_the_send_that_fills_it_releases_the_run() {
+    let mut group = Group::with_bypass(2, "vsync", Bypass::Diff);
+    let (sender, id) = &mut group.nodes[1];
+    let mut datagrams = Vec::new();
+    for k in 0..5u8 {
+        sender.handle_action(group.now, *id, Action::Send(vec![0], vec![k; 8].into())).unwrap();
+        datagrams.extend(std::iter::from_fn(|| sender.poll_transmit()).map(|out| out.to_bytes()));
+    }
+    assert_eq!(datagrams.len(), 5);
+    let receiver = &mut group.nodes[0].0;
+    let outcomes: Vec<_> = [0, 2, 3, 2, 1]
+        .into_iter()
+        .map(|k| {
+            let before = receiver.bypass_stats();
+            receiver.handle_datagram(group.now, datagrams[k].clone());
+            let after = receiver.bypass_stats();
+            (after.hits - before.hits, after.misses - before.misses)
+        })
+        .collect();
+    // The duplicate is the layered path's (dropped and answered with an ack there).
+    assert_eq!(outcomes, [(1, 0), (1, 0), (1, 0), (0, 1), (1, 0)]);
+    receiver.settle();
+    let delivered: Vec<u8> = std::iter::from_fn(|| receiver.poll_event())
+        .filter_map(|(_, e)| match e {
+            crate::AppEvent::Send { payload, .. } => Some(payload.to_bytes()[0]),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(delivered, [0, 1, 2, 3]);
+    receiver.check_invariants();
+}
+
+/// The seeded bugs: a split that loses its last part, a release that is forgotten. The diff
+/// names what differs; with the bypass on and no check, nothing notices at once.
+#[test]
+fn the_diff_catches_a_lost_part_and_a_forgotten_release() {
+    let caught = |hook: &'static std::thread::LocalKey<std::cell::Cell<bool>>, run: fn(Bypass)| {
+        hook.with(|h| h.set(true));
+        let result = std::panic::catch_unwind(|| run(Bypass::Diff));
+        let quiet = std::panic::catch_unwind(|| run(Bypass::On)).is_ok();
+        hook.with(|h| h.set(false));
+        let message = result.err().and_then(|p| p.downcast_ref::<String>().cloned()).expect("the diff catches it");
+        (message, quiet)
+    };
+    let split = |bypass| {
+        let mut group = Group::with_bypass(2, "vsync", bypass);
+        group.act(1, Action::Cast(vec![7; 4000].into())).unwrap();
+    };
+    let (message, quiet) = caught(&SKIP_LAST_PART, split);
+    assert!(message.contains("transmits differ"), "{message}");
+    assert!(quiet);
+    let release = |bypass| {
+        let mut group = Group::with_bypass(2, "vsync", bypass);
+        let (sender, id) = &mut group.nodes[1];
+        let mut datagrams = Vec::new();
+        for k in 0..3u8 {
+            sender.handle_action(group.now, *id, Action::Cast(vec![k; 8].into())).unwrap();
+            datagrams.extend(std::iter::from_fn(|| sender.poll_transmit()).map(|out| out.to_bytes()));
+        }
+        for k in [0, 2, 1] {
+            group.nodes[0].0.handle_datagram(group.now, datagrams[k].clone());
+        }
+    };
+    let (message, quiet) = caught(&SKIP_RELEASE, release);
+    assert!(message.contains("differ"), "{message}");
+    assert!(quiet);
+}
+
+#[test]
+fn the_diff_catches_a_false_inert_declaration() {
+    for layer in [LayerKind::Mflow, LayerKind::Local, LayerKind::Pt2ptw] {
+        FORCE_INERT.with(|f| f.set(Some(layer)));
+        let caught = std::panic::catch_unwind(|| {
+            let mut group = Group::with_bypass(2, "vsync", Bypass::Diff);
+            for k in 0..40u8 {
+                group.act(0, Action::Cast(vec![k; 8].into())).unwrap();
+                group.act(1, Action::Send(vec![0], vec![k; 8].into())).unwrap();
+            }
+        });
+        FORCE_INERT.with(|f| f.set(None));
+        let message = caught.expect_err("a false inert declaration went unnoticed");
+        let message = message.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(message.contains("bypass diff"), "{layer:?}: {message}");
+    }
+}
