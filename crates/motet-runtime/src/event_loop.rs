@@ -21,7 +21,6 @@ use motet_core::{
     Action, Address, ApiError, AppEvent, Destination, EndpointId, GroupName, LayerKind, Node, Payload, Rank, StackId,
     ViewId, ViewState,
 };
-use smallvec::SmallVec;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -723,26 +722,34 @@ impl EventLoop {
                 // Where it goes: with IP multicast, a cast is one datagram to the group address,
                 // and gossip to other partitions goes there too (discovery on the LAN without
                 // seeds), then also to the known peers.
-                let mut to: SmallVec<[SocketAddr; 8]> = SmallVec::new();
-                match (&out.to, group) {
-                    (Destination::Cast { .. }, Some(group)) => to.push(group),
-                    (destination, group) => {
-                        to.extend(group.filter(|_| matches!(destination, Destination::Peers(_))));
-                        for address in destination.addresses() {
-                            match address {
-                                Address::Inet(address) => to.push(address),
-                                Address::Sim(_) => self.stats.send_errors += 1,
-                            }
-                        }
+                let first = match (&out.to, group) {
+                    (Destination::Cast { .. }, Some(group)) => {
+                        self.send_one(group, out.head, out.payload);
+                        continue;
                     }
-                }
+                    (Destination::Peers(_), Some(group)) => Some(group),
+                    _ => None,
+                };
+                let mut simulated = 0;
+                let inet = |address| match address {
+                    Address::Inet(address) => Some(address),
+                    Address::Sim(_) => {
+                        simulated += 1;
+                        None
+                    }
+                };
                 // The last destination takes the head and payload themselves (no copy of the
                 // head, no reference-count traffic on the payload).
-                let Some((&last, rest)) = to.split_last() else { continue };
-                for &address in rest {
+                let mut to = first.into_iter().chain(out.to.addresses().filter_map(inet)).peekable();
+                while let Some(address) = to.next() {
+                    if to.peek().is_none() {
+                        self.send_one(address, out.head, out.payload);
+                        break;
+                    }
                     self.send_one(address, out.head.clone(), out.payload.clone());
                 }
-                self.send_one(last, out.head, out.payload);
+                drop(to);
+                self.stats.send_errors += simulated;
             }
             self.collect_events();
             if !self.retry_parked() {
