@@ -120,14 +120,19 @@ impl Stack {
     /// The compiled form of `trace` and its template, compiling the traces first if the layered
     /// path has run since they last were.
     fn compiled(&mut self, trace: Trace) -> Option<(Plan, Arc<motet_wire::Template>)> {
+        let plan = self.plan(trace)?;
+        Some((plan, Arc::clone(&self.templates[usize::from(!trace.is_cast())].as_ref()?.hdrs)))
+    }
+
+    /// The compiled form of `trace` (see [`Stack::compiled`]), without its template.
+    fn plan(&mut self, trace: Trace) -> Option<Plan> {
         if self.plans_stale {
             self.compile();
         }
         if self.delayed.len() >= DELAYED_MAX {
             self.settle_for_input();
         }
-        let plan = self.plans[trace as usize]?;
-        Some((plan, Arc::clone(&self.templates[usize::from(!trace.is_cast())].as_ref()?.hdrs)))
+        self.plans[trace as usize]
     }
 
     /// Compiles every trace that has a template: the layers below `appl` that are not inert on it
@@ -393,10 +398,14 @@ impl Stack {
         trace: Trace,
     ) -> Result<Took, (Msg, Option<usize>)> {
         let (top, n) = (self.appl, self.layers.len());
-        match self.compiled(trace) {
-            Some((plan, template))
-                if msg.payload.len() <= plan.len_max && msg.hdrs.compact_seqno(&template).is_some() =>
-            {
+        // A whole message of the template: its headers are in the compact form of the trace's
+        // template (compared by reference, no copy of the template's handle).
+        let plan = self.plan(trace).filter(|plan| {
+            let template = self.templates[usize::from(!trace.is_cast())].as_ref();
+            msg.payload.len() <= plan.len_max && template.is_some_and(|t| msg.hdrs.compact_seqno(&t.hdrs).is_some())
+        });
+        match plan {
+            Some(plan) => {
                 // A whole message of the template: every inert layer's header is its template
                 // header. A reply branch is a send going down: its compiled trace.
                 let Some(send) = self.plans[Trace::SendDn as usize].map(|p| p.active) else {
