@@ -1,11 +1,60 @@
 //! Holes in a sequence received out of order, and which of them a repair timer asks for: shared
 //! by `mnak` and `pt2pt` (receiver-driven repair, thesis §2.3.3 and §5.6 pp.87-88).
 
+use crate::layer::Outbox;
+use crate::time::Duration;
 use motet_wire::Seqno;
 
 /// Holes looked at per origin per timer: a bound on the NAKs one sweep sends (the rest are asked
 /// for at later sweeps).
 pub(super) const HOLES_MAX: usize = 32;
+
+/// What a receiver has asked one sender for. Both paths of a layer (its handler and its fast-path
+/// declaration) keep it through these methods, so they cannot drift apart.
+#[derive(Debug, Default)]
+pub(super) struct Asked {
+    /// Everything below this was received, or NAKed, or is due to be NAKed when its gap has lasted
+    /// `nak_delay`.
+    pub(super) naked_upto: Seqno,
+    /// Everything below this was received or asked for at least once (`naked_upto` runs ahead of
+    /// it by the holes whose NAK waits for `nak_delay`).
+    pub(super) asked_upto: Seqno,
+}
+
+impl Asked {
+    /// The part of the gap before an arrival `seqno`, ahead of `expected`, that is neither NAKed
+    /// nor due to be: `(lo, hi)`, if any. Changes nothing (what a fast-path condition reads).
+    pub(super) fn new_gap(&self, expected: Seqno, seqno: Seqno) -> Option<(Seqno, Seqno)> {
+        let lo = expected.max(self.naked_upto);
+        (lo < seqno).then(|| (lo, seqno - 1))
+    }
+
+    /// Records an arrival `seqno` ahead of `expected`: its [`Asked::new_gap`], now due to be NAKed
+    /// at once (`Some` from here) or by the timer after `nak_delay` (armed here, `None`).
+    pub(super) fn hold(
+        &mut self,
+        expected: Seqno,
+        seqno: Seqno,
+        nak_delay: Duration,
+        out: &mut Outbox<'_>,
+    ) -> Option<(Seqno, Seqno)> {
+        let gap = self.new_gap(expected, seqno);
+        self.naked_upto = self.naked_upto.max(seqno + 1);
+        match gap {
+            Some(_) if nak_delay.is_zero() => gap,
+            Some(_) => {
+                out.alarm(out.now() + nak_delay);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Records a NAK sent for everything up to `hi`.
+    pub(super) fn asked(&mut self, hi: Seqno) {
+        self.asked_upto = self.asked_upto.max(hi + 1);
+    }
+}
 
 /// The holes in what was received, each `(lo, hi)` inclusive: from `next` (the next number
 /// expected) up to the first number `held` out of order (ascending), between held numbers, and up

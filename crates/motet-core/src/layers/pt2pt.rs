@@ -74,11 +74,8 @@ struct Peer {
     expected: Seqno,
     /// Received ahead of `expected`.
     ooo: BTreeMap<Seqno, Msg>,
-    /// Everything below this was received, or NAKed, or is due to be NAKed when the gap has
-    /// lasted `nak_delay`.
-    naked_upto: Seqno,
-    /// Everything below this was received or asked for at least once.
-    asked_upto: Seqno,
+    /// What was asked for of the gaps.
+    asked: super::gaps::Asked,
     /// The last cumulative ack we sent.
     ack_sent: Seqno,
 }
@@ -153,8 +150,7 @@ impl Pt2pt {
     }
 
     fn send_nak(&mut self, peer: Rank, lo: Seqno, hi: Seqno, out: &mut Outbox<'_>) {
-        let p = &mut self.peers[usize::from(peer)];
-        p.asked_upto = p.asked_upto.max(hi + 1);
+        self.peers[usize::from(peer)].asked.asked(hi);
         out.count(Counter::NakSent);
         out.dn(Dn::Send { dest: peer, msg: Msg::default().with(Header::Nak { lo, hi }) });
     }
@@ -189,14 +185,9 @@ impl Pt2pt {
                 return;
             }
             p.ooo.insert(seqno, msg);
-            let lo = p.expected.max(p.naked_upto);
-            p.naked_upto = p.naked_upto.max(seqno + 1);
-            if lo < seqno {
-                match self.config.nak_delay.is_zero() {
-                    true => self.send_nak(origin, lo, seqno - 1, out),
-                    // The sweep NAKs every gap still open then.
-                    false => out.alarm(out.now() + self.config.nak_delay),
-                }
+            // NAKed now, or by the sweep if the gap is still open then.
+            if let Some((lo, hi)) = p.asked.hold(p.expected, seqno, self.config.nak_delay, out) {
+                self.send_nak(origin, lo, hi, out);
             }
             out.alarm(out.now() + self.config.sweep_interval);
             return;
@@ -281,7 +272,7 @@ impl Layer for Pt2pt {
             // The first hole is asked for again; those after it once, when their `nak_delay` is
             // over (as `mnak`'s timer).
             let p = &self.peers[usize::from(peer)];
-            for (lo, hi) in super::gaps::to_ask(p.holes(), p.asked_upto) {
+            for (lo, hi) in super::gaps::to_ask(p.holes(), p.asked.asked_upto) {
                 self.send_nak(peer, lo, hi, out);
             }
             let p = &self.peers[usize::from(peer)];
@@ -352,9 +343,8 @@ impl Layer for Pt2pt {
                     && *seqno - p.expected <= self.config.recv_window_max
                     && !p.ooo.contains_key(seqno) =>
             {
-                let lo = p.expected.max(p.naked_upto);
-                let reply = (self.config.nak_delay.is_zero() && lo < *seqno)
-                    .then(|| (up.origin, Header::Nak { lo, hi: seqno - 1 }.into()));
+                let now = p.asked.new_gap(p.expected, *seqno).filter(|_| self.config.nak_delay.is_zero());
+                let reply = now.map(|(lo, hi)| (up.origin, Header::Nak { lo, hi }.into()));
                 Some(UpStep { reply, absorb: true, ..UpStep::to(up.qos) })
             }
             _ => None,
@@ -381,17 +371,10 @@ impl Layer for Pt2pt {
         if *seqno > p.expected {
             // Ahead of a gap (see `fast_up`).
             p.ooo.insert(*seqno, msg.clone());
-            let lo = p.expected.max(p.naked_upto);
-            p.naked_upto = p.naked_upto.max(seqno + 1);
-            if lo < *seqno {
-                match self.config.nak_delay.is_zero() {
-                    true => {
-                        // The trace's reply asks for `lo..seqno`, as `send_nak` would.
-                        p.asked_upto = p.asked_upto.max(*seqno);
-                        out.count(Counter::NakSent);
-                    }
-                    false => out.alarm(out.now() + self.config.nak_delay),
-                }
+            if let Some((_, hi)) = p.asked.hold(p.expected, *seqno, self.config.nak_delay, out) {
+                // The trace's reply is the NAK: the rest of what `send_nak` does.
+                p.asked.asked(hi);
+                out.count(Counter::NakSent);
             }
             out.alarm(out.now() + self.config.sweep_interval);
             return;

@@ -129,10 +129,17 @@ impl Stack {
         if self.plans_stale {
             self.compile();
         }
+        self.settle_at_bound();
+        self.plans[trace as usize]
+    }
+
+    /// Files the delayed copies once `DELAYED_MAX` wait: the bound holds between inputs and within
+    /// a long trace (a split, a release), and what was kept so far is filed in order.
+    #[inline]
+    fn settle_at_bound(&mut self) {
         if self.delayed.len() >= DELAYED_MAX {
             self.settle_for_input();
         }
-        self.plans[trace as usize]
     }
 
     /// Compiles every trace that has a template: the layers below `appl` that are not inert on it
@@ -273,10 +280,8 @@ impl Stack {
             if SKIP_LAST_PART.with(std::cell::Cell::get) && index + 1 == parts {
                 break;
             }
-            // Each part may leave a copy to keep: the bound on delayed work holds within a trace.
-            if self.delayed.len() >= DELAYED_MAX {
-                self.settle_for_input();
-            }
+            // Each part may leave a copy to keep.
+            self.settle_at_bound();
             let part = self.layers[at].fast_split(whole, index);
             let Err((part, refused)) = self.part_dn(now, dest, part, qos, below) else { continue };
             self.settle_for_input();
@@ -516,11 +521,8 @@ impl Stack {
         if let Some((at, qos, keep)) = release {
             let trace = Trace::up(cast);
             loop {
-                // A run may be long (up to a receive window): the bound on delayed work holds
-                // within a trace. What was kept so far is filed in order.
-                if self.delayed.len() >= DELAYED_MAX {
-                    self.settle_for_input();
-                }
+                // A run may be long (up to a receive window).
+                self.settle_at_bound();
                 let mut next = None;
                 self.apply(at, now, |layer, out| next = layer.fast_release(origin, cast, out));
                 let Some((origin, next)) = next else { break };
