@@ -26,9 +26,27 @@ use smallvec::SmallVec;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-/// A handle naming one stack of a node.
+/// A handle naming one stack of a node: the stack's slot and the slot's generation. A node
+/// reuses the slot of a stack that exited (every view change builds a stack, and a process may
+/// live through millions), so a handle kept after its stack exited, or an event of that stack
+/// still queued, never names the stack that took the slot next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct StackId(pub u32);
+pub struct StackId {
+    index: u32,
+    generation: u32,
+}
+
+impl StackId {
+    /// A handle that names no stack (a placeholder for drivers).
+    pub const NONE: StackId = StackId { index: u32::MAX, generation: u32::MAX };
+}
+
+/// One slot of `Node::stacks`: its live stack, if any, and how many stacks it has held before.
+#[derive(Debug, Default)]
+struct Slot {
+    generation: u32,
+    entry: Option<Entry>,
+}
 
 /// Where a datagram goes.
 #[derive(Clone, Debug)]
@@ -90,6 +108,13 @@ pub fn datagram_bytes(head: &[u8], payload: &Payload) -> Bytes {
     Bytes::from(buf)
 }
 
+/// The entry of stack `id` in `stacks`, if it is live (a function of the slots alone, so that
+/// the node's other fields stay free to borrow).
+fn live_mut(stacks: &mut [Slot], id: StackId) -> Option<&mut Entry> {
+    let slot = stacks.get_mut(id.index as usize)?;
+    slot.entry.as_mut().filter(|_| slot.generation == id.generation)
+}
+
 #[derive(Debug)]
 struct Entry {
     stack: Stack,
@@ -130,7 +155,9 @@ pub fn gossip_conn_id(group: &crate::view::GroupName) -> ConnId {
 /// The endpoints of one process and their stacks.
 #[derive(Debug, Default)]
 pub struct Node {
-    stacks: Vec<Option<Entry>>,
+    stacks: Vec<Slot>,
+    /// Slots whose stack exited, reused last-freed first.
+    free: Vec<u32>,
     routes: BTreeMap<ConnId, SmallVec<[StackId; 1]>>,
     transmits: VecDeque<Outgoing>,
     events: VecDeque<(StackId, AppEvent)>,
@@ -150,8 +177,8 @@ pub struct Node {
     unsettled: Vec<StackId>,
     /// Every stack's next alarm, kept up to date after each input, so the driver's questions
     /// (when next, what is due) cost a lookup, not a visit of every stack: a process may run
-    /// many groups, and every view change adds a stack.
-    alarms: std::collections::BTreeSet<(Instant, u32)>,
+    /// many groups, and live through many views.
+    alarms: std::collections::BTreeSet<(Instant, StackId)>,
 }
 
 /// The encoded head of an outgoing datagram. Inline up to 24 bytes (every compressed head and
@@ -169,10 +196,15 @@ impl Node {
         self.now = now;
         let conn = conn_id(&view);
         let stack = Stack::with_bypass(view, rank, now, self.bypass)?;
-        let id = StackId(self.stacks.len() as u32);
-        self.stacks.push(Some(Entry { stack, conn, replaced: false, unsettled: false, armed: None }));
+        let gossip = gossip_conn_id(&stack.view().group);
+        let index = self.free.pop().unwrap_or_else(|| {
+            self.stacks.push(Slot::default());
+            u32::try_from(self.stacks.len() - 1).expect("fewer than 2^32 live stacks")
+        });
+        let slot = &mut self.stacks[index as usize];
+        slot.entry = Some(Entry { stack, conn, replaced: false, unsettled: false, armed: None });
+        let id = StackId { index, generation: slot.generation };
         self.routes.entry(conn).or_default().push(id);
-        let gossip = gossip_conn_id(&self.stacks[id.0 as usize].as_ref().expect("just pushed").stack.view().group);
         self.routes.entry(gossip).or_default().push(id);
         self.collect(id);
         Ok(id)
@@ -199,7 +231,7 @@ impl Node {
         let head = decoded.head;
         let mut msg = Some(Msg { hdrs: decoded.hdrs, payload: decoded.payload });
         for (i, &id) in ids.iter().enumerate() {
-            let Some(entry) = self.stacks[id.0 as usize].as_mut() else { continue };
+            let Some(entry) = live_mut(&mut self.stacks, id) else { continue };
             let stack = &mut entry.stack;
             let in_view = head.mux == Mux::Gossip
                 || (usize::from(head.origin) < stack.view().len() && head.origin != stack.rank());
@@ -231,7 +263,7 @@ impl Node {
         };
         let mut payload = Some(payload);
         for (i, &id) in ids.iter().enumerate() {
-            let Some(entry) = self.stacks[id.0 as usize].as_mut() else { continue };
+            let Some(entry) = live_mut(&mut self.stacks, id) else { continue };
             let stack = &mut entry.stack;
             let in_view = usize::from(head.origin) < stack.view().len() && head.origin != stack.rank();
             let for_me = match head.mux {
@@ -258,32 +290,35 @@ impl Node {
     /// order of the stacks' ids. Stacks built meanwhile (a new view's) wait for the next call.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = now;
-        let alarms = self.alarms.range(..=(now, u32::MAX)).map(|&(_, index)| index);
-        let delayed = self.unsettled.iter().map(|id| id.0).filter(|&index| {
-            self.stacks[index as usize].as_ref().is_some_and(|e| e.stack.poll_timeout().is_some_and(|at| at <= now))
-        });
-        let mut due: SmallVec<[u32; 8]> = alarms.chain(delayed).collect();
+        let alarms = self.alarms.range(..=(now, StackId::NONE)).map(|&(_, id)| id);
+        let delayed = self
+            .unsettled
+            .iter()
+            .copied()
+            .filter(|&id| self.live(id).is_some_and(|e| e.stack.poll_timeout().is_some_and(|at| at <= now)));
+        let mut due: SmallVec<[StackId; 8]> = alarms.chain(delayed).collect();
         due.sort_unstable();
         due.dedup();
-        for index in due {
-            let Some(entry) = self.stacks[index as usize].as_mut() else { continue };
+        // By handle, not by slot: a stack built meanwhile in the slot of one that exited is not due.
+        for id in due {
+            let Some(entry) = live_mut(&mut self.stacks, id) else { continue };
             if entry.stack.poll_timeout().is_some_and(|at| at <= now) {
                 entry.stack.handle_timeout(now);
-                self.collect(StackId(index));
+                self.collect(id);
             }
         }
     }
 
     /// Files stack `id`'s next alarm in `alarms`, if it moved.
     fn rearm(&mut self, id: StackId) {
-        let Some(entry) = self.stacks[id.0 as usize].as_mut() else { return };
+        let Some(entry) = live_mut(&mut self.stacks, id) else { return };
         let at = entry.stack.poll_alarm();
         if at != entry.armed {
             if let Some(old) = entry.armed {
-                self.alarms.remove(&(old, id.0));
+                self.alarms.remove(&(old, id));
             }
             if let Some(at) = at {
-                self.alarms.insert((at, id.0));
+                self.alarms.insert((at, id));
             }
             entry.armed = at;
         }
@@ -310,7 +345,7 @@ impl Node {
     /// When the node next needs [`Node::handle_timeout`]: the earliest alarm of any stack, or
     /// now while a stack holds delayed processing.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let delayed = self.unsettled.iter().filter_map(|id| self.stacks[id.0 as usize].as_ref()?.stack.poll_timeout());
+        let delayed = self.unsettled.iter().filter_map(|&id| self.live(id)?.stack.poll_timeout());
         delayed.chain(self.poll_alarm()).min()
     }
 
@@ -328,7 +363,7 @@ impl Node {
     pub fn settle(&mut self) {
         for i in 0..self.unsettled.len() {
             let id = self.unsettled[i];
-            if let Some(entry) = self.stacks[id.0 as usize].as_mut() {
+            if let Some(entry) = live_mut(&mut self.stacks, id) {
                 entry.stack.settle();
                 entry.unsettled = false;
                 // Filing a copy may arm a retransmission sweep.
@@ -355,12 +390,25 @@ impl Node {
 
     /// The stack `id`, if it is live.
     pub fn stack(&self, id: StackId) -> Option<&Stack> {
-        self.stacks.get(id.0 as usize)?.as_ref().map(|e| &e.stack)
+        self.live(id).map(|e| &e.stack)
     }
 
     /// Live stacks.
     pub fn stacks(&self) -> impl Iterator<Item = (StackId, &Stack)> {
-        self.stacks.iter().enumerate().filter_map(|(i, e)| e.as_ref().map(|e| (StackId(i as u32), &e.stack)))
+        self.stacks.iter().zip(0..).filter_map(|(slot, index)| {
+            slot.entry.as_ref().map(|e| (StackId { index, generation: slot.generation }, &e.stack))
+        })
+    }
+
+    /// Slots in use or free: the most stacks this node has held at once.
+    pub fn slots(&self) -> usize {
+        self.stacks.len()
+    }
+
+    /// The entry of stack `id`, if it is live.
+    fn live(&self, id: StackId) -> Option<&Entry> {
+        let slot = self.stacks.get(id.index as usize)?;
+        slot.entry.as_ref().filter(|_| slot.generation == id.generation)
     }
 
     /// Sets whether stacks built from now on run their common traces through the bypass (`On`,
@@ -389,18 +437,24 @@ impl Node {
 
     /// Removes stack `id` and its route: it has exited (thesis §2.3.4, `Exit`).
     pub fn remove(&mut self, id: StackId) {
-        if let Some(entry) = self.stacks.get_mut(id.0 as usize).and_then(Option::take) {
-            if let Some(at) = entry.armed {
-                self.alarms.remove(&(at, id.0));
-            }
-            self.unsettled.retain(|&other| other != id);
-            self.bypass_done.merge(entry.stack.bypass_stats());
-            for conn in [entry.conn, gossip_conn_id(&entry.stack.view().group)] {
-                if let Some(ids) = self.routes.get_mut(&conn) {
-                    ids.retain(|&mut other| other != id);
-                    if ids.is_empty() {
-                        self.routes.remove(&conn);
-                    }
+        let Some(slot) = self.stacks.get_mut(id.index as usize).filter(|s| s.generation == id.generation) else {
+            return;
+        };
+        let Some(entry) = slot.entry.take() else { return };
+        // The next stack in this slot gets a new handle (wrapping: 2^32 generations apart, a
+        // stale handle has long been dropped).
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(id.index);
+        if let Some(at) = entry.armed {
+            self.alarms.remove(&(at, id));
+        }
+        self.unsettled.retain(|&other| other != id);
+        self.bypass_done.merge(entry.stack.bypass_stats());
+        for conn in [entry.conn, gossip_conn_id(&entry.stack.view().group)] {
+            if let Some(ids) = self.routes.get_mut(&conn) {
+                ids.retain(|&mut other| other != id);
+                if ids.is_empty() {
+                    self.routes.remove(&conn);
                 }
             }
         }
@@ -419,13 +473,13 @@ impl Node {
     }
 
     fn entry(&mut self, id: StackId) -> Result<&mut Entry, ApiError> {
-        self.stacks.get_mut(id.0 as usize).and_then(Option::as_mut).ok_or(ApiError::NoSuchStack)
+        live_mut(&mut self.stacks, id).ok_or(ApiError::NoSuchStack)
     }
 
     /// Moves stack `id`'s outputs into the node's queues, encoding datagrams; builds the stack of
     /// a new view (thesis §2.3.4) and removes a stack that exits.
     fn collect(&mut self, id: StackId) {
-        let Some(entry) = self.stacks[id.0 as usize].as_mut() else { return };
+        let Some(entry) = live_mut(&mut self.stacks, id) else { return };
         if entry.stack.unsettled() && !entry.unsettled {
             entry.unsettled = true;
             self.unsettled.push(id);
@@ -490,7 +544,7 @@ impl Node {
         if exited {
             // A stack that was replaced by its successor just finished lingering; any other exit
             // is the endpoint leaving the group.
-            if !self.stacks[id.0 as usize].as_ref().is_some_and(|e| e.replaced) {
+            if !self.live(id).is_some_and(|e| e.replaced) {
                 self.events.push_back((id, AppEvent::Exit));
             }
             self.remove(id);
@@ -529,6 +583,37 @@ mod tests {
             })
             .collect();
         (nodes, now)
+    }
+
+    /// A long-lived process goes through many views: each builds a stack, and the slot of the one
+    /// it replaces is reused once that one has exited, so the node's slots stay bounded by the
+    /// stacks live at once. A handle kept from an exited stack names nothing, not the stack that
+    /// took its slot.
+    #[test]
+    fn slots_of_exited_stacks_are_reused_and_their_old_handles_name_nothing() {
+        let mut group = crate::testkit::Group::new(2, "vsync");
+        let first = group.nodes[0].1;
+        let targets = ["total", "vsync"];
+        for round in 0..40 {
+            group.act(round % 2, Action::Switch(crate::spec::StackSpec::parse(targets[round % 2]).unwrap())).unwrap();
+            for _ in 0..20 {
+                group.tick(crate::time::Duration::from_millis(100));
+            }
+            let view = group.views[0].as_ref().unwrap();
+            assert_eq!(view.view_id.ltime, round as u64 + 1, "every switch installs a view");
+            for (node, _) in &group.nodes {
+                assert_eq!(node.stacks().count(), 1, "the replaced stack has exited");
+                assert!(node.slots() <= 2, "round {round}: {} slots for 1 live stack", node.slots());
+            }
+        }
+        let (node, current) = &mut group.nodes[0];
+        assert_ne!(first, *current);
+        assert!(node.stack(first).is_none(), "an old handle names nothing");
+        let now = group.now;
+        assert_eq!(node.handle_action(now, first, Action::Cast(Payload::new())), Err(ApiError::NoSuchStack));
+        assert!(node.stack(*current).is_some());
+        group.act(0, Action::Cast(b"after".as_slice().into())).unwrap();
+        assert_eq!(group.delivered[1], 1, "the current stack still works");
     }
 
     /// The alarm index answers what a visit of every stack would: two nodes sharing 40 groups,

@@ -273,7 +273,7 @@ impl<'a> World<'a> {
                     // Not started yet: no stack until a scripted `Start`.
                     return SimNode {
                         node,
-                        stack: StackId(u32::MAX),
+                        stack: StackId::NONE,
                         views: BTreeMap::new(),
                         alive: false,
                         backlog: VecDeque::new(),
@@ -615,7 +615,7 @@ impl<'a> World<'a> {
         self.address.push(index as u32);
         self.nodes.push(SimNode {
             node,
-            stack: StackId(u32::MAX),
+            stack: StackId::NONE,
             views: BTreeMap::new(),
             alive: false,
             backlog: VecDeque::new(),
