@@ -309,18 +309,32 @@ impl Node {
         }
     }
 
-    /// Files stack `id`'s next alarm in `alarms`, if it moved.
+    /// Files stack `id`'s next alarm in `alarms`, if it moved (rarely: on most inputs it stays).
+    #[inline]
     fn rearm(&mut self, id: StackId) {
         let Some(entry) = live_mut(&mut self.stacks, id) else { return };
         let at = entry.stack.poll_alarm();
         if at != entry.armed {
-            if let Some(old) = entry.armed {
-                self.alarms.remove(&(old, id));
-            }
-            if let Some(at) = at {
-                self.alarms.insert((at, id));
-            }
-            entry.armed = at;
+            let old = std::mem::replace(&mut entry.armed, at);
+            Self::refile(&mut self.alarms, id, old, at);
+        }
+    }
+
+    /// Moves stack `id`'s entry in `alarms` from `old` to `at`. Out of line: the ordered index's
+    /// code would make every caller save registers it seldom needs.
+    #[cold]
+    #[inline(never)]
+    fn refile(
+        alarms: &mut std::collections::BTreeSet<(Instant, StackId)>,
+        id: StackId,
+        old: Option<Instant>,
+        at: Option<Instant>,
+    ) {
+        if let Some(old) = old {
+            alarms.remove(&(old, id));
+        }
+        if let Some(at) = at {
+            alarms.insert((at, id));
         }
     }
 
