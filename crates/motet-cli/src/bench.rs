@@ -373,7 +373,7 @@ fn instructions(path: Path, stack: &str, members: usize, size: usize, count: u64
 fn header_bytes(stack: &str) -> HeaderBytes {
     let mut group = Group::new(2, stack);
     let mut on_wire = [0; 2];
-    for (k, action) in [Action::Cast(Payload::new()), Action::Send(vec![0], Payload::new())].into_iter().enumerate() {
+    for (k, action) in [Action::Cast(Payload::new()), Action::send(0, Payload::new())].into_iter().enumerate() {
         let (node, id) = &mut group.nodes[1];
         node.handle_action(Instant::ZERO, *id, action).expect("a fresh stack takes it");
         on_wire[k] = node.poll_transmit().map_or(0, |out| out.head.len());
@@ -384,7 +384,7 @@ fn header_bytes(stack: &str) -> HeaderBytes {
     let mut stack = Stack::new(view, 1, Instant::ZERO).expect("builds");
     for (k, (action, mux)) in [
         (Action::Cast(Payload::new()), motet_wire::Mux::Cast),
-        (Action::Send(vec![0], Payload::new()), motet_wire::Mux::Send { dest: 0 }),
+        (Action::send(0, Payload::new()), motet_wire::Mux::Send { dest: 0 }),
     ]
     .into_iter()
     .enumerate()

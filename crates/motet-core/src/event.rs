@@ -292,13 +292,17 @@ pub enum Up {
     Exit,
 }
 
+/// The destinations of a send.
+pub type Ranks = smallvec::SmallVec<[Rank; 4]>;
+
 /// What the application asks of its endpoint (thesis §2.1.10 "actions").
 #[derive(Clone, Debug)]
 pub enum Action {
     /// Multicast to the view.
     Cast(Payload),
-    /// Send to each of these ranks.
-    Send(Vec<Rank>, Payload),
+    /// Send to each of these ranks (inline up to four: a send to one member allocates nothing;
+    /// [`Action::send`] builds that one).
+    Send(Ranks, Payload),
     /// A cast for these ranks only (a subcast): it is ordered with the stack's guarantee among all
     /// casts (FIFO, total, causal, safe) and delivered as a cast at the named members only.
     Subcast(Vec<Rank>, Payload),
@@ -321,6 +325,13 @@ pub enum Action {
     /// This member is done with the state transfer of the current view (the provider after its
     /// last chunk, a receiver after installing the state).
     XferDone,
+}
+
+impl Action {
+    /// A send of `payload` to the member at `rank`.
+    pub fn send(rank: Rank, payload: Payload) -> Action {
+        Action::Send(smallvec::smallvec![rank], payload)
+    }
 }
 
 /// What the endpoint tells the application (thesis §2.1.10 "callbacks").

@@ -22,7 +22,7 @@ pub mod time;
 pub mod view;
 
 pub use error::{ApiError, StackSpecError};
-pub use event::{Action, AppEvent, Counter, DropReason};
+pub use event::{Action, AppEvent, Counter, DropReason, Ranks};
 pub use layers::{LayerKind, StackConfig};
 pub use node::{datagram_bytes, DatagramHead, Destination, Node, Outgoing, StackId};
 pub use spec::{Property, StackSpec};

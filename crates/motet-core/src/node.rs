@@ -666,8 +666,7 @@ mod tests {
         for step in 0..3_000 {
             let (from, g) = (random(2) as usize, random(groups) as usize);
             let payload = Payload::from(vec![step as u8; 16]);
-            let action =
-                if random(3) == 0 { Action::Send(vec![1 - from as Rank], payload) } else { Action::Cast(payload) };
+            let action = if random(3) == 0 { Action::send(1 - from as Rank, payload) } else { Action::Cast(payload) };
             // Flow control may refuse for a while: that is the test's business only as an input.
             let _ = nodes[from].handle_action(now, ids[from][g], action);
             if random(4) == 0 {
@@ -697,7 +696,7 @@ mod tests {
         let (mut nodes, now) = pair();
         for k in 0..300u32 {
             let payload = Payload::from(k.to_le_bytes().to_vec());
-            let action = if k % 2 == 0 { Action::Cast(payload) } else { Action::Send(vec![1], payload) };
+            let action = if k % 2 == 0 { Action::Cast(payload) } else { Action::send(1, payload) };
             let (node, id) = &mut nodes[0];
             node.handle_action(now, *id, action).unwrap();
             let mut datagrams = Vec::new();

@@ -265,7 +265,7 @@ mod tests {
             group.act(i as usize % 3, Action::Cast(i.to_le_bytes().to_vec().into())).unwrap();
             sent += 1;
         }
-        group.act(0, Action::Send(vec![1], b"to the new address".as_slice().into())).unwrap();
+        group.act(0, Action::send(1, b"to the new address".as_slice().into())).unwrap();
         for _ in 0..10 {
             group.tick(Duration::from_millis(100));
         }
@@ -300,7 +300,7 @@ mod tests {
         for i in 0..200u32 {
             group.act(i as usize % 3, Action::Cast(i.to_le_bytes().to_vec().into())).unwrap();
         }
-        group.act(0, Action::Send(vec![2], vec![0u8; 5000].into())).unwrap();
+        group.act(0, Action::send(2, vec![0u8; 5000].into())).unwrap();
         assert_eq!(group.delivered, vec![200, 200, 201]);
         assert!(group.buffered() > 0, "nothing is stable before gossip");
         for _ in 0..5 {

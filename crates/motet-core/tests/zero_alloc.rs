@@ -47,8 +47,8 @@ fn run(stack: &str, bypass: Bypass, send: bool, count: u64) -> Count {
         if k == count {
             (n, delivered) = (Count::default(), 0);
         }
-        // The action is the application's (a send names its destinations in a vector).
-        let act = uncounted(|| action(send, &payload));
+        // The action is counted too: a send's one destination is inline in it.
+        let act = counted(&mut n.sender, || action(send, &payload));
         let now = group.now;
         let (sender, id) = &mut group.nodes[1];
         let id = *id;
@@ -108,7 +108,7 @@ fn counted<T>(into: &mut u64, f: impl FnOnce() -> T) -> T {
 
 fn action(send: bool, payload: &Payload) -> Action {
     if send {
-        Action::Send(vec![0], payload.clone())
+        Action::send(0, payload.clone())
     } else {
         Action::Cast(payload.clone())
     }

@@ -933,7 +933,7 @@ fn take(
                 stats.sends_to_departed += 1;
                 return Ok(());
             };
-            Action::Send(vec![rank], payload(data))
+            Action::send(rank, payload(data))
         }
         Op::Subcast(to, data) => {
             let view = member.view.as_ref().ok_or(Error::Api(ApiError::Blocked))?;

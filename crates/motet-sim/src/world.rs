@@ -710,7 +710,7 @@ impl<'a> World<'a> {
                         self.nodes[node].backlog.pop_front();
                         continue;
                     };
-                    Action::Send(vec![rank as u16], payload.clone().into())
+                    Action::send(rank as u16, payload.clone().into())
                 }
             };
             let sim = &mut self.nodes[node];

@@ -299,7 +299,7 @@ mod tests {
             run(&mut h, Action::Cast(b"12345".as_slice().into())).0,
             Err(ApiError::TooLarge { size: 5, max: 4 })
         );
-        let (result, emitted) = run(&mut h, Action::Send(vec![1, 7], b"x".as_slice().into()));
+        let (result, emitted) = run(&mut h, Action::Send(smallvec::smallvec![1, 7], b"x".as_slice().into()));
         assert_eq!((result, emitted), (Err(ApiError::NoSuchRank { rank: 7, len: 3 }), 0));
         h.up(Up::FlowBlock { dest: None, blocked: true });
         assert_eq!(run(&mut h, Action::Cast(b"x".as_slice().into())).0, Err(ApiError::FlowBlocked { dest: None }));
@@ -307,7 +307,7 @@ mod tests {
         assert_eq!(run(&mut h, Action::Cast(b"x".as_slice().into())), (Ok(()), 1));
         // A send to oneself is delivered locally.
         h.app.clear();
-        assert_eq!(run(&mut h, Action::Send(vec![0], b"me".as_slice().into())), (Ok(()), 0));
+        assert_eq!(run(&mut h, Action::send(0, b"me".as_slice().into())), (Ok(()), 0));
         assert!(matches!(h.app.pop_front(), Some(AppEvent::Send { origin: 0, .. })));
         assert_eq!(run(&mut h, Action::Leave), (Ok(()), 1), "a leave request goes up");
         assert_eq!(run(&mut h, Action::Leave).0, Err(ApiError::Left));

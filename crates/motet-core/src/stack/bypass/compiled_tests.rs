@@ -38,14 +38,14 @@ fn common_traces_run_compiled_and_equal_the_layered_path() {
     let mut group = Group::with_bypass(3, "vsync", Bypass::Diff);
     for k in 0..100u8 {
         group.act(0, Action::Cast(vec![k; 8].into())).unwrap();
-        group.act(1, Action::Send(vec![2], vec![k; 8].into())).unwrap();
+        group.act(1, Action::send(2, vec![k; 8].into())).unwrap();
     }
     let stats: Vec<_> = group.nodes.iter().map(|(node, _)| node.bypass_stats()).collect();
     assert!(stats.iter().all(|s| s.hits > 0 && s.compiled == s.hits), "{stats:?}");
     // A fragmented cast and send (4,000 B: 4 parts of 1,024 B at most) are interpreted: split
     // going down, each part kept by `frag` going up and the last one joined, all on the bypass.
     group.act(2, Action::Cast(vec![1; 4000].into())).unwrap();
-    group.act(0, Action::Send(vec![1], vec![2; 4000].into())).unwrap();
+    group.act(0, Action::send(1, vec![2; 4000].into())).unwrap();
     let after: Vec<_> = group.nodes.iter().map(|(node, _)| node.bypass_stats()).collect();
     let new = |r: usize| (after[r].hits - stats[r].hits, after[r].misses - stats[r].misses);
     assert_eq!([new(0), new(1), new(2)], [(1 + 4, 0), (4 + 4, 0), (1, 0)], "{after:?}");
@@ -58,7 +58,7 @@ fn credit_reports_and_acknowledgements_are_absorbed_on_the_bypass() {
     let mut group = Group::with_bypass(2, "vsync", Bypass::Diff);
     for k in 0..256u16 {
         group.act(1, Action::Cast(k.to_be_bytes().to_vec().into())).unwrap();
-        group.act(1, Action::Send(vec![0], k.to_be_bytes().to_vec().into())).unwrap();
+        group.act(1, Action::send(0, k.to_be_bytes().to_vec().into())).unwrap();
     }
     assert_eq!(group.delivered, [512, 256]);
     // Rank 0 reported credit every 32 casts and acknowledged sends in batches; rank 1 kept
@@ -151,7 +151,7 @@ fn a_send_ahead_of_a_gap_is_kept_on_the_bypass_and_the_send_that_fills_it_releas
     let (sender, id) = &mut group.nodes[1];
     let mut datagrams = Vec::new();
     for k in 0..5u8 {
-        sender.handle_action(group.now, *id, Action::Send(vec![0], vec![k; 8].into())).unwrap();
+        sender.handle_action(group.now, *id, Action::send(0, vec![k; 8].into())).unwrap();
         datagrams.extend(std::iter::from_fn(|| sender.poll_transmit()).map(|out| out.to_bytes()));
     }
     assert_eq!(datagrams.len(), 5);
@@ -222,7 +222,7 @@ fn the_diff_catches_a_false_inert_declaration() {
             let mut group = Group::with_bypass(2, "vsync", Bypass::Diff);
             for k in 0..40u8 {
                 group.act(0, Action::Cast(vec![k; 8].into())).unwrap();
-                group.act(1, Action::Send(vec![0], vec![k; 8].into())).unwrap();
+                group.act(1, Action::send(0, vec![k; 8].into())).unwrap();
             }
         });
         FORCE_INERT.with(|f| f.set(None));

@@ -54,7 +54,7 @@ fn a_kept_copy_is_filed_after_the_transmit_and_before_any_other_input() {
     assert_eq!(stack.poll_timeout(), Some(Instant::ZERO), "the driver is asked to come back at once");
     // A send: pt2pt's copy and its retransmission alarm wait too, behind the cast's.
     let pt2pt = stack.view.stack.layers().iter().position(|&k| k == crate::LayerKind::Pt2pt).unwrap();
-    stack.handle_action(Instant::ZERO, Action::Send(vec![2], b"y".as_slice().into())).unwrap();
+    stack.handle_action(Instant::ZERO, Action::send(2, b"y".as_slice().into())).unwrap();
     assert_eq!(stack.delayed.len(), 2);
     assert_eq!(stack.alarms[pt2pt], None);
     // The driver is idle: the copies are filed (and `Diff` compares every layer).
@@ -81,7 +81,7 @@ fn compiled_traces_run_ahead_of_delayed_processing_and_equal_the_layered_path() 
     group.settle = false;
     for k in 0..200u8 {
         group.act(usize::from(k % 3), Action::Cast(vec![k; 8].into())).unwrap();
-        group.act(1, Action::Send(vec![2], vec![k; 8].into())).unwrap();
+        group.act(1, Action::send(2, vec![k; 8].into())).unwrap();
         if k % 50 == 0 {
             group.tick(Duration::from_millis(60)); // sweeps and NAK timers: settle first
         }
@@ -101,7 +101,7 @@ fn the_diff_catches_an_input_that_does_not_settle_first() {
     let view = crate::testing::view_of("vsync", 3);
     let late = |settle_late: bool| {
         let mut stack = Stack::with_bypass(Arc::clone(&view), 1, Instant::ZERO, Bypass::Diff).unwrap();
-        stack.handle_action(Instant::ZERO, Action::Send(vec![0], b"x".as_slice().into())).unwrap();
+        stack.handle_action(Instant::ZERO, Action::send(0, b"x".as_slice().into())).unwrap();
         SETTLE_LATE.with(|s| s.set(settle_late));
         // pt2pt's sweep retransmits the unacknowledged send: only if its copy was filed.
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
