@@ -287,7 +287,8 @@ impl Node {
     }
 
     /// Fires due alarms of every stack (and its delayed processing, if it holds some), in the
-    /// order of the stacks' ids. Stacks built meanwhile (a new view's) wait for the next call.
+    /// order of the stacks' slots (not of their creation: a slot is reused). Stacks built
+    /// meanwhile (a new view's) wait for the next call.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = now;
         let alarms = self.alarms.range(..=(now, StackId::NONE)).map(|&(_, id)| id);
@@ -455,8 +456,9 @@ impl Node {
             return;
         };
         let Some(entry) = slot.entry.take() else { return };
-        // The next stack in this slot gets a new handle (wrapping: 2^32 generations apart, a
-        // stale handle has long been dropped).
+        // The next stack in this slot gets a new handle. Wrapping: a stale handle could name a
+        // stack again only after 2^32 stacks in this one slot, and removal has cleared every
+        // reference the node holds; drivers look handles up only for live members.
         slot.generation = slot.generation.wrapping_add(1);
         self.free.push(id.index);
         if let Some(at) = entry.armed {
