@@ -124,7 +124,7 @@ fn amortised(count: u64) -> u64 {
 
 #[test]
 fn casts_on_the_bypass_allocate_nothing_per_message() {
-    for stack in ["fifo", "vsync"] {
+    for stack in ["fifo", "vsync", "causal"] {
         let n = run(stack, Bypass::On, false, 2048);
         assert!(n.sender + n.receiver <= amortised(2048), "`{stack}`: {n:?}");
         // The credit report `mflow` owes every few casts is a message of its own: its header

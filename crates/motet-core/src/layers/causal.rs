@@ -22,11 +22,13 @@
 //! (counted as `Orphan`).
 
 use crate::event::{Dn, DropReason, Msg, Qos, Up};
+use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
 use crate::view::ViewState;
 use crate::Rank;
 use motet_wire::hdr::causal::Header;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// `causal` has no parameters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -59,6 +61,13 @@ pub struct Causal {
     held: Vec<VecDeque<(Vec<u64>, Msg)>>,
     /// The view's cut was delivered and settled.
     completed: bool,
+    /// The bypass's place in a release of held casts ([`Layer::fast_release`]): the origin to
+    /// look at next and whether this pass over the origins delivered any, as `deliver_ready`'s
+    /// loop would stand. `None` between inputs.
+    releasing: Option<(usize, bool)>,
+    /// The header of a cast that changes no entry, shared (a sender that delivered nothing since
+    /// its previous cast: the common case of one sender, and the compression template's).
+    unchanged: Arc<[(u16, u64)]>,
 }
 
 impl Causal {
@@ -74,7 +83,44 @@ impl Causal {
             received: vec![0; n],
             held: vec![VecDeque::new(); n],
             completed: false,
+            releasing: None,
+            unchanged: Arc::from(Vec::new()),
         }
+    }
+
+    /// The entries that changed since this member's previous cast (its own is implicit).
+    fn changed(&self) -> Arc<[(u16, u64)]> {
+        let me = usize::from(self.rank);
+        let changed = (0..self.delivered.len()).filter(|&k| k != me && self.delivered[k] != self.sent[k]);
+        if changed.clone().next().is_none() {
+            return Arc::clone(&self.unchanged);
+        }
+        changed.map(|k| (k as u16, self.delivered[k])).collect()
+    }
+
+    /// Whether a cast from `origin` carrying `entries` would be delivered at once (nothing of
+    /// its origin held before it, and every entry of its timestamp delivered), without building
+    /// the timestamp. `None` if the entries are malformed.
+    fn deliverable_now(&self, origin: usize, entries: &[(u16, u64)]) -> Option<bool> {
+        let n = self.delivered.len();
+        if entries.iter().any(|&(rank, _)| usize::from(rank) >= n || usize::from(rank) == origin) {
+            return None;
+        }
+        let entry =
+            |k: usize| entries.iter().rev().find(|e| usize::from(e.0) == k).map_or(self.last[origin][k], |e| e.1);
+        let others = (0..n).filter(|&k| k != origin).all(|k| self.delivered[k] >= entry(k));
+        Some(self.held[origin].is_empty() && self.delivered[origin] == self.received[origin] && others)
+    }
+
+    /// Records the timestamp of the next cast of `origin`, which carries `entries`, as its last
+    /// (in place: a cast delivered at once needs no copy of it).
+    fn stamp(&mut self, origin: usize, entries: &[(u16, u64)]) {
+        let last = &mut self.last[origin];
+        for &(rank, count) in entries {
+            last[usize::from(rank)] = count;
+        }
+        last[origin] = self.received[origin];
+        self.received[origin] += 1;
     }
 
     /// Whether a cast of `origin` with timestamp `vt` can be delivered now.
@@ -106,16 +152,10 @@ impl Causal {
         if entries.iter().any(|&(rank, _)| usize::from(rank) >= self.delivered.len() || rank == origin) {
             return out.drop_input(DropReason::Malformed);
         }
-        let mut vt = self.last[o].clone();
-        for &(rank, count) in entries {
-            vt[usize::from(rank)] = count;
-        }
-        vt[o] = self.received[o];
-        self.received[o] += 1;
-        self.last[o].clone_from(&vt);
+        self.stamp(o, entries);
         if self.completed {
             // Nothing should arrive after the cut; if it does, it goes up only in order.
-            if self.deliverable(o, &vt) {
+            if self.deliverable(o, &self.last[o]) {
                 self.delivered[o] += 1;
                 out.up(Up::Cast { origin, msg, qos: Qos::Reliable });
             } else {
@@ -123,7 +163,7 @@ impl Causal {
             }
             return;
         }
-        self.held[o].push_back((vt, msg));
+        self.held[o].push_back((self.last[o].clone(), msg));
         self.deliver_ready(out);
     }
 }
@@ -153,20 +193,92 @@ impl Layer for Causal {
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
         match ev {
             Dn::Cast { msg, qos: Qos::Causal } => {
-                let me = usize::from(self.rank);
-                let changed: Vec<(u16, u64)> = (0..self.delivered.len())
-                    .filter(|&k| k != me && self.delivered[k] != self.sent[k])
-                    .map(|k| (k as u16, self.delivered[k]))
-                    .collect();
+                let changed = self.changed();
                 self.sent.clone_from(&self.delivered);
                 self.casts += 1;
-                out.dn(Dn::Cast { msg: msg.with(Header::Data(changed.into())), qos: Qos::Reliable });
+                out.dn(Dn::Cast { msg: msg.with(Header::Data(changed)), qos: Qos::Reliable });
             }
             other => out.pass_dn(other, Header::NoHdr),
         }
     }
 
+    // The fast path (docs/bypass.md): a causal cast going down gets its changed entries; one
+    // coming up is delivered at once when its timestamp is satisfied, then releases the held
+    // casts that it made deliverable, in `deliver_ready`'s order; one that is not is held.
+
+    fn fast_dn(&self, down: &Down) -> Option<DnStep> {
+        match (down.dest, down.qos) {
+            (None, Qos::Causal) => Some(DnStep::to(Header::Data(self.changed()), Qos::Reliable)),
+            _ => DnStep::pass(Header::NoHdr, down),
+        }
+    }
+
+    fn fast_dn_apply(&mut self, down: &Down, _msg: &Msg, _out: &mut Outbox<'_>) {
+        if let (None, Qos::Causal) = (down.dest, down.qos) {
+            self.sent.clone_from(&self.delivered);
+            self.casts += 1;
+        }
+    }
+
+    fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
+        match up.header {
+            motet_wire::Header::Causal(Header::NoHdr) => UpStep::pass(up),
+            motet_wire::Header::Causal(Header::Data(entries)) if up.cast && !self.completed => {
+                match self.deliverable_now(usize::from(up.origin), entries)? {
+                    // Delivering it may make held casts deliverable: they follow it.
+                    true => Some(UpStep { release: self.buffered() > 0, ..UpStep::to(Qos::Reliable) }),
+                    false => Some(UpStep { absorb: true, ..UpStep::to(up.qos) }),
+                }
+            }
+            _ => None,
+        }
+    }
+
+    fn fast_up_apply(&mut self, up: &fast::Up<'_>, msg: &Msg, _out: &mut Outbox<'_>) {
+        let motet_wire::Header::Causal(Header::Data(entries)) = up.header else { return };
+        let origin = usize::from(up.origin);
+        let now = self.deliverable_now(origin, entries) == Some(true);
+        self.stamp(origin, entries);
+        if !now {
+            self.held[origin].push_back((self.last[origin].clone(), msg.clone()));
+            return;
+        }
+        self.delivered[origin] += 1;
+        if self.buffered() > 0 {
+            // `deliver_ready` after this delivery: the rest of this pass, then more passes.
+            self.releasing = Some((origin + 1, true));
+        }
+    }
+
+    fn fast_release(&mut self, _origin: Rank, _cast: bool, _out: &mut Outbox<'_>) -> Option<(Rank, Msg)> {
+        // `deliver_ready`, one cast at a time.
+        let (mut origin, mut progress) = self.releasing?;
+        loop {
+            if origin == self.held.len() {
+                if !progress {
+                    self.releasing = None;
+                    return None;
+                }
+                (origin, progress) = (0, false);
+            }
+            if self.held[origin].front().is_some_and(|(vt, _)| self.deliverable(origin, vt)) {
+                let (_, msg) = self.held[origin].pop_front().expect("front exists");
+                self.delivered[origin] += 1;
+                // The same origin's next cast is looked at next, as the handler's inner loop does.
+                self.releasing = Some((origin, true));
+                return Some((origin as Rank, msg));
+            }
+            origin += 1;
+        }
+    }
+
+    fn fast_inert(&self, trace: fast::Trace) -> Option<usize> {
+        // Causal order: only casts have work here.
+        (!trace.is_cast()).then_some(usize::MAX)
+    }
+
     fn check_invariants(&self) {
+        assert!(self.releasing.is_none(), "a release of held casts ended within its input");
         let me = usize::from(self.rank);
         assert!(self.delivered[me] <= self.casts, "delivered more own casts than cast");
         for (origin, held) in self.held.iter().enumerate() {

@@ -81,6 +81,8 @@ thread_local! {
     static SKIP_LAST_PART: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Testing the checker: the bypass forgets what a layer releases.
     static SKIP_RELEASE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Testing the checker: the bypass passes a released run up in reverse order.
+    static REVERSE_RELEASE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// The layers of `mask`, top down.
@@ -520,6 +522,17 @@ impl Stack {
         }
         if let Some((at, qos, keep)) = release {
             let trace = Trace::up(cast);
+            #[cfg(test)]
+            if REVERSE_RELEASE.with(std::cell::Cell::get) {
+                let mut run = Vec::new();
+                self.apply(at, now, |layer, out| {
+                    run.extend(std::iter::from_fn(|| layer.fast_release(origin, cast, out)))
+                });
+                for (origin, next) in run.into_iter().rev() {
+                    took = took.then(self.go_on_up(now, origin, cast, next, qos, at));
+                }
+                return Ok(took);
+            }
             loop {
                 // A run may be long (up to a receive window).
                 self.settle_at_bound();
