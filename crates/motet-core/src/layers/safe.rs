@@ -20,6 +20,7 @@
 //! members that all fail is delivered nowhere.
 
 use crate::event::{Dn, DropReason, Msg, Qos, Up};
+use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
 use crate::time::Duration;
 use crate::view::{RankSet, ViewState};
@@ -64,6 +65,9 @@ pub struct Safe {
     /// The flush has passed: no more acknowledgements.
     blocked: bool,
     completed: bool,
+    /// The bypass's place in a release of stable casts ([`Layer::fast_release`]): the origin
+    /// `deliver_stable`'s loop would look at next. `None` between inputs.
+    releasing: Option<usize>,
 }
 
 impl Safe {
@@ -81,6 +85,25 @@ impl Safe {
             armed: false,
             blocked: false,
             completed: false,
+            releasing: None,
+        }
+    }
+
+    /// Holds an application cast from `origin` until it is stable, and makes sure this member
+    /// acknowledges it.
+    fn hold(&mut self, origin: usize, msg: Msg, out: &mut Outbox<'_>) {
+        self.received[origin] += 1;
+        self.held[origin].push_back(msg);
+        if !self.armed && !self.blocked {
+            self.armed = true;
+            out.alarm(out.now() + self.config.ack_delay);
+        }
+    }
+
+    /// Raises what `origin` acknowledged to `counts`, which must have one entry per rank.
+    fn note_ack(&mut self, origin: usize, counts: &[u64]) {
+        for (a, &c) in self.acked[origin].iter_mut().zip(counts) {
+            *a = (*a).max(c);
         }
     }
 
@@ -125,22 +148,12 @@ impl Layer for Safe {
                     self.delivered[usize::from(origin)] += 1;
                     out.up(Up::Cast { origin, msg, qos: Qos::Reliable });
                 }
-                Some(Header::Data) => {
-                    self.received[usize::from(origin)] += 1;
-                    self.held[usize::from(origin)].push_back(msg);
-                    if !self.armed && !self.blocked {
-                        self.armed = true;
-                        out.alarm(out.now() + self.config.ack_delay);
-                    }
-                }
+                Some(Header::Data) => self.hold(usize::from(origin), msg, out),
                 Some(Header::Ack(counts)) => {
                     if counts.len() != self.acked.len() {
                         return out.drop_input(DropReason::Gossip);
                     }
-                    let acked = &mut self.acked[usize::from(origin)];
-                    for (a, &c) in acked.iter_mut().zip(counts.iter()) {
-                        *a = (*a).max(c);
-                    }
+                    self.note_ack(usize::from(origin), &counts);
                     self.deliver_stable(out);
                 }
                 None => out.drop_input(DropReason::HeaderMismatch),
@@ -183,7 +196,67 @@ impl Layer for Safe {
         self.ack(out);
     }
 
+    // The fast path (docs/bypass.md): a safe cast goes down as `Data`; an arriving one is held
+    // (`absorb`) until stable; an acknowledgement is kept and releases the casts it made
+    // stable, in `deliver_stable`'s order.
+
+    fn fast_dn(&self, down: &Down) -> Option<DnStep> {
+        match (down.dest, down.qos) {
+            (None, Qos::Safe) => Some(DnStep::to(Header::Data, Qos::Reliable)),
+            _ => DnStep::pass(Header::NoHdr, down),
+        }
+    }
+
+    fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
+        match up.header {
+            motet_wire::Header::Safe(Header::NoHdr) => UpStep::pass(up),
+            motet_wire::Header::Safe(Header::Data) if up.cast && !self.completed => {
+                Some(UpStep { absorb: true, ..UpStep::to(up.qos) })
+            }
+            motet_wire::Header::Safe(Header::Ack(counts)) if up.cast && counts.len() == self.acked.len() => {
+                Some(UpStep { absorb: true, release: self.buffered() > 0, ..UpStep::to(Qos::Reliable) })
+            }
+            _ => None,
+        }
+    }
+
+    fn fast_up_apply(&mut self, up: &fast::Up<'_>, msg: &Msg, out: &mut Outbox<'_>) {
+        match up.header {
+            motet_wire::Header::Safe(Header::Data) => self.hold(usize::from(up.origin), msg.clone(), out),
+            motet_wire::Header::Safe(Header::Ack(counts)) => {
+                self.note_ack(usize::from(up.origin), counts);
+                if self.buffered() > 0 {
+                    self.releasing = Some(0);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn fast_release(&mut self, _origin: Rank, _cast: bool, _out: &mut Outbox<'_>) -> Option<(Rank, Msg)> {
+        // `deliver_stable`, one cast at a time.
+        let mut origin = self.releasing?;
+        while origin < self.held.len() {
+            if self.delivered[origin] < self.stable(origin) {
+                if let Some(msg) = self.held[origin].pop_front() {
+                    self.delivered[origin] += 1;
+                    self.releasing = Some(origin);
+                    return Some((origin as Rank, msg));
+                }
+            }
+            origin += 1;
+        }
+        self.releasing = None;
+        None
+    }
+
+    fn fast_inert(&self, trace: fast::Trace) -> Option<usize> {
+        // Safe delivery: only casts have work here.
+        (!trace.is_cast()).then_some(usize::MAX)
+    }
+
     fn check_invariants(&self) {
+        assert!(self.releasing.is_none(), "a release of stable casts ended within its input");
         for origin in 0..self.held.len() {
             assert_eq!(self.delivered[origin] + self.held[origin].len() as u64, self.received[origin]);
         }

@@ -292,3 +292,40 @@ fn causal_casts_are_held_and_released_on_the_bypass_in_the_layered_order() {
     assert!(message.contains("bypass diff"), "{message}");
     assert_eq!(quiet, [1, 3, 2], "unnoticed without the diff, and not causal-order-breaking either");
 }
+
+/// Safe delivery on the bypass (`safe`'s declarations): rank 0 casts five times in one turn;
+/// every member holds them (on the bypass) and acknowledges all five at the end of its turn; the
+/// acknowledgement that makes them stable releases the five in order, on the bypass too.
+fn safe_casts_wait_for_every_acknowledgement(bypass: Bypass) -> crate::testkit::Group {
+    let mut group = Group::with_bypass(3, "safe", bypass);
+    let (node, id) = &mut group.nodes[0];
+    for k in 0..5u8 {
+        node.handle_action(group.now, *id, Action::Cast(vec![k; 8].into())).unwrap();
+    }
+    group.pump();
+    for k in 0..30u8 {
+        group.act(usize::from(k % 3), Action::Cast(vec![k; 8].into())).unwrap();
+    }
+    group
+}
+
+#[test]
+fn safe_casts_are_held_and_released_on_the_bypass_in_the_layered_order() {
+    let layered = safe_casts_wait_for_every_acknowledgement(Bypass::Off);
+    assert_eq!(layered.delivered, [35, 35, 35]);
+    let group = safe_casts_wait_for_every_acknowledgement(Bypass::Diff);
+    assert_eq!(group.delivered, [35, 35, 35]);
+    for (node, _) in &group.nodes {
+        let stats = node.bypass_stats();
+        // Every cast, sent and received, and every acknowledgement took the bypass.
+        assert!(stats.misses == 0 && stats.hits > 35 && stats.absorbed > 0, "{stats:?}");
+    }
+    // A release in another order than the handler's is caught by the diff.
+    REVERSE_RELEASE.with(|b| b.set(true));
+    let caught = std::panic::catch_unwind(|| safe_casts_wait_for_every_acknowledgement(Bypass::Diff));
+    let quiet = std::panic::catch_unwind(|| safe_casts_wait_for_every_acknowledgement(Bypass::On)).is_ok();
+    REVERSE_RELEASE.with(|b| b.set(false));
+    let message = caught.err().and_then(|p| p.downcast_ref::<String>().cloned()).expect("the diff catches it");
+    assert!(message.contains("bypass diff"), "{message}");
+    assert!(quiet, "unnoticed without the diff");
+}
