@@ -54,6 +54,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     // Diagnostics go to stderr, filtered by RUST_LOG (default: warnings only), so stdout stays
     // the machine-readable contract.
     tracing_subscriber::fmt()
@@ -74,4 +75,20 @@ fn main() -> ExitCode {
         Command::Perf { command } => perf::run(command),
         Command::Bench { command } => bench::run(command),
     }
+}
+
+/// A reader that closes the standard output early (`motet sim ... | head`) ends the command
+/// quietly with the status a Unix tool killed by `SIGPIPE` has (141), as `grep` or `cat` would.
+/// Rust ignores `SIGPIPE`, so `println!` would otherwise panic and print a backtrace.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message =
+            payload.downcast_ref::<String>().map(String::as_str).or_else(|| payload.downcast_ref::<&str>().copied());
+        if message.is_some_and(|m| m.starts_with("failed printing to stdout") && m.contains("Broken pipe")) {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
 }

@@ -221,3 +221,19 @@ fn member_serves_prometheus_metrics_and_prints_stats() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// A reader that closed the output (`motet stack explain vsync | head -1`) ends the command with
+/// the status of a tool killed by `SIGPIPE`, and no panic or backtrace on the terminal.
+#[test]
+fn a_closed_standard_output_ends_the_command_quietly() {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let output = Command::new(env!("CARGO_BIN_EXE_motet"))
+        .args(["stack", "explain", "vsync"])
+        .stdout(writer)
+        .output()
+        .expect("motet runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(141), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
