@@ -244,10 +244,9 @@ impl Layer for Causal {
             return;
         }
         self.delivered[origin] += 1;
-        if self.buffered() > 0 {
-            // `deliver_ready` after this delivery: the rest of this pass, then more passes.
-            self.releasing = Some((origin + 1, true));
-        }
+        // `deliver_ready` after this delivery: the rest of this pass, then more passes. Set
+        // whatever it was, so a release cut short can never leave a stale place behind.
+        self.releasing = (self.buffered() > 0).then_some((origin + 1, true));
     }
 
     fn fast_release(&mut self, _origin: Rank, _cast: bool, _out: &mut Outbox<'_>) -> Option<(Rank, Msg)> {

@@ -65,9 +65,6 @@ pub struct Safe {
     /// The flush has passed: no more acknowledgements.
     blocked: bool,
     completed: bool,
-    /// The bypass's place in a release of stable casts ([`Layer::fast_release`]): the origin
-    /// `deliver_stable`'s loop would look at next. `None` between inputs.
-    releasing: Option<usize>,
 }
 
 impl Safe {
@@ -85,7 +82,6 @@ impl Safe {
             armed: false,
             blocked: false,
             completed: false,
-            releasing: None,
         }
     }
 
@@ -223,31 +219,18 @@ impl Layer for Safe {
     fn fast_up_apply(&mut self, up: &fast::Up<'_>, msg: &Msg, out: &mut Outbox<'_>) {
         match up.header {
             motet_wire::Header::Safe(Header::Data) => self.hold(usize::from(up.origin), msg.clone(), out),
-            motet_wire::Header::Safe(Header::Ack(counts)) => {
-                self.note_ack(usize::from(up.origin), counts);
-                if self.buffered() > 0 {
-                    self.releasing = Some(0);
-                }
-            }
+            motet_wire::Header::Safe(Header::Ack(counts)) => self.note_ack(usize::from(up.origin), counts),
             _ => {}
         }
     }
 
     fn fast_release(&mut self, _origin: Rank, _cast: bool, _out: &mut Outbox<'_>) -> Option<(Rank, Msg)> {
-        // `deliver_stable`, one cast at a time.
-        let mut origin = self.releasing?;
-        while origin < self.held.len() {
-            if self.delivered[origin] < self.stable(origin) {
-                if let Some(msg) = self.held[origin].pop_front() {
-                    self.delivered[origin] += 1;
-                    self.releasing = Some(origin);
-                    return Some((origin as Rank, msg));
-                }
-            }
-            origin += 1;
-        }
-        self.releasing = None;
-        None
+        // `deliver_stable`, one cast at a time: the acknowledgements do not change during a
+        // release, so the origins it has passed stay done and each call may scan from the first.
+        let origin = (0..self.held.len()).find(|&o| !self.held[o].is_empty() && self.delivered[o] < self.stable(o))?;
+        let msg = self.held[origin].pop_front().expect("not empty");
+        self.delivered[origin] += 1;
+        Some((origin as Rank, msg))
     }
 
     fn fast_inert(&self, trace: fast::Trace) -> Option<usize> {
@@ -256,7 +239,6 @@ impl Layer for Safe {
     }
 
     fn check_invariants(&self) {
-        assert!(self.releasing.is_none(), "a release of stable casts ended within its input");
         for origin in 0..self.held.len() {
             assert_eq!(self.delivered[origin] + self.held[origin].len() as u64, self.received[origin]);
         }
