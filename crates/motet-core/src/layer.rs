@@ -111,6 +111,15 @@ pub trait Layer: core::fmt::Debug {
         let _ = (origin, cast);
         None
     }
+    /// Header compression: whether the header this layer's declaration pushes on a cast (or
+    /// send) going down, in the initial state, is the same at every member, so that it may be
+    /// part of the trace's template. A layer whose common case depends on its rank (a token that
+    /// only rank 0 holds at first) says no for that trace: the stack then has no template for it
+    /// at any member, since every member would otherwise expand what it cannot. Default: yes.
+    fn fast_templated(&self, cast: bool) -> bool {
+        let _ = cast;
+        true
+    }
 }
 
 /// A service a layer provides to the layers above it, or requires from the layers below.

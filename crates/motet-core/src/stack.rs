@@ -505,6 +505,9 @@ impl Stack {
         let mut down = crate::fast::Down { dest, qos: crate::event::Qos::Reliable, len: 0 };
         let mut hdrs = Vec::with_capacity(self.layers.len() - self.appl);
         for layer in &self.layers[self.appl..] {
+            if !layer.fast_templated(dest.is_none()) {
+                return None;
+            }
             let step = layer.fast_dn(&down)?;
             down.qos = step.qos;
             hdrs.push(step.header);

@@ -129,6 +129,9 @@ macro_rules! registry {
             pub(crate) fn fast_expected(&self, origin: Rank, cast: bool) -> Option<motet_wire::Seqno> {
                 match self { $(AnyLayer::$kind(layer) => layer.fast_expected(origin, cast),)* }
             }
+            pub(crate) fn fast_templated(&self, cast: bool) -> bool {
+                match self { $(AnyLayer::$kind(layer) => layer.fast_templated(cast),)* }
+            }
             #[inline]
             pub(crate) fn fast_up_apply(&mut self, up: &crate::fast::Up<'_>, msg: &crate::event::Msg, out: &mut Outbox<'_>) {
                 match self { $(AnyLayer::$kind(layer) => layer.fast_up_apply(up, msg, out),)* }

@@ -24,6 +24,7 @@
 //! failure detector starts.
 
 use crate::event::{Dn, DropReason, Msg, Qos, Up};
+use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
 use crate::view::{RankSet, ViewState};
 use crate::Rank;
@@ -237,6 +238,72 @@ impl Layer for Totem {
             }
             other => out.pass_dn(other, Header::NoHdr),
         }
+    }
+
+    // The fast path (docs/bypass.md): the token holder's cast, when nobody waits for the token
+    // and nothing is pending, goes down numbered at once; an arriving ordered cast is delivered
+    // when it is the next in order, then releases the ones held behind it, or is held.
+
+    fn fast_dn(&self, down: &Down) -> Option<DnStep> {
+        match (down.dest, down.qos) {
+            (None, Qos::Total) => {
+                // `use_token` with this cast alone, keeping the token, telling `appl` nothing.
+                let alone = self.holder && !self.blocked && self.pending.is_empty() && self.waiting.is_empty();
+                (alone && self.below_blocked == self.reported)
+                    .then(|| DnStep::to(Header::Data { seq: self.next }, Qos::Reliable))
+            }
+            _ => DnStep::pass(Header::NoHdr, down),
+        }
+    }
+
+    fn fast_dn_apply(&mut self, down: &Down, _msg: &Msg, _out: &mut Outbox<'_>) {
+        if let (None, Qos::Total) = (down.dest, down.qos) {
+            self.next += 1;
+            self.own_blocked = false;
+            self.requested = false;
+        }
+    }
+
+    fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
+        match up.header {
+            motet_wire::Header::Totem(Header::NoHdr) => UpStep::pass(up),
+            &motet_wire::Header::Totem(Header::Data { seq }) if up.cast && !self.completed => {
+                if seq < self.deliver_next || self.held.contains_key(&seq) {
+                    return None; // a duplicate: the handler drops it
+                }
+                match seq == self.deliver_next {
+                    true => Some(UpStep { release: self.held.contains_key(&(seq + 1)), ..UpStep::to(Qos::Reliable) }),
+                    false => Some(UpStep { absorb: true, ..UpStep::to(up.qos) }),
+                }
+            }
+            _ => None,
+        }
+    }
+
+    fn fast_up_apply(&mut self, up: &fast::Up<'_>, msg: &Msg, _out: &mut Outbox<'_>) {
+        let &motet_wire::Header::Totem(Header::Data { seq }) = up.header else { return };
+        self.waiting.remove(up.origin); // it had the token: served
+        match seq == self.deliver_next {
+            true => self.deliver_next += 1,
+            false => drop(self.held.insert(seq, (up.origin, msg.clone()))),
+        }
+    }
+
+    fn fast_release(&mut self, _origin: Rank, _cast: bool, _out: &mut Outbox<'_>) -> Option<(Rank, Msg)> {
+        // `deliver_ordered`, one cast at a time.
+        let (origin, msg) = self.held.remove(&self.deliver_next)?;
+        self.deliver_next += 1;
+        Some((origin, msg))
+    }
+
+    fn fast_inert(&self, trace: fast::Trace) -> Option<usize> {
+        // Total order: only casts have work here (the token travels as this layer's own send).
+        (!trace.is_cast()).then_some(usize::MAX)
+    }
+
+    fn fast_templated(&self, cast: bool) -> bool {
+        // Whether a cast goes down at once depends on who holds the token (rank 0, at first).
+        !cast
     }
 
     fn check_invariants(&self) {

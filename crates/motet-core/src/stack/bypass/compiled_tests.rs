@@ -329,3 +329,27 @@ fn safe_casts_are_held_and_released_on_the_bypass_in_the_layered_order() {
     assert!(message.contains("bypass diff"), "{message}");
     assert!(quiet, "unnoticed without the diff");
 }
+
+/// Total order by a token on the bypass (`totem`'s declarations): the holder's casts go down
+/// numbered on the bypass and are delivered on it everywhere; a member without the token asks for
+/// it on the layered path. `totem` keeps every `vsync+Token` stack's casts out of compression
+/// templates, since at first only rank 0 holds the token.
+#[test]
+fn the_token_holders_casts_take_the_bypass_and_the_others_ask_on_the_layered_path() {
+    let mut group = Group::with_bypass(3, "vsync+Token", Bypass::Diff);
+    for k in 0..20u8 {
+        group.act(0, Action::Cast(vec![k; 8].into())).unwrap();
+    }
+    assert_eq!(group.delivered, [20, 20, 20]);
+    let stats: Vec<_> = group.nodes.iter().map(|(node, _)| node.bypass_stats()).collect();
+    assert!(stats.iter().all(|s| s.misses == 0 && s.hits >= 20), "{stats:?}");
+    for (node, _) in &group.nodes {
+        let (_, stack) = node.stacks().next().expect("one stack");
+        assert!(stack.templates[0].is_none(), "no cast template: the token's holder differs");
+        assert!(stack.templates[1].is_some(), "sends keep theirs");
+    }
+    group.act(1, Action::Cast(vec![9; 8].into())).unwrap();
+    assert_eq!(group.delivered, [21, 21, 21]);
+    let refused = group.nodes[1].0.bypass_stats().refused_by.get("totem").copied();
+    assert_eq!(refused, Some(1), "no token: the layered path");
+}
