@@ -14,20 +14,24 @@
 use crate::clock::Clock;
 use crate::config::{GroupConfig, RuntimeConfig};
 use crate::io::{Chunks, UdpIo};
-use crate::{Error, Event, View};
+use crate::{Error, Event};
 use bytes::Bytes;
 use motet_core::DatagramHead;
-use motet_core::{
-    Action, Address, ApiError, AppEvent, Destination, EndpointId, GroupName, LayerKind, Node, Payload, Rank, StackId,
-    ViewId, ViewState,
-};
+use motet_core::{Address, Destination, EndpointId, GroupName, LayerKind, Node, Payload, StackId, ViewId, ViewState};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod app;
+mod migrate;
+mod receive;
 mod send;
+use app::MemberState;
+pub(crate) use app::Op;
+use migrate::{bind_socket, multicast_interface, Retired};
+use receive::Source;
 use send::Packing;
 
 const SOCKET: mio::Token = mio::Token(0);
@@ -36,50 +40,9 @@ const MULTICAST: mio::Token = mio::Token(2);
 /// Tokens of sockets retired by migrations count up from here.
 const RETIRED_FIRST: usize = 3;
 
-/// Receive batches handled per [`EventLoop::poll`] before timers and actions get a turn.
-const BATCHES_PER_POLL: usize = 16;
 /// With busy-polling, the turns on which the loop still asks `epoll` for readiness (one in this
 /// many; every turn while a send backlog waits for the socket to become writable).
 const BUSY_POLL_EPOLL_EVERY: u64 = 64;
-/// Actions parked per endpoint (waiting for flow control or a view change) before more are
-/// refused with [`Error::QueueFull`].
-const PARKED_MAX: usize = 65_536;
-/// Views installed without this process's new address after which it stops asking again (a
-/// group that keeps losing the request would otherwise change views for ever; the old socket then
-/// stays open, so the endpoint is still reached).
-const MIGRATE_TRIES: u32 = 8;
-
-/// An application action, by endpoint id (translated to ranks of the current view when taken).
-#[derive(Clone, Debug)]
-pub(crate) enum Op {
-    Cast(Bytes),
-    Send(EndpointId, Bytes),
-    Leave,
-    Switch(motet_core::StackSpec),
-    /// State-transfer actions name the transfer view they belong to: one for an earlier view
-    /// (the application had not yet seen the view change) is void and dropped.
-    Subcast(Vec<EndpointId>, Bytes),
-    /// A cast to the servers only (`false`) or the clients only (`true`) of the view it is taken in.
-    RoleCast(bool, Bytes),
-    XferChunk(motet_core::ViewId, Bytes, bool),
-    XferDone(motet_core::ViewId),
-    /// Move this endpoint to the process's new address (endpoint migration).
-    Migrate(SocketAddr),
-}
-
-impl Op {
-    /// Copies the operation's small data into a shared chunk, once, when it comes in (a parked
-    /// operation is not copied again when it is retried): the stack keeps a reference for
-    /// retransmission, and the first clone of a vector-backed `Bytes` would allocate its shared
-    /// count. A copy of up to 256 bytes costs less than that allocation.
-    fn copy_small(&mut self, chunks: &mut Chunks) {
-        if let Op::Cast(data) | Op::Send(_, data) | Op::Subcast(_, data) | Op::RoleCast(_, data) = self {
-            if (1..=crate::io::SMALL).contains(&data.len()) {
-                *data = chunks.copy(data);
-            }
-        }
-    }
-}
 
 /// Counters of the runtime itself (the protocol's are in [`motet_core::layer::Stats`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -128,38 +91,6 @@ pub struct RuntimeStats {
     pub retired_closed: u64,
 }
 
-/// A socket given up by a migration. Peers that have not installed the view with the new address
-/// still send here, so it is read until every endpoint's view has the new address, then for
-/// `migrate_grace` more (retransmissions in flight), then closed.
-struct Retired {
-    io: UdpIo,
-    token: mio::Token,
-    readable: bool,
-    close_at: Option<crate::clock::Deadline>,
-}
-
-/// One joined endpoint.
-#[derive(Debug)]
-struct MemberState {
-    current: StackId,
-    view: Option<Arc<ViewState>>,
-    parked: VecDeque<Op>,
-    /// State-transfer actions waiting for flow control: apart from `parked`, where the
-    /// application's casts wait for the end of the transfer view.
-    xfer_parked: VecDeque<Op>,
-    /// A view change is in progress (between `Block` and the next view).
-    blocked: bool,
-    casts_blocked: bool,
-    sends_blocked: BTreeSet<Rank>,
-    /// Something that may unblock parked actions happened.
-    retry: bool,
-    left: bool,
-    /// Migration: the view in which this endpoint last asked for its new address, and how many
-    /// views it has asked in since it moved (at most `MIGRATE_TRIES`).
-    migrate_asked: Option<ViewId>,
-    migrate_tries: u32,
-}
-
 /// DNS names among a group's peers, re-resolved periodically.
 #[derive(Debug)]
 struct Seeds {
@@ -202,14 +133,6 @@ pub struct EventLoop {
     retired: Vec<Retired>,
     next_token: usize,
     stats: RuntimeStats,
-}
-
-/// Where [`EventLoop::receive`] reads.
-#[derive(Clone, Copy, Debug)]
-enum Source {
-    Unicast,
-    Multicast,
-    Retired(usize),
 }
 
 impl EventLoop {
@@ -389,149 +312,6 @@ impl EventLoop {
         self.act(endpoint, Op::Switch(spec))
     }
 
-    /// Moves this process to a new socket (endpoint migration, Ensemble's `Migrate`): binds
-    /// `bind`, sends from it from now on, and asks every group this process is in for a view with
-    /// the new address (`advertise`, or the bound address). Nothing is lost on the way: the old
-    /// socket is still read until every endpoint's view has the new address, and for
-    /// `migrate_grace` more, so datagrams peers send before they install that view still arrive.
-    /// Every joined stack needs the `Migrate` property (the presets with membership have it);
-    /// otherwise nothing changes and the error says which stack lacks it. Returns the new
-    /// advertised address.
-    pub fn migrate(&mut self, bind: SocketAddr, advertise: Option<SocketAddr>) -> Result<SocketAddr, Error> {
-        for member in self.members.values().filter(|m| !m.left) {
-            let stack = self.owners.get(&member.current).map(|(_, view)| &view.stack);
-            if let Some(stack) = stack.filter(|s| !s.layers().contains(&LayerKind::Migrate)) {
-                return Err(Error::Api(ApiError::NoMigrate(stack.to_string())));
-            }
-        }
-        let (mut io, address) = bind_socket(&self.config, bind, advertise)?;
-        if let Some(m) = &self.config.multicast {
-            io.set_multicast_sender(multicast_interface(m, address)?, m.ttl)
-                .map_err(|e| Error::io("setting up multicast sends", e))?;
-        }
-        // What earlier actions produced leaves from the old socket; the backlog from the new one.
-        self.send_packed();
-        let token = mio::Token(self.next_token);
-        self.next_token += 1;
-        let registry = self.poll.registry();
-        registry
-            .reregister(self.io.source(), token, mio::Interest::READABLE)
-            .map_err(|e| Error::io("re-registering the old socket", e))?;
-        let interest = if self.writable_interest {
-            mio::Interest::READABLE | mio::Interest::WRITABLE
-        } else {
-            mio::Interest::READABLE
-        };
-        if let Err(e) = registry.register(io.source(), SOCKET, interest) {
-            let _ = registry.reregister(self.io.source(), SOCKET, interest);
-            return Err(Error::io("registering the new socket", e));
-        }
-        let old = std::mem::replace(&mut self.io, io);
-        tracing::info!(from = %self.advertise, to = %address, "migrating");
-        self.retired.push(Retired { io: old, token, readable: true, close_at: None });
-        self.readable = true;
-        self.advertise = address;
-        self.stats.migrations += 1;
-        let endpoints: Vec<EndpointId> = self.members.iter().filter(|(_, m)| !m.left).map(|(&e, _)| e).collect();
-        for endpoint in endpoints {
-            if let Some(member) = self.members.get_mut(&endpoint) {
-                member.migrate_asked = member.view.as_ref().map(|v| v.view_id);
-                member.migrate_tries = 0;
-            }
-            self.act(endpoint, Op::Migrate(address))?;
-        }
-        Ok(address)
-    }
-
-    /// After a migration: re-asks for the new address where a view was installed without it (the
-    /// request raced with a merge or was made by an earlier stack), starts the grace period of a
-    /// retired socket once every endpoint's view has the new address, and closes retired sockets
-    /// whose grace has passed.
-    fn tend_migrations(&mut self) {
-        if self.retired.is_empty() {
-            return;
-        }
-        let here = Address::Inet(self.advertise);
-        let mut everywhere = true;
-        for (&endpoint, member) in self.members.iter_mut().filter(|(_, m)| !m.left) {
-            let Some(view) = &member.view else { continue };
-            if view.rank_of(endpoint).is_some_and(|r| view.addresses[usize::from(r)] != here) {
-                everywhere = false;
-                // Once per view installed without it: the request in flight may still be
-                // delivered in this view.
-                if member.migrate_asked != Some(view.view_id) && member.migrate_tries < MIGRATE_TRIES {
-                    member.migrate_asked = Some(view.view_id);
-                    member.migrate_tries += 1;
-                    member.parked.push_front(Op::Migrate(self.advertise));
-                    member.retry = true;
-                }
-            }
-        }
-        let grace = Duration::from_millis(self.config.migrate_grace_ms);
-        let clock = self.clock;
-        for retired in &mut self.retired {
-            if everywhere && retired.close_at.is_none() {
-                retired.close_at = Some(crate::clock::Deadline::after(&clock, grace));
-            }
-        }
-        let registry = self.poll.registry();
-        let before = self.retired.len();
-        self.retired.retain_mut(|retired| {
-            let due = retired.close_at.is_some_and(|at| at.until(&clock) == Duration::ZERO);
-            if due {
-                let _ = registry.deregister(retired.io.source());
-            }
-            !due
-        });
-        self.stats.retired_closed += (before - self.retired.len()) as u64;
-    }
-
-    pub(crate) fn act(&mut self, endpoint: EndpointId, op: Op) -> Result<(), Error> {
-        let mut op = op;
-        op.copy_small(&mut self.chunks);
-        let member = self.members.get_mut(&endpoint).ok_or(Error::Left)?;
-        if member.left {
-            return Err(Error::Left);
-        }
-        if matches!(op, Op::XferChunk(..) | Op::XferDone(_)) {
-            // Not behind the application's casts, which wait for the transfer view to end.
-            if !member.xfer_parked.is_empty() {
-                member.xfer_parked.push_back(op);
-                return Ok(());
-            }
-            let now = self.clock.now();
-            let result = match take(&mut self.node, now, member, &op, &mut self.stats) {
-                Err(Error::Api(ApiError::FlowBlocked { .. })) => {
-                    member.xfer_parked.push_back(op);
-                    Ok(())
-                }
-                other => other,
-            };
-            self.drain();
-            return result;
-        }
-        if !member.parked.is_empty() {
-            if member.parked.len() >= PARKED_MAX {
-                return Err(Error::QueueFull("parked actions"));
-            }
-            member.parked.push_back(op);
-            return Ok(());
-        }
-        let now = self.clock.now();
-        let result = take(&mut self.node, now, member, &op, &mut self.stats);
-        let result = match result {
-            Err(Error::Api(ApiError::FlowBlocked { .. } | ApiError::Blocked | ApiError::NoSuchStack)) => {
-                member.parked.push_back(op);
-                Ok(())
-            }
-            other => other,
-        };
-        // What the action produced waits in the packing buffers until the end of this turn
-        // (`poll`), so a burst of casts goes out packed.
-        self.drain();
-        result
-    }
-
     /// Waits up to `timeout` (forever with `None`) for datagrams, due timers or a wake-up, and
     /// handles what came. Events for the application are then available from
     /// [`EventLoop::next_event`].
@@ -644,56 +424,6 @@ impl EventLoop {
         self.members.get(&endpoint)?.view.as_ref()
     }
 
-    /// Reads batches from one socket until it is empty or the application lags.
-    fn receive(&mut self, source: Source) {
-        for _ in 0..BATCHES_PER_POLL {
-            if self.ready.len() >= self.config.event_queue {
-                return;
-            }
-            // Read per batch: the node's time never goes back, whatever ran in between.
-            let now = self.clock.now();
-            let io = match (source, self.multicast.as_mut()) {
-                (Source::Unicast, _) => &mut self.io,
-                (Source::Multicast, Some((io, _))) => io,
-                (Source::Multicast, None) => {
-                    self.multicast_readable = false;
-                    return;
-                }
-                (Source::Retired(index), _) => &mut self.retired[index].io,
-            };
-            let result = receive_batch(io, &mut self.node, &mut self.stats, now, self.config.inject_loss);
-            let drained = match result {
-                Ok(batch) => {
-                    let n = batch.datagrams as u64;
-                    self.stats.datagrams_in += n;
-                    self.stats.recv_batches += 1;
-                    if let Source::Retired(_) = source {
-                        self.stats.datagrams_in_retired += n;
-                    }
-                    self.drain();
-                    batch.drained
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => true,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => false,
-                Err(e) => {
-                    // ICMP errors surface on some systems as receive errors; they say nothing
-                    // the failure detector does not.
-                    tracing::debug!(error = %e, "receive error");
-                    self.stats.send_errors += 1;
-                    false
-                }
-            };
-            if drained {
-                match source {
-                    Source::Unicast => self.readable = false,
-                    Source::Multicast => self.multicast_readable = false,
-                    Source::Retired(index) => self.retired[index].readable = false,
-                }
-                return;
-            }
-        }
-    }
-
     fn reresolve(&mut self, now: motet_core::Instant) {
         for index in 0..self.seeds.len() {
             if self.seeds[index].next.from(now) > Duration::ZERO {
@@ -757,209 +487,4 @@ impl EventLoop {
             }
         }
     }
-
-    fn collect_events(&mut self) {
-        // Stacks come and go with views: the owners' map is pruned when one does.
-        let mut views_changed = false;
-        while let Some((stack, event)) = self.node.poll_event() {
-            if let AppEvent::View { view, rank } = &event {
-                let endpoint = view.members[usize::from(*rank)];
-                self.owners.insert(stack, (endpoint, Arc::clone(view)));
-            }
-            views_changed |= matches!(event, AppEvent::View { .. } | AppEvent::Exit);
-            let Some((endpoint, view)) = self.owners.get(&stack) else { continue };
-            let endpoint = *endpoint;
-            let Some(member) = self.members.get_mut(&endpoint) else { continue };
-            let current = stack == member.current;
-            let event = match event {
-                AppEvent::View { view, rank } => {
-                    self.stats.views_installed += 1;
-                    tracing::info!(%endpoint, view = ?view.view_id, members = view.members.len(), "view installed");
-                    member.current = stack;
-                    member.view = Some(Arc::clone(&view));
-                    member.blocked = false;
-                    member.casts_blocked = false;
-                    member.sends_blocked.clear();
-                    member.retry = true;
-                    Event::View(View::new(&view, rank))
-                }
-                AppEvent::Cast { origin, payload } => {
-                    Event::Cast { from: view.members[usize::from(origin)], data: payload.to_bytes() }
-                }
-                AppEvent::Send { origin, payload } => {
-                    Event::Send { from: view.members[usize::from(origin)], data: payload.to_bytes() }
-                }
-                AppEvent::Block => {
-                    if current {
-                        member.blocked = true;
-                    }
-                    Event::Block
-                }
-                AppEvent::FlowBlock { dest, blocked } => {
-                    if current {
-                        match dest {
-                            None => member.casts_blocked = blocked,
-                            Some(rank) if blocked => drop(member.sends_blocked.insert(rank)),
-                            Some(rank) => drop(member.sends_blocked.remove(&rank)),
-                        }
-                        member.retry |= !blocked;
-                    }
-                    continue;
-                }
-                AppEvent::Exit => {
-                    member.left = true;
-                    member.parked.clear();
-                    member.xfer_parked.clear();
-                    Event::Exit
-                }
-                AppEvent::XferProvide if current => Event::XferProvide { view: view.view_id },
-                AppEvent::XferChunk { payload, last } if current => {
-                    Event::XferChunk { view: view.view_id, data: payload.to_bytes(), last }
-                }
-                // A transfer of a view this member has already left.
-                AppEvent::XferProvide | AppEvent::XferChunk { .. } => continue,
-            };
-            self.ready.push_back((endpoint, event));
-        }
-        if views_changed {
-            let node = &self.node;
-            self.owners.retain(|&stack, _| node.stack(stack).is_some());
-        }
-    }
-
-    /// Takes parked actions of endpoints that may have been unblocked. True if any was taken.
-    fn retry_parked(&mut self) -> bool {
-        let mut progress = false;
-        // Read only when some member has parked actions to retry (rarely).
-        let mut now = None;
-        for member in self.members.values_mut() {
-            if !std::mem::take(&mut member.retry) || member.blocked {
-                continue;
-            }
-            let now = *now.get_or_insert_with(|| self.clock.now());
-            while let Some(op) = member.xfer_parked.pop_front() {
-                match take(&mut self.node, now, member, &op, &mut self.stats) {
-                    Err(Error::Api(ApiError::FlowBlocked { .. })) => {
-                        member.xfer_parked.push_front(op);
-                        break;
-                    }
-                    Err(e) => tracing::debug!(error = %e, "state-transfer action refused"),
-                    Ok(()) => progress = true,
-                }
-            }
-            while let Some(op) = member.parked.pop_front() {
-                match take(&mut self.node, now, member, &op, &mut self.stats) {
-                    Err(Error::Api(ApiError::FlowBlocked { .. } | ApiError::Blocked | ApiError::NoSuchStack)) => {
-                        member.parked.push_front(op);
-                        break;
-                    }
-                    Err(e) => tracing::debug!(error = %e, "parked action refused"),
-                    Ok(()) => progress = true,
-                }
-            }
-        }
-        progress
-    }
-}
-
-/// Binds a socket for `bind` and works out the address to advertise for it.
-fn bind_socket(
-    config: &RuntimeConfig,
-    bind: SocketAddr,
-    advertise: Option<SocketAddr>,
-) -> Result<(UdpIo, SocketAddr), Error> {
-    let io = UdpIo::bind(bind, config.socket_buffer).map_err(|e| Error::io(format!("binding {bind}"), e))?;
-    let local = io.local_addr().map_err(|e| Error::io("reading the bound address", e))?;
-    let advertise = match advertise {
-        Some(address) if address.ip().is_unspecified() || address.port() == 0 => {
-            return Err(Error::Config(format!(
-                "advertise address {address} must be a concrete IP and port other members can reach"
-            )))
-        }
-        Some(address) => address,
-        None if local.ip().is_unspecified() => {
-            return Err(Error::Config(format!(
-                "bound to the wildcard address {local}: set `advertise` to the address other members use"
-            )))
-        }
-        None => local,
-    };
-    Ok((io, advertise))
-}
-
-/// The interface multicast is sent from: the configured one, or the advertised address's.
-fn multicast_interface(m: &crate::config::MulticastConfig, advertise: SocketAddr) -> Result<std::net::Ipv4Addr, Error> {
-    match advertise.ip() {
-        std::net::IpAddr::V4(ip) => Ok(m.interface.unwrap_or(ip)),
-        std::net::IpAddr::V6(_) => Err(Error::Config("IP multicast needs an IPv4 address to send from".into())),
-    }
-}
-
-/// One `recvmmsg` batch into the node: bundles unpacked, injected loss applied.
-fn receive_batch(
-    io: &mut UdpIo,
-    node: &mut Node,
-    stats: &mut RuntimeStats,
-    now: motet_core::Instant,
-    loss: f64,
-) -> io::Result<crate::io::Batch> {
-    io.recv_batch(|_, datagram| {
-        if loss > 0.0 && rand::random::<f64>() < loss {
-            stats.injected_loss += 1;
-        } else if motet_wire::bundle::is_bundle(&datagram) {
-            match motet_wire::bundle::decode(&datagram) {
-                Ok(parts) => parts.into_iter().for_each(|part| node.handle_datagram(now, part)),
-                Err(_) => stats.malformed_bundles += 1,
-            }
-        } else {
-            node.handle_datagram(now, datagram);
-        }
-    })
-}
-
-/// Hands one action to the endpoint's current stack.
-fn take(
-    node: &mut Node,
-    now: motet_core::Instant,
-    member: &MemberState,
-    op: &Op,
-    stats: &mut RuntimeStats,
-) -> Result<(), Error> {
-    let action = match op {
-        Op::Cast(data) => Action::Cast(payload(data)),
-        Op::Send(to, data) => {
-            let view = member.view.as_ref().ok_or(Error::Api(ApiError::Blocked))?;
-            let Some(rank) = view.rank_of(*to) else {
-                stats.sends_to_departed += 1;
-                return Ok(());
-            };
-            Action::send(rank, payload(data))
-        }
-        Op::Subcast(to, data) => {
-            let view = member.view.as_ref().ok_or(Error::Api(ApiError::Blocked))?;
-            let ranks: Vec<Rank> = to.iter().filter_map(|&e| view.rank_of(e)).collect();
-            stats.sends_to_departed += (to.len() - ranks.len()) as u64;
-            Action::Subcast(ranks, payload(data))
-        }
-        Op::RoleCast(clients, data) => {
-            let view = member.view.as_ref().ok_or(Error::Api(ApiError::Blocked))?;
-            Action::Subcast(view.ranks_where(*clients), payload(data))
-        }
-        Op::Leave => Action::Leave,
-        Op::Switch(spec) => Action::Switch(spec.clone()),
-        Op::XferChunk(view, ..) | Op::XferDone(view) if member.view.as_ref().is_none_or(|v| v.view_id != *view) => {
-            stats.stale_xfer += 1;
-            return Ok(());
-        }
-        Op::XferChunk(_, data, last) => Action::XferChunk { payload: payload(data), last: *last },
-        Op::XferDone(_) => Action::XferDone,
-        Op::Migrate(to) => Action::Migrate(Address::Inet(*to)),
-    };
-    node.handle_action(now, member.current, action).map_err(Error::from)
-}
-
-fn payload(data: &Bytes) -> Payload {
-    let mut payload = Payload::new();
-    payload.push(data.clone());
-    payload
 }

@@ -1,0 +1,267 @@
+//! The application side of the event loop: actions in (taken at once, or parked in order while
+//! flow control or a view change holds them), events out (the node's, translated to endpoint ids).
+
+use super::{EventLoop, RuntimeStats};
+use crate::io::Chunks;
+use crate::{Error, Event, View};
+use bytes::Bytes;
+use motet_core::{Action, Address, ApiError, AppEvent, EndpointId, Node, Payload, Rank, StackId, ViewId, ViewState};
+use std::collections::{BTreeSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Actions parked per endpoint (waiting for flow control or a view change) before more are
+/// refused with [`Error::QueueFull`].
+const PARKED_MAX: usize = 65_536;
+
+/// An application action, by endpoint id (translated to ranks of the current view when taken).
+#[derive(Clone, Debug)]
+pub(crate) enum Op {
+    Cast(Bytes),
+    Send(EndpointId, Bytes),
+    Leave,
+    Switch(motet_core::StackSpec),
+    /// State-transfer actions name the transfer view they belong to: one for an earlier view
+    /// (the application had not yet seen the view change) is void and dropped.
+    Subcast(Vec<EndpointId>, Bytes),
+    /// A cast to the servers only (`false`) or the clients only (`true`) of the view it is taken in.
+    RoleCast(bool, Bytes),
+    XferChunk(motet_core::ViewId, Bytes, bool),
+    XferDone(motet_core::ViewId),
+    /// Move this endpoint to the process's new address (endpoint migration).
+    Migrate(SocketAddr),
+}
+
+impl Op {
+    /// Copies the operation's small data into a shared chunk, once, when it comes in (a parked
+    /// operation is not copied again when it is retried): the stack keeps a reference for
+    /// retransmission, and the first clone of a vector-backed `Bytes` would allocate its shared
+    /// count. A copy of up to 256 bytes costs less than that allocation.
+    fn copy_small(&mut self, chunks: &mut Chunks) {
+        if let Op::Cast(data) | Op::Send(_, data) | Op::Subcast(_, data) | Op::RoleCast(_, data) = self {
+            if (1..=crate::io::SMALL).contains(&data.len()) {
+                *data = chunks.copy(data);
+            }
+        }
+    }
+}
+
+/// One joined endpoint.
+#[derive(Debug)]
+pub(super) struct MemberState {
+    pub(super) current: StackId,
+    pub(super) view: Option<Arc<ViewState>>,
+    pub(super) parked: VecDeque<Op>,
+    /// State-transfer actions waiting for flow control: apart from `parked`, where the
+    /// application's casts wait for the end of the transfer view.
+    pub(super) xfer_parked: VecDeque<Op>,
+    /// A view change is in progress (between `Block` and the next view).
+    pub(super) blocked: bool,
+    pub(super) casts_blocked: bool,
+    pub(super) sends_blocked: BTreeSet<Rank>,
+    /// Something that may unblock parked actions happened.
+    pub(super) retry: bool,
+    pub(super) left: bool,
+    /// Migration: the view in which this endpoint last asked for its new address, and how many
+    /// views it has asked in since it moved (at most `MIGRATE_TRIES`).
+    pub(super) migrate_asked: Option<ViewId>,
+    pub(super) migrate_tries: u32,
+}
+
+impl EventLoop {
+    pub(crate) fn act(&mut self, endpoint: EndpointId, op: Op) -> Result<(), Error> {
+        let mut op = op;
+        op.copy_small(&mut self.chunks);
+        let member = self.members.get_mut(&endpoint).ok_or(Error::Left)?;
+        if member.left {
+            return Err(Error::Left);
+        }
+        if matches!(op, Op::XferChunk(..) | Op::XferDone(_)) {
+            // Not behind the application's casts, which wait for the transfer view to end.
+            if !member.xfer_parked.is_empty() {
+                member.xfer_parked.push_back(op);
+                return Ok(());
+            }
+            let now = self.clock.now();
+            let result = match take(&mut self.node, now, member, &op, &mut self.stats) {
+                Err(Error::Api(ApiError::FlowBlocked { .. })) => {
+                    member.xfer_parked.push_back(op);
+                    Ok(())
+                }
+                other => other,
+            };
+            self.drain();
+            return result;
+        }
+        if !member.parked.is_empty() {
+            if member.parked.len() >= PARKED_MAX {
+                return Err(Error::QueueFull("parked actions"));
+            }
+            member.parked.push_back(op);
+            return Ok(());
+        }
+        let now = self.clock.now();
+        let result = take(&mut self.node, now, member, &op, &mut self.stats);
+        let result = match result {
+            Err(Error::Api(ApiError::FlowBlocked { .. } | ApiError::Blocked | ApiError::NoSuchStack)) => {
+                member.parked.push_back(op);
+                Ok(())
+            }
+            other => other,
+        };
+        // What the action produced waits in the packing buffers until the end of this turn
+        // (`poll`), so a burst of casts goes out packed.
+        self.drain();
+        result
+    }
+
+    pub(super) fn collect_events(&mut self) {
+        // Stacks come and go with views: the owners' map is pruned when one does.
+        let mut views_changed = false;
+        while let Some((stack, event)) = self.node.poll_event() {
+            if let AppEvent::View { view, rank } = &event {
+                let endpoint = view.members[usize::from(*rank)];
+                self.owners.insert(stack, (endpoint, Arc::clone(view)));
+            }
+            views_changed |= matches!(event, AppEvent::View { .. } | AppEvent::Exit);
+            let Some((endpoint, view)) = self.owners.get(&stack) else { continue };
+            let endpoint = *endpoint;
+            let Some(member) = self.members.get_mut(&endpoint) else { continue };
+            let current = stack == member.current;
+            let event = match event {
+                AppEvent::View { view, rank } => {
+                    self.stats.views_installed += 1;
+                    tracing::info!(%endpoint, view = ?view.view_id, members = view.members.len(), "view installed");
+                    member.current = stack;
+                    member.view = Some(Arc::clone(&view));
+                    member.blocked = false;
+                    member.casts_blocked = false;
+                    member.sends_blocked.clear();
+                    member.retry = true;
+                    Event::View(View::new(&view, rank))
+                }
+                AppEvent::Cast { origin, payload } => {
+                    Event::Cast { from: view.members[usize::from(origin)], data: payload.to_bytes() }
+                }
+                AppEvent::Send { origin, payload } => {
+                    Event::Send { from: view.members[usize::from(origin)], data: payload.to_bytes() }
+                }
+                AppEvent::Block => {
+                    if current {
+                        member.blocked = true;
+                    }
+                    Event::Block
+                }
+                AppEvent::FlowBlock { dest, blocked } => {
+                    if current {
+                        match dest {
+                            None => member.casts_blocked = blocked,
+                            Some(rank) if blocked => drop(member.sends_blocked.insert(rank)),
+                            Some(rank) => drop(member.sends_blocked.remove(&rank)),
+                        }
+                        member.retry |= !blocked;
+                    }
+                    continue;
+                }
+                AppEvent::Exit => {
+                    member.left = true;
+                    member.parked.clear();
+                    member.xfer_parked.clear();
+                    Event::Exit
+                }
+                AppEvent::XferProvide if current => Event::XferProvide { view: view.view_id },
+                AppEvent::XferChunk { payload, last } if current => {
+                    Event::XferChunk { view: view.view_id, data: payload.to_bytes(), last }
+                }
+                // A transfer of a view this member has already left.
+                AppEvent::XferProvide | AppEvent::XferChunk { .. } => continue,
+            };
+            self.ready.push_back((endpoint, event));
+        }
+        if views_changed {
+            let node = &self.node;
+            self.owners.retain(|&stack, _| node.stack(stack).is_some());
+        }
+    }
+
+    /// Takes parked actions of endpoints that may have been unblocked. True if any was taken.
+    pub(super) fn retry_parked(&mut self) -> bool {
+        let mut progress = false;
+        // Read only when some member has parked actions to retry (rarely).
+        let mut now = None;
+        for member in self.members.values_mut() {
+            if !std::mem::take(&mut member.retry) || member.blocked {
+                continue;
+            }
+            let now = *now.get_or_insert_with(|| self.clock.now());
+            while let Some(op) = member.xfer_parked.pop_front() {
+                match take(&mut self.node, now, member, &op, &mut self.stats) {
+                    Err(Error::Api(ApiError::FlowBlocked { .. })) => {
+                        member.xfer_parked.push_front(op);
+                        break;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "state-transfer action refused"),
+                    Ok(()) => progress = true,
+                }
+            }
+            while let Some(op) = member.parked.pop_front() {
+                match take(&mut self.node, now, member, &op, &mut self.stats) {
+                    Err(Error::Api(ApiError::FlowBlocked { .. } | ApiError::Blocked | ApiError::NoSuchStack)) => {
+                        member.parked.push_front(op);
+                        break;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "parked action refused"),
+                    Ok(()) => progress = true,
+                }
+            }
+        }
+        progress
+    }
+}
+
+/// Hands one action to the endpoint's current stack.
+fn take(
+    node: &mut Node,
+    now: motet_core::Instant,
+    member: &MemberState,
+    op: &Op,
+    stats: &mut RuntimeStats,
+) -> Result<(), Error> {
+    let action = match op {
+        Op::Cast(data) => Action::Cast(payload(data)),
+        Op::Send(to, data) => {
+            let view = member.view.as_ref().ok_or(Error::Api(ApiError::Blocked))?;
+            let Some(rank) = view.rank_of(*to) else {
+                stats.sends_to_departed += 1;
+                return Ok(());
+            };
+            Action::send(rank, payload(data))
+        }
+        Op::Subcast(to, data) => {
+            let view = member.view.as_ref().ok_or(Error::Api(ApiError::Blocked))?;
+            let ranks: Vec<Rank> = to.iter().filter_map(|&e| view.rank_of(e)).collect();
+            stats.sends_to_departed += (to.len() - ranks.len()) as u64;
+            Action::Subcast(ranks, payload(data))
+        }
+        Op::RoleCast(clients, data) => {
+            let view = member.view.as_ref().ok_or(Error::Api(ApiError::Blocked))?;
+            Action::Subcast(view.ranks_where(*clients), payload(data))
+        }
+        Op::Leave => Action::Leave,
+        Op::Switch(spec) => Action::Switch(spec.clone()),
+        Op::XferChunk(view, ..) | Op::XferDone(view) if member.view.as_ref().is_none_or(|v| v.view_id != *view) => {
+            stats.stale_xfer += 1;
+            return Ok(());
+        }
+        Op::XferChunk(_, data, last) => Action::XferChunk { payload: payload(data), last: *last },
+        Op::XferDone(_) => Action::XferDone,
+        Op::Migrate(to) => Action::Migrate(Address::Inet(*to)),
+    };
+    node.handle_action(now, member.current, action).map_err(Error::from)
+}
+
+fn payload(data: &Bytes) -> Payload {
+    let mut payload = Payload::new();
+    payload.push(data.clone());
+    payload
+}

@@ -1,0 +1,160 @@
+//! Endpoint migration (Ensemble's `Migrate`): moving the process to a new socket, reading the
+//! old one until every view has the new address, and binding sockets.
+
+use super::{EventLoop, Op, SOCKET};
+use crate::config::RuntimeConfig;
+use crate::io::UdpIo;
+use crate::Error;
+use motet_core::{Address, ApiError, EndpointId, LayerKind};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Views installed without this process's new address after which it stops asking again (a
+/// group that keeps losing the request would otherwise change views for ever; the old socket then
+/// stays open, so the endpoint is still reached).
+const MIGRATE_TRIES: u32 = 8;
+
+/// A socket given up by a migration. Peers that have not installed the view with the new address
+/// still send here, so it is read until every endpoint's view has the new address, then for
+/// `migrate_grace` more (retransmissions in flight), then closed.
+pub(super) struct Retired {
+    pub(super) io: UdpIo,
+    pub(super) token: mio::Token,
+    pub(super) readable: bool,
+    pub(super) close_at: Option<crate::clock::Deadline>,
+}
+
+impl EventLoop {
+    /// Moves this process to a new socket (endpoint migration, Ensemble's `Migrate`): binds
+    /// `bind`, sends from it from now on, and asks every group this process is in for a view with
+    /// the new address (`advertise`, or the bound address). Nothing is lost on the way: the old
+    /// socket is still read until every endpoint's view has the new address, and for
+    /// `migrate_grace` more, so datagrams peers send before they install that view still arrive.
+    /// Every joined stack needs the `Migrate` property (the presets with membership have it);
+    /// otherwise nothing changes and the error says which stack lacks it. Returns the new
+    /// advertised address.
+    pub fn migrate(&mut self, bind: SocketAddr, advertise: Option<SocketAddr>) -> Result<SocketAddr, Error> {
+        for member in self.members.values().filter(|m| !m.left) {
+            let stack = self.owners.get(&member.current).map(|(_, view)| &view.stack);
+            if let Some(stack) = stack.filter(|s| !s.layers().contains(&LayerKind::Migrate)) {
+                return Err(Error::Api(ApiError::NoMigrate(stack.to_string())));
+            }
+        }
+        let (mut io, address) = bind_socket(&self.config, bind, advertise)?;
+        if let Some(m) = &self.config.multicast {
+            io.set_multicast_sender(multicast_interface(m, address)?, m.ttl)
+                .map_err(|e| Error::io("setting up multicast sends", e))?;
+        }
+        // What earlier actions produced leaves from the old socket; the backlog from the new one.
+        self.send_packed();
+        let token = mio::Token(self.next_token);
+        self.next_token += 1;
+        let registry = self.poll.registry();
+        registry
+            .reregister(self.io.source(), token, mio::Interest::READABLE)
+            .map_err(|e| Error::io("re-registering the old socket", e))?;
+        let interest = if self.writable_interest {
+            mio::Interest::READABLE | mio::Interest::WRITABLE
+        } else {
+            mio::Interest::READABLE
+        };
+        if let Err(e) = registry.register(io.source(), SOCKET, interest) {
+            let _ = registry.reregister(self.io.source(), SOCKET, interest);
+            return Err(Error::io("registering the new socket", e));
+        }
+        let old = std::mem::replace(&mut self.io, io);
+        tracing::info!(from = %self.advertise, to = %address, "migrating");
+        self.retired.push(Retired { io: old, token, readable: true, close_at: None });
+        self.readable = true;
+        self.advertise = address;
+        self.stats.migrations += 1;
+        let endpoints: Vec<EndpointId> = self.members.iter().filter(|(_, m)| !m.left).map(|(&e, _)| e).collect();
+        for endpoint in endpoints {
+            if let Some(member) = self.members.get_mut(&endpoint) {
+                member.migrate_asked = member.view.as_ref().map(|v| v.view_id);
+                member.migrate_tries = 0;
+            }
+            self.act(endpoint, Op::Migrate(address))?;
+        }
+        Ok(address)
+    }
+
+    /// After a migration: re-asks for the new address where a view was installed without it (the
+    /// request raced with a merge or was made by an earlier stack), starts the grace period of a
+    /// retired socket once every endpoint's view has the new address, and closes retired sockets
+    /// whose grace has passed.
+    pub(super) fn tend_migrations(&mut self) {
+        if self.retired.is_empty() {
+            return;
+        }
+        let here = Address::Inet(self.advertise);
+        let mut everywhere = true;
+        for (&endpoint, member) in self.members.iter_mut().filter(|(_, m)| !m.left) {
+            let Some(view) = &member.view else { continue };
+            if view.rank_of(endpoint).is_some_and(|r| view.addresses[usize::from(r)] != here) {
+                everywhere = false;
+                // Once per view installed without it: the request in flight may still be
+                // delivered in this view.
+                if member.migrate_asked != Some(view.view_id) && member.migrate_tries < MIGRATE_TRIES {
+                    member.migrate_asked = Some(view.view_id);
+                    member.migrate_tries += 1;
+                    member.parked.push_front(Op::Migrate(self.advertise));
+                    member.retry = true;
+                }
+            }
+        }
+        let grace = Duration::from_millis(self.config.migrate_grace_ms);
+        let clock = self.clock;
+        for retired in &mut self.retired {
+            if everywhere && retired.close_at.is_none() {
+                retired.close_at = Some(crate::clock::Deadline::after(&clock, grace));
+            }
+        }
+        let registry = self.poll.registry();
+        let before = self.retired.len();
+        self.retired.retain_mut(|retired| {
+            let due = retired.close_at.is_some_and(|at| at.until(&clock) == Duration::ZERO);
+            if due {
+                let _ = registry.deregister(retired.io.source());
+            }
+            !due
+        });
+        self.stats.retired_closed += (before - self.retired.len()) as u64;
+    }
+}
+
+/// Binds a socket for `bind` and works out the address to advertise for it.
+pub(super) fn bind_socket(
+    config: &RuntimeConfig,
+    bind: SocketAddr,
+    advertise: Option<SocketAddr>,
+) -> Result<(UdpIo, SocketAddr), Error> {
+    let io = UdpIo::bind(bind, config.socket_buffer).map_err(|e| Error::io(format!("binding {bind}"), e))?;
+    let local = io.local_addr().map_err(|e| Error::io("reading the bound address", e))?;
+    let advertise = match advertise {
+        Some(address) if address.ip().is_unspecified() || address.port() == 0 => {
+            return Err(Error::Config(format!(
+                "advertise address {address} must be a concrete IP and port other members can reach"
+            )))
+        }
+        Some(address) => address,
+        None if local.ip().is_unspecified() => {
+            return Err(Error::Config(format!(
+                "bound to the wildcard address {local}: set `advertise` to the address other members use"
+            )))
+        }
+        None => local,
+    };
+    Ok((io, advertise))
+}
+
+/// The interface multicast is sent from: the configured one, or the advertised address's.
+pub(super) fn multicast_interface(
+    m: &crate::config::MulticastConfig,
+    advertise: SocketAddr,
+) -> Result<std::net::Ipv4Addr, Error> {
+    match advertise.ip() {
+        std::net::IpAddr::V4(ip) => Ok(m.interface.unwrap_or(ip)),
+        std::net::IpAddr::V6(_) => Err(Error::Config("IP multicast needs an IPv4 address to send from".into())),
+    }
+}
