@@ -30,6 +30,9 @@ pub struct Group {
     /// Whether the pump settles delayed processing when the network is quiet, as a driver does
     /// when idle (on by default; a test may leave it to the inputs and to its own calls).
     pub settle: bool,
+    /// When set, every datagram the network carries is recorded here too (a corpus for tests
+    /// that replay or alter real traffic).
+    pub tap: Option<Vec<bytes::Bytes>>,
 }
 
 impl Group {
@@ -71,6 +74,7 @@ impl Group {
             partition: None,
             routes: Default::default(),
             settle: true,
+            tap: None,
         };
         group.pump();
         group
@@ -101,6 +105,9 @@ impl Group {
                 while let Some(out) = self.nodes[from].0.poll_transmit() {
                     moved = true;
                     let datagram = out.to_bytes();
+                    if let Some(tap) = &mut self.tap {
+                        tap.push(datagram.clone());
+                    }
                     for address in out.to.addresses() {
                         let Address::Sim(to) = address else { unreachable!("simulated addresses") };
                         let Some(to) = self.routes.get(&to).copied().unwrap_or(Some(to as usize)) else { continue };
