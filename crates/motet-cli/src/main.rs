@@ -55,16 +55,22 @@ enum Command {
 
 fn main() -> ExitCode {
     quiet_on_closed_stdout();
+    let cli = Cli::parse();
     // Diagnostics go to stderr, filtered by RUST_LOG (default: warnings only), so stdout stays
-    // the machine-readable contract.
+    // the machine-readable contract. The simulator's and the benchmarks' members are not this
+    // process's: their protocol reports stay off unless RUST_LOG asks for them (a simulated run
+    // has its own trace and diagram, in virtual time).
+    let default = match cli.command {
+        Command::Sim(_) | Command::Bench { .. } => "warn,motet_core=off",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     match cli.command {
         Command::Sim(args) => sim::run(args),
         Command::Demo(args) => demo::run(args),

@@ -252,6 +252,18 @@ impl Stack {
         self.rank
     }
 
+    /// The context of what the layers report through `tracing` while this stack handles an
+    /// input on the layered path or a timer: the group, the view (logical time and coordinator)
+    /// and this member's rank. A `debug` span: without a subscriber listening at that level for
+    /// `motet_core` it is a check of a cached level, and the layers' `info`/`warn` events still
+    /// carry their own fields.
+    #[inline]
+    fn span(&self) -> tracing::span::EnteredSpan {
+        let view = &self.view;
+        tracing::debug_span!("stack", group = &*view.group.0, view = view.view_id.ltime, coord = %view.view_id.coord, rank = self.rank)
+            .entered()
+    }
+
     /// An application action, injected at `appl` (which may sit mid-stack, thesis §2.1.10).
     pub fn handle_action(&mut self, now: Instant, action: Action) -> Result<(), ApiError> {
         let Some(mut twin) = self.twin.take() else { return self.action(now, action) };
@@ -350,6 +362,7 @@ impl Stack {
 
     /// Marks `ranks` failed, from the top down (as a membership layer would).
     pub fn handle_fail(&mut self, now: Instant, ranks: RankSet) {
+        let _span = self.span();
         let twin = self.twin.take().map(|mut twin| {
             let mark = self.mark();
             twin.handle_fail(now, ranks.clone());
@@ -367,6 +380,7 @@ impl Stack {
     /// Fires every alarm due at `now`, bottom layer first (thesis §2.3.2: the Timer event travels
     /// up the stack).
     pub fn handle_timeout(&mut self, now: Instant) {
+        let _span = self.span();
         let twin = self.twin.take().map(|mut twin| {
             let mark = self.mark();
             twin.handle_timeout(now);
@@ -593,6 +607,12 @@ impl Stack {
 
     /// Runs queued events until none is left.
     fn run(&mut self, now: Instant) {
+        if self.queue.is_empty() {
+            return;
+        }
+        // The layers' reports come from here (and from timers): the bypass, which carries only
+        // the common case, reports nothing and pays for no span.
+        let _span = self.span();
         while let Some((index, ev)) = self.queue.pop_front() {
             self.plans_stale = true;
             let mut alarm = None;

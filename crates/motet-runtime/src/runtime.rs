@@ -117,7 +117,12 @@ impl Runtime {
         let loop_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("motet-loop".into())
-            .spawn(move || LoopThread::new(event_loop, receiver, loop_shared).run())
+            .spawn(move || {
+                // Every report of the loop and of the stacks it drives names the process by its
+                // address (several runtimes may share one log).
+                let _span = tracing::info_span!("motet", address = %addresses.advertise).entered();
+                LoopThread::new(event_loop, receiver, loop_shared).run()
+            })
             .map_err(|e| Error::io("starting the event-loop thread", e))?;
         Ok(Runtime { shared, event_queue: config.event_queue, thread: Some(thread), addresses: Mutex::new(addresses) })
     }

@@ -51,6 +51,7 @@ impl Layer for Elect {
                 out.up(Up::Suspect(ranks));
                 let coord = (0..self.n as Rank).find(|&r| !self.suspected.contains(r)).unwrap_or(self.coord);
                 if coord != self.coord {
+                    tracing::info!(coord, was = self.coord, "the coordinator is suspected: a new one takes over");
                     self.coord = coord;
                     out.up(Up::Elect(coord));
                 }

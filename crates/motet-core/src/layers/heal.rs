@@ -99,6 +99,7 @@ impl Heal {
         if old_enough {
             self.asked = Some(view);
             self.candidate = None;
+            tracing::debug!(?contact, ltime = view.ltime, coord = %view.coord, "a hello from another partition of the group");
             out.up(Up::MergeWith { contact, view });
         } else {
             self.candidate = Some((contact, view));

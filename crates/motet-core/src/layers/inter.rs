@@ -133,6 +133,7 @@ impl Inter {
             }
             Phase::Granting { request } => {
                 let merged = Arc::new(self.merged(&survivors, &request));
+                tracing::info!(members = merged.members.len(), "merge granted: casting the merged view");
                 // Both copies pass `primary` (below), which marks them alike.
                 out.dn(Dn::CastFull { round, view: Arc::clone(&merged) });
                 let grant = Dn::MergeGrant {
@@ -150,6 +151,7 @@ impl Inter {
     /// A refused or failed merge: end the flush with a view of our own partition.
     fn fail(&mut self, out: &mut Outbox<'_>) {
         if let Phase::Requesting { round: Some((round, survivors)), .. } = &self.phase {
+            tracing::info!("merge refused or unanswered: going on as this partition (a later gossip retries)");
             let alone = self.alone(survivors);
             out.dn(Dn::CastFull { round: *round, view: Arc::new(alone) });
             self.phase = Phase::Done;
@@ -162,6 +164,7 @@ impl Layer for Inter {
         match ev {
             Up::Elect(coord) => self.coord = coord,
             Up::MergeWith { contact, .. } if matches!(self.phase, Phase::Idle) && self.coord == self.rank => {
+                tracing::info!(?contact, "another partition found: flushing to merge with it");
                 self.phase = Phase::Requesting { contact, round: None };
                 out.dn(Dn::MergeFlush);
             }
@@ -176,6 +179,11 @@ impl Layer for Inter {
                 }
                 match &self.phase {
                     Phase::Idle => {
+                        tracing::info!(
+                            requester = request.coord,
+                            members = request.members.len(),
+                            "a smaller partition asks to merge: flushing to grant"
+                        );
                         self.phase = Phase::Granting { request };
                         out.dn(Dn::MergeFlush);
                     }
@@ -183,11 +191,18 @@ impl Layer for Inter {
                     // This stack is being replaced (it lingers only to finish retransmissions):
                     // the next view's stack answers.
                     Phase::Done => {}
-                    _ => out.dn(Dn::MergeDeny { contact: contact_of(&request), request: request_id(&request) }),
+                    _ => {
+                        tracing::debug!(
+                            requester = request.coord,
+                            "merge request refused: another view change is running"
+                        );
+                        out.dn(Dn::MergeDeny { contact: contact_of(&request), request: request_id(&request) });
+                    }
                 }
             }
             Up::MergeGranted(view) => {
                 if let Phase::Requesting { round: Some((round, _)), .. } = &self.phase {
+                    tracing::info!(members = view.members.len(), "merge granted: installing the merged view");
                     out.dn(Dn::CastFull { round: *round, view: Arc::new(self.view.with_full(&view)) });
                     self.phase = Phase::Done;
                 }

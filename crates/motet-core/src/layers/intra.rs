@@ -133,6 +133,7 @@ impl Intra {
         }
         self.rounds += 1;
         let round = self.rounds;
+        tracing::info!(round, ?failed, ?leavers, "view change: flush round started");
         let (flush_ok, cut_ok) = (BTreeMap::new(), RankSet::new());
         self.active =
             Some(Round { round, failed: failed.clone(), leavers, merge: false, flush_ok, cut_ok, cut_sent: false });
@@ -146,6 +147,7 @@ impl Intra {
         }
         self.rounds += 1;
         let round = self.rounds;
+        tracing::info!(round, "merge: flushing this partition");
         let (failed, leavers) = (self.suspects.clone(), self.leavers.clone());
         let (flush_ok, cut_ok) = (BTreeMap::new(), RankSet::new());
         self.active =
@@ -182,6 +184,7 @@ impl Intra {
             let cut: Arc<[u64]> =
                 (0..n).map(|o| active.flush_ok.values().map(|counts| counts[o]).max().unwrap_or(0)).collect();
             active.cut_sent = true;
+            tracing::debug!(round, "every survivor flushed: cut announced");
             out.dn(Dn::SyncCut { round, cut });
         }
     }
@@ -202,7 +205,9 @@ impl Intra {
                 return;
             }
             self.view_cast = true;
-            let survivors = survivors.into_iter().filter(|&r| !active.leavers.contains(r)).map(u64::from).collect();
+            let survivors: Vec<u64> =
+                survivors.into_iter().filter(|&r| !active.leavers.contains(r)).map(u64::from).collect();
+            tracing::info!(round, ?survivors, "every survivor delivered the cut: next view cast");
             out.dn(Dn::Cast { msg: Msg::default().with(Header::View { round, survivors }), qos: Qos::Reliable });
         }
     }
@@ -252,8 +257,10 @@ impl Intra {
     fn leave_view(&mut self, out: &mut Outbox<'_>) {
         self.installed = true;
         if self.leavers.contains(self.rank) {
+            tracing::info!("left the group");
             out.up(Up::Exit);
         } else {
+            tracing::info!("not in the next view: going on alone (a partition of one, merging later)");
             let mut alone = self.next_view(self.rank, &[self.rank]);
             alone.primary = false;
             out.up(Up::NewView(Arc::new(alone)));
@@ -344,6 +351,10 @@ impl Layer for Intra {
         // Committed to a view that never came: its coordinator failed after the cut. Go on alone
         // (not primary) and merge back later.
         if !self.installed && self.cut_done.is_some() && !self.view_cast {
+            tracing::warn!(
+                committed = ?self.cut_done,
+                "the view this member committed to never came (its coordinator failed after the cut)"
+            );
             self.leave_view(out);
         }
     }

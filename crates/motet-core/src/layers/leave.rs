@@ -55,6 +55,7 @@ impl Layer for Leave {
             }
             Up::Cast { origin, ref msg, .. } if msg.hdrs.last().as_deref() == Some(&Header::Leave.into()) => {
                 if origin != self.rank {
+                    tracing::info!(member = origin, "a member asks to leave");
                     out.up(Up::LeaveReq(origin));
                 }
             }

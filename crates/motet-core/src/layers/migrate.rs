@@ -59,7 +59,10 @@ impl Layer for Migrate {
             }
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
-                Some(Header::Request(address)) => out.up(Up::Migrate { origin, address: address.into() }),
+                Some(Header::Request(address)) => {
+                    tracing::info!(member = origin, ?address, "a member moves to a new address at the next view");
+                    out.up(Up::Migrate { origin, address: address.into() })
+                }
                 None => out.drop_input(DropReason::HeaderMismatch),
             },
             other => out.pass_up(other, Header::NoHdr),

@@ -73,6 +73,7 @@ impl Primary {
             return view;
         }
         let primary = self.majority(view.members.iter().copied());
+        tracing::info!(primary, members = view.members.len(), "primary partition decided");
         if view.primary == primary {
             return view;
         }

@@ -66,6 +66,7 @@ impl Layer for Slander {
                     return;
                 }
                 let _ = qos;
+                tracing::debug!(from = origin, ?ranks, "suspicion shared by another member");
                 out.up(Up::Suspect(ranks.iter().map(|&r| r as Rank).collect()));
             }
             other => out.pass_up(other, Header::NoHdr),

@@ -100,6 +100,7 @@ impl Layer for Suspect {
                 out.count(Counter::Suspected);
             }
             self.suspected.union_with(&newly);
+            tracing::info!(suspected = ?newly, "no heartbeat within the timeout: suspected");
             out.up(Up::Suspect(newly));
         }
         out.alarm(now + self.config.sweep_interval);

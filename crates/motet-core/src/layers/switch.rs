@@ -64,6 +64,7 @@ impl Layer for Switch {
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
                 Some(Header::Request(text)) => match StackSpec::parse(&text) {
                     Ok(spec) if spec.layers().contains(&super::LayerKind::Switch) => {
+                        tracing::info!(from = origin, stack = %spec, "stack switch requested for the next view");
                         out.up(Up::Switch { origin, spec })
                     }
                     _ => out.drop_input(DropReason::Malformed),

@@ -110,6 +110,7 @@ impl Layer for Sync {
                             // still relayed by others): it can no longer conclude for us.
                             return;
                         }
+                        tracing::debug!(coord = origin, round, ?failed, "flushing for the coordinator's round");
                         self.failed.union_with(&failed);
                         self.flushing = Some((origin, round));
                         self.cutting = None;
@@ -144,6 +145,7 @@ impl Layer for Sync {
             }
             Up::CutReached => {
                 if let Some((coord, round)) = self.cutting.take() {
+                    tracing::debug!(coord, round, "cut delivered: committed to this round's view");
                     self.committed = Some((coord, round));
                     self.to_coord(coord, Header::CutOk { round }, Up::CutOk { from: self.rank, round }, out);
                     out.up(Up::CutDone { coord, round });

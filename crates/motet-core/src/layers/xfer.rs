@@ -105,6 +105,7 @@ impl Layer for Xfer {
                     self.done.insert(origin);
                     if self.active && !self.complete && self.done.iter().count() == self.n {
                         self.complete = true;
+                        tracing::info!("state transfer complete at every member: the transfer view ends");
                         out.up(Up::XferComplete);
                     }
                 }
