@@ -143,6 +143,15 @@ pub enum Dn {
         /// The merged view.
         view: Box<motet_wire::hdr::intra::FullView>,
     },
+    /// (`inter` → `merge`, at a member that is not its partition's coordinator) pass a request,
+    /// and its repeats, on to our coordinator at `to`: the requester had the address of an earlier
+    /// coordinator (the contact it learnt merged into another partition meanwhile).
+    MergeForward {
+        /// Our coordinator's address.
+        to: crate::view::Address,
+        /// The requesting partition's view.
+        view: Box<motet_wire::hdr::intra::FullView>,
+    },
     /// (`inter` → `merge`) refuse a request: we are busy with another view change.
     MergeDeny {
         /// The requester's coordinator.

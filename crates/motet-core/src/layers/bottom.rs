@@ -71,6 +71,7 @@ impl Layer for Bottom {
             | Dn::MergeFlush
             | Dn::MergeRequest { .. }
             | Dn::MergeGrant { .. }
+            | Dn::MergeForward { .. }
             | Dn::MergeDeny { .. }
             | Dn::CastFull { .. } => {}
         }

@@ -174,8 +174,23 @@ impl Layer for Inter {
                 let theirs = (request.primary, ViewId { ltime: request.ltime, coord: EndpointId(request.coord) });
                 let disjoint = request.members.iter().all(|&e| self.view.rank_of(EndpointId(e)).is_none());
                 let smaller = theirs < (self.view.primary, self.view.view_id);
-                if self.coord != self.rank || !disjoint || !smaller {
+                if !disjoint || !smaller {
                     return; // not ours to answer (or already merged)
+                }
+                if self.coord != self.rank {
+                    // The requester learnt our address when we coordinated a partition that has
+                    // merged into this one since: pass it on to our coordinator, whose answer goes
+                    // to the requester directly. A stack being replaced leaves it to the next.
+                    if !matches!(self.phase, Phase::Done) {
+                        tracing::debug!(
+                            requester = request.coord,
+                            coord = self.coord,
+                            "merge request passed on to the coordinator"
+                        );
+                        let to = self.view.addresses[usize::from(self.coord)];
+                        out.dn(Dn::MergeForward { to, view: request });
+                    }
+                    return;
                 }
                 match &self.phase {
                     Phase::Idle => {
@@ -208,6 +223,13 @@ impl Layer for Inter {
                 }
             }
             Up::MergeDenied | Up::MergeFailed => self.fail(out),
+            // Whatever view replaces this stack (a merge's, or `intra`'s after a failure or a
+            // leave), it lingers only to finish retransmissions: requests are the next view's to
+            // answer or pass on.
+            Up::NewView(view) => {
+                self.phase = Phase::Done;
+                out.up(Up::NewView(view));
+            }
             other => out.pass_up(other, Header::NoHdr),
         }
     }
@@ -218,5 +240,48 @@ impl Layer for Inter {
 
     fn check_invariants(&self) {
         assert!(usize::from(self.coord) < self.view.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::harness::{Harness, Out};
+
+    /// A view of three members at logical time 5, from rank `rank`'s side.
+    fn inter(rank: Rank) -> Harness<Inter> {
+        let view = crate::testing::view(3);
+        let view =
+            Arc::new(ViewState { view_id: ViewId { ltime: 5, coord: EndpointId(0) }, ..ViewState::clone(&view) });
+        Harness::new(Inter::new(&Config::default(), &view, rank), rank)
+    }
+
+    /// A request from a one-member partition at logical time 0 (smaller than ours).
+    fn request() -> Box<FullView> {
+        let mut full = crate::testing::view(1).to_full();
+        full.members = vec![100];
+        full.coord = 100;
+        full.primary = false;
+        Box::new(full)
+    }
+
+    #[test]
+    fn a_member_that_is_not_the_coordinator_passes_a_request_on_and_a_replaced_one_does_not() {
+        let mut h = inter(1);
+        let out = h.up(Up::MergeRequest(request()));
+        assert!(
+            matches!(&out[..], [Out::Dn(Dn::MergeForward { to: Address::Sim(0), view })] if view.coord == 100),
+            "{out:?}"
+        );
+        // The coordinator flushes to grant it instead.
+        let out = inter(0).up(Up::MergeRequest(request()));
+        assert!(matches!(&out[..], [Out::Dn(Dn::MergeFlush)]), "{out:?}");
+        // Once a view replaces the stack, requests are the next view's.
+        let next = Arc::new(ViewState::clone(&crate::testing::view(3)));
+        h.up(Up::NewView(next));
+        assert!(h.up(Up::MergeRequest(request())).is_empty());
+        let mut coordinator = inter(0);
+        coordinator.up(Up::NewView(crate::testing::view(3)));
+        assert!(coordinator.up(Up::MergeRequest(request())).is_empty());
     }
 }

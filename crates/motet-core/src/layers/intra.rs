@@ -351,10 +351,16 @@ impl Layer for Intra {
         // Committed to a view that never came: its coordinator failed after the cut. Go on alone
         // (not primary) and merge back later.
         if !self.installed && self.cut_done.is_some() && !self.view_cast {
-            tracing::warn!(
-                committed = ?self.cut_done,
-                "the view this member committed to never came (its coordinator failed after the cut)"
-            );
+            match self.cut_done {
+                // Our own round: a merge we asked for that no one answered.
+                Some((coord, _)) if coord == self.rank => {
+                    tracing::info!("no answer to this partition's merge request: going on as it is")
+                }
+                _ => tracing::warn!(
+                    committed = ?self.cut_done,
+                    "the view this member committed to never came (its coordinator failed after the cut)"
+                ),
+            }
             self.leave_view(out);
         }
     }

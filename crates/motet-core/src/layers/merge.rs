@@ -65,8 +65,10 @@ pub struct Merge {
     /// The last grant we sent, to answer repeats of its request: (request id, contact, `Granted`).
     granted: Option<((u64, u64), Address, Header)>,
     /// Requests already raised to `inter`, so repeats are not raised again (one per view in
-    /// practice: a coordinator handles one merge per view).
-    raised: Vec<(u64, u64)>,
+    /// practice: a coordinator handles one merge per view), and whether each came forwarded.
+    raised: Vec<((u64, u64), bool)>,
+    /// A request `inter` passes on to our coordinator, and where: its repeats follow it.
+    forwarding: Option<((u64, u64), Address)>,
 }
 
 /// How many distinct requests one view remembers having raised; more are raised again.
@@ -75,7 +77,7 @@ const RAISED_MAX: usize = 16;
 impl Merge {
     /// A `merge` for `view`.
     pub fn new(config: &Config, _view: &ViewState, _rank: Rank) -> Merge {
-        Merge { config: config.clone(), pending: None, granted: None, raised: Vec::new() }
+        Merge { config: config.clone(), pending: None, granted: None, raised: Vec::new(), forwarding: None }
     }
 
     fn send(to: Address, header: Header, out: &mut Outbox<'_>) {
@@ -99,7 +101,11 @@ impl Layer for Merge {
             Up::Gossip(mut msg) if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Merge(h)) if *h != Header::NoHdr) =>
             {
                 match msg.pop_as::<Header>() {
-                    Some(Header::Request { view }) => {
+                    Some(header @ (Header::Request { .. } | Header::Forwarded { .. })) => {
+                        let forwarded = matches!(header, Header::Forwarded { .. });
+                        let (Header::Request { view } | Header::Forwarded { view }) = header else {
+                            unreachable!("matched")
+                        };
                         let id = (view.ltime, view.coord);
                         if let Some((granted_id, contact, grant)) = &self.granted {
                             if *granted_id == id {
@@ -107,13 +113,18 @@ impl Layer for Merge {
                                 return;
                             }
                         }
-                        if self.raised.contains(&id) {
-                            return; // a repeat: `inter` is already flushing to grant it
+                        if self.raised.iter().any(|&(raised, _)| raised == id) {
+                            // A repeat: `inter` is already flushing to grant it, or it goes on to
+                            // our coordinator (a repeat lost on the way is made good by the next).
+                            if let Some((_, to)) = self.forwarding.filter(|&(f, _)| f == id && !forwarded) {
+                                Merge::send(to, Header::Forwarded { view }, out);
+                            }
+                            return;
                         }
                         if self.raised.len() == RAISED_MAX {
                             self.raised.remove(0);
                         }
-                        self.raised.push(id);
+                        self.raised.push((id, forwarded));
                         out.up(Up::MergeRequest(view));
                     }
                     Some(Header::Granted { request, view }) => {
@@ -151,6 +162,15 @@ impl Layer for Merge {
                 self.granted = Some((request, contact, grant));
             }
             Dn::MergeDeny { contact, request } => Merge::send(contact, Header::Denied { request }, out),
+            Dn::MergeForward { to, view } => {
+                let id = (view.ltime, view.coord);
+                // Passed on once only: a request that reached us forwarded stops here (the
+                // requester times out and asks again at a later gossip, with a fresh contact).
+                if self.raised.iter().any(|&(raised, forwarded)| raised == id && !forwarded) {
+                    self.forwarding = Some((id, to));
+                    Merge::send(to, Header::Forwarded { view }, out);
+                }
+            }
             other => out.pass_dn(other, Header::NoHdr),
         }
     }
@@ -256,5 +276,33 @@ mod tests {
         h.dn(Dn::MergeGrant { contact: Address::Sim(7), request: (3, 7), view: full(4, 0) });
         let out = h.up(request());
         assert!(matches!(gossip(&out)[..], [Header::Granted { request: (3, 7), .. }]), "{out:?}");
+    }
+
+    /// Where the gossip of `out` goes.
+    fn destinations(out: &[Out]) -> Vec<Option<Address>> {
+        out.iter().filter_map(|o| if let Out::Dn(Dn::Gossip { to, .. }) = o { Some(*to) } else { None }).collect()
+    }
+
+    #[test]
+    fn a_request_passed_on_takes_its_repeats_along_and_is_never_passed_on_twice() {
+        let view = crate::testing::view(2);
+        let mut h = Harness::new(Merge::new(&Config::default(), &view, 1), 1);
+        let request = || incoming(Header::Request { view: full(3, 7) });
+        assert!(matches!(&h.up(request())[..], [Out::Up(Up::MergeRequest(_))]));
+        // `inter`, not the coordinator here, passes it on to the coordinator at Sim(0).
+        let out = h.dn(Dn::MergeForward { to: Address::Sim(0), view: full(3, 7) });
+        assert!(matches!(gossip(&out)[..], [Header::Forwarded { .. }]), "{out:?}");
+        assert_eq!(destinations(&out), [Some(Address::Sim(0))]);
+        // The requester's repeats follow (a forwarded copy may be lost), without `inter`.
+        let out = h.up(request());
+        assert!(matches!(gossip(&out)[..], [Header::Forwarded { .. }]), "{out:?}");
+        assert_eq!(destinations(&out), [Some(Address::Sim(0))]);
+        // A request that came forwarded is raised, but never passed on again (no loops).
+        let mut h = Harness::new(Merge::new(&Config::default(), &view, 1), 1);
+        let out = h.up(incoming(Header::Forwarded { view: full(5, 8) }));
+        assert!(matches!(&out[..], [Out::Up(Up::MergeRequest(v))] if v.coord == 8), "{out:?}");
+        let out = h.dn(Dn::MergeForward { to: Address::Sim(0), view: full(5, 8) });
+        assert!(out.is_empty(), "{out:?}");
+        assert!(h.up(incoming(Header::Forwarded { view: full(5, 8) })).is_empty());
     }
 }

@@ -402,6 +402,7 @@ impl Layer for Mnak {
             | Dn::MergeFlush
             | Dn::MergeRequest { .. }
             | Dn::MergeGrant { .. }
+            | Dn::MergeForward { .. }
             | Dn::MergeDeny { .. }
             | Dn::CastFull { .. }) => out.dn(other),
         }

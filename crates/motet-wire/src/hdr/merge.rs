@@ -21,6 +21,12 @@ pub enum Header {
         /// The requester's view id it answers, as (ltime, coordinator).
         request: (u64, u64),
     },
+    /// A request passed on by a member that is not its partition's coordinator (the requester
+    /// had the address of an earlier coordinator), to its coordinator. Never passed on again.
+    Forwarded {
+        /// The requesting partition's view.
+        view: Box<FullView>,
+    },
     /// The merged view, sent to the requesting coordinator.
     Granted {
         /// The requester's view id it answers, as (ltime, coordinator).
@@ -39,12 +45,13 @@ impl LayerHeader for Header {
             Header::Request { .. } => 1,
             Header::Granted { .. } => 2,
             Header::Denied { .. } => 3,
+            Header::Forwarded { .. } => 4,
         }
     }
     fn encode_fields(&self, w: &mut Writer<'_>) {
         match self {
             Header::NoHdr => {}
-            Header::Request { view } => view.encode(w),
+            Header::Request { view } | Header::Forwarded { view } => view.encode(w),
             Header::Granted { request, view } => {
                 w.varint(request.0);
                 w.varint(request.1);
@@ -64,6 +71,7 @@ impl LayerHeader for Header {
                 Ok(Header::Granted { request, view: Box::new(FullView::decode(r)?) })
             }
             3 => Ok(Header::Denied { request: (r.varint()?, r.varint()?) }),
+            4 => Ok(Header::Forwarded { view: Box::new(FullView::decode(r)?) }),
             _ => Err(bad_variant::<Self>(variant, r)),
         }
     }

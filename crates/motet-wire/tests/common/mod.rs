@@ -193,6 +193,7 @@ pub fn merge_hdr() -> impl Strategy<Value = merge::Header> {
     prop_oneof![
         Just(merge::Header::NoHdr),
         full_view().prop_map(|view| merge::Header::Request { view: Box::new(view) }),
+        full_view().prop_map(|view| merge::Header::Forwarded { view: Box::new(view) }),
         (u64_any(), u64_any()).prop_map(|(l, c)| merge::Header::Denied { request: (l, c) }),
         (u64_any(), u64_any(), full_view())
             .prop_map(|(l, c, view)| merge::Header::Granted { request: (l, c), view: Box::new(view) }),
