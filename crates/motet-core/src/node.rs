@@ -551,7 +551,7 @@ impl Node {
                 TopOutput::NewView(view) => {
                     entry.replaced = true;
                     let endpoint = entry.stack.view().members[usize::from(entry.stack.rank())];
-                    next_view = Some((view, endpoint));
+                    next_view = Some((view, endpoint, entry.stack.leaving()));
                 }
                 TopOutput::Exit => exited = true,
             }
@@ -565,13 +565,22 @@ impl Node {
             }
             self.remove(id);
         }
-        if let Some((view, endpoint)) = next_view {
+        if let Some((view, endpoint, leaving)) = next_view {
             match view.rank_of(endpoint) {
                 Some(rank) => {
                     let now = self.now;
                     // The successor stack uses the same, already validated, spec and parameters.
-                    if self.join(now, view, rank).is_err() {
-                        self.stats.drop_one(DropReason::Disabled);
+                    match self.join(now, view, rank) {
+                        // The application asked to leave, and the view changed before the request
+                        // was granted (it reached the coordinator after its round's cut, or the
+                        // round was a merge): it goes on in the new view, or the member would stay
+                        // in the group for good and never see `Exit`.
+                        Ok(next) if leaving => {
+                            let left = self.handle_action(now, next, Action::Leave);
+                            debug_assert!(left.is_ok(), "a new stack takes a leave request: {left:?}");
+                        }
+                        Ok(_) => {}
+                        Err(_) => self.stats.drop_one(DropReason::Disabled),
                     }
                 }
                 None => self.stats.drop_one(DropReason::NotForMe),

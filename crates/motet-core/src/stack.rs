@@ -252,6 +252,13 @@ impl Stack {
         self.rank
     }
 
+    /// Whether the application asked to leave through this stack (the request holds in the next
+    /// view if this one ends before it was granted).
+    pub(crate) fn leaving(&self) -> bool {
+        let AnyLayer::Appl(appl) = &self.layers[self.appl] else { unreachable!("appl index") };
+        appl.has_left()
+    }
+
     /// The context of what the layers report through `tracing` while this stack handles an
     /// input on the layered path or a timer: the group, the view (logical time and coordinator)
     /// and this member's rank. A `debug` span: without a subscriber listening at that level for

@@ -248,3 +248,36 @@ fn members_starting_together_form_one_view_without_waiting_out_a_merge() {
     let (ms, seed) = *slowest.last().unwrap();
     assert!(ms < 3_000, "seed {seed}: the group formed only after {ms} ms");
 }
+
+/// A group shutting down: all members but one ask to leave within a few milliseconds, so the
+/// coordinator restarts its flush round as each request arrives, some after members had already
+/// delivered the previous round's cut. Those follow the coordinator's later round (its view is
+/// the only one it will cast) instead of waiting out the 3 s commit timeout and leaving alone:
+/// every leaver exits within about a second.
+#[test]
+fn a_group_whose_members_all_leave_at_once_exits_without_waiting_out_a_timeout() {
+    let scenario = motet_sim::scenario::Scenario::parse(
+        "all leave",
+        "nodes 5\ncasts 20\nsends 0\nat 1000 leave 3\nat 1004 leave 1\nat 1008 leave 0\nat 1012 leave 4\nexpect final: 2\n",
+    )
+    .unwrap();
+    let mut slowest = Vec::new();
+    for seed in 1..=40 {
+        let mut options = scenario.options.clone();
+        options.seed = seed;
+        let report = motet_sim::run(&options);
+        assert!(scenario.check(&report).is_empty(), "seed {seed}: {:?}", scenario.check(&report));
+        let exits: Vec<u64> = report
+            .story
+            .iter()
+            .filter(|(_, text)| text.ends_with(" exits"))
+            .map(|(at, _)| at.saturating_since(motet_core::Instant::ZERO).as_millis())
+            .collect();
+        assert_eq!(exits.len(), 4, "seed {seed}: every leaver exits: {:?}", report.story);
+        slowest.push((exits.into_iter().max().unwrap(), seed));
+    }
+    slowest.sort();
+    eprintln!("last exits (ms, seed): {:?}", &slowest[slowest.len() - 5..]);
+    let (ms, seed) = *slowest.last().unwrap();
+    assert!(ms < 2_500, "seed {seed}: the last member exited at {ms} ms");
+}

@@ -58,6 +58,11 @@ pub struct Appl {
 }
 
 impl Appl {
+    /// Whether the application asked to leave through this stack.
+    pub(crate) fn has_left(&self) -> bool {
+        self.left
+    }
+
     /// An `appl` for `view`.
     pub fn new(config: &Config, view: &Arc<ViewState>, rank: Rank) -> Appl {
         Appl {

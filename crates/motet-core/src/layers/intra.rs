@@ -76,6 +76,9 @@ pub struct Intra {
     rounds: u64,
     active: Option<Round>,
     cut_done: Option<(Rank, u64)>,
+    /// When the wait for the view of the round whose cut we delivered ends (`commit_timeout`
+    /// after the latest such cut: the coordinator may start a later round after it).
+    commit_deadline: Option<crate::time::Instant>,
     /// As coordinator, the next view was cast: no further round in this view (a second round
     /// would announce a different view under the same view id).
     view_cast: bool,
@@ -104,6 +107,7 @@ impl Intra {
             rounds: 0,
             active: None,
             cut_done: None,
+            commit_deadline: None,
             view_cast: false,
             installed: false,
             switch_to: None,
@@ -312,7 +316,9 @@ impl Layer for Intra {
             Up::CutOk { from, round } => self.cut_ok(from, round, out),
             Up::CutDone { coord, round } => {
                 self.cut_done = Some((coord, round));
-                out.alarm(out.now() + self.commit_timeout);
+                let deadline = out.now() + self.commit_timeout;
+                self.commit_deadline = Some(deadline);
+                out.alarm(deadline);
             }
             Up::Cast { origin, mut msg, .. }
                 if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Intra(Header::View { .. }))) =>
@@ -348,17 +354,25 @@ impl Layer for Intra {
     }
 
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
+        // The alarm of an earlier cut, superseded by a later round's.
+        if let Some(deadline) = self.commit_deadline.filter(|&d| out.now() < d) {
+            return out.alarm(deadline);
+        }
         // Committed to a view that never came: its coordinator failed after the cut. Go on alone
         // (not primary) and merge back later.
         if !self.installed && self.cut_done.is_some() && !self.view_cast {
+            let own_merge =
+                self.active.as_ref().is_some_and(|a| a.merge && self.cut_done == Some((self.rank, a.round)));
             match self.cut_done {
-                // Our own round: a merge we asked for that no one answered.
-                Some((coord, _)) if coord == self.rank => {
-                    tracing::info!("no answer to this partition's merge request: going on as it is")
-                }
+                // Our own merge round: a merge we asked for that no one answered.
+                _ if own_merge => tracing::info!("no answer to this partition's merge request: going on as it is"),
+                Some((coord, _)) if coord != self.rank => tracing::warn!(
+                    committed = ?self.cut_done,
+                    "the view this member committed to never came (its coordinator failed after the cut): going on alone"
+                ),
                 _ => tracing::warn!(
                     committed = ?self.cut_done,
-                    "the view this member committed to never came (its coordinator failed after the cut)"
+                    "this coordinator's round did not end in a view: going on alone"
                 ),
             }
             self.leave_view(out);

@@ -21,8 +21,12 @@
 //! round starts over with fresh counts, and counts only grow. A member follows the latest round
 //! of a coordinator it has not seen excluded: a round from an excluded coordinator (whose casts
 //! other members still relay) is ignored. Once it has acknowledged a cut it is committed to that
-//! round's view and follows no other round (its coordinator counts it as a member of the view);
-//! if that view never comes, `intra` makes it go on alone.
+//! round's view and follows no other coordinator's round (its coordinator counts it as a member of
+//! the view); if that view never comes, `intra` makes it go on alone. A later round of the *same*
+//! coordinator (more members to exclude or leaving, found after the cut) it does follow: the
+//! coordinator casts the view of its latest round only, so the committed round's view will never
+//! come, and refusing would leave the new round waiting for this member until the commit timeout
+//! (members leaving one after the other made every member of a group that shut down wait 3 s).
 
 use crate::event::{Dn, DropReason, Msg, Qos, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -56,8 +60,9 @@ pub struct Sync {
     cutting: Option<(Rank, u64)>,
     /// Every member excluded by a round we followed: their rounds are over for us.
     failed: RankSet,
-    /// We acknowledged this round's cut: we are committed to its view and follow no other round
-    /// (otherwise its coordinator could count us in a view we never install — two primaries).
+    /// We acknowledged this round's cut: we are committed to its view and follow no other
+    /// coordinator's round, nor an earlier round (otherwise its coordinator could count us in a
+    /// view we never install — two primaries).
     committed: Option<(Rank, u64)>,
 }
 
@@ -105,9 +110,11 @@ impl Layer for Sync {
                         if failed.contains(self.rank) || failed.contains(origin) {
                             return; // we are being excluded: the next view is not ours
                         }
-                        if self.failed.contains(origin) || self.committed.is_some_and(|c| c != (origin, round)) {
+                        if self.failed.contains(origin) || self.committed.is_some_and(|(c, r)| c != origin || round < r)
+                        {
                             // A round of a coordinator that a later round excluded (its casts are
-                            // still relayed by others): it can no longer conclude for us.
+                            // still relayed by others), or of another coordinator than the one whose
+                            // view we committed to: it can no longer conclude for us.
                             return;
                         }
                         tracing::debug!(coord = origin, round, ?failed, "flushing for the coordinator's round");
@@ -173,5 +180,41 @@ impl Layer for Sync {
         if let (Some(cutting), Some(flushing)) = (self.cutting, self.flushing) {
             assert_eq!(cutting, flushing, "a cut belongs to the round being flushed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::harness::{Harness, Out};
+
+    fn from(origin: Rank, header: Header) -> Up {
+        Up::Cast { origin, msg: Msg::default().with(header), qos: Qos::Reliable }
+    }
+
+    fn flush(round: u64) -> Header {
+        Header::Flush { round, failed: vec![3] }
+    }
+
+    fn blocks(out: &[Out]) -> bool {
+        out.iter().any(|o| matches!(o, Out::Dn(Dn::Block)))
+    }
+
+    #[test]
+    fn a_committed_member_follows_a_later_round_of_its_coordinator_only() {
+        let view = crate::testing::view_of("vsync", 4);
+        let mut h = Harness::new(Sync::new(&Config::default(), &view, 2), 2);
+        assert!(blocks(&h.up(from(0, flush(1)))));
+        h.up(from(0, Header::Cut { round: 1, cut: vec![0; 4] }));
+        let out = h.up(Up::CutReached);
+        assert!(out.iter().any(|o| matches!(o, Out::Up(Up::CutDone { coord: 0, round: 1 }))), "{out:?}");
+        // Committed to (0, 1): another coordinator's round and an earlier round are ignored...
+        assert!(h.up(from(1, flush(5))).is_empty());
+        assert!(h.up(from(0, flush(0))).is_empty());
+        // ...a later round of the same coordinator (which abandoned round 1) is followed.
+        assert!(blocks(&h.up(from(0, flush(2)))));
+        h.up(from(0, Header::Cut { round: 2, cut: vec![0; 4] }));
+        let out = h.up(Up::CutReached);
+        assert!(out.iter().any(|o| matches!(o, Out::Up(Up::CutDone { coord: 0, round: 2 }))), "{out:?}");
     }
 }

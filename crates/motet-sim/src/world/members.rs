@@ -176,7 +176,10 @@ impl World<'_> {
                 AppEvent::Cast { origin, payload } => self.deliver(index, stack, origin, true, payload.to_bytes()),
                 AppEvent::Send { origin, payload } => self.deliver(index, stack, origin, false, payload.to_bytes()),
                 AppEvent::FlowBlock { blocked: false, .. } => released = true,
-                AppEvent::Exit => self.nodes[index].alive = false,
+                AppEvent::Exit => {
+                    self.nodes[index].alive = false;
+                    self.note(format!("node {index} exits"));
+                }
                 AppEvent::Block => {
                     self.nodes[index].blocked.insert(stack);
                 }
