@@ -179,6 +179,10 @@ pub struct Trace {
     pub membership: bool,
     /// For each node, whether it left the group (it need not be in the final view).
     pub left: Vec<bool>,
+    /// For each node, whether its endpoint's stack ended (`Exit`): every correct member that
+    /// asked to leave must get there (a node missing here counts as ended, for traces built by
+    /// hand).
+    pub exited: Vec<bool>,
     /// Check total order in every view (else only in views whose [`Installed::guarantees`] say
     /// so).
     pub total: bool,
@@ -428,9 +432,16 @@ fn check_views(trace: &Trace, successor: &BTreeMap<(usize, ViewKey), ViewKey>, v
             }
         }
     }
-    // Liveness of membership: a quiet run ends with the correct members in one view of exactly them.
+    // Liveness of membership: a quiet run ends with the correct members in one view of exactly
+    // them, and every correct member that asked to leave has left (its stack ended).
     if trace.membership && trace.quiesced {
-        let stayed = |n: usize| trace.crashed[n].is_none() && !trace.left.get(n).copied().unwrap_or(false);
+        let asked = |n: usize| trace.left.get(n).copied().unwrap_or(false);
+        for n in (0..trace.nodes).filter(|&n| trace.crashed[n].is_none() && asked(n)) {
+            if !trace.exited.get(n).copied().unwrap_or(true) {
+                violations.push(Violation::Liveness { detail: format!("node {n} asked to leave and never left") });
+            }
+        }
+        let stayed = |n: usize| trace.crashed[n].is_none() && !asked(n);
         let correct: Vec<usize> = (0..trace.nodes).filter(|&n| stayed(n)).collect();
         let finals: BTreeSet<ViewKey> =
             correct.iter().filter_map(|n| order.get(n).and_then(|s| s.last().copied())).collect();
@@ -439,8 +450,9 @@ fn check_views(trace: &Trace, successor: &BTreeMap<(usize, ViewKey), ViewKey>, v
             m.sort_unstable();
             m == correct
         };
-        let agreed =
-            finals.len() == 1 && membership.get(finals.iter().next().unwrap()).is_some_and(|m| same_members(m));
+        // Nothing to agree on when every member left or crashed.
+        let agreed = correct.is_empty()
+            || finals.len() == 1 && membership.get(finals.iter().next().unwrap()).is_some_and(|m| same_members(m));
         if !agreed {
             violations
                 .push(Violation::Liveness { detail: format!("correct members {correct:?} end in views {finals:?}") });

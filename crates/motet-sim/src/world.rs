@@ -316,6 +316,7 @@ impl<'a> World<'a> {
                 nodes: n,
                 crashed: vec![None; n],
                 left: vec![false; n],
+                exited: vec![false; n],
                 membership: options.stack.layers().contains(&LayerKind::Intra),
                 ..Trace::default()
             },

@@ -281,3 +281,26 @@ fn a_group_whose_members_all_leave_at_once_exits_without_waiting_out_a_timeout()
     let (ms, seed) = *slowest.last().unwrap();
     assert!(ms < 2_500, "seed {seed}: the last member exited at {ms} ms");
 }
+
+/// Every member leaves: the run ends with no member and no view, which is not a liveness failure;
+/// a leaver that never left is one (the oracle's seeded bug: an exit taken out of the trace).
+#[test]
+fn the_liveness_oracle_wants_every_leaver_gone_and_accepts_an_empty_group() {
+    let scenario = motet_sim::scenario::Scenario::parse(
+        "everyone leaves",
+        "nodes 4\ncasts 10\nsends 0\nat 1000 leave 0\nat 1003 leave 1\nat 1006 leave 2\nat 1009 leave 3\n",
+    )
+    .unwrap();
+    let report = motet_sim::run(&scenario.options);
+    assert!(scenario.check(&report).is_empty(), "{:?}", scenario.check(&report));
+    assert!(report.trace.exited.iter().all(|&e| e), "every member left: {:?}", report.story);
+    let mut trace = report.trace.clone();
+    trace.exited[2] = false;
+    let violations = motet_sim::oracle::check(&trace);
+    assert!(
+        violations
+            .iter()
+            .any(|v| matches!(v, Violation::Liveness { detail } if detail.contains("node 2 asked to leave"))),
+        "{violations:?}"
+    );
+}

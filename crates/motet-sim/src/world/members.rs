@@ -45,6 +45,7 @@ impl World<'_> {
         self.trace.nodes += 1;
         self.trace.crashed.push(None);
         self.trace.left.push(false);
+        self.trace.exited.push(false);
         self.refresh_peers();
         self.note(format!("node {old} restarts as a new endpoint, node {index}"));
         self.bring_up_alone(index, endpoint);
@@ -178,6 +179,7 @@ impl World<'_> {
                 AppEvent::FlowBlock { blocked: false, .. } => released = true,
                 AppEvent::Exit => {
                     self.nodes[index].alive = false;
+                    self.trace.exited[index] = true;
                     self.note(format!("node {index} exits"));
                 }
                 AppEvent::Block => {
