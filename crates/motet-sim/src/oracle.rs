@@ -397,6 +397,32 @@ fn check_views(trace: &Trace, successor: &BTreeMap<(usize, ViewKey), ViewKey>, v
     for (&(node, from), &to) in successor {
         groups.entry((from, to)).or_default().push(node);
     }
+    // A leaver takes part in its round's flush and exits instead of installing the next view: the
+    // members of some next view of its last view (the round it left in; with partitions there may
+    // be several) delivered there every cast it sent, and everything it delivered (it may deliver
+    // less: `appl` passes nothing up once the application asked to leave).
+    let last: BTreeMap<usize, ViewKey> = order.iter().filter_map(|(&n, seq)| Some((n, *seq.last()?))).collect();
+    for (&node, &from) in &last {
+        let exited = trace.exited.get(node).copied().unwrap_or(false) && trace.crashed[node].is_none();
+        let nexts: Vec<&Vec<usize>> = groups.iter().filter(|((f, _), _)| *f == from).map(|(_, n)| n).collect();
+        if !exited || successor.contains_key(&(node, from)) || nexts.is_empty() {
+            continue;
+        }
+        let mine = casts_in.get(&(node, from)).unwrap_or(&empty);
+        let sent: BTreeSet<MsgId> = trace
+            .sent
+            .iter()
+            .filter(|s| s.id.origin == node && s.id.channel == Channel::Cast && s.view == from)
+            .map(|s| s.id)
+            .collect();
+        let alike = |m: &usize| {
+            let theirs = casts_in.get(&(*m, from)).unwrap_or(&empty);
+            trace.crashed[*m].is_some() || mine.is_subset(theirs) && sent.is_subset(theirs)
+        };
+        if !nexts.iter().any(|group| group.iter().all(alike)) {
+            violations.push(Violation::VirtualSynchrony { view: from, nodes: (node, nexts[0][0]) });
+        }
+    }
     for ((from, _), nodes) in groups {
         for pair in nodes.windows(2) {
             let a = casts_in.get(&(pair[0], from)).unwrap_or(&empty);
@@ -678,9 +704,13 @@ pub fn check(trace: &Trace) -> Vec<Violation> {
             continue;
         }
         let next = successor.get(&(s.id.origin, s.view));
+        // Leaving the view by exiting (a leaver) is not going on together: the leaver's deliveries
+        // are held to those of the members of its round's next view (`check_views`).
+        let exited = |n: usize| trace.exited.get(n).copied().unwrap_or(false);
         let mut check_at = |node: usize| {
             let in_view = members.get(&s.view).is_none_or(|m| m.contains(&node));
-            let together = successor.get(&(node, s.view)) == next;
+            let together =
+                successor.get(&(node, s.view)) == next && (next.is_some() || !exited(node) && !exited(s.id.origin));
             if correct(node) && in_view && together && !delivered.contains(&(node, s.id)) {
                 violations.push(Violation::Lost { id: s.id, node });
             }
