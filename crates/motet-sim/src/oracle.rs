@@ -397,32 +397,10 @@ fn check_views(trace: &Trace, successor: &BTreeMap<(usize, ViewKey), ViewKey>, v
     for (&(node, from), &to) in successor {
         groups.entry((from, to)).or_default().push(node);
     }
-    // A leaver takes part in its round's flush and exits instead of installing the next view: the
-    // members of some next view of its last view (the round it left in; with partitions there may
-    // be several) delivered there every cast it sent, and everything it delivered (it may deliver
-    // less: `appl` passes nothing up once the application asked to leave).
-    let last: BTreeMap<usize, ViewKey> = order.iter().filter_map(|(&n, seq)| Some((n, *seq.last()?))).collect();
-    for (&node, &from) in &last {
-        let exited = trace.exited.get(node).copied().unwrap_or(false) && trace.crashed[node].is_none();
-        let nexts: Vec<&Vec<usize>> = groups.iter().filter(|((f, _), _)| *f == from).map(|(_, n)| n).collect();
-        if !exited || successor.contains_key(&(node, from)) || nexts.is_empty() {
-            continue;
-        }
-        let mine = casts_in.get(&(node, from)).unwrap_or(&empty);
-        let sent: BTreeSet<MsgId> = trace
-            .sent
-            .iter()
-            .filter(|s| s.id.origin == node && s.id.channel == Channel::Cast && s.view == from)
-            .map(|s| s.id)
-            .collect();
-        let alike = |m: &usize| {
-            let theirs = casts_in.get(&(*m, from)).unwrap_or(&empty);
-            trace.crashed[*m].is_some() || mine.is_subset(theirs) && sent.is_subset(theirs)
-        };
-        if !nexts.iter().any(|group| group.iter().all(alike)) {
-            violations.push(Violation::VirtualSynchrony { view: from, nodes: (node, nexts[0][0]) });
-        }
-    }
+    // A leaver (its stack ended in its last view, with no next view) is not checked here: which
+    // next view its round led to (its partition's) is not in the trace, and with partitions a
+    // leaver may rightly have delivered what no member that went on did. Recording it (the next
+    // view id a leaver's round cast) would let this check hold leavers to their round.
     for ((from, _), nodes) in groups {
         for pair in nodes.windows(2) {
             let a = casts_in.get(&(pair[0], from)).unwrap_or(&empty);
@@ -516,13 +494,17 @@ fn check_total(
         }
     }
     let installed: BTreeSet<(usize, ViewKey)> = trace.views.iter().map(|v| (v.node, v.view)).collect();
-    // Members grouped by (view, where they went next): `None` for correct members still in it.
+    // Members grouped by (view, where they went next): `None` for correct members still in it. A
+    // member that left the group (its stack ended) went nowhere and is not compared (see the
+    // leaver note in `check_views`).
+    let exited = |n: usize| trace.exited.get(n).copied().unwrap_or(false);
     let mut groups: BTreeMap<(ViewKey, Option<ViewKey>), Vec<usize>> = BTreeMap::new();
     let mut keys: BTreeSet<(usize, ViewKey)> = installed;
     keys.extend(sequences.keys().copied());
     for &(node, view) in &keys {
         match successor.get(&(node, view)) {
             Some(&next) => groups.entry((view, Some(next))).or_default().push(node),
+            None if exited(node) => {}
             None if correct(node) => groups.entry((view, None)).or_default().push(node),
             None => {}
         }
