@@ -450,7 +450,13 @@ impl<'a> World<'a> {
                 .iter()
                 .filter(|n| n.alive)
                 .all(|n| n.backlog.is_empty() && n.node.stack(n.stack).is_some_and(|s| s.buffered() == 0));
-        drained && (!self.membership || self.converged())
+        // With membership, quiet also means no view change under way (a member blocked by a flush,
+        // or a leaver still in the group): a view that looks converged may be about to change.
+        let settled = (0..self.nodes.len()).filter(|&i| self.nodes[i].alive).all(|i| {
+            let n = &self.nodes[i];
+            !n.blocked.contains(&n.stack) && !self.trace.left[i]
+        });
+        drained && (!self.membership || self.converged() && settled)
     }
 
     /// Every live node is in the same view, whose members are exactly the live nodes.
