@@ -57,10 +57,6 @@ pub(crate) struct SimArgs {
     /// from each seed instead of the flags above.
     #[arg(long)]
     swarm: bool,
-    /// With --swarm: also draw leaves (a member or several ask to leave, some within milliseconds
-    /// of each other). Not yet in the standard swarms: it finds failures under investigation.
-    #[arg(long, requires = "swarm")]
-    leaves: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -158,9 +154,7 @@ struct Summary {
 impl SimArgs {
     fn options(&self, stack: &StackSpec, seed: u64) -> SimOptions {
         let nodes = usize::from(self.nodes);
-        let mut options = if self.swarm && self.leaves {
-            SimOptions::swarm_with_leaves(seed, nodes, stack.clone())
-        } else if self.swarm {
+        let mut options = if self.swarm {
             SimOptions::swarm(seed, nodes, stack.clone())
         } else {
             SimOptions::new(seed, nodes, stack.clone())

@@ -127,8 +127,6 @@ pub struct SimOptions {
     /// Whether the nodes run the bypass (`On`, as the runtime does), only the layered path
     /// (`Off`), or both, compared on every input (`Diff`: a difference is a violation).
     pub bypass: motet_core::Bypass,
-    /// A swarm run that also drew leaves ([`SimOptions::swarm_with_leaves`]).
-    pub swarm_leaves: bool,
 }
 
 impl SimOptions {
@@ -156,24 +154,13 @@ impl SimOptions {
             time_max_ms: 120_000,
             record_datagrams: false,
             bypass: motet_core::Bypass::On,
-            swarm_leaves: false,
         }
     }
 
     /// Derives every fault parameter from the seed: loss, duplication, reordering, delays, payload
-    /// sizes, crashes and partitions (symmetric or asymmetric).
+    /// sizes, crashes and partitions (symmetric or asymmetric), and, where the stack has them,
+    /// protocol switches, endpoint migrations and leaves.
     pub fn swarm(seed: u64, nodes: usize, stack: StackSpec) -> SimOptions {
-        SimOptions::swarm_drawing(seed, nodes, stack, false)
-    }
-
-    /// [`SimOptions::swarm`] that also draws leaves: a member or several ask to leave, some within
-    /// milliseconds of each other (`motet sim --swarm --leaves`). Not yet part of the standard
-    /// swarms: it finds failures still under investigation (docs/simulator.md).
-    pub fn swarm_with_leaves(seed: u64, nodes: usize, stack: StackSpec) -> SimOptions {
-        SimOptions::swarm_drawing(seed, nodes, stack, true)
-    }
-
-    fn swarm_drawing(seed: u64, nodes: usize, stack: StackSpec, leaves: bool) -> SimOptions {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5157_4152_4d00_0000);
         let mut options = SimOptions::new(seed, nodes, stack);
         options.net = NetConfig {
@@ -234,8 +221,7 @@ impl SimOptions {
         // Leaves (drawn last, likewise): a member or two ask to leave, sometimes several within a
         // few milliseconds (a group shutting down), and the rest must end in one view without
         // them, every leaver's stack ended.
-        options.swarm_leaves = leaves;
-        if leaves && options.stack.layers().contains(&motet_core::LayerKind::Leave) && nodes > 2 && rng.gen_bool(0.25) {
+        if options.stack.layers().contains(&motet_core::LayerKind::Leave) && nodes > 2 && rng.gen_bool(0.25) {
             let at = rng.gen_range(0..options.workload_ms + 2_000);
             for k in 0..rng.gen_range(1..nodes.min(4)) {
                 let at =
@@ -251,9 +237,6 @@ impl SimOptions {
         let mut cmd = format!("motet sim --nodes {} --seed {} --stack {}", self.nodes, self.seed, self.stack);
         if swarm {
             cmd.push_str(" --swarm");
-            if self.swarm_leaves {
-                cmd.push_str(" --leaves");
-            }
         } else {
             cmd.push_str(&format!(
                 " --loss {} --dup {} --reorder {} --crashes {}{}",

@@ -204,10 +204,11 @@ impl Layer for Appl {
                 out.deliver(AppEvent::View { view: Arc::clone(&self.view), rank: self.rank });
                 out.up(Up::Init);
             }
+            // A member that asked to leave delivers until it is excluded (`Exit`): its request
+            // may miss this view's round and go on in the next view, and a member that moves to a
+            // next view must have delivered what the others moving there did (virtual synchrony).
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
-                Some(Header::Data) if self.left => out.drop_input(DropReason::Disabled),
                 Some(Header::Data) => out.deliver(AppEvent::Cast { origin, payload: msg.payload }),
-                Some(Header::Subset(_)) if self.left => out.drop_input(DropReason::Disabled),
                 // A subcast for others: it kept its place in the order; there is nothing to deliver.
                 Some(Header::Subset(ranks)) if !ranks.contains(&self.rank) => {}
                 Some(Header::Subset(_)) => out.deliver(AppEvent::Cast { origin, payload: msg.payload }),
@@ -215,7 +216,6 @@ impl Layer for Appl {
                 None => out.drop_input(DropReason::HeaderMismatch),
             },
             Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
-                Some(Header::Data) if self.left => out.drop_input(DropReason::Disabled),
                 Some(Header::Data) => out.deliver(AppEvent::Send { origin, payload: msg.payload }),
                 Some(Header::NoHdr) => out.up(Up::Send { origin, msg }),
                 Some(Header::Subset(_)) => out.drop_input(DropReason::HeaderMismatch),
@@ -257,7 +257,7 @@ impl Layer for Appl {
     }
 
     fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
-        (!self.left && fast::is(up.header, Header::Data)).then_some(UpStep::to(up.qos))
+        fast::is(up.header, Header::Data).then_some(UpStep::to(up.qos))
     }
 
     fn fast_data(&self, header: &motet_wire::Header) -> bool {
@@ -282,6 +282,32 @@ impl Layer for Appl {
 mod tests {
     use super::*;
     use crate::layer::harness::{Harness, Out};
+
+    #[test]
+    fn a_member_that_asked_to_leave_delivers_until_it_is_excluded() {
+        let view = crate::testing::view(3);
+        let mut h = Harness::new(Appl::new(&Config::default(), &view, 0), 0);
+        let mut events = Vec::new();
+        let mut out = Outbox {
+            now: h.now,
+            rank: 0,
+            events: &mut events,
+            alarm: &mut h.alarm,
+            app: &mut h.app,
+            stats: &mut h.stats,
+        };
+        assert_eq!(h.layer.handle_action(Action::Leave, &mut out), Ok(()));
+        h.app.clear();
+        // The leave may miss this view's round: the member then goes on to the next view, and
+        // must have delivered this view's casts like the others (a seeded swarm found it did not).
+        let cast = Msg::new(b"x".as_slice().into()).with(Header::Data);
+        h.up(Up::Cast { origin: 1, msg: cast, qos: Qos::Reliable });
+        h.up(Up::Send { origin: 2, msg: Msg::new(b"y".as_slice().into()).with(Header::Data) });
+        assert!(matches!(h.app.pop_front(), Some(AppEvent::Cast { origin: 1, .. })));
+        assert!(matches!(h.app.pop_front(), Some(AppEvent::Send { origin: 2, .. })));
+        let fast = crate::fast::Up { origin: 1, cast: true, qos: Qos::Reliable, header: &Header::Data.into() };
+        assert!(h.layer.fast_up(&fast).is_some(), "and on the bypass");
+    }
 
     #[test]
     fn actions_are_validated_before_anything_is_emitted() {
