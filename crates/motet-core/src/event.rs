@@ -24,6 +24,14 @@ impl Msg {
     pub fn new(payload: Payload) -> Msg {
         Msg { hdrs: HeaderStack::with_capacity(motet_wire::hdr::HEADER_CAPACITY), payload }
     }
+    /// A copy with only the first `len` headers: the message as it reached the layer below which
+    /// the others were pushed (the bypass builds a message whole before the actions that keep
+    /// copies of it run).
+    pub(crate) fn reached(&self, len: usize) -> Msg {
+        let mut copy = self.clone();
+        copy.hdrs.truncate(len);
+        copy
+    }
     /// Pushes this layer's header (on the way down).
     pub fn push(&mut self, header: impl Into<Header>) {
         self.hdrs.push(header.into());

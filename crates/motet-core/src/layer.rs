@@ -37,10 +37,12 @@ pub trait Layer: core::fmt::Debug {
         None
     }
     /// The common case's action on this layer's state, when every condition of the trace held.
-    /// `msg` is the message as it reaches this layer (headers of the layers above pushed). May
-    /// count, set the alarm and deliver, never emit events.
-    fn fast_dn_apply(&mut self, down: &Down, msg: &Msg, out: &mut Outbox<'_>) {
-        let _ = (down, msg, out);
+    /// It sees `down` as the condition did, not the message: the bypass builds the message while
+    /// it asks the conditions (each header is pushed as its layer declares it), so an action that
+    /// needed the bytes would have to run before the conditions below it. A layer that keeps a
+    /// copy says so in its step (`keep`). May count, set the alarm and deliver, never emit events.
+    fn fast_dn_apply(&mut self, down: &Down, out: &mut Outbox<'_>) {
+        let _ = (down, out);
     }
     /// Fast path: the condition of the common case of a message going up (its header not yet
     /// popped), and what the layer does to it then; `None` (the default) takes the layered path.

@@ -440,11 +440,27 @@ impl Stack {
         if self.delayed.is_empty() {
             return;
         }
-        // Taken out and put back: the vector keeps its capacity (no allocation per message).
+        // Taken out and put back: the vector keeps its capacity (no allocation per message). One
+        // outbox serves the whole batch; each copy goes with the time of the input that carried it.
         let mut delayed = std::mem::take(&mut self.delayed);
+        let mut alarm = None;
+        let mut out = Outbox {
+            now: Instant::ZERO,
+            rank: self.rank,
+            events: &mut self.scratch,
+            alarm: &mut alarm,
+            app: &mut self.app,
+            stats: &mut self.stats,
+        };
         for Delayed { layer, kept, now, msg } in delayed.drain(..) {
-            self.apply(usize::from(layer), now, |l, out| l.fast_keep(&kept, msg, out));
+            let layer = usize::from(layer);
+            out.now = now;
+            self.layers[layer].fast_keep(&kept, msg, &mut out);
+            if let Some(at) = out.alarm.take() {
+                merge_alarm(&mut self.alarms, &mut self.next_alarm, layer, at);
+            }
         }
+        debug_assert!(out.events.is_empty(), "delayed processing emitted events");
         self.delayed = delayed;
         // `Bypass::Diff`: outside an input (a driver settling), the layers must now equal the
         // layered twin's. Within one, the input's own check follows.
@@ -644,8 +660,7 @@ impl Stack {
     /// Records a layer's alarm request: the earliest pending one wins until it fires.
     fn merge_alarm(&mut self, index: usize, alarm: Option<Instant>) {
         if let Some(at) = alarm {
-            self.alarms[index] = Some(self.alarms[index].map_or(at, |current| current.min(at)));
-            self.next_alarm = Some(self.next_alarm.map_or(at, |next| next.min(at)));
+            merge_alarm(&mut self.alarms, &mut self.next_alarm, index, at);
         }
     }
 
@@ -675,4 +690,12 @@ impl Stack {
             }
         }
     }
+}
+
+/// Records layer `index`'s alarm request for `at` in a stack's `alarms` and their earliest,
+/// `next` (a function of those two fields, so that an outbox may hold the others meanwhile).
+#[inline]
+fn merge_alarm(alarms: &mut [Option<Instant>], next: &mut Option<Instant>, index: usize, at: Instant) {
+    alarms[index] = Some(alarms[index].map_or(at, |current| current.min(at)));
+    *next = Some(next.map_or(at, |next| next.min(at)));
 }

@@ -157,6 +157,16 @@ impl HeaderStack {
         }
     }
 
+    /// In the compact form, the template's constant header at `index` (any but the
+    /// sequence-number header), whatever the stack's length: what a layer that pops it going up
+    /// would get, borrowed from the template instead of copied out.
+    pub fn predicted(&self, index: usize) -> Option<&Header> {
+        match &self.0 {
+            Repr::Compact { template, .. } if index != template.slot => template.hdrs.get(index),
+            _ => None,
+        }
+    }
+
     /// The last header pushed.
     pub fn last(&self) -> Option<Cow<'_, Header>> {
         self.len().checked_sub(1).and_then(|i| self.get(i))

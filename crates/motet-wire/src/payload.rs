@@ -24,11 +24,8 @@ impl Clone for Payload {
     fn clone(&self) -> Payload {
         let chunks = match self.chunks.as_slice() {
             [] => SmallVec::new(),
-            [one] => {
-                let mut chunks = SmallVec::new();
-                chunks.push(one.clone());
-                chunks
-            }
+            // Built full, inline: no capacity check as a push would make.
+            [one] => SmallVec::from_buf([one.clone()]),
             _ => self.chunks.clone(),
         };
         Payload { chunks, len: self.len }

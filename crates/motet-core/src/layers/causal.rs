@@ -213,7 +213,7 @@ impl Layer for Causal {
         }
     }
 
-    fn fast_dn_apply(&mut self, down: &Down, _msg: &Msg, _out: &mut Outbox<'_>) {
+    fn fast_dn_apply(&mut self, down: &Down, _out: &mut Outbox<'_>) {
         if let (None, Qos::Causal) = (down.dest, down.qos) {
             self.sent.clone_from(&self.delivered);
             self.casts += 1;

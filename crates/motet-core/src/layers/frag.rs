@@ -220,7 +220,7 @@ impl Layer for Frag {
         Some(DnStep { parts: count, ..DnStep::to(Header::Part { index: 0, count }, down.qos) })
     }
 
-    fn fast_dn_apply(&mut self, down: &Down, _msg: &Msg, out: &mut Outbox<'_>) {
+    fn fast_dn_apply(&mut self, down: &Down, out: &mut Outbox<'_>) {
         if down.qos != crate::event::Qos::Unreliable && down.len > self.frag_size {
             out.count(Counter::Fragmented);
         }

@@ -5,7 +5,6 @@
 //! A cast going down is passed down and a copy goes straight back up, so the sender delivers its
 //! own casts in the order it sent them, without a network round trip.
 
-use crate::event::Msg;
 use crate::event::{Dn, Up};
 use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -61,7 +60,7 @@ impl Layer for Local {
         Some(DnStep { loopback: down.dest.is_none(), ..DnStep::to(Header::NoHdr, down.qos) })
     }
 
-    fn fast_dn_apply(&mut self, down: &Down, _msg: &Msg, _out: &mut Outbox<'_>) {
+    fn fast_dn_apply(&mut self, down: &Down, _out: &mut Outbox<'_>) {
         if down.dest.is_none() {
             self.looped += 1;
         }

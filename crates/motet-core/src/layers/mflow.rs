@@ -157,7 +157,7 @@ impl Layer for Mflow {
         DnStep::pass(Header::NoHdr, down)
     }
 
-    fn fast_dn_apply(&mut self, down: &Down, _msg: &Msg, _out: &mut Outbox<'_>) {
+    fn fast_dn_apply(&mut self, down: &Down, _out: &mut Outbox<'_>) {
         if down.dest.is_none() && down.qos == Qos::Reliable {
             self.window.sent += 1;
         }

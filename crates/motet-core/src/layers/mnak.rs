@@ -439,7 +439,7 @@ impl Layer for Mnak {
         Some(DnStep { keep: reliable, ..DnStep::to(header, qos) })
     }
 
-    fn fast_dn_apply(&mut self, down: &Down, _msg: &Msg, _out: &mut Outbox<'_>) {
+    fn fast_dn_apply(&mut self, down: &Down, _out: &mut Outbox<'_>) {
         // The sequence number, which the next cast's condition reads, moves at once.
         if down.dest.is_none() && down.qos != Qos::Unreliable {
             self.origins[usize::from(self.rank)].received += 1;

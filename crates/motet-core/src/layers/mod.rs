@@ -101,13 +101,14 @@ macro_rules! registry {
                 match self { $(AnyLayer::$kind(layer) => layer.fast_dn(down),)* }
             }
             #[inline]
-            pub(crate) fn fast_dn_apply(&mut self, down: &crate::fast::Down, msg: &crate::event::Msg, out: &mut Outbox<'_>) {
-                match self { $(AnyLayer::$kind(layer) => layer.fast_dn_apply(down, msg, out),)* }
+            pub(crate) fn fast_dn_apply(&mut self, down: &crate::fast::Down, out: &mut Outbox<'_>) {
+                match self { $(AnyLayer::$kind(layer) => layer.fast_dn_apply(down, out),)* }
             }
             #[inline]
             pub(crate) fn fast_up(&self, up: &crate::fast::Up<'_>) -> Option<crate::fast::UpStep> {
                 match self { $(AnyLayer::$kind(layer) => layer.fast_up(up),)* }
             }
+            #[inline]
             pub(crate) fn fast_keep(&mut self, kept: &crate::fast::Kept, msg: crate::event::Msg, out: &mut Outbox<'_>) {
                 match self { $(AnyLayer::$kind(layer) => layer.fast_keep(kept, msg, out),)* }
             }

@@ -302,7 +302,7 @@ impl Layer for Pt2pt {
         }
     }
 
-    fn fast_dn_apply(&mut self, down: &Down, _msg: &Msg, _out: &mut Outbox<'_>) {
+    fn fast_dn_apply(&mut self, down: &Down, _out: &mut Outbox<'_>) {
         // The sequence number, which the next send's condition reads, moves at once.
         if let Some(dest) = down.dest {
             self.peers[usize::from(dest)].sent += 1;

@@ -157,7 +157,7 @@ impl Layer for Pt2ptw {
         }
     }
 
-    fn fast_dn_apply(&mut self, down: &Down, _msg: &Msg, _out: &mut Outbox<'_>) {
+    fn fast_dn_apply(&mut self, down: &Down, _out: &mut Outbox<'_>) {
         if let Some(dest) = down.dest {
             self.windows[usize::from(dest)].sent += 1;
         }

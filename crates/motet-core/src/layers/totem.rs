@@ -256,7 +256,7 @@ impl Layer for Totem {
         }
     }
 
-    fn fast_dn_apply(&mut self, down: &Down, _msg: &Msg, _out: &mut Outbox<'_>) {
+    fn fast_dn_apply(&mut self, down: &Down, _out: &mut Outbox<'_>) {
         if let (None, Qos::Total) = (down.dest, down.qos) {
             self.next += 1;
             self.own_blocked = false;

@@ -28,7 +28,7 @@
 
 use super::{Delayed, Plan, Stack, Transmit, DELAYED_MAX};
 use crate::event::{Dn, Msg, Qos};
-use crate::fast::{DnStep, Down, Kept, Trace, Up, UpStep};
+use crate::fast::{Down, Kept, Trace, Up};
 use crate::layer::{Ev, Outbox};
 use crate::time::Instant;
 use crate::{Payload, Rank};
@@ -38,11 +38,43 @@ use std::sync::Arc;
 
 /// Layers on one trace (the deepest preset has fewer).
 type Steps<T> = SmallVec<[T; 16]>;
-/// What each layer asked on a trace going down does: (its index, what reached it, its step).
-type DnSteps = Steps<(usize, Down, DnStep)>;
-/// What each layer asked on a trace going up does: (its index, the guarantee that reached it, its
-/// step), bottom up.
-type UpSteps = Steps<(usize, Qos, UpStep)>;
+
+/// A layer asked on a trace going down, as its action needs it. Its header is already on the
+/// message: the conditions build the message as they go, since no action reads it (thesis §3.3.2:
+/// the trace handler writes each header once).
+#[derive(Clone, Copy, Debug)]
+struct DnAsked {
+    layer: u8,
+    /// The guarantee that reached the layer (its action sees it in `Down::qos`).
+    qos: Qos,
+    /// Headers on the message as it reached the layer: the copy it keeps has this many.
+    depth: u8,
+    /// The layer keeps a copy ([`crate::fast::DnStep::keep`]).
+    keep: bool,
+}
+
+/// A layer asked on a trace going up, bottom up, as its action needs it.
+#[derive(Clone, Copy, Debug)]
+struct UpAsked {
+    layer: u8,
+    /// The guarantee that reached the layer.
+    qos: Qos,
+    /// [`crate::fast::UpStep::keep`] and [`crate::fast::UpStep::join`].
+    keep: bool,
+    join: bool,
+}
+
+/// What a layer that splits a message going down declared: (the layer, its parts, the guarantee
+/// it passes on).
+type Split = (usize, u32, Qos);
+
+/// The loop-back branch of a cast going down: (the layer it leaves from, the headers on the
+/// message there, the guarantee that reached it).
+type Loopback = (usize, usize, Qos);
+
+/// A reply branch, assembled by the conditions: (its destination, the header-only message, the
+/// layers asked on its way down).
+type Reply = (Rank, Msg, Steps<DnAsked>);
 
 /// How an input that took the bypass ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -213,61 +245,61 @@ impl Stack {
     ) -> Result<Took, (Payload, usize)> {
         let top = self.appl;
         let mut down = Down { dest, qos: Qos::Reliable, len: payload.len() };
-        // Conditions, top down: (the layer, what reached it, what it does). A layer that splits
-        // the message ends this phase: each part is asked about below it, once it exists.
-        let mut steps = DnSteps::new();
-        let mut loopback = None;
+        // The message is built while the conditions are asked, in the compact form of the
+        // template (no allocation; a header it does not predict reformats it).
+        let hdrs = match &template {
+            Some(template) => HeaderStack::compact(template),
+            None => HeaderStack::with_capacity(self.layers.len() - top),
+        };
+        let mut msg = Msg { hdrs, payload };
+        // Conditions, top down. A layer that splits the message ends this phase: each part is
+        // asked about below it, once it exists.
+        let mut steps = Steps::<DnAsked>::new();
+        let mut loopback: Option<Loopback> = None;
+        let mut split: Option<Split> = None;
         for i in top_down(active) {
-            let Some(step) = self.layers[i].fast_dn(&down) else { return Err((payload, i)) };
+            if let Some(template) = &template {
+                msg.hdrs.push_template(template, i - top);
+            }
+            let Some(step) = self.layers[i].fast_dn(&down) else { return Err((msg.payload, i)) };
+            let depth = msg.hdrs.len();
             if step.loopback {
                 if loopback.is_some() {
-                    return Err((payload, i));
+                    return Err((msg.payload, i));
                 }
-                loopback = Some(i);
+                loopback = Some((i, depth, down.qos));
             }
-            let next = Down { qos: step.qos, ..down };
-            let split = step.parts > 1;
-            steps.push((i, down, step));
-            down = next;
-            if split {
+            steps.push(DnAsked { layer: i as u8, qos: down.qos, depth: depth as u8, keep: step.keep });
+            down.qos = step.qos;
+            if step.parts > 1 {
+                split = Some((i, step.parts, step.qos));
                 break;
             }
+            msg.push(step.header);
         }
         // The loop-back branch: the message as it reached `local` goes up through the layers
         // between `appl` and `local` as this endpoint's own cast; the headers they see are those
         // pushed on the way down.
-        let mut up_steps = UpSteps::new();
-        if let Some(at) = loopback {
-            let Some(back) = back else { return Err((payload, at)) };
-            let mut qos = steps.iter().find(|s| s.0 == at).expect("local was asked").1.qos;
+        let mut up_steps = Steps::<UpAsked>::new();
+        if let Some((at, _, mut qos)) = loopback {
+            let Some(back) = back else { return Err((msg.payload, at)) };
             for i in bottom_up(back & span(top, at)) {
-                let header = match (steps.iter().find(|s| s.0 == i), &template) {
-                    (Some((_, _, step)), _) => &step.header,
-                    (None, Some(template)) => template.header(i - top).expect("a layer of the trace"),
-                    (None, None) => unreachable!("only a compiled trace leaves layers out"),
-                };
-                let up = Up { origin: self.rank, cast: true, qos, header };
+                let header = msg.hdrs.get(i - top).expect("one header per layer above the loop-back");
+                let up = Up { origin: self.rank, cast: true, qos, header: &header };
                 match self.layers[i].fast_up(&up) {
                     // A reply, a join or a release on the loop-back branch: the layered path's.
                     Some(step) if step.reply.is_none() && !step.join && !step.release => {
+                        up_steps.push(UpAsked { layer: i as u8, qos, keep: step.keep, join: false });
                         qos = step.qos;
-                        let absorb = step.absorb;
-                        up_steps.push((i, up.qos, step));
-                        if absorb {
+                        if step.absorb {
                             break;
                         }
                     }
-                    _ => return Err((payload, i)),
+                    _ => return Err((msg.payload, i)),
                 }
             }
         }
-        // In the compact form of the template (no allocation; a header it does not predict
-        // reformats it).
-        let hdrs = match &template {
-            Some(template) => HeaderStack::compact(template),
-            None => HeaderStack::with_capacity(steps.len()),
-        };
-        Ok(self.act_dn(now, dest, Msg { hdrs, payload }, template.as_ref(), &mut steps, loopback, &up_steps))
+        Ok(self.act_dn(now, dest, msg, template.as_ref(), &steps, loopback, &up_steps, split))
     }
 
     /// The parts of a message that layer `at` split (a one-to-many trace, `frag`), each asked
@@ -302,67 +334,71 @@ impl Stack {
     }
 
     /// One part of a split message down the layers of `active` (all of them, in its full form).
+    /// Gives the part back as it came when a condition refuses it.
     fn part_dn(
         &mut self,
         now: Instant,
         dest: Option<Rank>,
-        msg: Msg,
+        mut msg: Msg,
         qos: Qos,
         active: u32,
     ) -> Result<(), (Msg, usize)> {
         let mut down = Down { dest, qos, len: msg.payload.len() };
-        let mut steps = DnSteps::new();
+        let mut steps = Steps::<DnAsked>::new();
+        let len = msg.hdrs.len();
         for i in top_down(active) {
             match self.layers[i].fast_dn(&down) {
                 Some(step) if !step.loopback && step.parts <= 1 => {
-                    let next = Down { qos: step.qos, ..down };
-                    steps.push((i, down, step));
-                    down = next;
+                    let depth = msg.hdrs.len() as u8;
+                    steps.push(DnAsked { layer: i as u8, qos: down.qos, depth, keep: step.keep });
+                    down.qos = step.qos;
+                    msg.push(step.header);
                 }
-                _ => return Err((msg, i)),
+                _ => {
+                    msg.hdrs.truncate(len);
+                    return Err((msg, i));
+                }
             }
         }
-        let took = self.act_dn(now, dest, msg, None, &mut steps, None, &[]);
+        let took = self.act_dn(now, dest, msg, None, &steps, None, &[], None);
         debug_assert_eq!(took, Took::Hit, "the conditions refused a second split");
         Ok(())
     }
 
-    /// The actions of a trace going down, top down, assembling the message as the layers would:
-    /// the headers of the layers not asked come from `template`. At a layer that splits the
-    /// message, the parts go on from there ([`Stack::parts_dn`]).
+    /// The actions of a trace going down, top down, on the message the conditions built (the
+    /// headers of the layers below the last one asked come from `template`). A layer that keeps
+    /// a copy gets the message as it reached it; so does the loop-back branch. At a layer that
+    /// splits the message, the parts go on from there ([`Stack::parts_dn`]).
     #[allow(clippy::too_many_arguments)]
-    #[inline(always)] // into the trace handlers: a call would move the message and the steps
+    #[inline(always)] // into the trace handlers: a call would move the message
     fn act_dn(
         &mut self,
         now: Instant,
         dest: Option<Rank>,
         mut msg: Msg,
         template: Option<&Arc<motet_wire::Template>>,
-        steps: &mut DnSteps,
-        loopback: Option<usize>,
-        back: &[(usize, Qos, UpStep)],
+        steps: &[DnAsked],
+        loopback: Option<Loopback>,
+        back: &[UpAsked],
+        split: Option<Split>,
     ) -> Took {
-        let top = self.appl;
-        // Drained in place: a move of the steps would copy their whole inline array.
-        for (i, down, step) in steps.drain(..) {
-            if let Some(template) = template {
-                msg.hdrs.push_template(template, i - top);
+        let kept = Kept { trace: Trace::down(dest), peer: dest.unwrap_or(self.rank) };
+        for asked in steps {
+            let i = usize::from(asked.layer);
+            let down = Down { dest, qos: asked.qos, len: msg.payload.len() };
+            self.apply(i, now, |layer, out| layer.fast_dn_apply(&down, out));
+            if asked.keep {
+                self.keep(i, kept, now, msg.reached(usize::from(asked.depth)));
             }
-            self.apply(i, now, |layer, out| layer.fast_dn_apply(&down, &msg, out));
-            if step.parts > 1 {
-                return self.parts_dn(now, dest, i, step.parts, step.qos, &msg);
+            if let Some((_, depth, _)) = loopback.filter(|l| l.0 == i) {
+                self.act_up(now, self.rank, true, msg.reached(depth), self.appl, back);
             }
-            if step.keep {
-                let kept = Kept { trace: Trace::down(dest), peer: dest.unwrap_or(self.rank) };
-                self.keep(i, kept, now, msg.clone());
-            }
-            if loopback == Some(i) {
-                self.act_up(now, self.rank, true, msg.clone(), self.appl, back);
-            }
-            msg.push(step.header);
+        }
+        if let Some((at, parts, qos)) = split {
+            return self.parts_dn(now, dest, at, parts, qos, &msg);
         }
         if let Some(template) = template {
-            msg.hdrs.push_template(template, self.layers.len() - top);
+            msg.hdrs.push_template(template, self.layers.len() - self.appl);
         }
         let mux = match dest {
             None => Mux::Cast,
@@ -459,20 +495,23 @@ impl Stack {
         // Misses are counted for the application's messages only.
         let refused = |i: usize| application.then_some(i);
         // Conditions, bottom up.
-        let mut steps = UpSteps::new();
+        let mut steps = Steps::<UpAsked>::new();
         let mut reply: Option<(usize, Rank, Header)> = None;
         #[allow(unused_mut)] // the test hook `SKIP_RELEASE` clears it
         let mut release: Option<(usize, Qos, bool)> = None;
+        let mut absorbed = false;
         for i in bottom_up(active) {
-            let header = msg.hdrs.get(i - first).expect("one header per layer from the first");
-            let up = Up { origin, cast, qos, header: &header };
-            let Some(step) = self.layers[i].fast_up(&up) else { return Err((msg, refused(i))) };
-            if let Some((dest, header)) = &step.reply {
+            let step = {
+                let header = msg.hdrs.get(i - first).expect("one header per layer from the first");
+                self.layers[i].fast_up(&Up { origin, cast, qos, header: &header })
+            };
+            let Some(step) = step else { return Err((msg, refused(i))) };
+            if let Some((dest, header)) = step.reply {
                 if reply.is_some() {
                     // Two replies in one trace: rare, left to the layered path.
                     return Err((msg, refused(i)));
                 }
-                reply = Some((i, *dest, header.clone()));
+                reply = Some((i, dest, header));
             }
             if step.release {
                 if release.is_some() {
@@ -480,34 +519,28 @@ impl Stack {
                 }
                 release = Some((i, step.qos, step.keep));
             }
+            steps.push(UpAsked { layer: i as u8, qos, keep: step.keep, join: step.join });
             qos = step.qos;
-            let ends = step.absorb || step.join;
-            steps.push((i, up.qos, step));
-            if ends {
+            absorbed = step.absorb;
+            if step.absorb || step.join {
                 break;
             }
         }
-        if !application && !steps.last().is_some_and(|(_, _, step)| step.absorb) {
+        if !application && !absorbed {
             return Err((msg, None));
         }
-        // The reply branch: a header-only send from the replying layer down.
-        let mut reply_steps = DnSteps::new();
-        if let Some((at, dest, _)) = &reply {
-            let mut down = Down { dest: Some(*dest), qos: Qos::Reliable, len: 0 };
-            for i in top_down(send & below(*at)) {
-                match self.layers[i].fast_dn(&down) {
-                    Some(step) if !step.loopback => {
-                        let next = Down { qos: step.qos, ..down };
-                        reply_steps.push((i, down, step));
-                        down = next;
-                    }
-                    _ => return Err((msg, refused(i))),
-                }
-            }
-        }
+        // The reply branch: a header-only send from the replying layer down, built as its
+        // conditions are asked.
+        let reply = match reply {
+            Some((at, dest, header)) => match self.reply_dn(dest, at, header, send) {
+                Ok(reply) => Some(reply),
+                Err(i) => return Err((msg, refused(i))),
+            },
+            None => None,
+        };
         let joined = self.act_up(now, origin, cast, msg, first, &steps);
         if let Some(reply) = reply {
-            self.act_reply(now, reply, &mut reply_steps);
+            self.act_reply(now, reply);
         }
         let mut took = if application { Took::Hit } else { Took::Absorbed };
         // The whole message a layer completed goes on up from there.
@@ -546,6 +579,34 @@ impl Stack {
             }
         }
         Ok(took)
+    }
+
+    /// The conditions of a reply branch: a header-only send to `dest` from the layer at `at`
+    /// (which declared `header`) down the layers of `send` below it, assembled as they are asked
+    /// (the headers of the layers not asked come from the send template). The layer that refuses
+    /// it, if one does.
+    fn reply_dn(&self, dest: Rank, at: usize, header: Header, send: u32) -> Result<Reply, usize> {
+        let n = self.layers.len();
+        let mut ack = Msg { hdrs: HeaderStack::with_capacity(n - at), payload: Payload::new() };
+        ack.push(header);
+        let mut steps = Steps::<DnAsked>::new();
+        let mut down = Down { dest: Some(dest), qos: Qos::Reliable, len: 0 };
+        let mut next = at + 1;
+        for i in top_down(send & below(at)) {
+            self.push_send_template(&mut ack, next..i);
+            match self.layers[i].fast_dn(&down) {
+                Some(step) if !step.loopback && step.parts <= 1 => {
+                    let depth = ack.hdrs.len() as u8;
+                    steps.push(DnAsked { layer: i as u8, qos: down.qos, depth, keep: step.keep });
+                    down.qos = step.qos;
+                    ack.push(step.header);
+                }
+                _ => return Err(i),
+            }
+            next = i + 1;
+        }
+        self.push_send_template(&mut ack, next..n);
+        Ok((dest, ack, steps))
     }
 
     /// A message that layer `at` passes up in the middle of a trace (one it completed, or held)
@@ -592,50 +653,48 @@ impl Stack {
         cast: bool,
         mut msg: Msg,
         first: usize,
-        steps: &[(usize, Qos, UpStep)],
+        steps: &[UpAsked],
     ) -> Option<(usize, Msg)> {
-        let trace = Trace::up(cast);
+        let kept = Kept { trace: Trace::up(cast), peer: origin };
         // A layer that keeps the message (a receiver's retransmission buffer) takes the message
         // itself after the delivery, when its headers are in the compact form: the delivery has
         // its own reference to the payload, and the popped headers grow back from the template.
         // That saves the copy and its release on the path to the delivery.
         let mut keep_whole = None;
-        // A compact message's headers are its template's: borrowed from it, not popped as copies
-        // (only the sequence number's header is built).
-        let template = msg.hdrs.template().map(Arc::clone);
-        for (i, qos, step) in steps {
-            let at = i - first;
-            let popped;
-            let header = match &template {
-                Some(template) if at != template.slot() => {
-                    msg.hdrs.truncate(at);
-                    template.header(at).expect("one header per layer, checked")
-                }
-                _ => {
-                    msg.hdrs.truncate(at + 1);
-                    popped = msg.hdrs.pop().expect("one header per layer, checked");
-                    &popped
-                }
-            };
-            let up = Up { origin, cast, qos: *qos, header };
-            if step.join {
+        for asked in steps {
+            let (i, at) = (usize::from(asked.layer), usize::from(asked.layer) - first);
+            if asked.join {
                 debug_assert!(keep_whole.is_none(), "a part of a split message is never compact");
-                let mut whole = None;
+                msg.hdrs.truncate(at + 1);
+                let header = msg.hdrs.pop().expect("one header per layer, checked");
+                let up = Up { origin, cast, qos: asked.qos, header: &header };
                 let part = std::mem::take(&mut msg);
-                self.apply(*i, now, |layer, out| whole = Some(layer.fast_join(&up, part, out)));
-                return Some((*i, whole.expect("the joining layer gives the message back")));
+                let mut whole = None;
+                self.apply(i, now, |layer, out| whole = Some(layer.fast_join(&up, part, out)));
+                return Some((i, whole.expect("the joining layer gives the message back")));
             }
-            self.apply(*i, now, |layer, out| layer.fast_up_apply(&up, &msg, out));
-            if step.keep {
-                let kept = Kept { trace, peer: origin };
+            // A compact message's constant headers are its template's: borrowed from it, not
+            // popped as copies (only the sequence number's header is built).
+            let popped;
+            let header = if msg.hdrs.predicted(at).is_some() {
+                msg.hdrs.truncate(at);
+                msg.hdrs.predicted(at).expect("compact")
+            } else {
+                msg.hdrs.truncate(at + 1);
+                popped = msg.hdrs.pop().expect("one header per layer, checked");
+                &popped
+            };
+            let up = Up { origin, cast, qos: asked.qos, header };
+            self.apply(i, now, |layer, out| layer.fast_up_apply(&up, &msg, out));
+            if asked.keep {
                 if keep_whole.is_none() && msg.hdrs.is_compact() {
-                    keep_whole = Some((*i, kept, msg.hdrs.len()));
+                    keep_whole = Some((i, msg.hdrs.len()));
                 } else {
-                    self.keep(*i, kept, now, msg.clone());
+                    self.keep(i, kept, now, msg.clone());
                 }
             }
         }
-        if let Some((layer, kept, len)) = keep_whole {
+        if let Some((layer, len)) = keep_whole {
             let regrown = msg.hdrs.regrow(len);
             debug_assert!(regrown, "a compact stack grows back");
             self.keep(layer, kept, now, msg);
@@ -643,24 +702,17 @@ impl Stack {
         None
     }
 
-    /// The reply branch's actions: the header-only send from the layer at `reply.0`, assembled
-    /// down to the bottom (the headers of the layers not asked come from the send template).
-    fn act_reply(&mut self, now: Instant, (at, dest, header): (usize, Rank, Header), steps: &mut DnSteps) {
-        let n = self.layers.len();
-        let mut ack = Msg { hdrs: HeaderStack::with_capacity(n - at), payload: Payload::new() };
-        ack.push(header);
-        let mut next = at + 1;
-        for (i, down, step) in steps.drain(..) {
-            self.push_send_template(&mut ack, next..i);
-            self.apply(i, now, |layer, out| layer.fast_dn_apply(&down, &ack, out));
-            if step.keep {
-                let kept = Kept { trace: Trace::SendDn, peer: dest };
-                self.keep(i, kept, now, ack.clone());
+    /// The reply branch's actions ([`Stack::reply_dn`] assembled it), then its transmit.
+    fn act_reply(&mut self, now: Instant, (dest, ack, steps): Reply) {
+        let kept = Kept { trace: Trace::SendDn, peer: dest };
+        for asked in &steps {
+            let i = usize::from(asked.layer);
+            let down = Down { dest: Some(dest), qos: asked.qos, len: 0 };
+            self.apply(i, now, |layer, out| layer.fast_dn_apply(&down, out));
+            if asked.keep {
+                self.keep(i, kept, now, ack.reached(usize::from(asked.depth)));
             }
-            ack.push(step.header);
-            next = i + 1;
         }
-        self.push_send_template(&mut ack, next..n);
         self.transmits.push_back(Transmit { mux: Mux::Send { dest }, msg: ack, to: None });
     }
 
