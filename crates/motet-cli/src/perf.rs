@@ -290,6 +290,7 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
 
     let (mut event_loop, me) = join(mine, args.busy_poll, &group, &args.stack, &[theirs])?;
     wait_for_view(&mut event_loop, 2, Duration::from_secs(30))?;
+    let before = event_loop.runtime_stats();
     let rtts = measure(args.samples, |seq| {
         let start = Instant::now();
         event_loop.cast(me, stamp(args.size, seq).into()).map_err(|e| e.to_string())?;
@@ -307,7 +308,13 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
             }
         }
     })?;
+    let after = event_loop.runtime_stats();
     let (p50, p99, udp50) = (percentile(&rtts, 0.5), percentile(&rtts, 0.99), percentile(&udp, 0.5));
+    // How this process's loop waited: in the receive call, or in `epoll` (near a timer, or with
+    // busy-polling), per round trip measured (warm-up included).
+    let round_trips = (args.samples + args.samples / 10 + 10) as f64;
+    let turns = (after.turns - before.turns) as f64 / round_trips;
+    let recv_waits = (after.recv_waits - before.recv_waits) as f64 / round_trips;
     let report = json!({
         "stack": args.stack,
         "size": args.size,
@@ -319,6 +326,8 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
         "udp_rtt_us_p50": round(udp50),
         "udp_rtt_us_p99": round(percentile(&udp, 0.99)),
         "ratio_p50": round(p50 / udp50),
+        "loop_turns_per_rtt": round(turns),
+        "recv_waits_per_rtt": round(recv_waits),
     });
     if args.json {
         println!("{report}");

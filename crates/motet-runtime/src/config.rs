@@ -58,6 +58,14 @@ pub struct RuntimeConfig {
     /// Testing aid: drop this fraction of received datagrams at random (0 by default), to
     /// exercise loss where the kernel has no `tc netem`. Counted in `RuntimeStats::injected_loss`.
     pub inject_loss: f64,
+    /// How late, in milliseconds, an idle loop may fire a protocol timer (stability and failure
+    /// detection sweeps every 100 ms, retransmission sweeps, the delay before a gap is NAKed).
+    /// The slack lets a loop that watches one socket wait in the receive call, whose timeout the
+    /// kernel keeps in whole jiffies, rather than in `epoll` then a read: one system call per
+    /// datagram instead of two (docs/runtime.md, "Waiting"). A timer due now is never delayed, and
+    /// a loop that receives datagrams checks its timers on every one. 0: timers fire on time and
+    /// the loop waits in `epoll` near them. Default 5.
+    pub timer_slack_ms: u64,
     /// After a migration ([`crate::Runtime::migrate`]), how long the old socket is still read once
     /// every endpoint's view has the new address, in milliseconds: datagrams peers sent to the
     /// old address just before they installed that view (and their retransmissions) still
@@ -80,6 +88,7 @@ impl Default for RuntimeConfig {
             segment_offload: true,
             multicast: None,
             migrate_grace_ms: 2000,
+            timer_slack_ms: 5,
         }
     }
 }
@@ -99,6 +108,12 @@ impl RuntimeConfig {
     /// Turns busy-polling on or off.
     pub fn busy_poll(mut self, on: bool) -> RuntimeConfig {
         self.busy_poll = on;
+        self
+    }
+
+    /// Sets how late an idle loop may fire a protocol timer ([`RuntimeConfig::timer_slack_ms`]).
+    pub fn timer_slack(mut self, slack: Duration) -> RuntimeConfig {
+        self.timer_slack_ms = u64::try_from(slack.as_millis()).unwrap_or(u64::MAX);
         self
     }
 

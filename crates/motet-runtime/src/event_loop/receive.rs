@@ -4,6 +4,7 @@ use super::{EventLoop, RuntimeStats};
 use crate::io::UdpIo;
 use motet_core::Node;
 use std::io;
+use std::time::Duration;
 
 /// Receive batches handled per [`EventLoop::poll`] before timers and actions get a turn.
 const BATCHES_PER_POLL: usize = 16;
@@ -68,6 +69,98 @@ impl EventLoop {
     }
 }
 
+/// When the loop may wait in the receive call (`recvmmsg` with `MSG_WAITFORONE`, bounded by the
+/// socket's receive timeout) instead of in `epoll`. The kernel rounds that timeout up to whole
+/// jiffies and sleeps one more (measured at 250 Hz: 1-4 ms slept 8 ms, 5-8 ms 12 ms, 16 ms
+/// 20 ms), so timeouts are multiples of 4 ms and the wait is asked to end `overshoot` before the
+/// loop's next deadline; a deadline closer than that waits in `epoll`, whose timeout is precise.
+/// `overshoot` starts at what 250 Hz kernels add and grows to whatever a wait that ran out is seen
+/// to add (a 100 Hz kernel), so no timer fires late by more than the first such surprise.
+#[derive(Debug)]
+pub(super) struct RecvTimeout {
+    overshoot: Duration,
+    /// The wait now in progress: when it started and what it asked for.
+    asked: Option<(motet_core::Instant, Duration)>,
+}
+
+impl Default for RecvTimeout {
+    fn default() -> RecvTimeout {
+        RecvTimeout { overshoot: Duration::from_millis(5), asked: None }
+    }
+}
+
+/// The shortest receive timeout asked for; timeouts are taken from a ladder of doublings above it,
+/// so that the socket option changes a few times per timer period, not on every turn.
+const RECV_TIMEOUT_MIN: Duration = Duration::from_millis(4);
+
+impl RecvTimeout {
+    /// The receive timeout for a loop whose next deadline is `wait` away (`None`: none) and that
+    /// may fire its timers up to `slack` late, or `None` when it must not wait in the receive call
+    /// (a deadline too close: `epoll`, or due now): `Some(None)` waits for ever.
+    pub(super) fn for_wait(&self, wait: Option<Duration>, slack: Duration) -> Option<Option<Duration>> {
+        let Some(wait) = wait.filter(|w| !w.is_zero()) else {
+            return wait.is_none().then_some(None);
+        };
+        let room = (wait + slack).checked_sub(self.overshoot)?;
+        if room < RECV_TIMEOUT_MIN {
+            return None;
+        }
+        let mut timeout = RECV_TIMEOUT_MIN;
+        while timeout * 2 <= room {
+            timeout *= 2;
+        }
+        Some(Some(timeout))
+    }
+
+    /// A wait of `timeout` starts at `now`.
+    fn start(&mut self, now: motet_core::Instant, timeout: Option<Duration>) {
+        self.asked = timeout.map(|t| (now, t));
+    }
+
+    /// The wait ran out at `now` with nothing received: learn how late the kernel ended it.
+    fn ran_out(&mut self, now: motet_core::Instant) {
+        if let Some((started, asked)) = self.asked.take() {
+            let late = crate::clock::between(started, now).saturating_sub(asked);
+            if late > self.overshoot {
+                self.overshoot = late + Duration::from_millis(1);
+                tracing::debug!(overshoot = ?self.overshoot, "the kernel's receive timeout runs late; waiting in epoll closer to deadlines");
+            }
+        }
+    }
+}
+
+impl EventLoop {
+    /// Waits for the first datagram in the receive call, up to `timeout` (`None`: for ever), and
+    /// takes the batch it comes with (see [`EventLoop::poll`]); `now` is when the wait starts.
+    pub(super) fn receive_waiting(&mut self, now: motet_core::Instant, timeout: Option<Duration>) {
+        self.stats.recv_waits += 1;
+        self.recv_timeout.start(now, timeout);
+        let (io, node, clock, stats, loss) =
+            (&mut self.io, &mut self.node, &self.clock, &mut self.stats, self.config.inject_loss);
+        // The time is read when the first datagram is handed over, after the wait.
+        let mut arrived = None;
+        let result = io.recv_wait(timeout, |_, datagram| {
+            let at = *arrived.get_or_insert_with(|| clock.now());
+            handle(node, stats, at, loss, datagram);
+        });
+        match result {
+            Ok(batch) => {
+                self.recv_timeout.asked = None;
+                self.stats.datagrams_in += batch.datagrams as u64;
+                self.stats.recv_batches += 1;
+                self.readable = !batch.drained;
+                self.drain();
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.recv_timeout.ran_out(self.clock.now()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "receive error");
+                self.stats.send_errors += 1;
+            }
+        }
+    }
+}
+
 /// One `recvmmsg` batch into the node: bundles unpacked, injected loss applied.
 fn receive_batch(
     io: &mut UdpIo,
@@ -76,16 +169,19 @@ fn receive_batch(
     now: motet_core::Instant,
     loss: f64,
 ) -> io::Result<crate::io::Batch> {
-    io.recv_batch(|_, datagram| {
-        if loss > 0.0 && rand::random::<f64>() < loss {
-            stats.injected_loss += 1;
-        } else if motet_wire::bundle::is_bundle(&datagram) {
-            match motet_wire::bundle::decode(&datagram) {
-                Ok(parts) => parts.into_iter().for_each(|part| node.handle_datagram(now, part)),
-                Err(_) => stats.malformed_bundles += 1,
-            }
-        } else {
-            node.handle_datagram(now, datagram);
+    io.recv_batch(|_, datagram| handle(node, stats, now, loss, datagram))
+}
+
+/// One datagram into the node: a bundle unpacked, injected loss applied.
+fn handle(node: &mut Node, stats: &mut RuntimeStats, now: motet_core::Instant, loss: f64, datagram: bytes::Bytes) {
+    if loss > 0.0 && rand::random::<f64>() < loss {
+        stats.injected_loss += 1;
+    } else if motet_wire::bundle::is_bundle(&datagram) {
+        match motet_wire::bundle::decode(&datagram) {
+            Ok(parts) => parts.into_iter().for_each(|part| node.handle_datagram(now, part)),
+            Err(_) => stats.malformed_bundles += 1,
         }
-    })
+    } else {
+        node.handle_datagram(now, datagram);
+    }
 }
