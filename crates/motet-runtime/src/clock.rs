@@ -8,17 +8,20 @@ use motet_core::Instant;
 /// Real time as the core counts it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Clock {
-    epoch: std::time::Instant,
+    /// `CLOCK_MONOTONIC` at the runtime's start, in nanoseconds.
+    epoch: u64,
 }
 
 impl Clock {
     pub(crate) fn new() -> Clock {
-        Clock { epoch: std::time::Instant::now() }
+        Clock { epoch: monotonic() }
     }
 
-    /// Nanoseconds since the runtime started.
+    /// Nanoseconds since the runtime started. Read a few times per datagram, so straight from
+    /// `CLOCK_MONOTONIC` (what `std::time::Instant` reads too, without its checked `Duration`
+    /// arithmetic: half the instructions).
     pub(crate) fn now(&self) -> Instant {
-        Instant(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+        Instant(monotonic().saturating_sub(self.epoch))
     }
 
     /// How long from now until `at` (zero if it has passed).
@@ -51,4 +54,12 @@ impl Deadline {
     pub(crate) fn from(self, now: Instant) -> std::time::Duration {
         between(now, self.0)
     }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds. `clock_gettime` fails only for a clock the kernel lacks or
+/// a bad pointer, neither possible here (`std::time::Instant::now` makes the same assumption).
+fn monotonic() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC is always there");
+    let (secs, nanos) = (u64::try_from(t.tv_sec()).unwrap_or(0), u64::try_from(t.tv_nsec()).unwrap_or(0));
+    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
 }

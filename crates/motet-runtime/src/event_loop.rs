@@ -121,8 +121,11 @@ pub struct EventLoop {
     backlog: VecDeque<(SocketAddr, DatagramHead, Payload)>,
     /// Per destination, what this turn has produced so far (sent at the end of the turn).
     packing: BTreeMap<SocketAddr, Packing>,
-    /// Scratch for [`EventLoop::send_packed`] (no allocation per turn).
+    /// The destinations this turn has written to ([`EventLoop::send_packed`]; a vector kept
+    /// between turns, so no allocation per turn).
     destinations: Vec<SocketAddr>,
+    /// Some member may have parked actions that can now go (its `retry` is set).
+    retry_any: bool,
     /// Where the application's small payloads are copied ([`Op::copy_small`]).
     chunks: Chunks,
     writable_interest: bool,
@@ -178,6 +181,7 @@ impl EventLoop {
             backlog: VecDeque::new(),
             packing: BTreeMap::new(),
             destinations: Vec::new(),
+            retry_any: false,
             chunks: Chunks::default(),
             writable_interest: false,
             readable: true,
@@ -357,8 +361,8 @@ impl EventLoop {
         if !self.config.busy_poll && !self.readable && !lagging && watch_one && alone {
             let slack = Duration::from_millis(self.config.timer_slack_ms);
             if let Some(timeout) = self.recv_timeout.for_wait(wait, slack) {
-                self.receive_waiting(before, timeout);
-                return self.end_turn();
+                let arrived = self.receive_waiting(before, timeout);
+                return self.end_turn(arrived);
             }
         }
         // Busy-polling tries every socket each turn anyway, and the threaded runtime checks its
@@ -410,15 +414,15 @@ impl EventLoop {
                 }
             }
         }
-        self.end_turn()
+        self.end_turn(None)
     }
 
     /// The end of a turn of [`EventLoop::poll`]: due alarms, DNS, migrations, then what they
-    /// produced.
-    fn end_turn(&mut self) -> Result<(), Error> {
+    /// produced. `now`: the time, if it was read since the wait ended.
+    fn end_turn(&mut self, now: Option<motet_core::Instant>) -> Result<(), Error> {
         // Due alarms only: delayed processing waits for the next turn, after the application has
         // had this turn's events (unless an alarm is due: `Node::handle_timeout` settles first).
-        let now = self.clock.now();
+        let now = now.unwrap_or_else(|| self.clock.now());
         if self.node.poll_alarm().is_some_and(|at| at <= now) {
             self.node.handle_timeout(now);
         }

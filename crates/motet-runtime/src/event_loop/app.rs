@@ -138,6 +138,7 @@ impl EventLoop {
                     member.casts_blocked = false;
                     member.sends_blocked.clear();
                     member.retry = true;
+                    self.retry_any = true;
                     Event::View(View::new(&view, rank))
                 }
                 AppEvent::Cast { origin, payload } => {
@@ -160,6 +161,7 @@ impl EventLoop {
                             Some(rank) => drop(member.sends_blocked.remove(&rank)),
                         }
                         member.retry |= !blocked;
+                        self.retry_any |= !blocked;
                     }
                     continue;
                 }
@@ -186,6 +188,10 @@ impl EventLoop {
 
     /// Takes parked actions of endpoints that may have been unblocked. True if any was taken.
     pub(super) fn retry_parked(&mut self) -> bool {
+        // Members are visited only when one was flagged: a process may run very many groups.
+        if !std::mem::take(&mut self.retry_any) {
+            return false;
+        }
         let mut progress = false;
         // Read only when some member has parked actions to retry (rarely).
         let mut now = None;

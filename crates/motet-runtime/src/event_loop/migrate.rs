@@ -100,6 +100,7 @@ impl EventLoop {
                     member.migrate_tries += 1;
                     member.parked.push_front(Op::Migrate(self.advertise));
                     member.retry = true;
+                    self.retry_any = true;
                 }
             }
         }

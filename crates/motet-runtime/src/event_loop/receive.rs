@@ -132,7 +132,12 @@ impl RecvTimeout {
 impl EventLoop {
     /// Waits for the first datagram in the receive call, up to `timeout` (`None`: for ever), and
     /// takes the batch it comes with (see [`EventLoop::poll`]); `now` is when the wait starts.
-    pub(super) fn receive_waiting(&mut self, now: motet_core::Instant, timeout: Option<Duration>) {
+    /// Returns the time the datagrams were handled at, if any came.
+    pub(super) fn receive_waiting(
+        &mut self,
+        now: motet_core::Instant,
+        timeout: Option<Duration>,
+    ) -> Option<motet_core::Instant> {
         self.stats.recv_waits += 1;
         self.recv_timeout.start(now, timeout);
         let (io, node, clock, stats, loss) =
@@ -158,6 +163,7 @@ impl EventLoop {
                 self.stats.send_errors += 1;
             }
         }
+        arrived
     }
 }
 

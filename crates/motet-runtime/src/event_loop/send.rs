@@ -30,7 +30,7 @@ impl EventLoop {
             self.seal(to);
             return self.push_sealed(to, head, payload);
         }
-        let mut packing = self.packing.entry(to).or_default();
+        let mut packing = self.packing_for(to);
         if 1 + packing.bytes + framed > pack_max {
             self.seal(to);
             packing = self.packing.get_mut(&to).expect("sealing keeps the destination");
@@ -70,20 +70,31 @@ impl EventLoop {
     /// waiting as one system call can carry.
     fn push_sealed(&mut self, to: SocketAddr, head: DatagramHead, payload: Payload) {
         let limit = if self.config.segment_offload { self.io.max_segments() } else { 1 };
-        let packing = self.packing.entry(to).or_default();
+        let packing = self.packing_for(to);
         packing.sealed.push((head, payload));
         if packing.sealed.len() >= limit {
             self.send_sealed(to);
         }
     }
 
+    /// The buffers of `to`, listed for [`EventLoop::send_packed`] when this turn first writes to
+    /// them.
+    fn packing_for(&mut self, to: SocketAddr) -> &mut Packing {
+        let packing = self.packing.entry(to).or_default();
+        if packing.items.is_empty() && packing.sealed.is_empty() {
+            self.destinations.push(to);
+        }
+        packing
+    }
+
     /// Sends everything this turn produced, bundles closed.
     pub(super) fn send_packed(&mut self) {
-        // Only the destinations this turn wrote to, listed in a vector kept between turns.
+        if self.destinations.is_empty() {
+            return;
+        }
+        // Only the destinations this turn wrote to (listed as it wrote, in a vector kept between
+        // turns; one that was emptied and written again is listed twice and found empty).
         let mut destinations = std::mem::take(&mut self.destinations);
-        destinations.extend(
-            self.packing.iter().filter(|(_, p)| !p.items.is_empty() || !p.sealed.is_empty()).map(|(to, _)| *to),
-        );
         for &to in &destinations {
             // The common case of a quiet turn, one datagram for `to`: sent as it is, with one look
             // at the map instead of sealing it and then sending what was sealed.
