@@ -143,7 +143,7 @@ pub struct Stack {
     plans_stale: bool,
     /// Delayed processing: copies of messages the bypass transmitted or delivered that layers
     /// keep, not yet handed over ([`Stack::settle`]). At most [`DELAYED_MAX`] (and one trace's).
-    delayed: Vec<Delayed>,
+    delayed: VecDeque<Delayed>,
 }
 
 /// A copy of a message a layer keeps, handed over after the transmit or delivery (thesis §3.4.3,
@@ -225,7 +225,7 @@ impl Stack {
             templates: [None, None],
             plans: [None; 4],
             plans_stale: true,
-            delayed: Vec::new(),
+            delayed: VecDeque::new(),
         };
         let bottom = stack.layers.len() - 1;
         stack.queue.push_back((bottom, Ev::Up(Up::Init)));
@@ -417,7 +417,7 @@ impl Stack {
     /// When the stack next needs [`Stack::handle_timeout`]: its earliest alarm, or now if it
     /// holds delayed processing (which `handle_timeout` does first, like [`Stack::settle`]).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let delayed = self.delayed.first().map(|d| d.now);
+        let delayed = self.delayed.front().map(|d| d.now);
         [self.poll_alarm(), delayed].into_iter().flatten().min()
     }
 
@@ -440,9 +440,8 @@ impl Stack {
         if self.delayed.is_empty() {
             return;
         }
-        // Taken out and put back: the vector keeps its capacity (no allocation per message). One
-        // outbox serves the whole batch; each copy goes with the time of the input that carried it.
-        let mut delayed = std::mem::take(&mut self.delayed);
+        // One outbox serves the whole batch; each copy goes with the time of the input that
+        // carried it. The queue keeps its capacity (no allocation per message).
         let mut alarm = None;
         let mut out = Outbox {
             now: Instant::ZERO,
@@ -452,7 +451,7 @@ impl Stack {
             app: &mut self.app,
             stats: &mut self.stats,
         };
-        for Delayed { layer, kept, now, msg } in delayed.drain(..) {
+        while let Some(Delayed { layer, kept, now, msg }) = self.delayed.pop_front() {
             let layer = usize::from(layer);
             out.now = now;
             self.layers[layer].fast_keep(&kept, msg, &mut out);
@@ -461,7 +460,6 @@ impl Stack {
             }
         }
         debug_assert!(out.events.is_empty(), "delayed processing emitted events");
-        self.delayed = delayed;
         // `Bypass::Diff`: outside an input (a driver settling), the layers must now equal the
         // layered twin's. Within one, the input's own check follows.
         if let Some(mut twin) = self.twin.take() {

@@ -40,6 +40,7 @@ impl Template {
     }
 
     /// How many headers a whole message of the trace has.
+    #[inline]
     pub fn len(&self) -> usize {
         self.hdrs.len()
     }
@@ -115,6 +116,7 @@ impl HeaderStack {
 
     /// The sequence number of a whole message of `template`'s trace in the compact form of that
     /// very template (the sender's check for compression, without comparing headers).
+    #[inline]
     pub fn compact_seqno(&self, template: &Arc<Template>) -> Option<u64> {
         match &self.0 {
             Repr::Compact { template: t, packed }
@@ -127,6 +129,7 @@ impl HeaderStack {
     }
 
     /// Whether the stack is in the compact form.
+    #[inline]
     pub fn is_compact(&self) -> bool {
         matches!(self.0, Repr::Compact { .. })
     }
@@ -160,6 +163,7 @@ impl HeaderStack {
     /// In the compact form, the template's constant header at `index` (any but the
     /// sequence-number header), whatever the stack's length: what a layer that pops it going up
     /// would get, borrowed from the template instead of copied out.
+    #[inline]
     pub fn predicted(&self, index: usize) -> Option<&Header> {
         match &self.0 {
             Repr::Compact { template, .. } if index != template.slot => template.hdrs.get(index),
@@ -179,6 +183,7 @@ impl HeaderStack {
 
     /// Pushes a header. In the compact form, a header the template predicts at this depth costs
     /// nothing; any other turns the stack into the full form first (lazy reformatting).
+    #[inline]
     pub fn push(&mut self, header: Header) {
         if let Repr::Compact { template, packed } = &mut self.0 {
             let at = (*packed & 0xff) as usize;
@@ -218,6 +223,7 @@ impl HeaderStack {
     /// the layers a compiled trace leaves out, which the template predicts (thesis §3.3.3). In the
     /// compact form of `template` this costs nothing; the sequence-number header is never among
     /// them (its layer is always asked).
+    #[inline]
     pub fn push_template(&mut self, template: &Arc<Template>, len: usize) {
         let at = self.len();
         debug_assert!(len <= template.len() && !(at..len).contains(&template.slot), "{at}..{len} crosses the slot");
@@ -235,6 +241,7 @@ impl HeaderStack {
 
     /// Drops the headers above `len` (the headers of the layers a compiled trace leaves out, on
     /// the way up). Nothing happens if the stack is not longer than `len`.
+    #[inline]
     pub fn truncate(&mut self, len: usize) {
         match &mut self.0 {
             Repr::Full(v) => v.truncate(len),
@@ -260,6 +267,7 @@ impl HeaderStack {
     /// can take the message itself once the layers above are done with it. False in the full form,
     /// or beyond the template. `len` must not exceed the length the stack had before the pops:
     /// beyond it the headers would be the template's, with a sequence number nobody pushed.
+    #[inline]
     pub fn regrow(&mut self, len: usize) -> bool {
         match &mut self.0 {
             Repr::Compact { template, packed } if len <= template.len() => {

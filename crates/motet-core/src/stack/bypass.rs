@@ -391,7 +391,11 @@ impl Stack {
                 self.keep(i, kept, now, msg.reached(usize::from(asked.depth)));
             }
             if let Some((_, depth, _)) = loopback.filter(|l| l.0 == i) {
-                self.act_up(now, self.rank, true, msg.reached(depth), self.appl, back);
+                if msg.hdrs.is_compact() && back.iter().all(|asked| !asked.keep && !asked.join) {
+                    self.act_up_in_place(now, &mut msg, depth, back);
+                } else {
+                    self.act_up(now, self.rank, true, msg.reached(depth), self.appl, back);
+                }
             }
         }
         if let Some((at, parts, qos)) = split {
@@ -702,6 +706,33 @@ impl Stack {
         None
     }
 
+    /// The loop-back branch's actions on the message going down itself, when it is in the compact
+    /// form and no layer of the branch keeps or joins it (its own delivery, the common case): as
+    /// [`Stack::act_up`] on the message as it reached the branch (`depth` headers), whose length
+    /// is then restored. A compact stack's headers are its template's and a length, so nothing is
+    /// lost: this saves the copy of the message, and its release, on every cast.
+    fn act_up_in_place(&mut self, now: Instant, msg: &mut Msg, depth: usize, steps: &[UpAsked]) {
+        let (origin, first, len) = (self.rank, self.appl, msg.hdrs.len());
+        msg.hdrs.truncate(depth);
+        for asked in steps {
+            let (i, at) = (usize::from(asked.layer), usize::from(asked.layer) - first);
+            debug_assert!(!asked.keep && !asked.join, "only branches that keep nothing run in place");
+            let popped;
+            let header = if msg.hdrs.predicted(at).is_some() {
+                msg.hdrs.truncate(at);
+                msg.hdrs.predicted(at).expect("compact")
+            } else {
+                msg.hdrs.truncate(at + 1);
+                popped = msg.hdrs.pop().expect("one header per layer, checked");
+                &popped
+            };
+            let up = Up { origin, cast: true, qos: asked.qos, header };
+            self.apply(i, now, |layer, out| layer.fast_up_apply(&up, msg, out));
+        }
+        let regrown = msg.hdrs.regrow(len);
+        debug_assert!(regrown, "a compact stack grows back");
+    }
+
     /// The reply branch's actions ([`Stack::reply_dn`] assembled it), then its transmit.
     fn act_reply(&mut self, now: Instant, (dest, ack, steps): Reply) {
         let kept = Kept { trace: Trace::SendDn, peer: dest };
@@ -728,7 +759,7 @@ impl Stack {
     /// ([`Stack::settle`]).
     fn keep(&mut self, index: usize, kept: Kept, now: Instant, msg: Msg) {
         let layer = u8::try_from(index).expect("at most 32 layers");
-        self.delayed.push(Delayed { layer, kept, now, msg });
+        self.delayed.push_back(Delayed { layer, kept, now, msg });
     }
 
     /// Runs one layer's fast-path action with an outbox like its handlers get (alarms, counters
