@@ -106,6 +106,14 @@ pub trait Layer: core::fmt::Debug {
         let _ = trace;
         None
     }
+    /// Trace compilation: the layer loops a message of `trace` back up from its place, as this
+    /// endpoint's own cast (`local` on a cast going down). A layer that says so and is inert on
+    /// the trace ([`Layer::fast_inert`]) is not asked per message: the compiled trace takes the
+    /// loop-back branch at its place. Default: no.
+    fn fast_loopback(&self, trace: crate::fast::Trace) -> bool {
+        let _ = trace;
+        false
+    }
     /// Header compression: for the layer whose header carries a trace's sequence number, the
     /// number the next cast (or send) from `origin` is expected to carry, from which a compressed
     /// datagram's low 16 bits are expanded. `None` (the default): the layer numbers nothing.

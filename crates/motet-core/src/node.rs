@@ -500,52 +500,30 @@ impl Node {
             entry.unsettled = true;
             self.unsettled.push(id);
         }
-        let mut exited = false;
-        let mut next_view = None;
         while let Some(transmit) = entry.stack.poll_transmit() {
-            let view = entry.stack.view();
-            let (conn, origin) = match transmit.mux {
-                Mux::Gossip => (gossip_conn_id(&view.group), 0),
-                _ => (entry.conn, entry.stack.rank()),
-            };
-            let buf = &mut self.head_buf;
-            buf.clear();
-            // The common trace's datagrams go compressed (≤ 8 bytes of head), the rest in full.
-            let compressed = entry.stack.compress(&transmit).and_then(|seqno| {
-                let head = datagram::Compressed { conn, mux: transmit.mux, origin, seqno };
-                datagram::encode_compressed(&head, buf)
-            });
-            match compressed {
-                Some(()) => self.stats.count(crate::Counter::CompressedOut),
-                None => {
-                    datagram::encode_head(&datagram::Head { conn, mux: transmit.mux, origin }, &transmit.msg.hdrs, buf)
-                }
+            let out = outgoing(entry, id, transmit, &mut self.head_buf, &mut self.stats, &self.peers);
+            if let Some(out) = out {
+                self.transmits.push_back(out);
             }
-            if buf.len() + transmit.msg.payload.len() > DATAGRAM_SIZE_MAX {
-                entry.stack.count_drop(DropReason::Oversized);
-                continue;
-            }
-            let view = entry.stack.view();
-            let to = match (transmit.mux, transmit.to) {
-                (Mux::Cast, _) => Destination::Cast { view: Arc::clone(view), except: entry.stack.rank() },
-                (Mux::Send { dest }, _) => Destination::Send(view.addresses[usize::from(dest)]),
-                (Mux::Gossip, Some(address)) => Destination::Send(address),
-                (Mux::Gossip, None) => {
-                    let own = view.addresses[usize::from(entry.stack.rank())];
-                    let peers = self.peers.get(&view.group).map(|p| p.iter().copied().filter(|&a| a != own).collect());
-                    Destination::Peers(peers.unwrap_or_else(|| Arc::from(Vec::new())))
-                }
-            };
-            self.transmits.push_back(Outgoing {
-                stack: id,
-                to,
-                head: DatagramHead::from_slice(&self.head_buf),
-                payload: transmit.msg.payload,
-            });
         }
         while let Some(event) = entry.stack.poll_event() {
             self.events.push_back((id, event));
         }
+        let top = entry.stack.has_top_output();
+        self.rearm(id);
+        if top {
+            self.collect_top(id);
+        }
+    }
+
+    /// What left the top of stack `id` (rarely anything): builds the stack of a new view (thesis
+    /// §2.3.4) and removes a stack that exits.
+    #[cold]
+    #[inline(never)]
+    fn collect_top(&mut self, id: StackId) {
+        let Some(entry) = live_mut(&mut self.stacks, id) else { return };
+        let mut exited = false;
+        let mut next_view = None;
         while let Some(output) = entry.stack.poll_top() {
             match output {
                 TopOutput::NewView(view) => {
@@ -556,7 +534,6 @@ impl Node {
                 TopOutput::Exit => exited = true,
             }
         }
-        self.rearm(id);
         if exited {
             // A stack that was replaced by its successor just finished lingering; any other exit
             // is the endpoint leaving the group.
@@ -587,6 +564,49 @@ impl Node {
             }
         }
     }
+}
+
+/// A transmit of the stack in `entry` (`id`) as a datagram to send: its head encoded into `buf`
+/// then copied inline (compressed for the common traces, ≤ 8 bytes; in full otherwise), its
+/// destination resolved. `None` when it is too large to send (dropped and counted).
+fn outgoing(
+    entry: &mut Entry,
+    id: StackId,
+    transmit: crate::stack::Transmit,
+    buf: &mut Vec<u8>,
+    stats: &mut Stats,
+    peers: &BTreeMap<crate::view::GroupName, Arc<[Address]>>,
+) -> Option<Outgoing> {
+    let view = entry.stack.view();
+    let (conn, origin) = match transmit.mux {
+        Mux::Gossip => (gossip_conn_id(&view.group), 0),
+        _ => (entry.conn, entry.stack.rank()),
+    };
+    buf.clear();
+    // The common trace's datagrams go compressed (≤ 8 bytes of head), the rest in full.
+    let compressed = entry.stack.compress(&transmit).and_then(|seqno| {
+        let head = datagram::Compressed { conn, mux: transmit.mux, origin, seqno };
+        datagram::encode_compressed(&head, buf)
+    });
+    match compressed {
+        Some(()) => stats.count(crate::Counter::CompressedOut),
+        None => datagram::encode_head(&datagram::Head { conn, mux: transmit.mux, origin }, &transmit.msg.hdrs, buf),
+    }
+    if buf.len() + transmit.msg.payload.len() > DATAGRAM_SIZE_MAX {
+        entry.stack.count_drop(DropReason::Oversized);
+        return None;
+    }
+    let to = match (transmit.mux, transmit.to) {
+        (Mux::Cast, _) => Destination::Cast { view: Arc::clone(view), except: entry.stack.rank() },
+        (Mux::Send { dest }, _) => Destination::Send(view.addresses[usize::from(dest)]),
+        (Mux::Gossip, Some(address)) => Destination::Send(address),
+        (Mux::Gossip, None) => {
+            let own = view.addresses[usize::from(entry.stack.rank())];
+            let known = peers.get(&view.group).map(|p| p.iter().copied().filter(|&a| a != own).collect());
+            Destination::Peers(known.unwrap_or_else(|| Arc::from(Vec::new())))
+        }
+    };
+    Some(Outgoing { stack: id, to, head: DatagramHead::from_slice(buf), payload: transmit.msg.payload })
 }
 
 #[cfg(test)]

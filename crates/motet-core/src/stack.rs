@@ -170,6 +170,9 @@ pub(crate) struct Plan {
     pub(crate) active: u32,
     /// The largest payload every inert layer passes; a larger one is interpreted.
     pub(crate) len_max: usize,
+    /// An inert layer that loops the trace's messages back up from its place
+    /// ([`crate::Layer::fast_loopback`]): the compiled trace takes the branch there.
+    pub(crate) loopback: Option<u8>,
 }
 
 /// The headers of a common trace, the same at every member (all run the same stack): constant
@@ -486,6 +489,11 @@ impl Stack {
     /// The next message to transmit.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.transmits.pop_front()
+    }
+
+    /// Whether an output from the top of the stack waits ([`Stack::poll_top`]).
+    pub fn has_top_output(&self) -> bool {
+        !self.top.is_empty()
     }
 
     /// The next output from the top of the stack.

@@ -201,6 +201,14 @@ impl HeaderStack {
                 }
             }
         }
+        self.push_full(header);
+    }
+
+    /// [`HeaderStack::push`] off the common path: in the full form, reformatting a compact stack
+    /// first. Out of line, so that the common path inlined into its callers stays small.
+    #[cold]
+    #[inline(never)]
+    fn push_full(&mut self, header: Header) {
         self.full().push(header);
     }
 

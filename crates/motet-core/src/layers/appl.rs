@@ -256,6 +256,21 @@ impl Layer for Appl {
         }
     }
 
+    // Going down, the per-message part of the condition is the size (the compiled trace's
+    // `len_max`) and, for a send, the destination (the stack checks it is another member of the
+    // view before it takes the bypass); the rest is state that only layered handlers change
+    // (a leave request, a flush, flow control's blocks). A cast is inert only where `appl` passes
+    // it on with the guarantee the trace starts with (no ordering layer below).
+    fn fast_inert(&self, trace: fast::Trace) -> Option<usize> {
+        let open = !self.left && !self.blocked;
+        let inert = match trace {
+            fast::Trace::CastDn => open && !self.view.xfer_view && !self.cast_blocked && self.cast_qos == Qos::Reliable,
+            fast::Trace::SendDn => open && self.send_blocked.is_empty(),
+            fast::Trace::CastUp | fast::Trace::SendUp => false,
+        };
+        inert.then_some(self.message_size_max)
+    }
+
     fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
         fast::is(up.header, Header::Data).then_some(UpStep::to(up.qos))
     }

@@ -29,13 +29,12 @@ pub static SPEC: LayerSpec = LayerSpec {
 #[derive(Debug)]
 pub struct Local {
     rank: Rank,
-    looped: u64,
 }
 
 impl Local {
     /// A `local` for `view`.
     pub fn new(_config: &Config, _view: &ViewState, rank: Rank) -> Local {
-        Local { rank, looped: 0 }
+        Local { rank }
     }
 }
 
@@ -47,7 +46,6 @@ impl Layer for Local {
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
         match ev {
             Dn::Cast { msg, qos } => {
-                self.looped += 1;
                 out.up(Up::Cast { origin: self.rank, msg: msg.clone(), qos });
                 out.dn(Dn::Cast { msg: msg.with(Header::NoHdr), qos });
             }
@@ -55,24 +53,23 @@ impl Layer for Local {
         }
     }
 
-    // Fast path: a cast goes down and loops back up (a branching trace); the rest passes.
+    // Fast path: a cast goes down and loops back up (a branching trace); the rest passes. `local`
+    // keeps no state, so it is inert on every trace: a compiled cast going down takes the
+    // loop-back at its place without asking it (`fast_loopback`).
     fn fast_dn(&self, down: &Down) -> Option<DnStep> {
         Some(DnStep { loopback: down.dest.is_none(), ..DnStep::to(Header::NoHdr, down.qos) })
-    }
-
-    fn fast_dn_apply(&mut self, down: &Down, _out: &mut Outbox<'_>) {
-        if down.dest.is_none() {
-            self.looped += 1;
-        }
     }
 
     fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
         fast::is(up.header, Header::NoHdr).then(|| UpStep::pass(up)).flatten()
     }
 
-    fn fast_inert(&self, trace: fast::Trace) -> Option<usize> {
-        // Only a cast going down has work here: the loop-back.
-        (trace != fast::Trace::CastDn).then_some(usize::MAX)
+    fn fast_inert(&self, _trace: fast::Trace) -> Option<usize> {
+        fast::ANY_LEN
+    }
+
+    fn fast_loopback(&self, trace: fast::Trace) -> bool {
+        trace == fast::Trace::CastDn
     }
 
     fn check_invariants(&self) {}

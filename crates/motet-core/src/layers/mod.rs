@@ -127,6 +127,9 @@ macro_rules! registry {
             pub(crate) fn fast_inert(&self, trace: crate::fast::Trace) -> Option<usize> {
                 match self { $(AnyLayer::$kind(layer) => layer.fast_inert(trace),)* }
             }
+            pub(crate) fn fast_loopback(&self, trace: crate::fast::Trace) -> bool {
+                match self { $(AnyLayer::$kind(layer) => layer.fast_loopback(trace),)* }
+            }
             pub(crate) fn fast_expected(&self, origin: Rank, cast: bool) -> Option<motet_wire::Seqno> {
                 match self { $(AnyLayer::$kind(layer) => layer.fast_expected(origin, cast),)* }
             }

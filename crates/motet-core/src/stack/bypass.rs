@@ -184,16 +184,25 @@ impl Stack {
                 self.plans[trace as usize] = None;
                 continue;
             };
-            let mut plan = Plan { active: 0, len_max: usize::MAX };
+            let mut plan = Plan { active: 0, len_max: usize::MAX, loopback: None };
+            let mut loops = false;
             for (i, layer) in self.layers.iter().enumerate().skip(self.appl) {
                 #[cfg(test)]
                 if FORCE_INERT.with(std::cell::Cell::get) == Some(self.view.stack.layers()[i]) && i != template.layer {
                     continue;
                 }
                 match layer.fast_inert(trace) {
-                    Some(len_max) if i != template.layer => plan.len_max = plan.len_max.min(len_max),
+                    Some(len_max) if i != template.layer => {
+                        plan.len_max = plan.len_max.min(len_max);
+                        if !loops && layer.fast_loopback(trace) {
+                            plan.loopback = u8::try_from(i).ok();
+                        }
+                    }
                     _ => plan.active |= 1 << i,
                 }
+                // Only the first layer that loops back is where the branch leaves (an asked one
+                // declares it in its step).
+                loops |= layer.fast_loopback(trace);
             }
             self.plans[trace as usize] = Some(plan);
         }
@@ -209,13 +218,20 @@ impl Stack {
         dest: Option<Rank>,
         payload: Payload,
     ) -> Result<Took, (Payload, usize)> {
+        // A send to a rank outside the view, or to this endpoint (delivered without the
+        // network), is `appl`'s to refuse or handle: the layered path's, whether or not `appl`
+        // is asked on the compiled trace.
+        if dest.is_some_and(|d| usize::from(d) >= self.view.len() || d == self.rank) {
+            return Err((payload, self.appl));
+        }
         let trace = Trace::down(dest);
         match self.compiled(trace) {
             Some((plan, template)) if payload.len() <= plan.len_max => {
                 // The loop-back branch, if any, is a cast going up: its compiled trace, if the
                 // payload is within its reach.
                 let back = self.plans[Trace::CastUp as usize].filter(|p| payload.len() <= p.len_max).map(|p| p.active);
-                let took = self.trace_dn(now, dest, payload, plan.active, back, Some(template))?;
+                let inert_loopback = plan.loopback.map(usize::from);
+                let took = self.trace_dn(now, dest, payload, plan.active, back, inert_loopback, Some(template))?;
                 self.bypass_stats.compiled += u64::from(took == Took::Hit);
                 Ok(took)
             }
@@ -226,14 +242,15 @@ impl Stack {
                 self.settle_for_input();
                 let all = span(self.appl, self.layers.len());
                 let template = self.templates[usize::from(dest.is_some())].as_ref().map(|t| Arc::clone(&t.hdrs));
-                self.trace_dn(now, dest, payload, all, Some(all), template)
+                self.trace_dn(now, dest, payload, all, Some(all), None, template)
             }
         }
     }
 
     /// A trace going down that asks the layers of `active` (every other one is inert on it and
     /// gets its header from `template`). `back`: the layers to ask on the loop-back branch, if
-    /// one is allowed.
+    /// one is allowed; `inert_loopback`: an inert layer the branch leaves from.
+    #[allow(clippy::too_many_arguments)]
     fn trace_dn(
         &mut self,
         now: Instant,
@@ -241,6 +258,7 @@ impl Stack {
         payload: Payload,
         active: u32,
         back: Option<u32>,
+        inert_loopback: Option<usize>,
         template: Option<Arc<motet_wire::Template>>,
     ) -> Result<Took, (Payload, usize)> {
         let top = self.appl;
@@ -258,6 +276,10 @@ impl Stack {
         let mut loopback: Option<Loopback> = None;
         let mut split: Option<Split> = None;
         for i in top_down(active) {
+            // An inert layer above this one loops the message back: as it reached that layer.
+            if let Some(at) = inert_loopback.filter(|&at| at < i && loopback.is_none()) {
+                loopback = Some((at, at - top, down.qos));
+            }
             if let Some(template) = &template {
                 msg.hdrs.push_template(template, i - top);
             }
@@ -277,10 +299,18 @@ impl Stack {
             }
             msg.push(step.header);
         }
+        if let Some(at) = inert_loopback.filter(|_| loopback.is_none() && split.is_none()) {
+            loopback = Some((at, at - top, down.qos));
+        }
         // The loop-back branch: the message as it reached `local` goes up through the layers
         // between `appl` and `local` as this endpoint's own cast; the headers they see are those
-        // pushed on the way down.
+        // pushed on the way down (a compiled trace fills in those of the inert layers).
         let mut up_steps = Steps::<UpAsked>::new();
+        if let (Some((_, depth, _)), Some(template)) = (loopback, &template) {
+            if msg.hdrs.len() < depth {
+                msg.hdrs.push_template(template, depth);
+            }
+        }
         if let Some((at, _, mut qos)) = loopback {
             let Some(back) = back else { return Err((msg.payload, at)) };
             for i in bottom_up(back & span(top, at)) {
@@ -383,20 +413,27 @@ impl Stack {
         split: Option<Split>,
     ) -> Took {
         let kept = Kept { trace: Trace::down(dest), peer: dest.unwrap_or(self.rank) };
+        // The loop-back goes up where it leaves: after the actions of the layers above it (and
+        // its own, an asked layer's), before those below.
+        let mut loopback = loopback;
         for asked in steps {
             let i = usize::from(asked.layer);
+            if let Some(branch) = loopback.filter(|l| l.0 < i) {
+                loopback = None;
+                self.loop_back(now, &mut msg, branch.1, back);
+            }
             let down = Down { dest, qos: asked.qos, len: msg.payload.len() };
             self.apply(i, now, |layer, out| layer.fast_dn_apply(&down, out));
             if asked.keep {
                 self.keep(i, kept, now, msg.reached(usize::from(asked.depth)));
             }
-            if let Some((_, depth, _)) = loopback.filter(|l| l.0 == i) {
-                if msg.hdrs.is_compact() && back.iter().all(|asked| !asked.keep && !asked.join) {
-                    self.act_up_in_place(now, &mut msg, depth, back);
-                } else {
-                    self.act_up(now, self.rank, true, msg.reached(depth), self.appl, back);
-                }
+            if let Some(branch) = loopback.filter(|l| l.0 == i) {
+                loopback = None;
+                self.loop_back(now, &mut msg, branch.1, back);
             }
+        }
+        if let Some(branch) = loopback {
+            self.loop_back(now, &mut msg, branch.1, back);
         }
         if let Some((at, parts, qos)) = split {
             return self.parts_dn(now, dest, at, parts, qos, &msg);
@@ -704,6 +741,16 @@ impl Stack {
             self.keep(layer, kept, now, msg);
         }
         None
+    }
+
+    /// The loop-back branch's actions: on the message going down itself when it can
+    /// ([`Stack::act_up_in_place`]), else on a copy as it reached the branch (`depth` headers).
+    fn loop_back(&mut self, now: Instant, msg: &mut Msg, depth: usize, back: &[UpAsked]) {
+        if msg.hdrs.is_compact() && back.iter().all(|asked| !asked.keep && !asked.join) {
+            self.act_up_in_place(now, msg, depth, back);
+        } else {
+            self.act_up(now, self.rank, true, msg.reached(depth), self.appl, back);
+        }
     }
 
     /// The loop-back branch's actions on the message going down itself, when it is in the compact

@@ -119,6 +119,18 @@ impl EventLoop {
         // Stacks come and go with views: the owners' map is pruned when one does.
         let mut views_changed = false;
         while let Some((stack, event)) = self.node.poll_event() {
+            // The common case first: a message needs only its stack's endpoint and view (a
+            // member of this loop is never forgotten, so one that owns a stack is there).
+            if let AppEvent::Cast { origin, payload } | AppEvent::Send { origin, payload } = &event {
+                let Some((endpoint, view)) = self.owners.get(&stack) else { continue };
+                let (from, data) = (view.members[usize::from(*origin)], payload.to_bytes());
+                let event = match event {
+                    AppEvent::Cast { .. } => Event::Cast { from, data },
+                    _ => Event::Send { from, data },
+                };
+                self.ready.push_back((*endpoint, event));
+                continue;
+            }
             if let AppEvent::View { view, rank } = &event {
                 let endpoint = view.members[usize::from(*rank)];
                 self.owners.insert(stack, (endpoint, Arc::clone(view)));
@@ -141,12 +153,8 @@ impl EventLoop {
                     self.retry_any = true;
                     Event::View(View::new(&view, rank))
                 }
-                AppEvent::Cast { origin, payload } => {
-                    Event::Cast { from: view.members[usize::from(origin)], data: payload.to_bytes() }
-                }
-                AppEvent::Send { origin, payload } => {
-                    Event::Send { from: view.members[usize::from(origin)], data: payload.to_bytes() }
-                }
+                // Handled above, before the member's state was looked up.
+                AppEvent::Cast { .. } | AppEvent::Send { .. } => continue,
                 AppEvent::Block => {
                     if current {
                         member.blocked = true;

@@ -16,8 +16,14 @@ fn names(stack: &Stack, trace: Trace) -> Vec<&'static str> {
 fn vsync_compiles_each_trace_to_the_layers_with_work() {
     let mut stack = Stack::new(crate::testing::view_of("vsync", 3), 1, Instant::ZERO).unwrap();
     stack.compile();
-    assert_eq!(names(&stack, Trace::CastDn), ["appl", "local", "mflow", "mnak"]);
-    assert_eq!(names(&stack, Trace::SendDn), ["appl", "pt2ptw", "pt2pt"]);
+    // `appl` passes a cast or send on unchanged while nothing blocks it (a send's destination
+    // is checked by the stack), and `local` keeps no state: the cast's loop-back leaves from
+    // `local`'s place without asking it.
+    assert_eq!(names(&stack, Trace::CastDn), ["mflow", "mnak"]);
+    assert_eq!(names(&stack, Trace::SendDn), ["pt2ptw", "pt2pt"]);
+    let local = stack.view.stack.layers().iter().position(|&k| k == LayerKind::Local);
+    assert_eq!(stack.plans[Trace::CastDn as usize].unwrap().loopback.map(usize::from), local);
+    assert_eq!(stack.plans[Trace::SendDn as usize].unwrap().loopback, None);
     assert_eq!(names(&stack, Trace::CastUp), ["appl", "mflow", "mnak"]);
     assert_eq!(names(&stack, Trace::SendUp), ["appl", "pt2ptw", "pt2pt"]);
     assert_eq!(stack.plans[Trace::CastDn as usize].unwrap().len_max, 1024, "frag passes one fragment");

@@ -31,7 +31,7 @@ fn a_cast_takes_the_bypass_and_equals_the_layered_path() {
 
 #[test]
 fn the_diff_catches_a_bypass_that_skips_a_layers_bookkeeping() {
-    for layer in [LayerKind::Mnak, LayerKind::Mflow, LayerKind::Local] {
+    for layer in [LayerKind::Mnak, LayerKind::Mflow] {
         SKIP_ACTION.with(|s| s.set(Some(layer)));
         let caught = cast(Bypass::Diff).err();
         SKIP_ACTION.with(|s| s.set(None));
