@@ -90,6 +90,8 @@ pub(crate) struct UdpIo {
     timeout: Option<Duration>,
     /// Room for the receive-offload control message of one datagram ([`UdpIo::recv_wait`]).
     control: Vec<u8>,
+    /// The last busy-polling spin found a datagram ([`UdpIo::recv_spin`]).
+    spin_found: bool,
 }
 
 impl UdpIo {
@@ -115,6 +117,7 @@ impl UdpIo {
             chunks: Chunks::default(),
             timeout: None,
             control: nix::cmsg_space!(i32),
+            spin_found: false,
         }
     }
 
@@ -167,6 +170,22 @@ impl UdpIo {
         self.recv(MsgFlags::MSG_DONTWAIT, each)
     }
 
+    /// A busy-polling loop's read: one `recvmsg` without waiting while the socket is quiet (a spin
+    /// that finds nothing costs that one call; a `recvmmsg` prepares a header per slot), a
+    /// [`UdpIo::recv_batch`] once two spins in a row found a datagram (a burst) until a batch is
+    /// not full. `drained` is false after a single read: the loop spins on anyway.
+    pub(crate) fn recv_spin(&mut self, mut each: impl FnMut(SocketAddr, Bytes)) -> io::Result<Batch> {
+        if self.batch == BATCH_SIZE {
+            return self.recv_batch(each);
+        }
+        let got = self.recv_one(MsgFlags::MSG_DONTWAIT, &mut each);
+        if got.is_ok() && self.spin_found {
+            self.batch = BATCH_SIZE;
+        }
+        self.spin_found = got.is_ok();
+        Ok(Batch { datagrams: got?, drained: false })
+    }
+
     /// Waits in the receive call for one datagram (or one coalesced run), up to `timeout` (`None`:
     /// for ever), and hands it over as [`UdpIo::recv_batch`] does (one `recvmsg`).
     /// `Err(WouldBlock)` when the time ran out. Whatever else is queued is left for the next read:
@@ -184,37 +203,46 @@ impl UdpIo {
             self.socket.set_read_timeout(timeout)?;
             self.timeout = timeout;
         }
+        let mut each = each;
+        let datagrams = self.recv_one(MsgFlags::empty(), &mut each)?;
+        Ok(Batch { datagrams, drained: true })
+    }
+
+    /// One `recvmsg` (one datagram, or one coalesced run) handed to `each`; how many datagrams.
+    fn recv_one(&mut self, flags: MsgFlags, each: &mut impl FnMut(SocketAddr, Bytes)) -> io::Result<usize> {
         let fd = self.socket.as_raw_fd();
         let (len, stride, from) = {
             let mut iov = [IoSliceMut::new(&mut self.slots[0])];
-            let msg = sock::recvmsg::<SockaddrStorage>(fd, &mut iov, Some(&mut self.control), MsgFlags::empty())
+            let msg = sock::recvmsg::<SockaddrStorage>(fd, &mut iov, Some(&mut self.control), flags)
                 .map_err(io::Error::from)?;
             (msg.bytes, segment_size(&msg), msg.address.as_ref().and_then(socket_addr))
         };
         let from = from.unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
-        let mut each = each;
-        let datagrams = deliver(&mut self.chunks, &self.slots[0][..len], stride, from, &mut each);
-        Ok(Batch { datagrams, drained: true })
+        Ok(deliver(&mut self.chunks, &self.slots[0][..len], stride, from, each))
     }
 
     fn recv(&mut self, flags: MsgFlags, mut each: impl FnMut(SocketAddr, Bytes)) -> io::Result<Batch> {
         let offered = self.batch.min(self.slots.len());
         let fd = self.socket.as_raw_fd();
         let mut got: SmallVec<[(usize, usize, SocketAddr); BATCH_SIZE]> = SmallVec::new();
-        HEADERS.with(|headers| {
-            let mut headers = headers.borrow_mut();
-            let Headers { headers, stale } = &mut *headers;
-            // `nix` sets each header's control-buffer length once, and the kernel shortens it to
-            // what a message used (nothing, for one that is not a coalesced run): headers that
-            // took such a message are made afresh before the next read, or a later run would come
-            // without its segment size.
-            if *stale || headers.is_none() {
-                *headers = Some(MultiHeaders::preallocate(BATCH_SIZE, Some(nix::cmsg_space!(i32))));
-            }
-            let headers = headers.as_mut().expect("just made");
-            *stale = recv_many(fd, headers, &mut self.slots[..offered], flags, &mut got)?;
-            Ok::<(), io::Error>(())
-        })?;
+        HEADERS
+            .with(|headers| {
+                let mut headers = headers.borrow_mut();
+                let Headers { headers, slots, stale } = &mut *headers;
+                // `nix` sets each header's control-buffer length once, and the kernel shortens it to
+                // what a message used (nothing, for one that is not a coalesced run): headers that
+                // took such a message are made afresh before the next read, or a later run would come
+                // without its segment size. As many as the read offers (a quiet socket's few are
+                // cheap to make again).
+                if *stale || headers.is_none() || *slots < offered {
+                    *headers = Some(MultiHeaders::preallocate(offered, Some(nix::cmsg_space!(i32))));
+                    *slots = offered;
+                }
+                let headers = headers.as_mut().expect("just made");
+                *stale = recv_many(fd, headers, &mut self.slots[..offered], flags, &mut got)?;
+                Ok::<(), io::Error>(())
+            })
+            .inspect_err(|_| self.batch = QUIET_BATCH)?;
         let n = got.len();
         self.batch = if n == offered { BATCH_SIZE } else { QUIET_BATCH };
         let mut datagrams = 0;
@@ -270,12 +298,14 @@ thread_local! {
     /// The message headers `recvmmsg` fills. `nix` keeps raw pointers in them, so they cannot
     /// move between threads with an event loop: each thread that reads sockets has its own,
     /// shared by its loop's sockets, which are read one at a time.
-    static HEADERS: std::cell::RefCell<Headers> = const { std::cell::RefCell::new(Headers { headers: None, stale: false }) };
+    static HEADERS: std::cell::RefCell<Headers> = const { std::cell::RefCell::new(Headers { headers: None, slots: 0, stale: false }) };
 }
 
 /// [`HEADERS`]: the headers, and whether the last read shortened a control-buffer length.
 struct Headers {
     headers: Option<MultiHeaders<SockaddrStorage>>,
+    /// How many `headers` holds.
+    slots: usize,
     stale: bool,
 }
 

@@ -488,3 +488,76 @@ fn common_path_datagrams_on_the_wire_carry_at_most_8_bytes_of_head() {
     }
     assert!(common >= total, "only {common} of {total} application datagrams captured");
 }
+
+/// Two event loops driven on this thread (as `motet perf` drives them): round trips and bursts
+/// of casts, with both loops busy-polling (a spin reads one datagram; two in a row switch to
+/// batches) and with both waiting in the receive call (one `recvmsg` per wait). Every cast
+/// arrives, in order, and the waiting loops did wait in the receive call.
+#[test]
+fn event_loops_busy_polling_or_waiting_in_the_receive_call_deliver_everything() {
+    use motet_runtime::EventLoop;
+    for busy_poll in [true, false] {
+        let mut loops: Vec<(EventLoop, EndpointId)> = Vec::new();
+        for _ in 0..2 {
+            let mut event_loop = EventLoop::new(RuntimeConfig::default().busy_poll(busy_poll)).unwrap();
+            let peers: Vec<String> = loops.iter().map(|(l, _)| l.local_addr().to_string()).collect();
+            let me = event_loop.join(&GroupConfig::new("direct").peers(peers)).unwrap();
+            loops.push((event_loop, me));
+        }
+        // Turns, alternating, until `done` says so (bounded by the clock). A turn of a loop that
+        // is not busy-polling may wait in the receive call (up to the 20 ms bound, less the
+        // kernel's overshoot) for what the other loop has not sent yet.
+        let bound = Duration::from_millis(20);
+        let turns = |loops: &mut Vec<(EventLoop, EndpointId)>,
+                     got: &mut Vec<Vec<u32>>,
+                     done: &dyn Fn(&[Vec<u32>]) -> bool| {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !done(got) {
+                assert!(Instant::now() < deadline, "busy_poll {busy_poll}: stuck with {got:?}");
+                for (k, (event_loop, _)) in loops.iter_mut().enumerate() {
+                    event_loop.poll(Some(bound)).unwrap();
+                    while let Some((_, event)) = event_loop.next_event() {
+                        match event {
+                            Event::Cast { data, .. } => got[k].push(u32::from_le_bytes(data[..4].try_into().unwrap())),
+                            Event::View(view) => got[k].retain(|_| view.members.len() == 2),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        };
+        let mut got = vec![Vec::new(), Vec::new()];
+        // The first view of both is reported as one cast-free round: wait for the merge.
+        let merged = |loops: &Vec<(EventLoop, EndpointId)>| {
+            loops.iter().all(|(l, me)| l.view(*me).is_some_and(|v| v.members.len() == 2))
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !merged(&loops) {
+            assert!(Instant::now() < deadline, "busy_poll {busy_poll}: no common view");
+            for (event_loop, _) in loops.iter_mut() {
+                event_loop.poll(Some(Duration::from_millis(2))).unwrap();
+                while event_loop.next_event().is_some() {}
+            }
+        }
+        // Round trips: one cast from loop 0, echoed by loop 1 once delivered there.
+        for seq in 0..50u32 {
+            let (event_loop, me) = &mut loops[0];
+            event_loop.cast(*me, seq.to_le_bytes().to_vec().into()).unwrap();
+            turns(&mut loops, &mut got, &|got| got[1].len() as u32 > seq);
+        }
+        // A burst from each: 300 casts, then both deliver all of them.
+        for (event_loop, me) in loops.iter_mut() {
+            for k in 0..300u32 {
+                event_loop.cast(*me, (1000 + k).to_le_bytes().to_vec().into()).unwrap();
+            }
+        }
+        turns(&mut loops, &mut got, &|got| got.iter().all(|g| g.len() >= 50 + 600));
+        for (k, g) in got.iter().enumerate() {
+            let from_0: Vec<u32> = g.iter().copied().filter(|&v| v < 1000).collect();
+            assert_eq!(from_0, (0..50).collect::<Vec<u32>>(), "loop {k}: the round trips' casts, in order");
+            assert_eq!(g.len(), 650, "loop {k}: every cast once");
+        }
+        let waits: u64 = loops.iter().map(|(l, _)| l.runtime_stats().recv_waits).sum();
+        assert_eq!(waits > 0, !busy_poll, "busy_poll {busy_poll}: {waits} waits in the receive call");
+    }
+}

@@ -35,7 +35,8 @@ impl EventLoop {
                 }
                 (Source::Retired(index), _) => &mut self.retired[index].io,
             };
-            let result = receive_batch(io, &mut self.node, &mut self.stats, now, self.config.inject_loss);
+            let (spin, loss) = (self.config.busy_poll, self.config.inject_loss);
+            let result = receive_batch(io, spin, &mut self.node, &mut self.stats, now, loss);
             let drained = match result {
                 Ok(batch) => {
                     let n = batch.datagrams as u64;
@@ -167,15 +168,21 @@ impl EventLoop {
     }
 }
 
-/// One `recvmmsg` batch into the node: bundles unpacked, injected loss applied.
+/// One read into the node (a busy-polling loop's spin, or a `recvmmsg` batch): bundles unpacked,
+/// injected loss applied.
 fn receive_batch(
     io: &mut UdpIo,
+    spin: bool,
     node: &mut Node,
     stats: &mut RuntimeStats,
     now: motet_core::Instant,
     loss: f64,
 ) -> io::Result<crate::io::Batch> {
-    io.recv_batch(|_, datagram| handle(node, stats, now, loss, datagram))
+    let each = |_, datagram| handle(node, stats, now, loss, datagram);
+    match spin {
+        true => io.recv_spin(each),
+        false => io.recv_batch(each),
+    }
 }
 
 /// One datagram into the node: a bundle unpacked, injected loss applied.
