@@ -145,7 +145,7 @@ impl EventLoop {
             (&mut self.io, &mut self.node, &self.clock, &mut self.stats, self.config.inject_loss);
         // The time is read when the first datagram is handed over, after the wait.
         let mut arrived = None;
-        let result = io.recv_wait(timeout, |_, datagram| {
+        let result = io.recv_wait(timeout, |datagram| {
             let at = *arrived.get_or_insert_with(|| clock.now());
             handle(node, stats, at, loss, datagram);
         });
@@ -178,7 +178,7 @@ fn receive_batch(
     now: motet_core::Instant,
     loss: f64,
 ) -> io::Result<crate::io::Batch> {
-    let each = |_, datagram| handle(node, stats, now, loss, datagram);
+    let each = |datagram| handle(node, stats, now, loss, datagram);
     match spin {
         true => io.recv_spin(each),
         false => io.recv_batch(each),
