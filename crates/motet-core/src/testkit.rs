@@ -306,6 +306,33 @@ mod tests {
         }
     }
 
+    /// A fast stream does not fill the retransmission buffers for a whole stability period: each
+    /// member reports its counts every `report_every` buffered casts and stability follows, so the
+    /// buffers hold about that many casts per member, with no time passing at all.
+    #[test]
+    fn a_fast_stream_keeps_its_buffers_bounded_between_stability_sweeps() {
+        let mut group = Group::new(3, "vsync");
+        let every = StackConfig::default().mnak.report_every as usize;
+        let mut most = 0;
+        for i in 0..10_000u32 {
+            group.act(i as usize % 3, Action::Cast(i.to_le_bytes().to_vec().into())).unwrap();
+            most = most.max(group.buffered());
+        }
+        assert_eq!(group.delivered, vec![10_000; 3]);
+        // Each member's buffers hold what it sent and received since the last report: at most
+        // about `every` casts, a few times over in flight (three members report at different
+        // times), never the 30,000 copies the group made.
+        assert!(most <= 3 * 3 * every, "at most {most} buffered");
+        // Without the trigger, only the sweep (which no passing time ever runs here) frees them.
+        let mut config = StackConfig::default();
+        config.mnak.report_every = 0;
+        let mut off = Group::with_config(3, "vsync", crate::Bypass::On, config);
+        for i in 0..4_000u32 {
+            off.act(i as usize % 3, Action::Cast(i.to_le_bytes().to_vec().into())).unwrap();
+        }
+        assert!(off.buffered() >= 3 * 4_000, "every member keeps every cast: {}", off.buffered());
+    }
+
     #[test]
     fn fifo_group_delivers_and_frees_buffers_after_stability() {
         let mut group = Group::new(3, "fifo");

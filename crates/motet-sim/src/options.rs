@@ -229,6 +229,12 @@ impl SimOptions {
                 options.script.push((at, ScriptAction::Leave(rng.gen_range(0..nodes))));
             }
         }
+        // Early stability reports (drawn last, likewise): a swarm's few casts never reach the
+        // default `report_every`, so half the runs lower it enough to report many times a run,
+        // racing the sweep's own requests, view changes and the bypass.
+        if rng.gen_bool(0.5) {
+            options.config.mnak.report_every = rng.gen_range(1..16);
+        }
         options
     }
 

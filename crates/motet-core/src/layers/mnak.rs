@@ -43,6 +43,14 @@ pub struct Config {
     /// NAKs at once, as Ensemble's `mnak` does (thesis Fig 5.4). PGM and Aeron hold NAKs back the
     /// same way; the cost is that much more recovery latency after a real loss.
     pub nak_delay: Duration,
+    /// Casts that enter the retransmission buffers (its own and every origin's, counted together)
+    /// after which `mnak` reports its receive counts to `stable` at once (`NumCasts`), instead of
+    /// waiting for the next stability sweep. Stability, and with it the release of the buffers,
+    /// then keeps up with a fast stream: the buffers hold about this many casts per origin, not a
+    /// sweep period's worth (100 ms of a million casts a second is a hundred thousand). JGroups'
+    /// `STABLE` has the same trigger by bytes (`max_bytes`). Default 1,024; 0 reports at the sweep
+    /// only.
+    pub report_every: u64,
 }
 
 impl Default for Config {
@@ -52,6 +60,7 @@ impl Default for Config {
             recv_window_max: 4096,
             retransmit_max: 256,
             nak_delay: Duration::from_millis(2),
+            report_every: 1024,
         }
     }
 }
@@ -113,6 +122,36 @@ pub struct Mnak {
     cut_pending: bool,
     /// The stack has a view-change flush: a failed origin's casts wait for its cut.
     freeze_failed: bool,
+    /// Casts buffered since the counts were last reported ([`Config::report_every`]).
+    reporting: Reporting,
+}
+
+/// When `mnak` reports its counts before the stability sweep asks ([`Config::report_every`]).
+#[derive(Debug)]
+struct Reporting {
+    every: u64,
+    /// Casts that entered the buffers since the last report.
+    unreported: u64,
+    /// A report is due at the timer this layer asked for at once.
+    due: bool,
+}
+
+impl Reporting {
+    /// A cast entered the buffers: once `every` did, a report is due, from a timer at once (the
+    /// fast path's actions, which count here too, emit no events).
+    fn entered(&mut self, out: &mut Outbox<'_>) {
+        self.unreported += 1;
+        if self.unreported == self.every && !self.due {
+            self.due = true;
+            out.alarm(out.now());
+        }
+    }
+
+    /// The counts were reported.
+    fn reported(&mut self) {
+        self.unreported = 0;
+        self.due = false;
+    }
 }
 
 impl Mnak {
@@ -126,6 +165,7 @@ impl Mnak {
             cut: None,
             cut_pending: false,
             freeze_failed: view.stack.layers().contains(&super::LayerKind::Sync),
+            reporting: Reporting { every: config.report_every, unreported: 0, due: false },
         }
     }
 
@@ -227,6 +267,7 @@ impl Mnak {
             let Some(next) = o.ooo.remove(&o.received) else { break };
             o.buf.push_back(next.clone());
             o.received += 1;
+            self.reporting.entered(out);
             out.up(Up::Cast { origin, msg: next, qos: Qos::Reliable });
         }
     }
@@ -248,6 +289,7 @@ impl Mnak {
             // Fig 5.2 fast path: store for retransmission and pass up.
             o.buf.push_back(msg.clone());
             o.received += 1;
+            self.reporting.entered(out);
             out.up(Up::Cast { origin, msg, qos: Qos::Reliable });
             self.drain(origin, limit, out);
             self.check_cut(out);
@@ -369,6 +411,7 @@ impl Layer for Mnak {
                 let seqno = o.received;
                 o.buf.push_back(msg.clone());
                 o.received += 1;
+                self.reporting.entered(out);
                 out.dn(Dn::Cast { msg: msg.with(Header::Data { seqno }), qos: Qos::Reliable });
             }
             Dn::Cast { msg, qos: Qos::Unreliable } => {
@@ -376,6 +419,7 @@ impl Layer for Mnak {
             }
             Dn::Send { dest, msg } => out.dn(Dn::Send { dest, msg: msg.with(Header::NoHdr) }),
             Dn::StableReq => {
+                self.reporting.reported();
                 let counts: Arc<[u64]> = self.origins.iter().map(|o| o.received).collect();
                 out.up(Up::NumCasts(counts));
             }
@@ -409,6 +453,11 @@ impl Layer for Mnak {
     }
 
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
+        if self.reporting.due {
+            self.reporting.reported();
+            let counts: Arc<[u64]> = self.origins.iter().map(|o| o.received).collect();
+            out.up(Up::NumCasts(counts));
+        }
         // The sweep asks again for the first hole (a NAK or its answer may have been lost); the
         // holes after it are asked for once, when their `nak_delay` is over, as they would have
         // been at once without a delay.
@@ -439,10 +488,11 @@ impl Layer for Mnak {
         Some(DnStep { keep: reliable, ..DnStep::to(header, qos) })
     }
 
-    fn fast_dn_apply(&mut self, down: &Down, _out: &mut Outbox<'_>) {
+    fn fast_dn_apply(&mut self, down: &Down, out: &mut Outbox<'_>) {
         // The sequence number, which the next cast's condition reads, moves at once.
         if down.dest.is_none() && down.qos != Qos::Unreliable {
             self.origins[usize::from(self.rank)].received += 1;
+            self.reporting.entered(out);
         }
     }
 
@@ -474,17 +524,19 @@ impl Layer for Mnak {
         let o = &mut self.origins[usize::from(up.origin)];
         if *seqno == o.received {
             o.received += 1;
+            self.reporting.entered(out);
             return;
         }
         self.fast_up_apply_ahead(up.origin, *seqno, msg, out);
     }
 
-    fn fast_release(&mut self, origin: Rank, _cast: bool, _out: &mut Outbox<'_>) -> Option<(Rank, Msg)> {
+    fn fast_release(&mut self, origin: Rank, _cast: bool, out: &mut Outbox<'_>) -> Option<(Rank, Msg)> {
         // `drain`, one cast at a time; the copy for the buffer comes back through `fast_keep`.
         let limit = self.limit(origin);
         let o = &mut self.origins[usize::from(origin)];
         let next = (o.received < limit).then(|| o.ooo.remove(&o.received)).flatten()?;
         o.received += 1;
+        self.reporting.entered(out);
         Some((origin, next))
     }
 
@@ -551,6 +603,36 @@ mod tests {
         let out = lagger.up(Up::Send { origin: 1, msg: retrans });
         assert_eq!(out.iter().filter(|o| matches!(o, Out::Up(Up::Cast { origin: 0, .. }))).count(), 2);
         assert_eq!(lagger.layer.origins[0].received, 2);
+    }
+
+    /// After `report_every` casts entered the buffers (own and received together), the counts go
+    /// up to `stable` from a timer asked for at once, without waiting for the stability sweep;
+    /// the sweep's own request resets the count.
+    #[test]
+    fn counts_are_reported_once_report_every_casts_were_buffered() {
+        let view = crate::testing::view(2);
+        let config = Config { report_every: 3, ..Config::default() };
+        let mut h = Harness::new(Mnak::new(&config, &view, 0), 0);
+        h.dn(Dn::Cast { msg: Msg::new(b"a".as_slice().into()), qos: Qos::Reliable });
+        h.up(Up::Cast { origin: 1, msg: data(0), qos: Qos::Unreliable });
+        assert_eq!(h.alarm, None, "two of three");
+        h.up(Up::Cast { origin: 1, msg: data(1), qos: Qos::Unreliable });
+        assert_eq!(h.alarm, Some(Instant::ZERO), "due at once");
+        let out = h.timer(Instant::ZERO);
+        assert!(matches!(&out[..], [Out::Up(Up::NumCasts(counts))] if counts[..] == [1, 2]), "{out:?}");
+        // Nothing more is due: the next report takes three more casts, or the sweep's request.
+        assert!(h.timer(Instant::ZERO).is_empty());
+        h.up(Up::Cast { origin: 1, msg: data(2), qos: Qos::Unreliable });
+        h.dn(Dn::StableReq);
+        h.dn(Dn::Cast { msg: Msg::new(b"b".as_slice().into()), qos: Qos::Reliable });
+        h.up(Up::Cast { origin: 1, msg: data(3), qos: Qos::Unreliable });
+        assert_eq!(h.layer.reporting.unreported, 2, "the sweep's request reset the count");
+        // And with the trigger off, only the sweep asks.
+        let mut off = Harness::new(Mnak::new(&Config { report_every: 0, ..Config::default() }, &view, 0), 0);
+        for k in 0..100 {
+            off.up(Up::Cast { origin: 1, msg: data(k), qos: Qos::Unreliable });
+        }
+        assert_eq!(off.alarm, None);
     }
 
     /// With `nak_delay`, holes are NAKed by the timer: every hole once, when its delay is over
