@@ -162,6 +162,7 @@ impl Group {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Counter;
 
     #[test]
     fn a_member_that_leaves_gets_exit_and_the_others_a_view_without_it() {
@@ -323,6 +324,11 @@ mod tests {
         // about `every` casts, a few times over in flight (three members report at different
         // times), never the 30,000 copies the group made.
         assert!(most <= 3 * 3 * every, "at most {most} buffered");
+        // The reports' timers and the gossip they cause repair nothing on a perfect network.
+        for (node, _) in &group.nodes {
+            let stats = node.stats();
+            assert_eq!((stats.counter(Counter::NakSent), stats.counter(Counter::Retransmit)), (0, 0));
+        }
         // Without the trigger, only the sweep (which no passing time ever runs here) frees them.
         let mut config = StackConfig::default();
         config.mnak.report_every = 0;

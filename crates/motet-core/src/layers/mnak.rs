@@ -12,7 +12,8 @@
 //! has failed the NAK is cast to the view and whoever holds the messages answers. The fast path is
 //! Fig 5.2: a cast with the next expected seqno is stored and passed up; on the bypass, a cast
 //! ahead of a gap from a live origin is also held there, with its NAK as the trace's reply. A periodic sweep, armed
-//! only while a gap is open, re-NAKs. Stability gossip also carries the most any member holds, so
+//! only while a gap is open, re-NAKs. Every `report_every` casts it buffers, it reports its counts
+//! to `stable` unasked, so stability keeps up with a fast stream. Stability gossip also carries the most any member holds, so
 //! a lost *last* cast (which no later cast reveals) is NAKed too. Casts of a failed origin that
 //! no live member can supply (beyond a gap every survivor shares) are forgotten once stability
 //! settles, so the group goes quiet.
@@ -20,7 +21,7 @@
 use crate::event::{Counter, Dn, DropReason, Msg, Qos, Stability, Up};
 use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
-use crate::time::Duration;
+use crate::time::{Duration, Instant};
 use crate::view::{RankSet, ViewState};
 use crate::Rank;
 use motet_wire::hdr::mnak::Header;
@@ -46,8 +47,8 @@ pub struct Config {
     /// Casts that enter the retransmission buffers (its own and every origin's, counted together)
     /// after which `mnak` reports its receive counts to `stable` at once (`NumCasts`), instead of
     /// waiting for the next stability sweep. Stability, and with it the release of the buffers,
-    /// then keeps up with a fast stream: the buffers hold about this many casts per origin, not a
-    /// sweep period's worth (100 ms of a million casts a second is a hundred thousand). JGroups'
+    /// then keeps up with a fast stream: each member's buffers hold about this many casts (all
+    /// origins together, while every member is live and keeping up), not a sweep period's worth (100 ms of a million casts a second is a hundred thousand). JGroups'
     /// `STABLE` has the same trigger by bytes (`max_bytes`). Default 1,024; 0 reports at the sweep
     /// only.
     pub report_every: u64,
@@ -124,6 +125,17 @@ pub struct Mnak {
     freeze_failed: bool,
     /// Casts buffered since the counts were last reported ([`Config::report_every`]).
     reporting: Reporting,
+    /// When the repair sweep (`handle_timer`'s NAKs) is next due: the earliest `nak_delay` or
+    /// `sweep_interval` asked for since it last ran. An early report's timer fires before it and
+    /// must not NAK a gap whose delay is not over (it may be a reordering) nor re-NAK the first
+    /// hole every `report_every` casts.
+    sweep_at: Option<Instant>,
+}
+
+/// Records that the repair sweep is due at `at`, and asks for the timer that runs it.
+fn sweep_due(sweep_at: &mut Option<Instant>, at: Instant, out: &mut Outbox<'_>) {
+    *sweep_at = Some(sweep_at.map_or(at, |current| current.min(at)));
+    out.alarm(at);
 }
 
 /// When `mnak` reports its counts before the stability sweep asks ([`Config::report_every`]).
@@ -166,6 +178,7 @@ impl Mnak {
             cut_pending: false,
             freeze_failed: view.stack.layers().contains(&super::LayerKind::Sync),
             reporting: Reporting { every: config.report_every, unreported: 0, due: false },
+            sweep_at: None,
         }
     }
 
@@ -223,7 +236,7 @@ impl Mnak {
         } else {
             out.dn(Dn::Send { dest: origin, msg });
         }
-        out.alarm(out.now() + self.config.sweep_interval);
+        sweep_due(&mut self.sweep_at, out.now() + self.config.sweep_interval, out);
     }
 
     /// Answers a NAK from `to` with what this member holds of `origin`'s `lo..=hi`.
@@ -302,8 +315,12 @@ impl Mnak {
         o.ooo.insert(seqno, msg);
         o.max_known = o.max_known.max(seqno + 1);
         // NAKed now, or by the timer if the gap is still open then (`handle_timer`).
+        let delayed = o.asked.new_gap(o.received, seqno).is_some() && !self.config.nak_delay.is_zero();
         if let Some((lo, hi)) = o.asked.hold(o.received, seqno, self.config.nak_delay, out) {
             self.nak(origin, lo, hi, out);
+        }
+        if delayed {
+            sweep_due(&mut self.sweep_at, out.now() + self.config.nak_delay, out);
         }
     }
 
@@ -326,13 +343,20 @@ impl Mnak {
                 o.asked.naked_upto = o.received;
             }
         }
+        // What the gossip reveals is NAKed like a gap an arrival reveals: once it has lasted
+        // `nak_delay`, since with early reports (`report_every`) the gossip often names casts
+        // still on their way.
         for origin in 0..self.origins.len() as Rank {
             let o = &self.origins[usize::from(origin)];
             if let Some((lo, hi)) = o.gap() {
                 if hi >= o.asked.naked_upto {
                     let lo = lo.max(o.asked.naked_upto);
                     self.origins[usize::from(origin)].asked.naked_upto = hi + 1;
-                    self.nak(origin, lo, hi, out);
+                    if self.config.nak_delay.is_zero() {
+                        self.nak(origin, lo, hi, out);
+                    } else {
+                        sweep_due(&mut self.sweep_at, out.now() + self.config.nak_delay, out);
+                    }
                 }
             }
         }
@@ -349,11 +373,15 @@ impl Mnak {
         let o = &mut self.origins[usize::from(origin)];
         o.ooo.insert(seqno, msg.clone());
         o.max_known = o.max_known.max(seqno + 1);
+        let delayed = o.asked.new_gap(o.received, seqno).is_some() && !self.config.nak_delay.is_zero();
         if let Some((_, hi)) = o.asked.hold(o.received, seqno, self.config.nak_delay, out) {
             // The rest of what `nak` does.
             o.asked.asked(hi);
             out.count(Counter::NakSent);
-            out.alarm(out.now() + self.config.sweep_interval);
+            sweep_due(&mut self.sweep_at, out.now() + self.config.sweep_interval, out);
+        }
+        if delayed {
+            sweep_due(&mut self.sweep_at, out.now() + self.config.nak_delay, out);
         }
     }
 
@@ -457,6 +485,16 @@ impl Layer for Mnak {
             self.reporting.reported();
             let counts: Arc<[u64]> = self.origins.iter().map(|o| o.received).collect();
             out.up(Up::NumCasts(counts));
+        }
+        // A timer that fired before the sweep is due (an early report's) leaves the sweep for
+        // its own time: the stack forgot that alarm when this one fired.
+        match self.sweep_at {
+            Some(at) if at > out.now() => {
+                out.alarm(at);
+                return;
+            }
+            Some(_) => self.sweep_at = None,
+            None => return,
         }
         // The sweep asks again for the first hole (a NAK or its answer may have been lost); the
         // holes after it are asked for once, when their `nak_delay` is over, as they would have
@@ -572,7 +610,6 @@ impl Layer for Mnak {
 mod tests {
     use super::*;
     use crate::layer::harness::{Harness, Out};
-    use crate::time::Instant;
 
     fn data(seqno: Seqno) -> Msg {
         Msg::new(vec![seqno as u8].into()).with(Header::Data { seqno })
@@ -666,12 +703,42 @@ mod tests {
         assert_eq!(h.layer.buffered(), 1);
         let out = h.dn(Dn::Stable(Arc::new(Stability { stable: vec![1, 0], max: vec![3, 0] })));
         assert_eq!(h.layer.buffered(), 0);
-        match &out[..] {
+        // The revealed tail may still be on its way: NAKed once it has lasted `nak_delay`.
+        assert!(out.is_empty(), "{out:?}");
+        let due = h.alarm.expect("the tail's NAK alarm");
+        assert_eq!(due, Instant::ZERO + Config::default().nak_delay);
+        match &h.timer(due)[..] {
             [Out::Dn(Dn::Send { dest: 0, msg })] => {
                 assert_eq!(msg.clone().pop_as::<Header>(), Some(Header::Nak { origin: 0, lo: 1, hi: 2 }));
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// An early report's timer (`report_every`) fires before a gap's `nak_delay` is over: it
+    /// reports, NAKs nothing, and the sweep still runs at its own time (and only then).
+    #[test]
+    fn an_early_report_neither_naks_early_nor_loses_the_sweep() {
+        let view = crate::testing::view(2);
+        let config = Config { report_every: 2, ..Config::default() };
+        let mut h = Harness::new(Mnak::new(&config, &view, 1), 1);
+        // Cast 1 of origin 0 arrives before cast 0: a gap, NAKed after `nak_delay` if still open.
+        h.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Unreliable });
+        let due = Instant::ZERO + config.nak_delay;
+        assert_eq!(h.alarm, Some(due));
+        // Two own casts: a report is due at once.
+        h.dn(Dn::Cast { msg: Msg::new(b"a".as_slice().into()), qos: Qos::Reliable });
+        h.dn(Dn::Cast { msg: Msg::new(b"b".as_slice().into()), qos: Qos::Reliable });
+        assert_eq!(h.alarm, Some(Instant::ZERO));
+        let out = h.timer(Instant::ZERO);
+        assert!(matches!(&out[..], [Out::Up(Up::NumCasts(_))]), "a report and no NAK: {out:?}");
+        assert_eq!(h.alarm, Some(due), "the sweep's alarm is asked for again");
+        let out = h.timer(due);
+        assert!(
+            matches!(&out[..], [Out::Dn(Dn::Send { dest: 0, msg })]
+                if msg.clone().pop_as::<Header>() == Some(Header::Nak { origin: 0, lo: 0, hi: 0 })),
+            "{out:?}"
+        );
     }
 
     /// Simulator seed 1235 (7 nodes, `total`): a member delivered a failed origin's casts up to the
