@@ -11,12 +11,12 @@
 //! gap buffers what is ahead (at most `recv_window_max`) and NAKs the origin once; if the origin
 //! has failed the NAK is cast to the view and whoever holds the messages answers. The fast path is
 //! Fig 5.2: a cast with the next expected seqno is stored and passed up; on the bypass, a cast
-//! ahead of a gap from a live origin is also held there, with its NAK as the trace's reply. A periodic sweep, armed
-//! only while a gap is open, re-NAKs. Every `report_every` casts it buffers, it reports its counts
-//! to `stable` unasked, so stability keeps up with a fast stream. Stability gossip also carries the most any member holds, so
-//! a lost *last* cast (which no later cast reveals) is NAKed too. Casts of a failed origin that
-//! no live member can supply (beyond a gap every survivor shares) are forgotten once stability
-//! settles, so the group goes quiet.
+//! ahead of a gap from a live origin is also held there, with its NAK as the trace's reply. A
+//! periodic sweep, armed only while a gap is open, re-NAKs. Every `report_every` casts it buffers,
+//! it reports its counts to `stable` unasked, so stability keeps up with a fast stream. Stability
+//! gossip also carries the most any member holds, so a lost *last* cast (which no later cast
+//! reveals) is NAKed too. Casts of a failed origin that no live member can supply (beyond a gap
+//! every survivor shares) are forgotten once stability settles, so the group goes quiet.
 
 use crate::event::{Counter, Dn, DropReason, Msg, Qos, Stability, Up};
 use crate::fast::{self, DnStep, Down, UpStep};
@@ -48,9 +48,9 @@ pub struct Config {
     /// after which `mnak` reports its receive counts to `stable` at once (`NumCasts`), instead of
     /// waiting for the next stability sweep. Stability, and with it the release of the buffers,
     /// then keeps up with a fast stream: each member's buffers hold about this many casts (all
-    /// origins together, while every member is live and keeping up), not a sweep period's worth (100 ms of a million casts a second is a hundred thousand). JGroups'
-    /// `STABLE` has the same trigger by bytes (`max_bytes`). Default 1,024; 0 reports at the sweep
-    /// only.
+    /// origins together, while every member is live and keeping up), not a sweep period's worth
+    /// (100 ms of a million casts a second is a hundred thousand). JGroups' `STABLE` has the same
+    /// trigger by bytes (`max_bytes`). Default 1,024; 0 reports at the sweep only.
     pub report_every: u64,
 }
 
