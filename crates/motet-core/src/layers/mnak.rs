@@ -139,9 +139,8 @@ fn sweep_due(sweep_at: &mut Option<Instant>, at: Instant, out: &mut Outbox<'_>) 
 }
 
 /// When `mnak` reports its counts before the stability sweep asks ([`Config::report_every`]).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Reporting {
-    every: u64,
     /// Casts that entered the buffers since the last report.
     unreported: u64,
     /// A report is due at the timer this layer asked for at once.
@@ -151,9 +150,9 @@ struct Reporting {
 impl Reporting {
     /// A cast entered the buffers: once `every` did, a report is due, from a timer at once (the
     /// fast path's actions, which count here too, emit no events).
-    fn entered(&mut self, out: &mut Outbox<'_>) {
+    fn entered(&mut self, every: u64, out: &mut Outbox<'_>) {
         self.unreported += 1;
-        if self.unreported == self.every && !self.due {
+        if self.unreported == every && !self.due {
             self.due = true;
             out.alarm(out.now());
         }
@@ -177,7 +176,7 @@ impl Mnak {
             cut: None,
             cut_pending: false,
             freeze_failed: view.stack.layers().contains(&super::LayerKind::Sync),
-            reporting: Reporting { every: config.report_every, unreported: 0, due: false },
+            reporting: Reporting::default(),
             sweep_at: None,
         }
     }
@@ -280,7 +279,7 @@ impl Mnak {
             let Some(next) = o.ooo.remove(&o.received) else { break };
             o.buf.push_back(next.clone());
             o.received += 1;
-            self.reporting.entered(out);
+            self.reporting.entered(self.config.report_every, out);
             out.up(Up::Cast { origin, msg: next, qos: Qos::Reliable });
         }
     }
@@ -302,7 +301,7 @@ impl Mnak {
             // Fig 5.2 fast path: store for retransmission and pass up.
             o.buf.push_back(msg.clone());
             o.received += 1;
-            self.reporting.entered(out);
+            self.reporting.entered(self.config.report_every, out);
             out.up(Up::Cast { origin, msg, qos: Qos::Reliable });
             self.drain(origin, limit, out);
             self.check_cut(out);
@@ -439,7 +438,7 @@ impl Layer for Mnak {
                 let seqno = o.received;
                 o.buf.push_back(msg.clone());
                 o.received += 1;
-                self.reporting.entered(out);
+                self.reporting.entered(self.config.report_every, out);
                 out.dn(Dn::Cast { msg: msg.with(Header::Data { seqno }), qos: Qos::Reliable });
             }
             Dn::Cast { msg, qos: Qos::Unreliable } => {
@@ -530,7 +529,7 @@ impl Layer for Mnak {
         // The sequence number, which the next cast's condition reads, moves at once.
         if down.dest.is_none() && down.qos != Qos::Unreliable {
             self.origins[usize::from(self.rank)].received += 1;
-            self.reporting.entered(out);
+            self.reporting.entered(self.config.report_every, out);
         }
     }
 
@@ -562,7 +561,7 @@ impl Layer for Mnak {
         let o = &mut self.origins[usize::from(up.origin)];
         if *seqno == o.received {
             o.received += 1;
-            self.reporting.entered(out);
+            self.reporting.entered(self.config.report_every, out);
             return;
         }
         self.fast_up_apply_ahead(up.origin, *seqno, msg, out);
@@ -574,7 +573,7 @@ impl Layer for Mnak {
         let o = &mut self.origins[usize::from(origin)];
         let next = (o.received < limit).then(|| o.ooo.remove(&o.received)).flatten()?;
         o.received += 1;
-        self.reporting.entered(out);
+        self.reporting.entered(self.config.report_every, out);
         Some((origin, next))
     }
 

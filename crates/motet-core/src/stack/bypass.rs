@@ -139,6 +139,21 @@ fn bottom_up(mut mask: u32) -> impl Iterator<Item = usize> {
     })
 }
 
+/// Cuts a message going up to the headers below layer `at`'s, and gives that layer's header when
+/// it has to be built: `None` when the compact form predicts it, to be borrowed from the template
+/// with [`HeaderStack::predicted`] (a compact message's constant headers are never copied; only
+/// the sequence number's header is built).
+#[inline]
+fn pop_unpredicted(hdrs: &mut HeaderStack, at: usize) -> Option<Header> {
+    if hdrs.predicted(at).is_some() {
+        hdrs.truncate(at);
+        None
+    } else {
+        hdrs.truncate(at + 1);
+        Some(hdrs.pop().expect("one header per layer, checked"))
+    }
+}
+
 /// The bits of the layers below `index`.
 fn below(index: usize) -> u32 {
     u32::MAX.checked_shl(index as u32 + 1).unwrap_or(0)
@@ -714,17 +729,8 @@ impl Stack {
                 self.apply(i, now, |layer, out| whole = Some(layer.fast_join(&up, part, out)));
                 return Some((i, whole.expect("the joining layer gives the message back")));
             }
-            // A compact message's constant headers are its template's: borrowed from it, not
-            // popped as copies (only the sequence number's header is built).
-            let popped;
-            let header = if msg.hdrs.predicted(at).is_some() {
-                msg.hdrs.truncate(at);
-                msg.hdrs.predicted(at).expect("compact")
-            } else {
-                msg.hdrs.truncate(at + 1);
-                popped = msg.hdrs.pop().expect("one header per layer, checked");
-                &popped
-            };
+            let popped = pop_unpredicted(&mut msg.hdrs, at);
+            let header = popped.as_ref().unwrap_or_else(|| msg.hdrs.predicted(at).expect("compact"));
             let up = Up { origin, cast, qos: asked.qos, header };
             self.apply(i, now, |layer, out| layer.fast_up_apply(&up, &msg, out));
             if asked.keep {
@@ -764,15 +770,8 @@ impl Stack {
         for asked in steps {
             let (i, at) = (usize::from(asked.layer), usize::from(asked.layer) - first);
             debug_assert!(!asked.keep && !asked.join, "only branches that keep nothing run in place");
-            let popped;
-            let header = if msg.hdrs.predicted(at).is_some() {
-                msg.hdrs.truncate(at);
-                msg.hdrs.predicted(at).expect("compact")
-            } else {
-                msg.hdrs.truncate(at + 1);
-                popped = msg.hdrs.pop().expect("one header per layer, checked");
-                &popped
-            };
+            let popped = pop_unpredicted(&mut msg.hdrs, at);
+            let header = popped.as_ref().unwrap_or_else(|| msg.hdrs.predicted(at).expect("compact"));
             let up = Up { origin, cast: true, qos: asked.qos, header };
             self.apply(i, now, |layer, out| layer.fast_up_apply(&up, msg, out));
         }
