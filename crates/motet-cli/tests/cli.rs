@@ -86,6 +86,16 @@ fn bad_arguments_are_refused_with_a_reason() {
 }
 
 #[test]
+fn a_misspelt_protocol_parameter_in_a_config_file_is_refused_by_name() {
+    let path = std::env::temp_dir().join(format!("motet-params-{}.toml", std::process::id()));
+    std::fs::write(&path, "[group]\nname = \"g\"\n[group.params.suspect]\ntimeout = 3\n").unwrap();
+    let (code, _, stderr) = motet(&["member", "--config", path.to_str().unwrap()]);
+    std::fs::remove_file(&path).ok();
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("timeout") && stderr.contains("timeout_ms"), "{stderr}");
+}
+
+#[test]
 fn demo_tells_a_story_and_passes() {
     // Real processes over UDP on loopback.
     let (code, stdout, _) = motet(&["demo"]);

@@ -32,6 +32,15 @@ impl Duration {
     }
 }
 
+/// Reads a [`Duration`] given in whole milliseconds (configuration files: `nak_delay_ms = 2`).
+pub(crate) fn millis<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let ms = <u64 as serde::Deserialize>::deserialize(deserializer)?;
+    if ms > u64::MAX / 1_000_000 {
+        return Err(serde::de::Error::custom(format!("{ms} ms is longer than Motet's clock can count")));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
 impl Instant {
     /// The origin.
     pub const ZERO: Instant = Instant(0);

@@ -10,6 +10,12 @@
 //! name = "inventory"
 //! stack = "vsync"
 //! peers = ["10.0.0.6:7001", "inventory-1.inventory.svc:7001"]
+//!
+//! # Protocol parameters, per layer (optional; every member of a group must use the same).
+//! [group.params.suspect]
+//! timeout_ms = 3000             # suspect a member silent for 3 s (default 1 s)
+//! [group.params.mflow]
+//! window = 512
 //! ```
 
 use crate::Error;
@@ -164,7 +170,9 @@ pub struct GroupConfig {
     pub name: String,
     /// The stack specification.
     pub stack: String,
-    /// Protocol parameters (the same at every member).
+    /// Protocol parameters, per layer. Every member of a group must use the same: they are not
+    /// negotiated (a member's stacks use its own for every view it is in), and members that
+    /// disagree on windows, sizes or timeouts disagree on when to block, fragment or suspect.
     pub params: StackConfig,
     /// Seed addresses of other members.
     pub peers: Vec<String>,
@@ -253,6 +261,8 @@ struct GroupToml {
     resolve_interval_ms: Option<u64>,
     #[serde(default)]
     client: bool,
+    #[serde(default)]
+    params: StackConfig,
 }
 
 fn vsync() -> String {
@@ -267,7 +277,8 @@ impl FileConfig {
         let mut group = GroupConfig::new(&file.group.name)
             .stack(&file.group.stack)
             .peers(file.group.peers)
-            .client(file.group.client);
+            .client(file.group.client)
+            .params(file.group.params);
         if let Some(ms) = file.group.resolve_interval_ms {
             group.resolve_interval = Duration::from_millis(ms);
         }
@@ -292,6 +303,33 @@ mod tests {
         assert!(err.to_string().contains("stak"), "{err}");
         let err = FileConfig::from_toml("[group]\nname = \"g\"\nstack = \"nosuch\"\n").unwrap_err();
         assert!(err.to_string().contains("nosuch"), "{err}");
+    }
+
+    #[test]
+    fn toml_sets_protocol_parameters_per_layer_and_keeps_the_defaults_of_the_rest() {
+        let text =
+            "[group]\nname = \"g\"\n[group.params.suspect]\ntimeout_ms = 3000\n[group.params.mflow]\nwindow = 512\n";
+        let params = FileConfig::from_toml(text).unwrap().group.params;
+        assert_eq!(params.suspect.timeout, motet_core::Duration::from_millis(3000));
+        assert_eq!(params.mflow.window, 512);
+        let defaults = StackConfig::default();
+        assert_eq!(params.suspect.sweep_interval, defaults.suspect.sweep_interval);
+        assert_eq!(params.mflow.pending_max, defaults.mflow.pending_max);
+        assert_eq!(params.mnak, defaults.mnak);
+        let none = FileConfig::from_toml("[group]\nname = \"g\"\n").unwrap().group.params;
+        assert_eq!(none, defaults);
+    }
+
+    #[test]
+    fn a_misspelt_layer_or_parameter_and_an_invalid_value_are_errors_that_name_them() {
+        let err =
+            |text: &str| FileConfig::from_toml(&format!("[group]\nname = \"g\"\n{text}")).unwrap_err().to_string();
+        assert!(err("[group.params.mnack]\nnak_delay_ms = 5\n").contains("mnack"));
+        // A duration without its unit suffix is unknown: the unit is part of the name.
+        assert!(err("[group.params.mnak]\nnak_delay = 5\n").contains("nak_delay"));
+        assert!(err("[group.params.mnak]\nnak_delay_ms = -1\n").contains("nak_delay_ms"));
+        assert!(err("[group.params.mnak]\nnak_delay_ms = 18446744073710\n").contains("longer than Motet's clock"));
+        assert!(err("[group.params.mflow]\nwindow = 1\n").contains("mflow.window must be at least 2"));
     }
 
     #[test]

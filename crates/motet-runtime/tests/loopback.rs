@@ -141,6 +141,29 @@ fn errors_say_what_to_do() {
     assert!(err.to_string().contains("advertise"), "{err}");
 }
 
+/// Protocol parameters from a configuration file reach the member: a smaller largest message is
+/// enforced, and a message larger than the smaller fragments is delivered whole.
+#[test]
+fn protocol_parameters_from_a_file_reach_the_stack() {
+    let file = motet_runtime::FileConfig::from_toml(
+        "[group]\nname = \"g\"\n[group.params.appl]\nmessage_size_max = 100\n[group.params.frag]\nfrag_size = 50\n",
+    )
+    .unwrap();
+    let runtime = Runtime::start(file.runtime).unwrap();
+    let member = runtime.join(file.group).unwrap();
+    let err = member.cast(vec![0u8; 101]).unwrap_err();
+    assert!(err.to_string().contains("101") && err.to_string().contains("100"), "{err}");
+    member.cast(vec![0u8; 100]).unwrap();
+    // Delivered to itself (the loop-back) in two fragments of 50 bytes, made whole again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match member.recv_timeout(Duration::from_millis(100)).unwrap() {
+            Some(Event::Cast { data, .. }) => break assert_eq!(data.len(), 100),
+            _ => assert!(Instant::now() < deadline, "no delivery of its own cast"),
+        }
+    }
+}
+
 #[cfg(feature = "tokio")]
 #[tokio::test(flavor = "current_thread")]
 async fn async_members_merge_and_stream_events() {

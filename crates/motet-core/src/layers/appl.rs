@@ -19,7 +19,8 @@ use motet_wire::hdr::appl::Header;
 use std::sync::Arc;
 
 /// `appl` parameters.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Largest application message accepted, in bytes. Default 1 MiB. Larger messages fail with
     /// [`ApiError::TooLarge`]; send large state in chunks.

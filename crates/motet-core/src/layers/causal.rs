@@ -31,7 +31,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// `causal` has no parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {}
 
 /// Static description.

@@ -30,9 +30,11 @@ use motet_wire::Header as AnyHeader;
 use std::sync::Arc;
 
 /// `heal` parameters.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// How often a coordinator announces its partition. Default 500 ms.
+    #[serde(rename = "gossip_interval_ms", deserialize_with = "crate::time::millis")]
     pub gossip_interval: Duration,
 }
 

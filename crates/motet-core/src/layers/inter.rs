@@ -23,7 +23,8 @@ use motet_wire::hdr::intra::FullView;
 use std::sync::Arc;
 
 /// `inter` has no parameters (the merge protocol's timeouts are `merge`'s).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {}
 
 /// Static description.

@@ -13,7 +13,8 @@ use crate::Rank;
 use motet_wire::hdr::local::Header;
 
 /// `local` has no parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {}
 
 /// Static description.

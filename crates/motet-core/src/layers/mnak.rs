@@ -30,9 +30,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 /// `mnak` parameters.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Period of the re-NAK sweep while a gap is open. Default 50 ms.
+    #[serde(rename = "sweep_interval_ms", deserialize_with = "crate::time::millis")]
     pub sweep_interval: Duration,
     /// Casts buffered ahead of a gap, per origin; further-ahead ones are dropped. Default 4096.
     pub recv_window_max: u64,
@@ -43,6 +45,7 @@ pub struct Config {
     /// later; NAKing at once would have the origin retransmit what is already on its way. Zero
     /// NAKs at once, as Ensemble's `mnak` does (thesis Fig 5.4). PGM and Aeron hold NAKs back the
     /// same way; the cost is that much more recovery latency after a real loss.
+    #[serde(rename = "nak_delay_ms", deserialize_with = "crate::time::millis")]
     pub nak_delay: Duration,
     /// Casts that enter the retransmission buffers (its own and every origin's, counted together)
     /// after which `mnak` reports its receive counts to `stable` at once (`NumCasts`), instead of

@@ -66,7 +66,12 @@ macro_rules! registry {
         }
 
         /// Every layer's configuration: the protocol parameters of a view (`ViewState::params`).
-        #[derive(Clone, Debug, Default, PartialEq)]
+        ///
+        /// In a configuration file each layer is a table of its parameters (durations in whole
+        /// milliseconds, as `*_ms`); a layer or parameter left out keeps its default, and an
+        /// unknown one is an error (`[group.params.mnak]`, `nak_delay_ms = 5`).
+        #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+        #[serde(default, deny_unknown_fields)]
         pub struct StackConfig {
             $(#[doc = concat!("Parameters of `", stringify!($module), "`.")] pub $module: $module::Config,)*
         }

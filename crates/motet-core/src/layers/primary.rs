@@ -31,7 +31,8 @@ use motet_wire::hdr::primary::Header;
 use std::sync::Arc;
 
 /// `primary` has no parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {}
 
 /// Static description.

@@ -23,9 +23,11 @@ use motet_wire::Seqno;
 use std::collections::{BTreeMap, VecDeque};
 
 /// `pt2pt` parameters.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Period of the ack/retransmit/re-NAK sweep, and the retransmission timeout. Default 50 ms.
+    #[serde(rename = "sweep_interval_ms", deserialize_with = "crate::time::millis")]
     pub sweep_interval: Duration,
     /// Messages received before an ack is sent at once instead of at the next sweep. Default 16.
     pub ack_batch: u64,
@@ -35,6 +37,7 @@ pub struct Config {
     pub retransmit_max: usize,
     /// How long a gap must stay open before it is NAKed. Default 2 ms; zero NAKs at once. As
     /// `mnak`'s: a reordering network closes most gaps by itself a moment later.
+    #[serde(rename = "nak_delay_ms", deserialize_with = "crate::time::millis")]
     pub nak_delay: Duration,
 }
 

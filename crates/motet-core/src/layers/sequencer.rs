@@ -36,10 +36,12 @@ use motet_wire::hdr::sequencer::Header;
 use std::collections::VecDeque;
 
 /// `sequencer` parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// How long the sequencer collects casts before announcing their order. Default 0: at the end
     /// of the current turn of the driver, which batches what one receive batch brought.
+    #[serde(rename = "order_delay_ms", deserialize_with = "crate::time::millis")]
     pub order_delay: Duration,
 }
 

@@ -18,11 +18,14 @@ use crate::Rank;
 use motet_wire::hdr::suspect::Header;
 
 /// `suspect` parameters.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Heartbeat period. Default 100 ms.
+    #[serde(rename = "sweep_interval_ms", deserialize_with = "crate::time::millis")]
     pub sweep_interval: Duration,
     /// Silence after which a member is suspected. Default 1 s.
+    #[serde(rename = "timeout_ms", deserialize_with = "crate::time::millis")]
     pub timeout: Duration,
 }
 

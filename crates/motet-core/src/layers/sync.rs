@@ -37,7 +37,8 @@ use motet_wire::Header as AnyHeader;
 use std::sync::Arc;
 
 /// `sync` has no parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {}
 
 /// Static description.

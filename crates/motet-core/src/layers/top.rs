@@ -15,9 +15,11 @@ use crate::view::ViewState;
 use crate::Rank;
 
 /// `top` parameters.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// How long an old stack keeps running after its successor view is agreed. Default 2 s.
+    #[serde(rename = "linger_ms", deserialize_with = "crate::time::millis")]
     pub linger: Duration,
 }
 

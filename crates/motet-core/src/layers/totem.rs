@@ -32,7 +32,8 @@ use motet_wire::hdr::totem::Header;
 use std::collections::{BTreeMap, VecDeque};
 
 /// `totem` parameters.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Application casts held while waiting for the token before casts are flow-blocked
     /// (`FlowBlock`, released when the token comes). Default 1024.
