@@ -43,7 +43,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `appl` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Appl {
     view: Arc<ViewState>,
     rank: Rank,

@@ -27,7 +27,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `bottom` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Bottom {
     failed: RankSet,
     enabled: bool,

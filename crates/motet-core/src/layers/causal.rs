@@ -45,7 +45,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `causal` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Causal {
     rank: Rank,
     /// Casts delivered, per origin rank.

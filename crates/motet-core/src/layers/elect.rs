@@ -27,7 +27,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `elect` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Elect {
     n: usize,
     rank: Rank,

@@ -11,7 +11,7 @@ use crate::event::Msg;
 use std::collections::VecDeque;
 
 /// The sending side of one flow-controlled channel.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub(crate) struct Window {
     /// Messages passed down so far.
     pub(crate) sent: u64,
@@ -83,7 +83,7 @@ impl Window {
 }
 
 /// The receiving side: counts consumed messages and says when to report.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub(crate) struct Consumer {
     pub(crate) consumed: u64,
     reported: u64,

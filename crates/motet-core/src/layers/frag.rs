@@ -49,7 +49,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// A message being reassembled.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 struct Partial {
     hdrs: HeaderStack,
     payload: Payload,
@@ -58,7 +58,7 @@ struct Partial {
 }
 
 /// `frag` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Frag {
     frag_size: usize,
     count_max: u32,

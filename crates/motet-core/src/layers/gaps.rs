@@ -11,7 +11,7 @@ pub(super) const HOLES_MAX: usize = 32;
 
 /// What a receiver has asked one sender for. Both paths of a layer (its handler and its fast-path
 /// declaration) keep it through these methods, so they cannot drift apart.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub(super) struct Asked {
     /// Everything below this was received, or NAKed, or is due to be NAKed when its gap has lasted
     /// `nak_delay`.

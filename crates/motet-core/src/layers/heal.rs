@@ -54,7 +54,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `heal` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Heal {
     config: Config,
     view: Arc<ViewState>,

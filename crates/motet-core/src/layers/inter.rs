@@ -37,7 +37,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// What this coordinator is doing about a merge.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 enum Phase {
     Idle,
     /// We asked to merge into `contact`'s partition; `round` once our own flush is done and the
@@ -55,7 +55,7 @@ enum Phase {
 }
 
 /// `inter` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Inter {
     view: Arc<ViewState>,
     rank: Rank,

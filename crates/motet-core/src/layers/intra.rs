@@ -52,7 +52,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// A flush round this member coordinates.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 struct Round {
     round: u64,
     failed: RankSet,
@@ -67,7 +67,7 @@ struct Round {
 }
 
 /// `intra` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Intra {
     commit_timeout: crate::time::Duration,
     view: Arc<ViewState>,

@@ -30,7 +30,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `leave` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Leave {
     rank: Rank,
     asked: bool,

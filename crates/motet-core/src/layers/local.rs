@@ -27,7 +27,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `local` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Local {
     rank: Rank,
 }

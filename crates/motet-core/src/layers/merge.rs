@@ -51,7 +51,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// The request we are waiting on.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 struct Pending {
     contact: Address,
     /// Our view id, which names the request: (ltime, coordinator).
@@ -61,7 +61,7 @@ struct Pending {
 }
 
 /// `merge` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Merge {
     config: Config,
     pending: Option<Pending>,

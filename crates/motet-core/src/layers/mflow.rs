@@ -40,7 +40,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `mflow` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Mflow {
     config: Config,
     rank: Rank,

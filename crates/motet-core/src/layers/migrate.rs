@@ -38,7 +38,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `migrate` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Migrate {
     members: usize,
 }

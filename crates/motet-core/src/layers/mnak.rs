@@ -79,7 +79,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// What this member knows of one origin's casts.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 struct Origin {
     /// Seqno of `buf[0]`: casts below it are stable and freed.
     buf_lo: Seqno,
@@ -113,7 +113,7 @@ impl Origin {
 }
 
 /// `mnak` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Mnak {
     config: Config,
     rank: Rank,
@@ -142,7 +142,7 @@ fn sweep_due(sweep_at: &mut Option<Instant>, at: Instant, out: &mut Outbox<'_>) 
 }
 
 /// When `mnak` reports its counts before the stability sweep asks ([`Config::report_every`]).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 struct Reporting {
     /// Casts that entered the buffers since the last report.
     unreported: u64,

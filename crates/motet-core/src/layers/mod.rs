@@ -77,7 +77,7 @@ macro_rules! registry {
         }
 
         /// One instantiated layer (static dispatch over the closed registry).
-        #[derive(Debug)]
+        #[derive(Debug, PartialEq)]
         pub(crate) enum AnyLayer { $($kind($module::$ty),)* }
 
         impl AnyLayer {

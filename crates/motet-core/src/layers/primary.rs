@@ -45,7 +45,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `primary` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Primary {
     view: Arc<ViewState>,
 }

@@ -63,7 +63,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// Per-peer state.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 struct Peer {
     /// Sequence number of `unacked[0]`: everything below was acknowledged.
     acked: Seqno,
@@ -96,7 +96,7 @@ impl Peer {
 }
 
 /// `pt2pt` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Pt2pt {
     config: Config,
     rank: Rank,

@@ -40,7 +40,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `pt2ptw` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Pt2ptw {
     config: Config,
     failed: RankSet,

@@ -49,7 +49,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `safe` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Safe {
     config: Config,
     /// Per origin: application casts received.

@@ -56,7 +56,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `sequencer` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Sequencer {
     config: Config,
     rank: Rank,

@@ -28,7 +28,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `slander` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Slander {
     rank: Rank,
     n: usize,

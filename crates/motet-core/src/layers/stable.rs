@@ -48,7 +48,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `stable` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Stable {
     config: Config,
     rank: Rank,

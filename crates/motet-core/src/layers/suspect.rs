@@ -45,7 +45,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `suspect` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Suspect {
     config: Config,
     rank: Rank,

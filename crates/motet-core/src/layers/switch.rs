@@ -39,7 +39,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `switch` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Switch {
     rank: Rank,
     requests: u64,

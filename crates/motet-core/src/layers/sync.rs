@@ -51,7 +51,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `sync` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Sync {
     rank: Rank,
     n: usize,

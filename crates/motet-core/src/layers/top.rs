@@ -39,7 +39,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `top` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Top {
     linger: Duration,
     /// The successor view was passed out; the stack is lingering.

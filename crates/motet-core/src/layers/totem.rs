@@ -56,7 +56,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `totem` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Totem {
     pending_max: usize,
     /// Flow control below blocks casts; we block them while `pending` is full; what `appl` was

@@ -42,7 +42,7 @@ pub static SPEC: LayerSpec = LayerSpec {
 };
 
 /// `xfer` state.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Xfer {
     rank: Rank,
     n: usize,
