@@ -28,6 +28,7 @@
 
 mod clock;
 mod config;
+mod connected;
 mod error;
 mod event_loop;
 mod io;
