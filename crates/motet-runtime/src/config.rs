@@ -59,7 +59,7 @@ pub struct RuntimeConfig {
     pub segment_offload: bool,
     /// Connected sends: unicast datagrams leave through a socket connected to their destination
     /// (one per destination, at most 256 at a time), so the kernel keeps each route instead of
-    /// looking it up on every send: 0.75 µs less per round trip on one vCPU (docs/runtime.md,
+    /// looking it up on every send: about 0.75 µs less per round trip on one vCPU (docs/runtime.md,
     /// "Connected sends"). Datagrams then come from a port other than `bind`'s; nothing in Motet
     /// reads it, but turn this off where a firewall admits datagrams by their source port.
     /// Default on.

@@ -4,11 +4,10 @@
 //!
 //! Why: the kernel looks up the route of every datagram sent from an unconnected socket, and keeps
 //! it with the socket once it is connected. A loopback ping-pong of 64-byte datagrams on one vCPU
-//! took 11.07 µs per round trip sending from unconnected sockets and 10.31 µs sending through
-//! sockets connected to the peer (receiving on the unconnected one in both cases, as the runtime
-//! does; `/tmp/udpping`-style test, docs/PERFORMANCE.md): 0.75 µs per round trip, a fifth of
-//! what the protocol costs over raw UDP there. Aeron sends through a connected socket per
-//! destination for the same reason.
+//! took 11.13 µs per round trip sending from unconnected sockets and 10.37 µs sending through
+//! sockets connected to the peer, receiving on the unconnected one in both cases as the runtime
+//! does (`examples/udp_pingpong.rs`): about 0.75 µs per round trip, a fifth of what Motet added to
+//! raw UDP there. Aeron sends through a connected socket per destination for the same reason.
 //!
 //! The sockets only send: they bind the shared socket's IP with a port of their own, and nothing
 //! is read from them. Nothing in Motet reads a datagram's source address (a datagram says who sent
