@@ -118,10 +118,52 @@ struct Report {
     /// filing copies for retransmission), which run after the transmit and the delivery, off the
     /// path from a receive to the next send (thesis Table 3.1's "delayed ops").
     bypass_delayed: Option<f64>,
+    /// Where the instructions of a message go, per path (SOSP'99 Table 1's rows); with
+    /// instruction counts only.
+    breakdown: Option<Breakdowns>,
     /// Per layer on the trace, from the layer sweep's ends (fewest to most).
     extra_layer: Option<ExtraLayer>,
     header_bytes: HeaderBytes,
     sweeps: Option<Sweeps>,
+}
+
+/// Instructions per message of each part of a path (2 members, 4 B), counted by callgrind inside
+/// the functions that enter each part (`--toggle-collect`).
+#[derive(Serialize)]
+struct Breakdown {
+    /// The stack, a cast going down (`Stack::handle_action`).
+    down_stack: f64,
+    /// The stack, a message coming up (`Stack::handle_recv`): the cast, and the credit reports
+    /// and stability gossip it causes.
+    up_stack: f64,
+    /// The stack's timers (`Stack::handle_timeout`): stability rounds, early reports.
+    timers: f64,
+    /// Delayed processing run when the driver is idle (`Node::settle`).
+    idle_settle: f64,
+    /// The node around the stack (`Node::handle_action`, `Node::handle_datagram` and
+    /// `Node::handle_timeout` less the stack's parts): decoding, routing by connection id,
+    /// encoding heads, its queues. SOSP'99's "transport" rows.
+    transport: f64,
+    /// The benchmark's driver and network (the rest): carrying datagrams, reading deliveries.
+    harness: f64,
+}
+
+/// The hand-written yardstick's parts: its protocol routines and the driver around them.
+#[derive(Serialize)]
+struct HandBreakdown {
+    /// `Member::cast`, `Member::receive` and `Member::stable`: sequence numbers, buffers, heads,
+    /// credit and stability, encoding and decoding included.
+    protocol: f64,
+    /// The rest: the same network as the stacks' (one contiguous datagram per receiver) and the
+    /// delivery count.
+    harness: f64,
+}
+
+#[derive(Serialize)]
+struct Breakdowns {
+    layered: Breakdown,
+    bypass: Breakdown,
+    hand: HandBreakdown,
 }
 
 #[derive(Serialize)]
@@ -183,6 +225,11 @@ fn stack(args: StackArgs) -> ExitCode {
     let bypass = m.cost(Path::Bypass, &name, 2, 4);
     let bypass_delayed = m.delayed(&name);
     let hand = m.cost(Path::Hand, &name, 2, 4);
+    let breakdown = m.instructions.then(|| Breakdowns {
+        layered: m.breakdown(Path::Layered, &name, layered.figure()),
+        bypass: m.breakdown(Path::Bypass, &name, bypass.figure()),
+        hand: m.hand_breakdown(hand.figure()),
+    });
     let sweeps = (!args.quick).then(|| Sweeps {
         size: SIZES.iter().flat_map(|&size| paths(&m, &name, 2, size)).collect(),
         members: MEMBERS.iter().flat_map(|&members| paths(&m, &name, members, 4)).collect(),
@@ -218,6 +265,7 @@ fn stack(args: StackArgs) -> ExitCode {
         layered_over_bypass: layered.figure() / bypass.figure(),
         bypass_over_hand: bypass.figure() / hand.figure(),
         bypass_delayed,
+        breakdown,
         layered,
         bypass,
         hand,
@@ -291,6 +339,30 @@ impl Measure {
             );
         }
         cost
+    }
+
+    /// Where the `total` instructions per message of `path` go (2 members, 4 B).
+    fn breakdown(&self, path: Path, stack: &str, total: f64) -> Breakdown {
+        let inside = |function: &str| per_msg(path, stack, 2, 4, self.count, Some(function));
+        let (down_stack, up_stack, timers) =
+            (inside("*Stack::handle_action"), inside("*Stack::handle_recv"), inside("*Stack::handle_timeout"));
+        let idle_settle = inside("*Node::settle");
+        let node = inside("*Node::handle_action") + inside("*Node::handle_datagram") + inside("*Node::handle_timeout");
+        Breakdown {
+            down_stack,
+            up_stack,
+            timers,
+            idle_settle,
+            transport: node - down_stack - up_stack - timers,
+            harness: total - node - idle_settle,
+        }
+    }
+
+    /// Where the yardstick's `total` instructions per message go (2 members, 4 B).
+    fn hand_breakdown(&self, total: f64) -> HandBreakdown {
+        let inside = |function: &str| per_msg(Path::Hand, "fifo", 2, 4, self.count, Some(function));
+        let protocol = inside("*Member::cast") + inside("*Member::receive") + inside("*Member::stable");
+        HandBreakdown { protocol, harness: total - protocol }
     }
 
     /// Instructions per message of the bypass's delayed processing, 2 members, 4 B (callgrind
@@ -414,6 +486,16 @@ fn print_report(r: &Report) {
         println!("  bypass: {critical:.0} before the transmit and the delivery, {delayed:.0} delayed after them");
     }
     println!("  layered / bypass {:.2}x, bypass / hand {:.2}x", r.layered_over_bypass, r.bypass_over_hand);
+    if let Some(b) = &r.breakdown {
+        println!("  where they go:  down stack  transport   up stack     timers  idle settle    harness");
+        for (name, p) in [("layered", &b.layered), ("bypass", &b.bypass)] {
+            println!(
+                "    {name:<9} {:>11.0} {:>10.0} {:>10.0} {:>10.0} {:>12.0} {:>10.0}",
+                p.down_stack, p.transport, p.up_stack, p.timers, p.idle_settle, p.harness
+            );
+        }
+        println!("    hand: protocol {:.0}, harness {:.0}", b.hand.protocol, b.hand.harness);
+    }
     if let Some(e) = &r.extra_layer {
         println!("  one more layer on the trace: layered +{:.0}, bypass +{:.0} {unit}", e.layered, e.bypass);
         println!(

@@ -70,6 +70,7 @@ impl Member {
     }
 
     /// A cast from the application: `None` when the window is full.
+    #[inline(never)] // counted by name (`motet bench stack`, the breakdown)
     pub(crate) fn cast(&mut self, payload: Payload) -> Option<Out> {
         let slowest =
             self.credit.iter().enumerate().filter(|&(r, _)| r != usize::from(self.rank)).map(|(_, c)| *c).min();
@@ -87,6 +88,7 @@ impl Member {
     }
 
     /// A datagram from the network: a cast to deliver, or a credit report.
+    #[inline(never)] // counted by name (`motet bench stack`, the breakdown)
     pub(crate) fn receive(&mut self, datagram: Bytes) -> Option<Out> {
         let (head, payload) = datagram::decode_compressed(datagram).ok()?;
         let origin = usize::from(head.origin);
@@ -118,6 +120,7 @@ impl Member {
     }
 
     /// Frees what every member holds: `stable[o]` casts of each origin `o`.
+    #[inline(never)] // counted by name (`motet bench stack`, the breakdown)
     pub(crate) fn stable(&mut self, stable: &[u64]) {
         let own = usize::from(self.rank);
         let freed = stable[own].saturating_sub(self.next - self.sent.len() as u64);
