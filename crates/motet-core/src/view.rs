@@ -198,9 +198,25 @@ impl ViewState {
 }
 
 /// A set of ranks (small bit set; views beyond 64 members spill to a vector of words).
-#[derive(Clone, PartialEq, Eq, Default, Hash)]
+#[derive(Clone, Default)]
 pub struct RankSet {
     words: smallvec::SmallVec<[u64; 1]>,
+}
+
+/// Sets are equal when they have the same members: a set that once held a high rank keeps a
+/// trailing word of zeros, which neither equality nor the hash may see.
+impl PartialEq for RankSet {
+    fn eq(&self, other: &RankSet) -> bool {
+        self.significant() == other.significant()
+    }
+}
+
+impl Eq for RankSet {}
+
+impl std::hash::Hash for RankSet {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.significant().hash(state);
+    }
 }
 
 impl RankSet {
@@ -248,6 +264,11 @@ impl RankSet {
     pub fn is_empty(&self) -> bool {
         self.words.iter().all(|&w| w == 0)
     }
+    /// The words up to the last that has a member.
+    fn significant(&self) -> &[u64] {
+        let len = self.words.iter().rposition(|&w| w != 0).map_or(0, |last| last + 1);
+        &self.words[..len]
+    }
 }
 
 impl FromIterator<Rank> for RankSet {
@@ -263,5 +284,26 @@ impl FromIterator<Rank> for RankSet {
 impl fmt::Debug for RankSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_set().entries(self.iter()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_sets_with_the_same_members_are_equal_and_hash_alike() {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        let mut once_high: RankSet = [3, 100].into_iter().collect();
+        once_high.remove(100);
+        let low: RankSet = [3].into_iter().collect();
+        assert_eq!(once_high, low, "a trailing word of zeros is not a member");
+        let hash = |set: &RankSet| BuildHasherDefault::<DefaultHasher>::default().hash_one(set);
+        assert_eq!(hash(&once_high), hash(&low));
+        assert_ne!(low, [4].into_iter().collect::<RankSet>());
+        assert_eq!(RankSet::new(), [70].into_iter().filter(|_| false).collect::<RankSet>());
+        let mut emptied: RankSet = [70].into_iter().collect();
+        emptied.remove(70);
+        assert_eq!(emptied, RankSet::new());
     }
 }

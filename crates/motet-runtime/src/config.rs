@@ -61,8 +61,8 @@ pub struct RuntimeConfig {
     /// (one per destination, at most 256 at a time), so the kernel keeps each route instead of
     /// looking it up on every send: about 0.75 µs less per round trip on one vCPU (docs/runtime.md,
     /// "Connected sends"). Datagrams then come from a port other than `bind`'s; nothing in Motet
-    /// reads it, but turn this off where a firewall admits datagrams by their source port.
-    /// Default on.
+    /// reads it, but turn this off where a firewall admits datagrams by their source port or only
+    /// as replies to this member's own (stateful rules on the address pair). Default on.
     pub connected_sends: bool,
     /// IP multicast: casts go to this group address as one datagram, and discovery gossip goes
     /// there too (members on one LAN find each other without seeds). Every member of a group must
@@ -338,6 +338,10 @@ mod tests {
         assert!(err("[group.params.mnak]\nnak_delay_ms = -1\n").contains("nak_delay_ms"));
         assert!(err("[group.params.mnak]\nnak_delay_ms = 18446744073710\n").contains("longer than Motet's clock"));
         assert!(err("[group.params.mflow]\nwindow = 1\n").contains("mflow.window must be at least 2"));
+        assert!(err("[group.params.stable]\nsweep_interval_ms = 0\n")
+            .contains("stable.sweep_interval_ms must be at least 1 ms"));
+        assert!(err("[group.params.suspect]\ntimeout_ms = 100\n").contains("longer than suspect.sweep_interval_ms"));
+        assert!(err("[group.params.mnak]\nretransmit_max = 0\n").contains("mnak.retransmit_max must be at least 1"));
     }
 
     #[test]

@@ -12,27 +12,50 @@
 //! The sockets only send: they bind the shared socket's IP with a port of their own, and nothing
 //! is read from them. Nothing in Motet reads a datagram's source address (a datagram says who sent
 //! it), so peers answer at the advertised address as before. Multicast destinations, and
-//! destinations of the other address family, use the shared socket. At most
-//! [`CONNECTED_MAX`] destinations have one at a time (the least recently used is closed for a
-//! new one), so a process's descriptors stay bounded however many peers come and go.
+//! destinations of the other address family, use the shared socket.
+//!
+//! The shared socket stays the fallback, so no datagram is lost that it would have sent:
+//! - a send that fails on a connected socket goes out through the shared one. A connected socket
+//!   reports on its next send the ICMP errors earlier datagrams drew (a member that stopped, a
+//!   smaller path MTU), failing that send; any other error (its source address went away, say)
+//!   closes the socket, and the next datagram makes a new one;
+//! - a connected socket whose buffer is full hands the datagram to the shared one;
+//! - at most [`CONNECTED_MAX`] destinations have a socket at a time. A new destination takes the
+//!   place of the least recently used only if that one has been idle for [`IDLE_EVICT`] sends;
+//!   otherwise it uses the shared socket. A group larger than the table does not thrash (making
+//!   and closing a socket per datagram); its extra destinations send as before;
+//! - a socket that cannot be made (out of descriptors) is tried again after [`RETRY_AFTER`]
+//!   sends to that destination went through the shared one.
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::BTreeMap;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 
 /// Destinations with a connected socket at one time.
 pub(crate) const CONNECTED_MAX: usize = 256;
 
+/// Sends (to any destination) a socket must have gone unused before a new destination takes its
+/// place in a full table.
+pub(crate) const IDLE_EVICT: u64 = 4 * CONNECTED_MAX as u64;
+
+/// Sends to a destination whose socket could not be made before it is tried again.
+pub(crate) const RETRY_AFTER: u64 = 4096;
+
+/// One destination's socket: `None` while making it failed (the shared socket sends), with the
+/// send count at its last use.
+struct Entry {
+    socket: Option<Socket>,
+    used: u64,
+}
+
 /// The connected send sockets of one shared socket.
 pub(crate) struct Connected {
-    /// What they bind: the shared socket's IP, a port of their own.
+    /// What they bind: the shared socket's IP (and IPv6 scope), a port of their own.
     local: SocketAddr,
     /// Their send buffer size.
     buffer: usize,
-    /// Per destination: its socket (`None` when making it failed: the shared socket sends), and
-    /// when it was last used.
-    sockets: BTreeMap<SocketAddr, (Option<Socket>, u64)>,
+    sockets: BTreeMap<SocketAddr, Entry>,
     /// Sends so far: the recency of the entries.
     uses: u64,
     /// [`CONNECTED_MAX`], or less in tests.
@@ -42,32 +65,59 @@ pub(crate) struct Connected {
 impl Connected {
     /// Connected sockets for the shared socket bound to `local`, with send buffers of `buffer`.
     pub(crate) fn new(local: SocketAddr, buffer: usize) -> Connected {
+        let local = match local {
+            SocketAddr::V4(v4) => SocketAddr::V4(SocketAddrV4::new(*v4.ip(), 0)),
+            SocketAddr::V6(v6) => SocketAddr::V6(SocketAddrV6::new(*v6.ip(), 0, 0, v6.scope_id())),
+        };
         Connected { local, buffer, sockets: BTreeMap::new(), uses: 0, limit: CONNECTED_MAX }
     }
 
-    /// The socket connected to `to`, made on first use; `None` when `to` gets none (multicast,
-    /// the other address family, or the socket could not be made: the shared socket sends).
+    /// The socket connected to `to`, made on first use; `None` when the shared socket sends
+    /// instead (multicast, the other address family, a full table, a socket that could not be
+    /// made).
     pub(crate) fn get(&mut self, to: SocketAddr) -> Option<&Socket> {
         if to.ip().is_multicast() || to.is_ipv4() != self.local.is_ipv4() {
             return None;
         }
         self.uses += 1;
-        if !self.sockets.contains_key(&to) {
-            if self.sockets.len() >= self.limit {
-                let oldest = self.sockets.iter().min_by_key(|(_, (_, used))| *used).map(|(&a, _)| a);
-                oldest.map(|a| self.sockets.remove(&a));
+        let uses = self.uses;
+        let stale = match self.sockets.get(&to) {
+            Some(entry) => entry.socket.is_none() && uses - entry.used >= RETRY_AFTER,
+            None => {
+                if self.sockets.len() >= self.limit {
+                    let (&oldest, entry) = self.sockets.iter().min_by_key(|(_, e)| e.used)?;
+                    if uses - entry.used < IDLE_EVICT {
+                        return None;
+                    }
+                    self.sockets.remove(&oldest);
+                }
+                true
             }
+        };
+        if stale {
             let socket = connect(self.local, to, self.buffer)
                 .inspect_err(|e| tracing::debug!(%to, error = %e, "no connected socket; sending from the shared one"))
                 .ok();
-            self.sockets.insert(to, (socket, 0));
+            self.sockets.insert(to, Entry { socket, used: uses });
         }
-        let (socket, used) = self.sockets.get_mut(&to).expect("made above");
-        *used = self.uses;
-        socket.as_ref()
+        let entry = self.sockets.get_mut(&to).expect("made above");
+        if entry.socket.is_some() {
+            entry.used = uses;
+        }
+        entry.socket.as_ref()
     }
 
-    /// Destinations that have a socket (open or failed).
+    /// A send through `to`'s socket failed with `error` (the shared socket sends the datagram).
+    /// An ICMP report leaves the socket as it is (the report is consumed); anything else closes
+    /// it, and the next datagram makes a new one.
+    pub(crate) fn failed(&mut self, to: SocketAddr, error: &io::Error) {
+        if !is_reported_icmp(error) {
+            tracing::debug!(%to, %error, "connected send failed; the socket is made again");
+            self.sockets.remove(&to);
+        }
+    }
+
+    /// Destinations that have an entry (a socket, or one that could not be made).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.sockets.len()
@@ -79,25 +129,34 @@ impl Connected {
     }
 }
 
-/// A non-blocking UDP socket bound to `local`'s IP and connected to `to`.
+/// A non-blocking UDP socket bound to `local` and connected to `to`.
 fn connect(local: SocketAddr, to: SocketAddr, buffer: usize) -> io::Result<Socket> {
     let socket = Socket::new(Domain::for_address(to), Type::DGRAM, Some(Protocol::UDP))?;
     socket.set_nonblocking(true)?;
     // Failing to size the buffers is not fatal. Nothing is read: its receive buffer stays small.
     let _ = socket.set_send_buffer_size(buffer);
     let _ = socket.set_recv_buffer_size(0);
-    socket.bind(&SockAddr::from(SocketAddr::new(local.ip(), 0)))?;
+    socket.bind(&SockAddr::from(local))?;
     socket.connect(&SockAddr::from(to))?;
     Ok(socket)
 }
 
 /// Whether a send on a connected socket failed only to report an ICMP error an earlier datagram
-/// to that destination caused (a member that stopped, a host that was unreachable for a while):
-/// the datagram was not sent, and a second try sends it. Unconnected sockets never report these.
+/// to that destination drew (a member that stopped, a host or network unreachable for a while,
+/// a smaller path MTU, a prohibited destination). Unconnected sockets never report these.
 pub(crate) fn is_reported_icmp(error: &io::Error) -> bool {
     use nix::errno::Errno;
     matches!(
         error.raw_os_error().map(Errno::from_raw),
-        Some(Errno::ECONNREFUSED | Errno::EHOSTUNREACH | Errno::ENETUNREACH)
+        Some(
+            Errno::ECONNREFUSED
+                | Errno::EHOSTUNREACH
+                | Errno::ENETUNREACH
+                | Errno::EHOSTDOWN
+                | Errno::EMSGSIZE
+                | Errno::EPROTO
+                | Errno::ENOPROTOOPT
+                | Errno::EACCES
+        )
     )
 }

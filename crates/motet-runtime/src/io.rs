@@ -11,7 +11,7 @@
 //!
 //! Linux only (`recvmmsg`, `UDP_SEGMENT`, `UDP_GRO`), as the runtime has always been.
 
-use crate::connected::{self, Connected};
+use crate::connected::Connected;
 use bytes::{Bytes, BytesMut};
 use motet_core::Payload;
 use nix::sys::socket::{self as sock, ControlMessage, ControlMessageOwned, MsgFlags, MultiHeaders, SockaddrStorage};
@@ -146,6 +146,11 @@ impl UdpIo {
     pub(crate) fn connect_sends(&mut self, buffer: usize) -> io::Result<()> {
         self.connected = Some(Connected::new(self.local_addr()?, buffer));
         Ok(())
+    }
+
+    /// Sends through the shared socket only (a socket retired by a migration keeps none).
+    pub(crate) fn stop_connected_sends(&mut self) {
+        self.connected = None;
     }
 
     #[cfg(test)]
@@ -293,21 +298,19 @@ impl UdpIo {
         let segment = u16::try_from(segment).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let cmsgs = [ControlMessage::UdpGsoSegments(&segment)];
         let iov = [IoSlice::new(contents)];
-        let mut sent = None;
-        if let Some(socket) = self.connected.as_mut().and_then(|c| c.get(to)) {
-            let send =
-                || sock::sendmsg::<SockaddrStorage>(socket.as_raw_fd(), &iov, &cmsgs, MsgFlags::MSG_DONTWAIT, None);
-            sent = match send() {
-                Err(errno) if connected::is_reported_icmp(&io::Error::from(errno)) => Some(send()),
-                // The shared socket's buffer may have room.
-                Err(nix::errno::Errno::EAGAIN) => None,
-                other => Some(other),
-            };
+        if let Some(connected) = self.connected.as_mut() {
+            let flags = MsgFlags::MSG_DONTWAIT;
+            let sent =
+                connected.get(to).map(|s| sock::sendmsg::<SockaddrStorage>(s.as_raw_fd(), &iov, &cmsgs, flags, None));
+            match sent {
+                Some(Ok(_)) => return Ok(()),
+                // As in `send`: a full buffer or a failure, and the shared socket sends the run.
+                Some(Err(nix::errno::Errno::EAGAIN)) | None => {}
+                Some(Err(errno)) => connected.failed(to, &io::Error::from(errno)),
+            }
         }
-        let sent = sent.unwrap_or_else(|| {
-            let address = SockaddrStorage::from(to);
-            sock::sendmsg(self.socket.as_raw_fd(), &iov, &cmsgs, MsgFlags::MSG_DONTWAIT, Some(&address))
-        });
+        let address = SockaddrStorage::from(to);
+        let sent = sock::sendmsg(self.socket.as_raw_fd(), &iov, &cmsgs, MsgFlags::MSG_DONTWAIT, Some(&address));
         match sent {
             Ok(_) => Ok(()),
             Err(errno @ (nix::errno::Errno::EIO | nix::errno::Errno::EINVAL)) => {
@@ -324,7 +327,7 @@ impl UdpIo {
     /// 64 and 768 bytes, 0.35 µs per round trip), more than the copy costs. A larger one goes
     /// scatter-gather, its payload never copied.
     /// With connected sends, the datagram leaves through the socket connected to `to`, and
-    /// through the shared one if that socket's buffer is full.
+    /// through the shared one if that socket's buffer is full or the send fails.
     pub(crate) fn send(&mut self, to: SocketAddr, head: &[u8], payload: &Payload) -> io::Result<()> {
         let flags = MsgFlags::MSG_DONTWAIT.bits();
         let copied = head.len() + payload.len() <= MEDIUM && !payload.is_empty();
@@ -338,17 +341,18 @@ impl UdpIo {
             slices.push(IoSlice::new(head));
             slices.extend(payload.chunks().iter().map(|chunk| IoSlice::new(chunk)));
         }
-        if let Some(socket) = self.connected.as_mut().and_then(|c| c.get(to)) {
-            let send = || match copied {
+        if let Some(connected) = self.connected.as_mut() {
+            let sent = connected.get(to).map(|socket| match copied {
                 true => socket.send_with_flags(&self.send_buf, flags),
                 false => socket.send_vectored_with_flags(&slices, flags),
-            };
-            match send() {
-                Ok(_) => return Ok(()),
-                Err(e) if connected::is_reported_icmp(&e) => return send().map(|_| ()),
-                // The shared socket's buffer may have room.
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
+            });
+            match sent {
+                Some(Ok(_)) => return Ok(()),
+                // A full buffer: the shared socket's may have room.
+                Some(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // Anything else: the shared socket sends it, as it did before (`connected.rs`).
+                Some(Err(e)) => connected.failed(to, &e),
+                None => {}
             }
         }
         let to = SockAddr::from(to);
@@ -530,31 +534,54 @@ mod tests {
     }
 
     #[test]
-    fn connected_sends_leave_from_a_socket_per_destination_at_most_limit_at_a_time() {
+    fn connected_sends_leave_from_a_socket_per_destination_and_a_full_table_uses_the_shared_one() {
         let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
         let mut a = UdpIo::bind(localhost, 1 << 20).unwrap();
         a.connect_sends(1 << 20).unwrap();
         a.connected().unwrap().set_limit(2);
+        let own = a.local_addr().unwrap();
         let peers: Vec<std::net::UdpSocket> = (0..3).map(|_| std::net::UdpSocket::bind(localhost).unwrap()).collect();
-        for round in 0..2u8 {
-            for (k, peer) in peers.iter().enumerate() {
-                let to = peer.local_addr().unwrap();
-                a.send(to, &[round, k as u8], &Payload::from(vec![7u8; 10])).unwrap();
-                let (data, from) = receive_from(peer);
-                assert_eq!(data[..2], [round, k as u8]);
-                assert_eq!(data.len(), 12, "head and payload, whole");
-                // From a socket of its own, on the shared socket's address but another port.
-                assert_eq!(from.ip(), a.local_addr().unwrap().ip());
-                assert_ne!(from.port(), a.local_addr().unwrap().port());
-                assert!(a.connected().unwrap().len() <= 2, "at most `limit` sockets");
-            }
+        let send = |a: &mut UdpIo, k: usize, tag: u8| {
+            a.send(peers[k].local_addr().unwrap(), &[tag, k as u8], &Payload::from(vec![7u8; 10])).unwrap();
+            let (data, from) = receive_from(&peers[k]);
+            assert_eq!((data[..2].to_vec(), data.len()), (vec![tag, k as u8], 12), "head and payload, whole");
+            assert_eq!(from.ip(), own.ip());
+            from.port()
+        };
+        // Two destinations fill the table: each gets a socket of its own, on another port.
+        let (p0, p1) = (send(&mut a, 0, 1), send(&mut a, 1, 1));
+        assert!(p0 != own.port() && p1 != own.port() && p0 != p1);
+        assert_eq!((send(&mut a, 0, 2), send(&mut a, 1, 2)), (p0, p1), "and keeps it");
+        // A third, while both are in use, sends from the shared socket (no thrashing).
+        assert_eq!(send(&mut a, 2, 3), own.port());
+        assert_eq!(a.connected().unwrap().len(), 2);
+        // Once one has been idle long enough, the third takes its place.
+        for _ in 0..crate::connected::IDLE_EVICT {
+            a.send(peers[0].local_addr().unwrap(), b"busy", &Payload::new()).unwrap();
         }
+        let p2 = send(&mut a, 2, 4);
+        assert!(p2 != own.port() && p2 != p0, "a socket of its own: {p2}");
+        assert_eq!(a.connected().unwrap().len(), 2);
         // A large payload goes scatter-gather, through the connected socket too.
         let big = Payload::from(vec![9u8; MEDIUM + 10]);
-        a.send(peers[0].local_addr().unwrap(), b"h", &big).unwrap();
-        let (data, from) = receive_from(&peers[0]);
-        assert_eq!(data.len(), 1 + MEDIUM + 10);
-        assert_ne!(from.port(), a.local_addr().unwrap().port());
+        a.send(peers[2].local_addr().unwrap(), b"h", &big).unwrap();
+        let (data, from) = receive_from(&peers[2]);
+        assert_eq!((data.len(), from.port()), (1 + MEDIUM + 10, p2));
+    }
+
+    #[test]
+    fn a_failed_connected_send_closes_the_socket_unless_it_reported_an_icmp_error() {
+        let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
+        let mut connected = Connected::new(localhost, 1 << 16);
+        let to = SocketAddr::from(([127, 0, 0, 1], 9));
+        assert!(connected.get(to).is_some());
+        let refused = io::Error::from_raw_os_error(nix::errno::Errno::ECONNREFUSED as i32);
+        connected.failed(to, &refused);
+        assert_eq!(connected.len(), 1, "an ICMP report is consumed; the socket stays");
+        let gone = io::Error::from_raw_os_error(nix::errno::Errno::EADDRNOTAVAIL as i32);
+        connected.failed(to, &gone);
+        assert_eq!(connected.len(), 0, "anything else closes it");
+        assert!(connected.get(to).is_some(), "and the next send makes a new one");
     }
 
     #[test]
@@ -568,11 +595,11 @@ mod tests {
         assert_eq!(receive_from(&peer).0, b"1");
         drop(peer);
         // The port is closed: each datagram draws an ICMP refusal, which the connected socket
-        // reports on the next send; that send is tried again instead of failing.
+        // reports on the next send, failing it; the shared socket sends that one instead.
         let plain = std::net::UdpSocket::bind(localhost).unwrap();
         plain.connect(to).unwrap();
-        let refused = (0..3).any(|_| plain.send(b"lost").is_err_and(|e| connected::is_reported_icmp(&e)));
-        assert!(refused, "a plain connected socket reports the refusal (what the retry is for)");
+        let refused = (0..3).any(|_| plain.send(b"lost").is_err_and(|e| crate::connected::is_reported_icmp(&e)));
+        assert!(refused, "a plain connected socket reports the refusal (what the fallback is for)");
         for _ in 0..5 {
             a.send(to, b"lost", &Payload::new()).unwrap();
         }

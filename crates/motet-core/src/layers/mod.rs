@@ -180,10 +180,46 @@ registry! {
 }
 
 impl StackConfig {
-    /// Checks that the parameters of different layers fit together: a message of the largest
+    /// Checks the parameters: each within what its protocol can work with (a period of zero
+    /// would fire a timer on every turn of the loop, a failure timeout of zero suspect everyone,
+    /// a window of nothing never repair), and the layers' together: a message of the largest
     /// accepted size must fit, fragmented, into each flow-control layer's pending queue, so that
     /// back-pressure never has to drop.
     pub fn validate(&self) -> Result<(), StackSpecError> {
+        let bad = |message: String| Err(StackSpecError::Params(message));
+        let periods = [
+            ("suspect.sweep_interval_ms", self.suspect.sweep_interval),
+            ("suspect.timeout_ms", self.suspect.timeout),
+            ("stable.sweep_interval_ms", self.stable.sweep_interval),
+            ("mnak.sweep_interval_ms", self.mnak.sweep_interval),
+            ("pt2pt.sweep_interval_ms", self.pt2pt.sweep_interval),
+            ("heal.gossip_interval_ms", self.heal.gossip_interval),
+            ("merge.retry_interval_ms", self.merge.retry_interval),
+            ("merge.merge_timeout_ms", self.merge.merge_timeout),
+            ("intra.commit_timeout_ms", self.intra.commit_timeout),
+        ];
+        if let Some((name, _)) = periods.iter().find(|(_, d)| d.as_millis() == 0) {
+            return bad(format!("{name} must be at least 1 ms"));
+        }
+        if self.suspect.timeout <= self.suspect.sweep_interval {
+            return bad(format!(
+                "suspect.timeout_ms ({} ms) must be longer than suspect.sweep_interval_ms ({} ms), the heartbeat period",
+                self.suspect.timeout.as_millis(),
+                self.suspect.sweep_interval.as_millis()
+            ));
+        }
+        let counts = [
+            ("mnak.recv_window_max", self.mnak.recv_window_max),
+            ("mnak.retransmit_max", self.mnak.retransmit_max as u64),
+            ("pt2pt.recv_window_max", self.pt2pt.recv_window_max),
+            ("pt2pt.retransmit_max", self.pt2pt.retransmit_max as u64),
+            ("pt2pt.ack_batch", self.pt2pt.ack_batch),
+            ("totem.pending_max", self.totem.pending_max as u64),
+            ("appl.message_size_max", self.appl.message_size_max as u64),
+        ];
+        if let Some((name, _)) = counts.iter().find(|(_, n)| *n == 0) {
+            return bad(format!("{name} must be at least 1"));
+        }
         if self.frag.frag_size == 0 {
             return Err(StackSpecError::Params("frag.frag_size must be at least 1 byte".into()));
         }

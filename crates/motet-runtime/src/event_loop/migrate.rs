@@ -62,7 +62,9 @@ impl EventLoop {
             let _ = registry.reregister(self.io.source(), SOCKET, interest);
             return Err(Error::io("registering the new socket", e));
         }
-        let old = std::mem::replace(&mut self.io, io);
+        let mut old = std::mem::replace(&mut self.io, io);
+        // It is only read from now: its connected sockets are closed at once.
+        old.stop_connected_sends();
         tracing::info!(from = %self.advertise, to = %address, "migrating");
         self.retired.push(Retired { io: old, token, readable: true, close_at: None });
         self.readable = true;
