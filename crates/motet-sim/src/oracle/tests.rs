@@ -1,0 +1,374 @@
+//! The oracles' tests: hand-built traces, correct and with each guarantee broken, run through
+//! [`check`].
+
+use super::*;
+use bytes::Bytes;
+use motet_core::Instant;
+
+/// A correct trace of 3 nodes: each casts twice, node 0 sends once to node 1.
+fn good() -> Trace {
+    let mut trace = Trace {
+        nodes: 3,
+        crashed: vec![None; 3],
+        quiesced: true,
+        buffered: vec![vec![("mnak", 0)]; 3],
+        ..Trace::default()
+    };
+    let mut ids = Vec::new();
+    for origin in 0..3 {
+        for index in 0..2 {
+            ids.push(MsgId { origin, channel: Channel::Cast, index });
+        }
+    }
+    ids.push(MsgId { origin: 0, channel: Channel::Send { dest: 1 }, index: 0 });
+    for id in ids {
+        let mut bytes = id.tag().to_vec();
+        bytes.extend_from_slice(b"payload");
+        let payload = Bytes::from(bytes);
+        trace.sent.push(Sent { id, time: Instant::ZERO, digest: digest(&payload), view: (0, 0) });
+        let nodes: Vec<usize> = match id.channel {
+            Channel::Cast => (0..3).collect(),
+            Channel::Send { dest } => vec![dest],
+        };
+        for node in nodes {
+            let cast = id.channel == Channel::Cast;
+            trace.deliveries.push(Delivery {
+                time: Instant::ZERO,
+                node,
+                origin: id.origin,
+                cast,
+                payload: payload.clone(),
+                view: (0, 0),
+                blocked: false,
+            });
+        }
+    }
+    for node in 0..3 {
+        trace.views.push(installed(node, (0, 0), vec![0, 1, 2]));
+    }
+    trace
+}
+
+fn installed(node: usize, view: ViewKey, members: Vec<usize>) -> Installed {
+    Installed {
+        time: Instant::ZERO,
+        node,
+        view,
+        primary: true,
+        guarantees: Guarantees::default(),
+        stack: String::new(),
+        addresses: members.iter().map(|&m| m as u32).collect(),
+        members,
+    }
+}
+
+#[test]
+fn a_migration_the_final_view_lacks_is_caught() {
+    let mut trace = with_view_change();
+    trace.quiesced = true;
+    trace.migrations.push((1, 1 << 20));
+    assert_eq!(check(&trace), vec![Violation::Migration { node: 1, address: 1 << 20 }]);
+    // The same when the final view has it.
+    for v in trace.views.iter_mut().filter(|v| v.view == (1, 7)) {
+        v.addresses[1] = 1 << 20;
+    }
+    assert_eq!(check(&trace), vec![]);
+    // Two members disagreeing on an address in one view break view agreement.
+    trace.views.last_mut().unwrap().addresses[0] = 5;
+    assert_eq!(check(&trace), vec![Violation::ViewAgreement { view: (1, 7) }]);
+}
+
+/// `good()` plus a second view (1, 7) of members 0 and 1, after node 2 crashed.
+fn with_view_change() -> Trace {
+    let mut trace = good();
+    trace.membership = true;
+    trace.crashed[2] = Some(Instant::ZERO);
+    trace.views.push(installed(0, (1, 7), vec![0, 1]));
+    trace.views.push(installed(1, (1, 7), vec![0, 1]));
+    trace
+}
+
+#[test]
+fn a_correct_view_change_passes() {
+    assert_eq!(check(&with_view_change()), vec![]);
+}
+
+#[test]
+fn catches_disagreement_on_a_views_members() {
+    let mut trace = with_view_change();
+    trace.views[4].members = vec![0, 1, 2];
+    assert!(check(&trace).iter().any(|v| matches!(v, Violation::ViewAgreement { view: (1, 7) })));
+}
+
+#[test]
+fn catches_members_of_one_view_running_different_stacks() {
+    let mut trace = with_view_change();
+    trace.views.iter_mut().filter(|v| v.view == (1, 7)).for_each(|v| v.stack = "vsync".into());
+    assert_eq!(check(&trace), vec![]);
+    trace.views.iter_mut().find(|v| v.view == (1, 7)).unwrap().stack = "total".into();
+    assert!(check(&trace).contains(&Violation::ViewAgreement { view: (1, 7) }));
+}
+
+#[test]
+fn catches_views_installed_out_of_order() {
+    let mut trace = with_view_change();
+    trace.views.push(installed(1, (1, 3), vec![1]));
+    assert!(check(&trace).iter().any(|v| matches!(v, Violation::ViewOrder { node: 1, .. })));
+    // Two members installing the same two views in opposite orders.
+    let mut trace = good();
+    trace.views.push(installed(0, (1, 1), vec![0, 1]));
+    trace.views.push(installed(0, (2, 2), vec![0, 1]));
+    trace.views.push(installed(1, (2, 2), vec![0, 1]));
+    trace.views.push(installed(1, (1, 1), vec![0, 1]));
+    assert!(check(&trace).iter().any(|v| matches!(v, Violation::ViewOrder { .. })));
+}
+
+#[test]
+fn catches_a_virtual_synchrony_violation() {
+    let mut trace = with_view_change();
+    // Node 1 moves on to the next view without a cast that node 0 delivered in the old one.
+    trace.deliveries.retain(|d| !(d.node == 1 && d.origin == 2 && d.cast));
+    let violations = check(&trace);
+    assert!(violations.contains(&Violation::VirtualSynchrony { view: (0, 0), nodes: (0, 1) }), "{violations:?}");
+}
+
+#[test]
+fn catches_delivery_outside_the_sending_view() {
+    let mut trace = with_view_change();
+    trace.deliveries[0].view = (1, 7);
+    assert!(check(&trace).iter().any(|v| matches!(v, Violation::SendingView { node: 0, .. })));
+}
+
+#[test]
+fn catches_two_concurrent_primary_views() {
+    let mut trace = good();
+    // A partition: {0, 1} and {2} both claim to be primary.
+    trace.views.push(installed(0, (1, 0), vec![0, 1]));
+    trace.views.push(installed(1, (1, 0), vec![0, 1]));
+    trace.views.push(installed(2, (1, 2), vec![2]));
+    let violations = check(&trace);
+    assert!(violations.contains(&Violation::Primary { views: ((1, 0), (1, 2)) }), "{violations:?}");
+    // The minority marked non-primary is fine.
+    trace.views.last_mut().unwrap().primary = false;
+    assert!(!check(&trace).iter().any(|v| matches!(v, Violation::Primary { .. })));
+}
+
+#[test]
+fn catches_members_that_never_converge() {
+    let mut trace = with_view_change();
+    trace.views.pop(); // node 1 never installs the common view
+    let violations = check(&trace);
+    assert!(violations.iter().any(|v| matches!(v, Violation::Liveness { .. })), "{violations:?}");
+}
+
+/// Swaps, at `node`, its delivery of origin 0's last cast with origin 1's first cast (each
+/// origin's FIFO order is kept; only the total order changes, from position 1).
+fn swap_first_casts(trace: &mut Trace, node: usize) {
+    let is = |d: &Delivery, origin| d.node == node && d.cast && d.origin == origin;
+    let i = trace.deliveries.iter().rposition(|d| is(d, 0)).unwrap();
+    let j = trace.deliveries.iter().position(|d| is(d, 1)).unwrap();
+    trace.deliveries.swap(i, j);
+}
+
+#[test]
+fn catches_casts_delivered_in_different_orders() {
+    let mut trace = good();
+    trace.total = true;
+    assert_eq!(check(&trace), vec![]);
+    swap_first_casts(&mut trace, 1);
+    assert_eq!(
+        check(&trace),
+        vec![
+            Violation::TotalOrder { view: (0, 0), nodes: (0, 1), position: 1 },
+            Violation::TotalOrder { view: (0, 0), nodes: (1, 2), position: 1 }
+        ]
+    );
+    // Without total order asked for, FIFO alone holds and nothing is reported.
+    trace.total = false;
+    assert_eq!(check(&trace), vec![]);
+    // Members that go on together to the next view are held to one order too.
+    let mut trace = with_view_change();
+    trace.total = true;
+    swap_first_casts(&mut trace, 0);
+    assert!(check(&trace).iter().any(|v| matches!(v, Violation::TotalOrder { nodes: (0, 1), .. })));
+    // A member that crashed is not (the order is not uniform).
+    let mut trace = with_view_change();
+    trace.total = true;
+    swap_first_casts(&mut trace, 2);
+    assert!(!check(&trace).iter().any(|v| matches!(v, Violation::TotalOrder { .. })));
+    // A member that stopped short of the others (a prefix) is caught once the run is quiet.
+    let mut trace = good();
+    trace.total = true;
+    let last = trace.deliveries.iter().rposition(|d| d.node == 2 && d.cast).unwrap();
+    trace.deliveries.remove(last);
+    assert!(check(&trace).iter().any(|v| matches!(v, Violation::TotalOrder { nodes: (1, 2), position: 5, .. })));
+}
+
+/// Node 0 casts a question; node 1 delivers it and casts an answer (its clock says so); node
+/// 2 delivers both, in `order`.
+fn question_and_answer(order: [usize; 2]) -> Trace {
+    let mut trace = Trace {
+        nodes: 3,
+        crashed: vec![None; 3],
+        quiesced: true,
+        causal: true,
+        views: (0..3).map(|n| installed(n, (0, 0), vec![0, 1, 2])).collect(),
+        ..Trace::default()
+    };
+    let question = MsgId { origin: 0, channel: Channel::Cast, index: 0 };
+    let answer = MsgId { origin: 1, channel: Channel::Cast, index: 0 };
+    let payload = |id: MsgId, clock: &[u32]| {
+        let mut bytes = id.tag().to_vec();
+        bytes.extend(encode_clock(clock));
+        Bytes::from(bytes)
+    };
+    let msgs = [(question, payload(question, &[])), (answer, payload(answer, &[1, 0, 0]))];
+    for (id, bytes) in &msgs {
+        trace.sent.push(Sent { id: *id, time: Instant::ZERO, digest: digest(bytes), view: (0, 0) });
+    }
+    let deliver = |node, (id, payload): &(MsgId, Bytes)| Delivery {
+        time: Instant::ZERO,
+        node,
+        origin: id.origin,
+        cast: true,
+        payload: payload.clone(),
+        view: (0, 0),
+        blocked: false,
+    };
+    trace.deliveries.push(deliver(0, &msgs[0]));
+    trace.deliveries.push(deliver(1, &msgs[0]));
+    trace.deliveries.push(deliver(1, &msgs[1]));
+    trace.deliveries.push(deliver(0, &msgs[1]));
+    for i in order {
+        trace.deliveries.push(deliver(2, &msgs[i]));
+    }
+    trace
+}
+
+#[test]
+fn catches_an_answer_delivered_before_its_question() {
+    assert_eq!(check(&question_and_answer([0, 1])), vec![]);
+    let question = MsgId { origin: 0, channel: Channel::Cast, index: 0 };
+    let answer = MsgId { origin: 1, channel: Channel::Cast, index: 0 };
+    assert_eq!(check(&question_and_answer([1, 0])), vec![Violation::Causal { id: answer, node: 2, missing: question }]);
+    // Without causal order asked for, nothing is reported.
+    let mut trace = question_and_answer([1, 0]);
+    trace.causal = false;
+    assert_eq!(check(&trace), vec![]);
+    let mut bytes = question.tag().to_vec();
+    bytes.extend(encode_clock(&[3, 0, 7]));
+    assert_eq!(decode_clock(&bytes), Some(vec![3, 0, 7]));
+}
+
+#[test]
+fn catches_a_cast_delivered_by_a_crashed_member_only() {
+    let mut trace = with_view_change();
+    trace.safe = true;
+    assert_eq!(check(&trace), vec![]);
+    // Node 2 delivered its own last cast and crashed; no survivor ever delivers it. Virtual
+    // synchrony and exactly-once allow this (the sender crashed); safe delivery does not.
+    let last = MsgId { origin: 2, channel: Channel::Cast, index: 1 };
+    trace.deliveries.retain(|d| d.node == 2 || MsgId::parse(&d.payload) != Some(last));
+    let violations = check(&trace);
+    assert_eq!(
+        violations,
+        vec![Violation::Safe { id: last, view: (0, 0), node: 0 }, Violation::Safe { id: last, view: (0, 0), node: 1 }]
+    );
+    // Delivered during the view change (after `Block`), it is safe only among the survivors.
+    trace.safe = true;
+    trace.deliveries.iter_mut().filter(|d| d.node == 2).for_each(|d| d.blocked = true);
+    assert_eq!(check(&trace), vec![]);
+    trace.safe = false;
+    trace.deliveries.iter_mut().for_each(|d| d.blocked = false);
+    assert_eq!(check(&trace), vec![]);
+}
+
+#[test]
+fn catches_a_state_transfer_that_installs_other_bytes() {
+    let mut trace = good();
+    let t = |node, provided, digest| Transfer { view: (1, 9), node, provided, digest };
+    trace.transfers = vec![t(0, true, 7), t(1, false, 7), t(2, false, 7)];
+    assert_eq!(check(&trace), vec![]);
+    trace.transfers[2].digest = 8;
+    assert_eq!(check(&trace), vec![Violation::StateTransfer { view: (1, 9), node: 2 }]);
+    // A receiver in a view whose provider streamed nothing installed something from nowhere.
+    trace.transfers.remove(0);
+    assert_eq!(check(&trace).len(), 2);
+}
+
+#[test]
+fn a_correct_trace_passes() {
+    assert_eq!(check(&good()), vec![]);
+}
+
+#[test]
+fn catches_a_lost_delivery() {
+    let mut trace = good();
+    trace.deliveries.remove(4); // origin 0 index 1 at node 1
+    assert!(matches!(check(&trace)[..], [Violation::Lost { node: 1, .. }]), "{:?}", check(&trace));
+}
+
+#[test]
+fn a_crashed_sender_need_not_be_delivered_but_a_crashed_receiver_is_excused_too() {
+    let mut trace = good();
+    trace.deliveries.retain(|d| !(d.origin == 2 && d.node == 0));
+    trace.crashed[2] = Some(Instant::ZERO);
+    assert_eq!(check(&trace), vec![]);
+}
+
+#[test]
+fn catches_a_duplicate() {
+    let mut trace = good();
+    let again = trace.deliveries[0].clone();
+    trace.deliveries.push(again);
+    assert!(matches!(check(&trace)[..], [Violation::Duplicate { node: 0, .. }]));
+}
+
+#[test]
+fn catches_reordering() {
+    let mut trace = good();
+    // Deliveries 0..3 are origin 0 index 0 at nodes 0,1,2; 3..6 are index 1.
+    trace.deliveries.swap(0, 3);
+    let violations = check(&trace);
+    assert!(violations.iter().any(|v| matches!(v, Violation::Fifo { node: 0, expected: 0, .. })), "{violations:?}");
+}
+
+#[test]
+fn catches_creation_and_misattribution() {
+    let mut trace = good();
+    let mut forged = trace.deliveries[0].clone();
+    forged.payload = Bytes::from_static(b"never sent by anyone");
+    trace.deliveries.push(forged);
+    let mut misattributed = trace.deliveries[0].clone();
+    misattributed.origin = 2;
+    trace.deliveries[0] = misattributed;
+    let violations = check(&trace);
+    assert_eq!(violations.iter().filter(|v| matches!(v, Violation::Created { .. })).count(), 2, "{violations:?}");
+}
+
+#[test]
+fn catches_a_send_delivered_at_the_wrong_node_or_as_a_cast() {
+    let mut trace = good();
+    let send = trace.deliveries.iter_mut().find(|d| !d.cast).expect("one send");
+    send.node = 2;
+    assert!(check(&trace).iter().any(|v| matches!(v, Violation::Created { node: 2, .. })));
+}
+
+#[test]
+fn catches_corruption() {
+    let mut trace = good();
+    let mut bytes = trace.deliveries[1].payload.to_vec();
+    *bytes.last_mut().unwrap() ^= 1;
+    trace.deliveries[1].payload = Bytes::from(bytes);
+    assert!(matches!(check(&trace)[..], [Violation::Corrupt { node: 1, .. }]));
+}
+
+#[test]
+fn catches_buffers_left_after_quiescence_and_lack_of_quiescence() {
+    let mut trace = good();
+    trace.buffered[2] = vec![("pt2pt", 3)];
+    trace.quiesced = false;
+    let violations = check(&trace);
+    assert!(violations.contains(&Violation::NotQuiescent { node: 2, layer: "pt2pt", held: 3 }));
+    assert!(violations.iter().any(|v| matches!(v, Violation::Liveness { .. })));
+}
