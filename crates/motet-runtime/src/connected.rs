@@ -60,6 +60,10 @@ pub(crate) struct Connected {
     uses: u64,
     /// [`CONNECTED_MAX`], or less in tests.
     limit: usize,
+    /// While the table is full, the send count before which no entry can have been idle for
+    /// [`IDLE_EVICT`] sends (the least recent use only grows): a group larger than the table
+    /// does not search it on every send to a destination without a socket.
+    full_until: u64,
 }
 
 impl Connected {
@@ -69,7 +73,7 @@ impl Connected {
             SocketAddr::V4(v4) => SocketAddr::V4(SocketAddrV4::new(*v4.ip(), 0)),
             SocketAddr::V6(v6) => SocketAddr::V6(SocketAddrV6::new(*v6.ip(), 0, 0, v6.scope_id())),
         };
-        Connected { local, buffer, sockets: BTreeMap::new(), uses: 0, limit: CONNECTED_MAX }
+        Connected { local, buffer, sockets: BTreeMap::new(), uses: 0, limit: CONNECTED_MAX, full_until: 0 }
     }
 
     /// The socket connected to `to`, made on first use; `None` when the shared socket sends
@@ -85,8 +89,12 @@ impl Connected {
             Some(entry) => entry.socket.is_none() && uses - entry.used >= RETRY_AFTER,
             None => {
                 if self.sockets.len() >= self.limit {
+                    if uses < self.full_until {
+                        return None;
+                    }
                     let (&oldest, entry) = self.sockets.iter().min_by_key(|(_, e)| e.used)?;
                     if uses - entry.used < IDLE_EVICT {
+                        self.full_until = entry.used + IDLE_EVICT;
                         return None;
                     }
                     self.sockets.remove(&oldest);
