@@ -158,6 +158,8 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
         "segmented_sends": rt.segmented_sends,
         "datagrams_segmented": rt.datagrams_segmented,
         "malformed_bundles": rt.malformed_bundles,
+        "connected_sockets": rt.connected_sockets,
+        "connected_fallbacks": rt.connected_fallbacks,
         "counters": counters,
         "drops": drops,
     }))

@@ -64,6 +64,9 @@ pub(crate) struct Connected {
     /// [`IDLE_EVICT`] sends (the least recent use only grows): a group larger than the table
     /// does not search it on every send to a destination without a socket.
     full_until: u64,
+    /// Datagrams for a unicast destination that the shared socket sent instead (a full table, a
+    /// failed or full connected socket, a socket that could not be made).
+    fallbacks: u64,
 }
 
 impl Connected {
@@ -73,7 +76,15 @@ impl Connected {
             SocketAddr::V4(v4) => SocketAddr::V4(SocketAddrV4::new(*v4.ip(), 0)),
             SocketAddr::V6(v6) => SocketAddr::V6(SocketAddrV6::new(*v6.ip(), 0, 0, v6.scope_id())),
         };
-        Connected { local, buffer, sockets: BTreeMap::new(), uses: 0, limit: CONNECTED_MAX, full_until: 0 }
+        Connected {
+            local,
+            buffer,
+            sockets: BTreeMap::new(),
+            uses: 0,
+            limit: CONNECTED_MAX,
+            full_until: 0,
+            fallbacks: 0,
+        }
     }
 
     /// The socket connected to `to`, made on first use; `None` when the shared socket sends
@@ -123,6 +134,22 @@ impl Connected {
             tracing::debug!(%to, %error, "connected send failed; the socket is made again");
             self.sockets.remove(&to);
         }
+    }
+
+    /// The shared socket sends a datagram for a unicast destination instead of its connected
+    /// one (counted for [`Connected::fallbacks`]).
+    pub(crate) fn fell_back(&mut self) {
+        self.fallbacks += 1;
+    }
+
+    /// Datagrams the shared socket sent in place of a connected one.
+    pub(crate) fn fallbacks(&self) -> u64 {
+        self.fallbacks
+    }
+
+    /// Destinations with an open connected socket.
+    pub(crate) fn open(&self) -> usize {
+        self.sockets.values().filter(|e| e.socket.is_some()).count()
     }
 
     /// Destinations that have an entry (a socket, or one that could not be made).

@@ -92,6 +92,14 @@ pub struct RuntimeStats {
     pub datagrams_in_retired: u64,
     /// Sockets given up by migrations and closed since.
     pub retired_closed: u64,
+    /// Sockets open for connected sends (`RuntimeConfig::connected_sends`), one per unicast
+    /// destination, at most 256.
+    pub connected_sockets: u64,
+    /// Unicast datagrams the shared socket sent because their connected socket could not: the
+    /// table was full, the socket's buffer was full, or its send failed (an ICMP report of an
+    /// earlier datagram's fate, such as a member that stopped). Counted since the current socket
+    /// was bound.
+    pub connected_fallbacks: u64,
 }
 
 /// DNS names among a group's peers, re-resolved periodically.
@@ -444,7 +452,8 @@ impl EventLoop {
 
     /// The runtime's counters.
     pub fn runtime_stats(&self) -> RuntimeStats {
-        self.stats.clone()
+        let (open, fallbacks) = self.io.connected_stats();
+        RuntimeStats { connected_sockets: open as u64, connected_fallbacks: fallbacks, ..self.stats.clone() }
     }
 
     /// The protocol's counters, summed over every stack of the process.

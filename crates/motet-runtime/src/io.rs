@@ -148,6 +148,12 @@ impl UdpIo {
         Ok(())
     }
 
+    /// Connected sockets open, and datagrams the shared socket sent in place of one (0 and 0
+    /// without connected sends).
+    pub(crate) fn connected_stats(&self) -> (usize, u64) {
+        self.connected.as_ref().map_or((0, 0), |c| (c.open(), c.fallbacks()))
+    }
+
     /// Sends through the shared socket only (a socket retired by a migration keeps none).
     pub(crate) fn stop_connected_sends(&mut self) {
         self.connected = None;
@@ -308,6 +314,9 @@ impl UdpIo {
                 Some(Err(nix::errno::Errno::EAGAIN)) | None => {}
                 Some(Err(errno)) => connected.failed(to, &io::Error::from(errno)),
             }
+            if !to.ip().is_multicast() {
+                connected.fell_back();
+            }
         }
         let address = SockaddrStorage::from(to);
         let sent = sock::sendmsg(self.socket.as_raw_fd(), &iov, &cmsgs, MsgFlags::MSG_DONTWAIT, Some(&address));
@@ -354,6 +363,9 @@ impl UdpIo {
                 // Anything else: the shared socket sends it, as it did before (`connected.rs`).
                 Some(Err(e)) => connected.failed(to, &e),
                 None => {}
+            }
+            if !to.ip().is_multicast() {
+                connected.fell_back();
             }
         }
         let to = SockAddr::from(to);
@@ -554,8 +566,10 @@ mod tests {
         assert!(p0 != own.port() && p1 != own.port() && p0 != p1);
         assert_eq!((send(&mut a, 0, 2), send(&mut a, 1, 2)), (p0, p1), "and keeps it");
         // A third, while both are in use, sends from the shared socket (no thrashing).
+        assert_eq!(a.connected_stats(), (2, 0));
         assert_eq!(send(&mut a, 2, 3), own.port());
         assert_eq!(a.connected().unwrap().len(), 2);
+        assert_eq!(a.connected_stats(), (2, 1), "counted as a fallback");
         // Once one has been idle long enough, the third takes its place.
         for _ in 0..crate::connected::IDLE_EVICT {
             a.send(peers[0].local_addr().unwrap(), b"busy", &Payload::new()).unwrap();
@@ -604,6 +618,10 @@ mod tests {
         for _ in 0..5 {
             a.send(to, b"lost", &Payload::new()).unwrap();
         }
+        // Each refusal the connected socket reported sent that datagram from the shared socket.
+        let (open, fallbacks) = a.connected_stats();
+        assert_eq!(open, 1, "an ICMP report keeps the socket");
+        assert!((1..=5).contains(&fallbacks), "fell back {fallbacks} times");
         // The member restarts on the same port: the next datagram arrives.
         let Ok(peer) = std::net::UdpSocket::bind(to) else {
             eprintln!("io test: port {} was taken meanwhile; the restart is not tested", to.port());

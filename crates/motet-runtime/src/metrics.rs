@@ -34,7 +34,17 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
         runtime.segmented_sends,
     );
     counter("malformed_bundles_total", "received bundles that did not unpack (dropped)", runtime.malformed_bundles);
+    counter(
+        "connected_fallbacks_total",
+        "unicast datagrams the shared socket sent in place of their connected socket",
+        runtime.connected_fallbacks,
+    );
     counter("views_installed_total", "views installed by this process's endpoints", runtime.views_installed);
+    let _ = writeln!(
+        out,
+        "# HELP motet_connected_sockets sockets open for connected sends\n# TYPE motet_connected_sockets gauge\nmotet_connected_sockets {}",
+        runtime.connected_sockets
+    );
     let _ = writeln!(
         out,
         "# HELP motet_protocol_events_total protocol activity by kind\n# TYPE motet_protocol_events_total counter"
@@ -81,9 +91,12 @@ mod tests {
 
     #[test]
     fn renders_every_counter_and_drop_reason() {
-        let stats = RuntimeStats { datagrams_in: 7, ..RuntimeStats::default() };
+        let stats =
+            RuntimeStats { datagrams_in: 7, connected_sockets: 2, connected_fallbacks: 3, ..RuntimeStats::default() };
         let text = render(&stats, &Stats::default());
         assert!(text.contains("motet_datagrams_received_total 7"));
+        assert!(text.contains("# TYPE motet_connected_sockets gauge\nmotet_connected_sockets 2"));
+        assert!(text.contains("motet_connected_fallbacks_total 3"));
         assert!(text.contains("motet_protocol_events_total{kind=\"Retransmit\"} 0"));
         assert!(text.contains("motet_drops_total{reason=\"Malformed\"} 0"));
         assert_eq!(text.lines().filter(|l| l.starts_with("motet_drops_total")).count(), DropReason::ALL.len());
