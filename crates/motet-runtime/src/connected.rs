@@ -99,16 +99,9 @@ impl Connected {
         let stale = match self.sockets.get(&to) {
             Some(entry) => entry.socket.is_none() && uses - entry.used >= RETRY_AFTER,
             None => {
-                if self.sockets.len() >= self.limit {
-                    if uses < self.full_until {
-                        return None;
-                    }
-                    let (&oldest, entry) = self.sockets.iter().min_by_key(|(_, e)| e.used)?;
-                    if uses - entry.used < IDLE_EVICT {
-                        self.full_until = entry.used + IDLE_EVICT;
-                        return None;
-                    }
-                    self.sockets.remove(&oldest);
+                if self.sockets.len() >= self.limit && !self.evict_idle(uses) {
+                    self.fallbacks += 1;
+                    return None;
                 }
                 true
             }
@@ -120,25 +113,42 @@ impl Connected {
             self.sockets.insert(to, Entry { socket, used: uses });
         }
         let entry = self.sockets.get_mut(&to).expect("made above");
-        if entry.socket.is_some() {
-            entry.used = uses;
+        match entry.socket {
+            Some(_) => entry.used = uses,
+            None => self.fallbacks += 1,
         }
         entry.socket.as_ref()
+    }
+
+    /// Makes room in a full table: closes the least recently used socket if it has been idle for
+    /// [`IDLE_EVICT`] sends. False if none has; then none can have been before `full_until`, and
+    /// the table is not searched again until then.
+    fn evict_idle(&mut self, uses: u64) -> bool {
+        if uses < self.full_until {
+            return false;
+        }
+        let Some((&oldest, entry)) = self.sockets.iter().min_by_key(|(_, e)| e.used) else { return true };
+        if uses - entry.used < IDLE_EVICT {
+            self.full_until = entry.used + IDLE_EVICT;
+            return false;
+        }
+        self.sockets.remove(&oldest);
+        true
     }
 
     /// A send through `to`'s socket failed with `error` (the shared socket sends the datagram).
     /// An ICMP report leaves the socket as it is (the report is consumed); anything else closes
     /// it, and the next datagram makes a new one.
     pub(crate) fn failed(&mut self, to: SocketAddr, error: &io::Error) {
+        self.fallbacks += 1;
         if !is_reported_icmp(error) {
             tracing::debug!(%to, %error, "connected send failed; the socket is made again");
             self.sockets.remove(&to);
         }
     }
 
-    /// The shared socket sends a datagram for a unicast destination instead of its connected
-    /// one (counted for [`Connected::fallbacks`]).
-    pub(crate) fn fell_back(&mut self) {
+    /// A connected socket's buffer was full: the shared socket sends the datagram.
+    pub(crate) fn full(&mut self) {
         self.fallbacks += 1;
     }
 

@@ -96,9 +96,9 @@ pub struct RuntimeStats {
     /// destination, at most 256.
     pub connected_sockets: u64,
     /// Unicast datagrams the shared socket sent because their connected socket could not: the
-    /// table was full, the socket's buffer was full, or its send failed (an ICMP report of an
-    /// earlier datagram's fate, such as a member that stopped). Counted since the current socket
-    /// was bound.
+    /// table was full, the socket could not be made, its buffer was full, or its send failed (an
+    /// ICMP report of an earlier datagram's fate, such as a member that stopped). Counted since
+    /// the current socket was bound.
     pub connected_fallbacks: u64,
 }
 

@@ -141,11 +141,11 @@ impl UdpIo {
         }
     }
 
-    /// Sends unicast datagrams through sockets connected to their destinations, with send
-    /// buffers of `buffer` bytes (`crate::connected`).
-    pub(crate) fn connect_sends(&mut self, buffer: usize) -> io::Result<()> {
-        self.connected = Some(Connected::new(self.local_addr()?, buffer));
-        Ok(())
+    /// Sends unicast datagrams through sockets connected to their destinations, bound to this
+    /// socket's address `local` (any port), with send buffers of `buffer` bytes
+    /// (`crate::connected`).
+    pub(crate) fn connect_sends(&mut self, local: SocketAddr, buffer: usize) {
+        self.connected = Some(Connected::new(local, buffer));
     }
 
     /// Connected sockets open, and datagrams the shared socket sent in place of one (0 and 0
@@ -311,11 +311,9 @@ impl UdpIo {
             match sent {
                 Some(Ok(_)) => return Ok(()),
                 // As in `send`: a full buffer or a failure, and the shared socket sends the run.
-                Some(Err(nix::errno::Errno::EAGAIN)) | None => {}
+                Some(Err(nix::errno::Errno::EAGAIN)) => connected.full(),
                 Some(Err(errno)) => connected.failed(to, &io::Error::from(errno)),
-            }
-            if !to.ip().is_multicast() {
-                connected.fell_back();
+                None => {}
             }
         }
         let address = SockaddrStorage::from(to);
@@ -359,13 +357,10 @@ impl UdpIo {
             match sent {
                 Some(Ok(_)) => return Ok(()),
                 // A full buffer: the shared socket's may have room.
-                Some(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Some(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => connected.full(),
                 // Anything else: the shared socket sends it, as it did before (`connected.rs`).
                 Some(Err(e)) => connected.failed(to, &e),
                 None => {}
-            }
-            if !to.ip().is_multicast() {
-                connected.fell_back();
             }
         }
         let to = SockAddr::from(to);
@@ -550,7 +545,7 @@ mod tests {
     fn connected_sends_leave_from_a_socket_per_destination_and_a_full_table_uses_the_shared_one() {
         let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
         let mut a = UdpIo::bind(localhost, 1 << 20).unwrap();
-        a.connect_sends(1 << 20).unwrap();
+        a.connect_sends(a.local_addr().unwrap(), 1 << 20);
         a.connected().unwrap().set_limit(2);
         let own = a.local_addr().unwrap();
         let peers: Vec<std::net::UdpSocket> = (0..3).map(|_| std::net::UdpSocket::bind(localhost).unwrap()).collect();
@@ -603,7 +598,7 @@ mod tests {
     fn a_connected_send_to_a_member_that_stopped_and_came_back_gets_through() {
         let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
         let mut a = UdpIo::bind(localhost, 1 << 20).unwrap();
-        a.connect_sends(1 << 20).unwrap();
+        a.connect_sends(a.local_addr().unwrap(), 1 << 20);
         let peer = std::net::UdpSocket::bind(localhost).unwrap();
         let to = peer.local_addr().unwrap();
         a.send(to, b"1", &Payload::new()).unwrap();
@@ -634,7 +629,7 @@ mod tests {
     #[test]
     fn multicast_destinations_use_the_shared_socket() {
         let mut a = UdpIo::bind(SocketAddr::from(([127, 0, 0, 1], 0)), 1 << 20).unwrap();
-        a.connect_sends(1 << 20).unwrap();
+        a.connect_sends(a.local_addr().unwrap(), 1 << 20);
         let connected = a.connected().unwrap();
         assert!(connected.get(SocketAddr::from(([239, 255, 77, 1], 7000))).is_none());
         assert!(connected.get("[::1]:7000".parse().unwrap()).is_none(), "the other address family");

@@ -142,7 +142,7 @@ fn errors_say_what_to_do() {
 }
 
 /// Protocol parameters from a configuration file reach the member: a smaller largest message is
-/// enforced, and a message larger than the smaller fragments is delivered whole.
+/// enforced, and a smaller fragment size splits a message the default would not.
 #[test]
 fn protocol_parameters_from_a_file_reach_the_stack() {
     let file = motet_runtime::FileConfig::from_toml(
@@ -154,7 +154,8 @@ fn protocol_parameters_from_a_file_reach_the_stack() {
     let err = member.cast(vec![0u8; 101]).unwrap_err();
     assert!(err.to_string().contains("101") && err.to_string().contains("100"), "{err}");
     member.cast(vec![0u8; 100]).unwrap();
-    // Delivered to itself (the loop-back) in two fragments of 50 bytes, made whole again.
+    // Delivered to itself whole (the loop-back is above `frag`), and split into fragments of 50
+    // bytes on its way to the network (the default, 1,024, would not split it).
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match member.recv_timeout(Duration::from_millis(100)).unwrap() {
@@ -162,6 +163,8 @@ fn protocol_parameters_from_a_file_reach_the_stack() {
             _ => assert!(Instant::now() < deadline, "no delivery of its own cast"),
         }
     }
+    let (_, protocol) = runtime.stats().unwrap();
+    assert_eq!(protocol.counter(motet_core::Counter::Fragmented), 1, "{protocol:?}");
 }
 
 #[cfg(feature = "tokio")]

@@ -1,13 +1,23 @@
 //! Holes in a sequence received out of order, and which of them a repair timer asks for: shared
 //! by `mnak` and `pt2pt` (receiver-driven repair, thesis §2.3.3 and §5.6 pp.87-88).
 
-use crate::layer::Outbox;
-use crate::time::Duration;
+use crate::time::{Duration, Instant};
 use motet_wire::Seqno;
 
 /// Holes looked at per origin per timer: a bound on the NAKs one sweep sends (the rest are asked
 /// for at later sweeps).
 pub(super) const HOLES_MAX: usize = 32;
+
+/// What [`Asked::hold`] found due for an arrival ahead of a gap.
+#[derive(Debug, PartialEq)]
+pub(super) enum Hold {
+    /// The gap before it is already NAKed, or due to be.
+    Nothing,
+    /// A new gap `(lo, hi)`, to be NAKed now.
+    Nak(Seqno, Seqno),
+    /// A new gap, to be NAKed by the repair timer at this time, if it is still open then.
+    Timer(Instant),
+}
 
 /// What a receiver has asked one sender for. Both paths of a layer (its handler and its fast-path
 /// declaration) keep it through these methods, so they cannot drift apart.
@@ -29,24 +39,16 @@ impl Asked {
         (lo < seqno).then(|| (lo, seqno - 1))
     }
 
-    /// Records an arrival `seqno` ahead of `expected`: its [`Asked::new_gap`], now due to be NAKed
-    /// at once (`Some` from here) or by the timer after `nak_delay` (armed here, `None`).
-    pub(super) fn hold(
-        &mut self,
-        expected: Seqno,
-        seqno: Seqno,
-        nak_delay: Duration,
-        out: &mut Outbox<'_>,
-    ) -> Option<(Seqno, Seqno)> {
+    /// Records an arrival `seqno` ahead of `expected`, and says what is due for its
+    /// [`Asked::new_gap`]: a NAK now, or (with a `nak_delay`) a repair timer at `now + nak_delay`,
+    /// which the caller arms (`mnak` also notes it as its sweep's time).
+    pub(super) fn hold(&mut self, expected: Seqno, seqno: Seqno, nak_delay: Duration, now: Instant) -> Hold {
         let gap = self.new_gap(expected, seqno);
         self.naked_upto = self.naked_upto.max(seqno + 1);
         match gap {
-            Some(_) if nak_delay.is_zero() => gap,
-            Some(_) => {
-                out.alarm(out.now() + nak_delay);
-                None
-            }
-            None => None,
+            Some((lo, hi)) if nak_delay.is_zero() => Hold::Nak(lo, hi),
+            Some(_) => Hold::Timer(now + nak_delay),
+            None => Hold::Nothing,
         }
     }
 

@@ -18,6 +18,7 @@
 //! reveals) is NAKed too. Casts of a failed origin that no live member can supply (beyond a gap
 //! every survivor shares) are forgotten once stability settles, so the group goes quiet.
 
+use super::gaps::Hold;
 use crate::event::{Counter, Dn, DropReason, Msg, Qos, Stability, Up};
 use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -241,6 +242,14 @@ impl Mnak {
         sweep_due(&mut self.sweep_at, out.now() + self.config.sweep_interval, out);
     }
 
+    /// Reports what this member has received of each origin to `stable` (asked by its sweep, or
+    /// early, [`Config::report_every`]).
+    fn report(&mut self, out: &mut Outbox<'_>) {
+        self.reporting.reported();
+        let counts: Arc<[u64]> = self.origins.iter().map(|o| o.received).collect();
+        out.up(Up::NumCasts(counts));
+    }
+
     /// Answers a NAK from `to` with what this member holds of `origin`'s `lo..=hi`.
     fn answer(&self, origin: Rank, lo: Seqno, hi: Seqno, to: Rank, out: &mut Outbox<'_>) {
         let Some(o) = self.origins.get(usize::from(origin)) else {
@@ -317,12 +326,10 @@ impl Mnak {
         o.ooo.insert(seqno, msg);
         o.max_known = o.max_known.max(seqno + 1);
         // NAKed now, or by the timer if the gap is still open then (`handle_timer`).
-        let delayed = o.asked.new_gap(o.received, seqno).is_some() && !self.config.nak_delay.is_zero();
-        if let Some((lo, hi)) = o.asked.hold(o.received, seqno, self.config.nak_delay, out) {
-            self.nak(origin, lo, hi, out);
-        }
-        if delayed {
-            sweep_due(&mut self.sweep_at, out.now() + self.config.nak_delay, out);
+        match o.asked.hold(o.received, seqno, self.config.nak_delay, out.now()) {
+            Hold::Nak(lo, hi) => self.nak(origin, lo, hi, out),
+            Hold::Timer(at) => sweep_due(&mut self.sweep_at, at, out),
+            Hold::Nothing => {}
         }
     }
 
@@ -375,15 +382,15 @@ impl Mnak {
         let o = &mut self.origins[usize::from(origin)];
         o.ooo.insert(seqno, msg.clone());
         o.max_known = o.max_known.max(seqno + 1);
-        let delayed = o.asked.new_gap(o.received, seqno).is_some() && !self.config.nak_delay.is_zero();
-        if let Some((_, hi)) = o.asked.hold(o.received, seqno, self.config.nak_delay, out) {
+        match o.asked.hold(o.received, seqno, self.config.nak_delay, out.now()) {
             // The rest of what `nak` does.
-            o.asked.asked(hi);
-            out.count(Counter::NakSent);
-            sweep_due(&mut self.sweep_at, out.now() + self.config.sweep_interval, out);
-        }
-        if delayed {
-            sweep_due(&mut self.sweep_at, out.now() + self.config.nak_delay, out);
+            Hold::Nak(_, hi) => {
+                o.asked.asked(hi);
+                out.count(Counter::NakSent);
+                sweep_due(&mut self.sweep_at, out.now() + self.config.sweep_interval, out);
+            }
+            Hold::Timer(at) => sweep_due(&mut self.sweep_at, at, out),
+            Hold::Nothing => {}
         }
     }
 
@@ -448,11 +455,7 @@ impl Layer for Mnak {
                 out.dn(Dn::Cast { msg: msg.with(Header::Unrel), qos: Qos::Unreliable })
             }
             Dn::Send { dest, msg } => out.dn(Dn::Send { dest, msg: msg.with(Header::NoHdr) }),
-            Dn::StableReq => {
-                self.reporting.reported();
-                let counts: Arc<[u64]> = self.origins.iter().map(|o| o.received).collect();
-                out.up(Up::NumCasts(counts));
-            }
+            Dn::StableReq => self.report(out),
             Dn::Stable(stability) => self.stable(&stability, out),
             Dn::Fail(ranks) => {
                 self.failed.union_with(&ranks);
@@ -484,9 +487,7 @@ impl Layer for Mnak {
 
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
         if self.reporting.due {
-            self.reporting.reported();
-            let counts: Arc<[u64]> = self.origins.iter().map(|o| o.received).collect();
-            out.up(Up::NumCasts(counts));
+            self.report(out);
         }
         // A timer that fired before the sweep is due (an early report's) leaves the sweep for
         // its own time: the stack forgot that alarm when this one fired.

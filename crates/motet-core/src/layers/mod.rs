@@ -221,20 +221,20 @@ impl StackConfig {
             return bad(format!("{name} must be at least 1"));
         }
         if self.frag.frag_size == 0 {
-            return Err(StackSpecError::Params("frag.frag_size must be at least 1 byte".into()));
+            return bad("frag.frag_size must be at least 1 byte".into());
         }
         let fragments = self.appl.message_size_max.div_ceil(self.frag.frag_size).max(1);
         for (name, pending_max) in [("mflow", self.mflow.pending_max), ("pt2ptw", self.pt2ptw.pending_max)] {
             if fragments > pending_max {
-                return Err(StackSpecError::Params(format!(
+                return bad(format!(
                     "appl.message_size_max ({} B) in fragments of frag.frag_size ({} B) is {fragments} fragments, more than {name}.pending_max ({pending_max})",
                     self.appl.message_size_max, self.frag.frag_size
-                )));
+                ));
             }
         }
         for (name, window) in [("mflow", self.mflow.window), ("pt2ptw", self.pt2ptw.window)] {
             if window < 2 {
-                return Err(StackSpecError::Params(format!("{name}.window must be at least 2")));
+                return bad(format!("{name}.window must be at least 2"));
             }
         }
         Ok(())

@@ -12,6 +12,7 @@
 //! unacknowledged a sweep later ("similar to TCP", thesis §5.6). A duplicate is answered
 //! with an immediate ack, since it means our ack was lost.
 
+use super::gaps::Hold;
 use crate::event::{Counter, Dn, DropReason, Msg, Up};
 use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -189,8 +190,10 @@ impl Pt2pt {
             }
             p.ooo.insert(seqno, msg);
             // NAKed now, or by the sweep if the gap is still open then.
-            if let Some((lo, hi)) = p.asked.hold(p.expected, seqno, self.config.nak_delay, out) {
-                self.send_nak(origin, lo, hi, out);
+            match p.asked.hold(p.expected, seqno, self.config.nak_delay, out.now()) {
+                Hold::Nak(lo, hi) => self.send_nak(origin, lo, hi, out),
+                Hold::Timer(at) => out.alarm(at),
+                Hold::Nothing => {}
             }
             out.alarm(out.now() + self.config.sweep_interval);
             return;
@@ -374,10 +377,14 @@ impl Layer for Pt2pt {
         if *seqno > p.expected {
             // Ahead of a gap (see `fast_up`).
             p.ooo.insert(*seqno, msg.clone());
-            if let Some((_, hi)) = p.asked.hold(p.expected, *seqno, self.config.nak_delay, out) {
+            match p.asked.hold(p.expected, *seqno, self.config.nak_delay, out.now()) {
                 // The trace's reply is the NAK: the rest of what `send_nak` does.
-                p.asked.asked(hi);
-                out.count(Counter::NakSent);
+                Hold::Nak(_, hi) => {
+                    p.asked.asked(hi);
+                    out.count(Counter::NakSent);
+                }
+                Hold::Timer(at) => out.alarm(at),
+                Hold::Nothing => {}
             }
             out.alarm(out.now() + self.config.sweep_interval);
             return;

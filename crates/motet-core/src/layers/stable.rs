@@ -6,7 +6,8 @@
 //!
 //! Each member keeps a matrix `rows[member][origin]` of how many casts of `origin` each member has
 //! received. Every sweep it asks `mnak` for its own row (`StableReq` / `NumCasts`; `mnak` also
-//! reports it unasked every `report_every` casts it buffers) and gossips it when it changed or when something is not yet stable. The stability vector is the column minimum
+//! reports it unasked every `report_every` casts it buffers) and gossips it when it changed or
+//! when something is not yet stable. The stability vector is the column minimum
 //! over live members (casts everyone holds: `mnak` frees them) and the column maximum tells `mnak`
 //! about casts it never saw. Gossip also carries the sender's stability vector: a member whose own
 //! row is ahead of it knows the sender is missing its row and gossips again, so stability

@@ -133,10 +133,10 @@ pub(super) fn bind_socket(
     advertise: Option<SocketAddr>,
 ) -> Result<(UdpIo, SocketAddr), Error> {
     let mut io = UdpIo::bind(bind, config.socket_buffer).map_err(|e| Error::io(format!("binding {bind}"), e))?;
-    if config.connected_sends {
-        io.connect_sends(config.socket_buffer).map_err(|e| Error::io("reading the bound address", e))?;
-    }
     let local = io.local_addr().map_err(|e| Error::io("reading the bound address", e))?;
+    if config.connected_sends {
+        io.connect_sends(local, config.socket_buffer);
+    }
     let advertise = match advertise {
         Some(address) if address.ip().is_unspecified() || address.port() == 0 => {
             return Err(Error::Config(format!(
