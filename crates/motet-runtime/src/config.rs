@@ -57,6 +57,13 @@ pub struct RuntimeConfig {
     /// where the kernel has it (Linux 4.18+). Default on; falls back to one call per datagram by
     /// itself when the kernel refuses.
     pub segment_offload: bool,
+    /// Receive offload (`UDP_GRO`): a run of datagrams another member sent with segmentation
+    /// offload arrives as one buffer, in one read. Off, the kernel splits the run on arrival, and
+    /// a single read is a plain `recv` instead of the `recvmsg` that asks for the run's segment
+    /// size: less work in the kernel on every read and every busy-polling spin, at the price of
+    /// bulk throughput of large messages (docs/runtime.md, "Receive offload"). `None` (the
+    /// default): on, except with `busy_poll`, which asks for the lowest latency.
+    pub receive_offload: Option<bool>,
     /// Connected sends: unicast datagrams leave through a socket connected to their destination
     /// (one per destination, at most 256 at a time), so the kernel keeps each route instead of
     /// looking it up on every send: about 0.75 µs less per round trip on one vCPU (docs/runtime.md,
@@ -99,6 +106,7 @@ impl Default for RuntimeConfig {
             inject_loss: 0.0,
             pack_max: 1452,
             segment_offload: true,
+            receive_offload: None,
             connected_sends: true,
             multicast: None,
             migrate_grace_ms: 2000,
@@ -117,6 +125,17 @@ impl RuntimeConfig {
     pub fn advertise(mut self, address: SocketAddr) -> RuntimeConfig {
         self.advertise = Some(address);
         self
+    }
+
+    /// Turns receive offload on or off (see [`RuntimeConfig::receive_offload`]).
+    pub fn receive_offload(mut self, on: bool) -> RuntimeConfig {
+        self.receive_offload = Some(on);
+        self
+    }
+
+    /// Whether the sockets ask for receive offload: as set, or on unless busy-polling.
+    pub(crate) fn receive_offload_on(&self) -> bool {
+        self.receive_offload.unwrap_or(!self.busy_poll)
     }
 
     /// Turns busy-polling on or off.

@@ -132,7 +132,8 @@ pub(super) fn bind_socket(
     bind: SocketAddr,
     advertise: Option<SocketAddr>,
 ) -> Result<(UdpIo, SocketAddr), Error> {
-    let mut io = UdpIo::bind(bind, config.socket_buffer).map_err(|e| Error::io(format!("binding {bind}"), e))?;
+    let mut io = UdpIo::bind(bind, config.socket_buffer, config.receive_offload_on())
+        .map_err(|e| Error::io(format!("binding {bind}"), e))?;
     let local = io.local_addr().map_err(|e| Error::io("reading the bound address", e))?;
     if config.connected_sends {
         io.connect_sends(local, config.socket_buffer);

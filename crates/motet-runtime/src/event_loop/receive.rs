@@ -18,14 +18,18 @@ pub(super) enum Source {
 }
 
 impl EventLoop {
-    /// Reads batches from one socket until it is empty or the application lags.
-    pub(super) fn receive(&mut self, source: Source) {
+    /// Reads batches from one socket until it is empty or the application lags. `fresh`: the
+    /// time the turn read at its start, while nothing has been handled since (it did not wait);
+    /// cleared once a batch is handled.
+    pub(super) fn receive(&mut self, source: Source, fresh: &mut Option<motet_core::Instant>) {
         for _ in 0..BATCHES_PER_POLL {
             if self.ready.len() >= self.config.event_queue {
                 return;
             }
-            // Read per batch: the node's time never goes back, whatever ran in between.
-            let now = self.clock.now();
+            // The node's time never goes back: the turn's own time serves until the node has
+            // handled something (handling may read the clock, for parked actions); then the
+            // clock is read per batch.
+            let now = fresh.unwrap_or_else(|| self.clock.now());
             let io = match (source, self.multicast.as_mut()) {
                 (Source::Unicast, _) => &mut self.io,
                 (Source::Multicast, Some((io, _))) => io,
@@ -39,6 +43,7 @@ impl EventLoop {
             let result = receive_batch(io, spin, &mut self.node, &mut self.stats, now, loss);
             let drained = match result {
                 Ok(batch) => {
+                    *fresh = None;
                     let n = batch.datagrams as u64;
                     self.stats.datagrams_in += n;
                     self.stats.recv_batches += 1;
