@@ -32,13 +32,27 @@ impl Duration {
     }
 }
 
-/// Reads a [`Duration`] given in whole milliseconds (configuration files: `nak_delay_ms = 2`).
+/// Reads a [`Duration`] given in whole milliseconds (configuration files: `nak_delay_ms = 2`),
+/// or in nanoseconds from a binary form (the parameters a view carries on the wire,
+/// [`crate::StackConfig::to_wire`]), which must be exact.
 pub(crate) fn millis<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    if !deserializer.is_human_readable() {
+        return <u64 as serde::Deserialize>::deserialize(deserializer).map(Duration);
+    }
     let ms = <u64 as serde::Deserialize>::deserialize(deserializer)?;
     if ms > u64::MAX / 1_000_000 {
         return Err(serde::de::Error::custom(format!("{ms} ms is longer than Motet's clock can count")));
     }
     Ok(Duration::from_millis(ms))
+}
+
+/// Writes a [`Duration`] as [`millis`] reads it: whole milliseconds in a human-readable form
+/// (rounded down), nanoseconds in a binary one.
+pub(crate) fn ser_millis<S: serde::Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    match serializer.is_human_readable() {
+        true => serializer.serialize_u64(duration.as_millis()),
+        false => serializer.serialize_u64(duration.0),
+    }
 }
 
 impl Instant {

@@ -156,15 +156,27 @@ impl ViewState {
             primary: self.primary,
             stack: self.stack.to_string(),
             clients: (0..self.len() as u64).filter(|&r| self.is_client(r as Rank)).collect(),
+            params: self.params.to_wire(),
         }
     }
 
-    /// A view of this group, stack and parameters with the membership of `full`.
+    /// The view `full` describes, of this group: its membership, stack and parameters.
     pub fn with_full(&self, full: &motet_wire::hdr::intra::FullView) -> ViewState {
         let members: Vec<EndpointId> = full.members.iter().map(|&e| EndpointId(e)).collect();
         let coord = EndpointId(full.coord);
         // The granter's stack (it may have switched); one this build cannot parse keeps ours.
         let stack = StackSpec::parse(&full.stack).unwrap_or_else(|_| self.stack.clone());
+        // Likewise the parameters: every member of a view runs the view's (thesis §2.1.7), or
+        // members configured differently would disagree on when to report credit, fragment or
+        // suspect. Parameters that do not read or do not validate keep ours (a newer build's).
+        let params = match StackConfig::from_wire(&full.params) {
+            Ok(params) if params == *self.params => Arc::clone(&self.params),
+            Ok(params) => Arc::new(params),
+            Err(e) => {
+                tracing::warn!(error = %e, "a view's parameters are unusable; keeping this member's");
+                Arc::clone(&self.params)
+            }
+        };
         ViewState {
             coord: members.iter().position(|&e| e == coord).unwrap_or(0) as Rank,
             view_id: ViewId { ltime: full.ltime, coord },
@@ -177,6 +189,7 @@ impl ViewState {
             xfer_view: full.prev.len() >= 2 && stack.layers().contains(&crate::layers::LayerKind::Xfer),
             clients: (0..full.members.len() as u64).map(|r| full.clients.contains(&r)).collect(),
             stack,
+            params,
             ..self.clone()
         }
     }
@@ -290,6 +303,47 @@ impl fmt::Debug for RankSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Parameters other than the defaults, with a duration that is not a whole millisecond.
+    fn custom() -> StackConfig {
+        let mut params = StackConfig::default();
+        params.mflow.window = 8;
+        params.frag.frag_size = 600;
+        params.mnak.nak_delay = crate::Duration(1_500_000);
+        params.suspect.timeout = crate::Duration::from_millis(2_500);
+        params
+    }
+
+    #[test]
+    fn parameters_travel_exactly_and_the_defaults_take_no_room() {
+        assert!(StackConfig::default().to_wire().is_empty());
+        assert_eq!(StackConfig::from_wire(&[]).unwrap(), StackConfig::default());
+        let wire = custom().to_wire();
+        assert!(!wire.is_empty() && wire.len() < motet_wire::hdr::intra::PARAMS_MAX, "{} bytes", wire.len());
+        assert_eq!(StackConfig::from_wire(&wire).unwrap(), custom(), "exact, to the nanosecond");
+        // Garbage, and parameters a member would refuse from its own file, are errors.
+        assert!(StackConfig::from_wire(&[0xff; 7]).is_err());
+        let mut zero = custom();
+        zero.mflow.window = 0;
+        let err = StackConfig::from_wire(&zero.to_wire()).unwrap_err();
+        assert!(err.to_string().contains("window"), "{err}");
+    }
+
+    /// A member takes a view's parameters with its membership (as it takes its stack), and keeps
+    /// its own when the view's cannot be used.
+    #[test]
+    fn a_view_from_another_member_brings_its_parameters() {
+        let spec = StackSpec::parse("vsync").unwrap();
+        let view = |params| {
+            ViewState::initial(GroupName::new("g"), spec.clone(), params, vec![EndpointId(1)], vec![Address::Sim(1)])
+        };
+        let (ours, theirs) = (view(StackConfig::default()), view(custom()));
+        let mut full = theirs.to_full();
+        assert_eq!(*ours.with_full(&full).params, custom());
+        assert_eq!(*theirs.with_full(&ours.to_full()).params, StackConfig::default());
+        full.params = vec![0xff; 7];
+        assert_eq!(*ours.with_full(&full).params, StackConfig::default(), "unreadable: ours");
+    }
 
     #[test]
     fn rank_sets_with_the_same_members_are_equal_and_hash_alike() {

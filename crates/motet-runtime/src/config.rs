@@ -11,7 +11,8 @@
 //! stack = "vsync"
 //! peers = ["10.0.0.6:7001", "inventory-1.inventory.svc:7001"]
 //!
-//! # Protocol parameters, per layer (optional; every member of a group must use the same).
+//! # Protocol parameters, per layer (optional; a view runs its coordinator's, so configure every
+//! # member alike).
 //! [group.params.suspect]
 //! timeout_ms = 3000             # suspect a member silent for 3 s (default 1 s)
 //! [group.params.mflow]
@@ -197,9 +198,11 @@ pub struct GroupConfig {
     pub name: String,
     /// The stack specification.
     pub stack: String,
-    /// Protocol parameters, per layer. Every member of a group must use the same: they are not
-    /// negotiated (a member's stacks use its own for every view it is in), and members that
-    /// disagree on windows, sizes or timeouts disagree on when to block, fragment or suspect.
+    /// Protocol parameters, per layer. A view carries its parameters, set by the coordinator that
+    /// made it, and every member of the view runs them, whatever its own (these are used for its
+    /// first view, alone, and views it coordinates). Configure every member alike: one whose view
+    /// runs other parameters logs a warning and counts it in
+    /// [`crate::RuntimeStats::views_with_other_params`] (docs/runtime.md, "Protocol parameters").
     pub params: StackConfig,
     /// Seed addresses of other members.
     pub peers: Vec<String>,

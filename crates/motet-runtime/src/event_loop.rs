@@ -70,6 +70,10 @@ pub struct RuntimeStats {
     pub injected_loss: u64,
     /// Views installed by this process's endpoints.
     pub views_installed: u64,
+    /// Views installed whose protocol parameters (set by the coordinator that made the view, and
+    /// run by every member of it) differ from this member's own configuration: the group's
+    /// members are configured differently (logged once per endpoint).
+    pub views_with_other_params: u64,
     /// Bundles sent (each carries two or more datagrams, counted in `datagrams_packed`).
     pub bundles_sent: u64,
     /// Datagrams sent inside bundles.
@@ -247,6 +251,7 @@ impl EventLoop {
         view.primary = false;
         view.clients = vec![group.client];
         let view = Arc::new(view);
+        let configured = Arc::clone(&view.params);
         let peers = self.resolve(&group.peers);
         self.node.set_peers(name.clone(), peers);
         if group.peers.iter().any(|p| p.parse::<SocketAddr>().is_err()) {
@@ -270,6 +275,8 @@ impl EventLoop {
                 left: false,
                 migrate_asked: None,
                 migrate_tries: 0,
+                configured,
+                params_warned: false,
             },
         );
         tracing::info!(group = %group.name, %endpoint, address = %self.advertise, "joined alone; merging with seeds");

@@ -40,6 +40,11 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
         runtime.connected_fallbacks,
     );
     counter("views_installed_total", "views installed by this process's endpoints", runtime.views_installed);
+    counter(
+        "views_with_other_params_total",
+        "views installed whose protocol parameters differ from this member's configuration",
+        runtime.views_with_other_params,
+    );
     let _ = writeln!(
         out,
         "# HELP motet_connected_sockets sockets open for connected sends\n# TYPE motet_connected_sockets gauge\nmotet_connected_sockets {}",

@@ -587,3 +587,33 @@ fn event_loops_busy_polling_or_waiting_in_the_receive_call_deliver_everything() 
         assert_eq!(waits > 0, !busy_poll, "busy_poll {busy_poll}: {waits} waits in the receive call");
     }
 }
+
+/// Members whose parameters differ run the group's: those of the view they are in, set by its
+/// coordinator, not each its own (before, each ran its own and this test stalled at 8 casts). A sender whose own `mflow` window is 8, in a group whose window
+/// is the default 64 (receivers report credit every 32 casts), is not held after 8 casts waiting
+/// for a report that its receivers, counting to 32, would never send.
+#[test]
+fn members_run_the_parameters_of_their_view() {
+    let (runtimes, addresses) = start(2);
+    let mut small = motet_core::StackConfig::default();
+    small.mflow.window = 8;
+    let group = |params| GroupConfig::new("params").peers(addresses.clone()).params(params);
+    let members =
+        [runtimes[0].join(group(motet_core::StackConfig::default())).unwrap(), runtimes[1].join(group(small)).unwrap()];
+    converge(&members, Duration::from_secs(30));
+    let casts = 100;
+    for k in 0..casts {
+        members[1].cast(format!("{k}")).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut got = 0;
+    while got < casts {
+        if let Some(Event::Cast { .. }) = members[0].recv_timeout(Duration::from_millis(100)).unwrap() {
+            got += 1;
+        }
+        assert!(Instant::now() < deadline, "{got} of {casts} casts delivered: the sender waits for credit");
+    }
+    // The member that did not make the view says that it runs parameters other than its own.
+    let other: u64 = runtimes.iter().map(|r| r.stats().unwrap().0.views_with_other_params).sum();
+    assert!(other >= 1, "one member runs the other's parameters");
+}

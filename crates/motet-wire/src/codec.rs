@@ -57,6 +57,12 @@ impl<'a> Writer<'a> {
         self.buf.extend_from_slice(text.as_bytes());
     }
 
+    /// Opaque bytes: varint length, then the bytes.
+    pub fn blob(&mut self, bytes: &[u8]) {
+        self.varint(bytes.len() as u64);
+        self.buf.extend_from_slice(bytes);
+    }
+
     /// A vector of varints, length first.
     pub fn varint_vec(&mut self, values: &[u64]) {
         debug_assert!(values.len() <= RANKS_MAX);
@@ -202,6 +208,18 @@ impl<'a> Reader<'a> {
         let text = std::str::from_utf8(raw).map_err(|_| self.error(WireErrorKind::Range))?;
         self.pos += len as usize;
         Ok(text.to_string())
+    }
+
+    /// At most `max` opaque bytes, written by [`Writer::blob`]: varint length, bytes.
+    pub fn blob(&mut self, max: usize) -> Result<Vec<u8>, WireError> {
+        let offset = self.pos;
+        let len = self.varint()?;
+        if len > max as u64 || len > self.remaining() as u64 {
+            return Err(WireError { kind: WireErrorKind::VectorLength(len), offset });
+        }
+        let blob = self.bytes[self.pos..self.pos + len as usize].to_vec();
+        self.pos += len as usize;
+        Ok(blob)
     }
 
     /// Fixed bytes.

@@ -19,7 +19,7 @@ use motet_wire::hdr::appl::Header;
 use std::sync::Arc;
 
 /// `appl` parameters.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Largest application message accepted, in bytes. Default 1 MiB. Larger messages fail with

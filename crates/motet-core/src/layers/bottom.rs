@@ -13,7 +13,7 @@ use crate::Rank;
 use motet_wire::hdr::bottom::Header;
 
 /// `bottom` has no parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {}
 

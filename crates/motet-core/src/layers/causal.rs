@@ -31,7 +31,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// `causal` has no parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {}
 

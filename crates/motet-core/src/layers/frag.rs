@@ -25,7 +25,7 @@ use motet_wire::hdr::frag::Header;
 use motet_wire::{HeaderStack, Payload};
 
 /// `frag` parameters.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Largest payload carried by one datagram, in bytes; larger messages are split. Default 1024,

@@ -30,11 +30,15 @@ use motet_wire::Header as AnyHeader;
 use std::sync::Arc;
 
 /// `heal` parameters.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// How often a coordinator announces its partition. Default 500 ms.
-    #[serde(rename = "gossip_interval_ms", deserialize_with = "crate::time::millis")]
+    #[serde(
+        rename = "gossip_interval_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
     pub gossip_interval: Duration,
 }
 

@@ -23,7 +23,7 @@ use motet_wire::hdr::intra::FullView;
 use std::sync::Arc;
 
 /// `inter` has no parameters (the merge protocol's timeouts are `merge`'s).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {}
 

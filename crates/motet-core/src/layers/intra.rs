@@ -27,12 +27,16 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// `intra` parameters.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// How long a member that acknowledged a cut waits for its view before going on alone (the
     /// coordinator failed after the cut). Default 3 s.
-    #[serde(rename = "commit_timeout_ms", deserialize_with = "crate::time::millis")]
+    #[serde(
+        rename = "commit_timeout_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
     pub commit_timeout: crate::time::Duration,
 }
 

@@ -16,7 +16,7 @@ use crate::Rank;
 use motet_wire::hdr::leave::Header;
 
 /// `leave` has no parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {}
 

@@ -24,14 +24,22 @@ use motet_wire::hdr::merge::Header;
 use motet_wire::Header as AnyHeader;
 
 /// `merge` parameters.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// How often the requester repeats its request while waiting. Default 200 ms.
-    #[serde(rename = "retry_interval_ms", deserialize_with = "crate::time::millis")]
+    #[serde(
+        rename = "retry_interval_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
     pub retry_interval: Duration,
     /// How long the requester waits for an answer before giving up. Default 3 s.
-    #[serde(rename = "merge_timeout_ms", deserialize_with = "crate::time::millis")]
+    #[serde(
+        rename = "merge_timeout_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
     pub merge_timeout: Duration,
 }
 

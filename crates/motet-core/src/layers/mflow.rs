@@ -15,7 +15,7 @@ use crate::Rank;
 use motet_wire::hdr::mflow::Header;
 
 /// `mflow` parameters.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Casts (fragments) a sender may be ahead of its slowest live receiver. Default 64.

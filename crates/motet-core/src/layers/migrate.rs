@@ -24,7 +24,7 @@ use crate::Rank;
 use motet_wire::hdr::migrate::Header;
 
 /// `migrate` has no parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {}
 

@@ -31,11 +31,15 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 /// `mnak` parameters.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Period of the re-NAK sweep while a gap is open. Default 50 ms.
-    #[serde(rename = "sweep_interval_ms", deserialize_with = "crate::time::millis")]
+    #[serde(
+        rename = "sweep_interval_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
     pub sweep_interval: Duration,
     /// Casts buffered ahead of a gap, per origin; further-ahead ones are dropped. Default 4096.
     pub recv_window_max: u64,
@@ -46,7 +50,11 @@ pub struct Config {
     /// later; NAKing at once would have the origin retransmit what is already on its way. Zero
     /// NAKs at once, as Ensemble's `mnak` does (thesis Fig 5.4). PGM and Aeron hold NAKs back the
     /// same way; the cost is that much more recovery latency after a real loss.
-    #[serde(rename = "nak_delay_ms", deserialize_with = "crate::time::millis")]
+    #[serde(
+        rename = "nak_delay_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
     pub nak_delay: Duration,
     /// Casts that enter the retransmission buffers (its own and every origin's, counted together)
     /// after which `mnak` reports its receive counts to `stable` at once (`NumCasts`), instead of

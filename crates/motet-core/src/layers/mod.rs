@@ -70,7 +70,7 @@ macro_rules! registry {
         /// In a configuration file each layer is a table of its parameters (durations in whole
         /// milliseconds, as `*_ms`); a layer or parameter left out keeps its default, and an
         /// unknown one is an error (`[group.params.mnak]`, `nak_delay_ms = 5`).
-        #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+        #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize, serde::Serialize)]
         #[serde(default, deny_unknown_fields)]
         pub struct StackConfig {
             $(#[doc = concat!("Parameters of `", stringify!($module), "`.")] pub $module: $module::Config,)*
@@ -180,6 +180,29 @@ registry! {
 }
 
 impl StackConfig {
+    /// The parameters as a view carries them on the wire (`FullView::params`): nothing for the
+    /// defaults, else a compact binary form (`postcard`), durations exact. Members of a view run
+    /// its parameters, set by the coordinator that made it, as they run its stack (thesis
+    /// §2.1.7: the view state is replicated), so members configured differently cannot disagree
+    /// on when to report credit, fragment or suspect.
+    pub fn to_wire(&self) -> Vec<u8> {
+        if *self == StackConfig::default() {
+            return Vec::new();
+        }
+        postcard::to_allocvec(self).expect("the parameters are plain numbers and flags")
+    }
+
+    /// Reads [`StackConfig::to_wire`]'s form, and checks it ([`StackConfig::validate`]).
+    pub fn from_wire(bytes: &[u8]) -> Result<StackConfig, StackSpecError> {
+        if bytes.is_empty() {
+            return Ok(StackConfig::default());
+        }
+        let params: StackConfig = postcard::from_bytes(bytes)
+            .map_err(|e| StackSpecError::Params(format!("unreadable parameters from another member: {e}")))?;
+        params.validate()?;
+        Ok(params)
+    }
+
     /// Checks the parameters: each within what its protocol can work with (a period of zero
     /// would fire a timer on every turn of the loop, a failure timeout of zero suspect everyone,
     /// a window of nothing never repair), and the layers' together: a message of the largest

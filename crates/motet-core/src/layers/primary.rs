@@ -31,7 +31,7 @@ use motet_wire::hdr::primary::Header;
 use std::sync::Arc;
 
 /// `primary` has no parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {}
 

@@ -24,11 +24,15 @@ use motet_wire::Seqno;
 use std::collections::{BTreeMap, VecDeque};
 
 /// `pt2pt` parameters.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Period of the ack/retransmit/re-NAK sweep, and the retransmission timeout. Default 50 ms.
-    #[serde(rename = "sweep_interval_ms", deserialize_with = "crate::time::millis")]
+    #[serde(
+        rename = "sweep_interval_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
     pub sweep_interval: Duration,
     /// Messages received before an ack is sent at once instead of at the next sweep. Default 16.
     pub ack_batch: u64,
@@ -38,7 +42,11 @@ pub struct Config {
     pub retransmit_max: usize,
     /// How long a gap must stay open before it is NAKed. Default 2 ms; zero NAKs at once. As
     /// `mnak`'s: a reordering network closes most gaps by itself a moment later.
-    #[serde(rename = "nak_delay_ms", deserialize_with = "crate::time::millis")]
+    #[serde(
+        rename = "nak_delay_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
     pub nak_delay: Duration,
 }
 

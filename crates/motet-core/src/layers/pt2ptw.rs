@@ -14,7 +14,7 @@ use crate::Rank;
 use motet_wire::hdr::pt2ptw::Header;
 
 /// `pt2ptw` parameters.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Messages (fragments) in flight to one destination before the sender blocks. Default 64.

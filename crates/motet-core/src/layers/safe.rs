@@ -30,12 +30,16 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// `safe` parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// How long a member collects casts before acknowledging them. Default 0: at the end of the
     /// current turn of the driver.
-    #[serde(rename = "ack_delay_ms", deserialize_with = "crate::time::millis")]
+    #[serde(
+        rename = "ack_delay_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
     pub ack_delay: Duration,
 }
 

@@ -36,12 +36,16 @@ use motet_wire::hdr::sequencer::Header;
 use std::collections::VecDeque;
 
 /// `sequencer` parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// How long the sequencer collects casts before announcing their order. Default 0: at the end
     /// of the current turn of the driver, which batches what one receive batch brought.
-    #[serde(rename = "order_delay_ms", deserialize_with = "crate::time::millis")]
+    #[serde(
+        rename = "order_delay_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
     pub order_delay: Duration,
 }
 

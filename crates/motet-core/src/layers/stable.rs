@@ -25,11 +25,15 @@ use motet_wire::hdr::stable::{Gossip, Header};
 use std::sync::Arc;
 
 /// `stable` parameters.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Period of the stability sweep (request counts, gossip if needed). Default 100 ms.
-    #[serde(rename = "sweep_interval_ms", deserialize_with = "crate::time::millis")]
+    #[serde(
+        rename = "sweep_interval_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
     pub sweep_interval: Duration,
 }
 

@@ -18,14 +18,22 @@ use crate::Rank;
 use motet_wire::hdr::suspect::Header;
 
 /// `suspect` parameters.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Heartbeat period. Default 100 ms.
-    #[serde(rename = "sweep_interval_ms", deserialize_with = "crate::time::millis")]
+    #[serde(
+        rename = "sweep_interval_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
     pub sweep_interval: Duration,
     /// Silence after which a member is suspected. Default 1 s.
-    #[serde(rename = "timeout_ms", deserialize_with = "crate::time::millis")]
+    #[serde(
+        rename = "timeout_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
     pub timeout: Duration,
 }
 

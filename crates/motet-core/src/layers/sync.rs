@@ -37,7 +37,7 @@ use motet_wire::Header as AnyHeader;
 use std::sync::Arc;
 
 /// `sync` has no parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {}
 

@@ -15,11 +15,15 @@ use crate::view::ViewState;
 use crate::Rank;
 
 /// `top` parameters.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// How long an old stack keeps running after its successor view is agreed. Default 2 s.
-    #[serde(rename = "linger_ms", deserialize_with = "crate::time::millis")]
+    #[serde(
+        rename = "linger_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
     pub linger: Duration,
 }
 

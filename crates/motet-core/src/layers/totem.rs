@@ -32,7 +32,7 @@ use motet_wire::hdr::totem::Header;
 use std::collections::{BTreeMap, VecDeque};
 
 /// `totem` parameters.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Application casts held while waiting for the token before casts are flow-blocked

@@ -68,6 +68,11 @@ pub(super) struct MemberState {
     /// views it has asked in since it moved (at most `MIGRATE_TRIES`).
     pub(super) migrate_asked: Option<ViewId>,
     pub(super) migrate_tries: u32,
+    /// This endpoint's own protocol parameters (its configuration); a view runs its
+    /// coordinator's.
+    pub(super) configured: Arc<motet_core::StackConfig>,
+    /// A view with other parameters than `configured` has been logged.
+    pub(super) params_warned: bool,
 }
 
 impl EventLoop {
@@ -146,6 +151,12 @@ impl EventLoop {
                 AppEvent::View { view, rank } => {
                     self.stats.views_installed += 1;
                     tracing::info!(%endpoint, view = ?view.view_id, members = view.members.len(), "view installed");
+                    if view.params != member.configured {
+                        self.stats.views_with_other_params += 1;
+                        if !std::mem::replace(&mut member.params_warned, true) {
+                            tracing::warn!(%endpoint, view = ?view.view_id, "this view's protocol parameters, set by its coordinator, differ from this member's configuration; the member runs the view's (configure every member of a group alike)");
+                        }
+                    }
                     member.current = stack;
                     member.view = Some(Arc::clone(&view));
                     member.blocked = false;

@@ -25,7 +25,14 @@ pub struct FullView {
     /// Ranks of the members that are clients (Ensemble's `ViewState.clients`; the rest are
     /// servers).
     pub clients: Vec<u64>,
+    /// The view's protocol parameters, in the core's binary form (empty: the defaults): like the
+    /// stack, every member runs the view's, not its own.
+    pub params: Vec<u8>,
 }
+
+/// Largest encoded parameters a view may carry (all layers' parameters take about a hundred
+/// bytes).
+pub const PARAMS_MAX: usize = 1024;
 
 impl FullView {
     /// Appends the encoding.
@@ -39,6 +46,7 @@ impl FullView {
         w.u8(u8::from(self.primary));
         w.text(&self.stack);
         w.varint_vec(&self.clients);
+        w.blob(&self.params);
     }
 
     /// Reads one, checking that members and addresses match and the flag is a boolean.
@@ -62,7 +70,8 @@ impl FullView {
         if clients.iter().any(|&c| c >= members.len() as u64) {
             return Err(WireError { kind: WireErrorKind::Range, offset: clients_offset });
         }
-        Ok(FullView { ltime, coord, members, addresses, prev, primary: primary == 1, stack, clients })
+        let params = r.blob(PARAMS_MAX)?;
+        Ok(FullView { ltime, coord, members, addresses, prev, primary: primary == 1, stack, clients, params })
     }
 }
 

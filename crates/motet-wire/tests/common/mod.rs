@@ -160,10 +160,12 @@ pub fn full_view() -> impl Strategy<Value = intra::FullView> {
         prop::collection::vec((u64_any(), address()), 1..8),
         prop::collection::vec((u64_any(), u64_any()), 0..3),
         any::<bool>(),
+        prop::collection::vec(any::<u8>(), 0..40),
     )
-        .prop_map(|(ltime, coord, members, prev, primary)| intra::FullView {
+        .prop_map(|(ltime, coord, members, prev, primary, params)| intra::FullView {
             stack: "top:appl:bottom".into(),
             clients: Vec::new(),
+            params,
             ltime,
             coord,
             addresses: members.iter().map(|m| m.1).collect(),
