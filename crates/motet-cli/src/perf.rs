@@ -42,6 +42,10 @@ pub(crate) struct LatencyArgs {
     /// Spin instead of sleeping, in both processes.
     #[arg(long)]
     busy_poll: bool,
+    /// Receive offload (`UDP_GRO`) in both processes: `on` or `off` (default: on, off with
+    /// `--busy-poll`; docs/runtime.md, "Receive offload").
+    #[arg(long, value_parser = on_off)]
+    receive_offload: Option<bool>,
     /// CPU placement: `same` pins both processes to CPU 0, `split` this one to CPU 0 and the
     /// peer to CPU 1, `none` leaves it to the scheduler.
     #[arg(long, default_value = "none")]
@@ -72,6 +76,10 @@ pub(crate) struct ThroughputArgs {
     /// Spin instead of sleeping.
     #[arg(long)]
     busy_poll: bool,
+    /// Receive offload (`UDP_GRO`) in both processes: `on` or `off` (default: on, off with
+    /// `--busy-poll`; docs/runtime.md, "Receive offload").
+    #[arg(long, value_parser = on_off)]
+    receive_offload: Option<bool>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -99,9 +107,41 @@ pub(crate) struct PeerArgs {
     rate: u64,
     #[arg(long)]
     busy_poll: bool,
+    #[arg(long, value_parser = on_off)]
+    receive_offload: Option<bool>,
     /// Pin this process to this CPU.
     #[arg(long)]
     cpu: Option<usize>,
+}
+
+/// `on` or `off`.
+fn on_off(value: &str) -> Result<bool, String> {
+    match value {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("{other}: expected on or off")),
+    }
+}
+
+/// The runtime configuration of a measuring or peer process.
+fn runtime_config(bind: SocketAddr, busy_poll: bool, receive_offload: Option<bool>) -> RuntimeConfig {
+    let config = RuntimeConfig::bind(bind).busy_poll(busy_poll);
+    match receive_offload {
+        Some(on) => config.receive_offload(on),
+        None => config,
+    }
+}
+
+/// The flags that pass `--busy-poll` and `--receive-offload` on to a peer process.
+fn mode_args(busy_poll: bool, receive_offload: Option<bool>) -> Vec<String> {
+    let mut args = Vec::new();
+    if busy_poll {
+        args.push("--busy-poll".to_string());
+    }
+    if let Some(on) = receive_offload {
+        args.extend(["--receive-offload".to_string(), if on { "on" } else { "off" }.to_string()]);
+    }
+    args
 }
 
 /// Pins the calling thread to `cpu`.
@@ -168,13 +208,12 @@ impl Drop for PeerProcess {
 }
 
 fn join(
-    bind: SocketAddr,
-    busy_poll: bool,
+    config: RuntimeConfig,
     group: &str,
     stack: &str,
     peers: &[SocketAddr],
 ) -> Result<(EventLoop, EndpointId), String> {
-    let mut event_loop = EventLoop::new(RuntimeConfig::bind(bind).busy_poll(busy_poll)).map_err(|e| e.to_string())?;
+    let mut event_loop = EventLoop::new(config).map_err(|e| e.to_string())?;
     let config = GroupConfig::new(group).stack(stack).peers(peers.iter().map(|p| p.to_string()));
     let me = event_loop.join(&config).map_err(|e| e.to_string())?;
     Ok((event_loop, me))
@@ -260,9 +299,7 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
         "--udp-bind".into(),
         their_udp.to_string(),
     ];
-    if args.busy_poll {
-        peer_args.push("--busy-poll".into());
-    }
+    peer_args.extend(mode_args(args.busy_poll, args.receive_offload));
     if let Some(cpu) = their_cpu {
         peer_args.extend(["--cpu".into(), cpu.to_string()]);
     }
@@ -288,7 +325,9 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
     })?;
     socket.send(&[]).map_err(|e| e.to_string())?;
 
-    let (mut event_loop, me) = join(mine, args.busy_poll, &group, &args.stack, &[theirs])?;
+    let config = runtime_config(mine, args.busy_poll, args.receive_offload);
+    let offload = config.receive_offload_on();
+    let (mut event_loop, me) = join(config, &group, &args.stack, &[theirs])?;
     wait_for_view(&mut event_loop, 2, Duration::from_secs(30))?;
     let before = event_loop.runtime_stats();
     let rtts = measure(args.samples, |seq| {
@@ -319,6 +358,7 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
         "stack": args.stack,
         "size": args.size,
         "busy_poll": args.busy_poll,
+        "receive_offload": offload,
         "pin": args.pin,
         "rtt_us_p50": round(p50),
         "rtt_us_p99": round(p99),
@@ -390,9 +430,7 @@ fn throughput(args: &ThroughputArgs) -> Result<(), String> {
             "--rate".into(),
             args.rate.to_string(),
         ];
-        if args.busy_poll {
-            peer_args.push("--busy-poll".into());
-        }
+        peer_args.extend(mode_args(args.busy_poll, args.receive_offload));
         peers.push(PeerProcess::spawn(&peer_args)?);
     }
     // Raw UDP first: the peers blast datagrams at our raw socket until they see a view (they
@@ -412,7 +450,9 @@ fn throughput(args: &ThroughputArgs) -> Result<(), String> {
     let udp_rate = udp_msgs as f64 / udp_start.map_or(1.0, |s| s.elapsed().as_secs_f64());
     drop(raw); // the peers' blasts now fail (connection refused) and they move on to the group
 
-    let (mut event_loop, me) = join(members[0], args.busy_poll, &group, &args.stack, &members[1..])?;
+    let config = runtime_config(members[0], args.busy_poll, args.receive_offload);
+    let offload = config.receive_offload_on();
+    let (mut event_loop, me) = join(config, &group, &args.stack, &members[1..])?;
     wait_for_view(&mut event_loop, args.members, Duration::from_secs(60))?;
     let (mut delivered, mut from_others, mut bytes, mut seq) = (0u64, 0u64, 0u64, 0u64);
     let begin = Instant::now();
@@ -449,6 +489,7 @@ fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         "members": args.members,
         "size": args.size,
         "busy_poll": args.busy_poll,
+        "receive_offload": offload,
         "offered_per_member": args.rate,
         "msgs_per_s": rate.round(),
         "mb_per_s": round(mb),
@@ -482,8 +523,8 @@ fn throughput(args: &ThroughputArgs) -> Result<(), String> {
 /// then joins the group and casts as fast as flow control allows (or at `rate`).
 fn peer(args: &PeerArgs) -> Result<(), String> {
     let raw = UdpSocket::bind(args.udp_bind).map_err(|e| e.to_string())?;
-    let mut event_loop =
-        EventLoop::new(RuntimeConfig::bind(args.bind).busy_poll(args.busy_poll)).map_err(|e| e.to_string())?;
+    let config = runtime_config(args.bind, args.busy_poll, args.receive_offload);
+    let mut event_loop = EventLoop::new(config).map_err(|e| e.to_string())?;
     let config = GroupConfig::new(&args.group).stack(&args.stack).peers(args.peers.iter().cloned());
     println!("ready");
     match args.role.as_str() {

@@ -168,12 +168,13 @@ impl ViewState {
         let stack = StackSpec::parse(&full.stack).unwrap_or_else(|_| self.stack.clone());
         // Likewise the parameters: every member of a view runs the view's (thesis §2.1.7), or
         // members configured differently would disagree on when to report credit, fragment or
-        // suspect. Parameters that do not read or do not validate keep ours (a newer build's).
+        // suspect. Parameters that do not read or do not validate (another build's, which the
+        // wire version already keeps out) leave this member with the ones it runs.
         let params = match StackConfig::from_wire(&full.params) {
             Ok(params) if params == *self.params => Arc::clone(&self.params),
             Ok(params) => Arc::new(params),
             Err(e) => {
-                tracing::warn!(error = %e, "a view's parameters are unusable; keeping this member's");
+                tracing::warn!(error = %e, "a view's parameters are unusable; keeping the ones this member runs");
                 Arc::clone(&self.params)
             }
         };
@@ -315,14 +316,23 @@ mod tests {
     }
 
     #[test]
-    fn parameters_travel_exactly_and_the_defaults_take_no_room() {
-        assert!(StackConfig::default().to_wire().is_empty());
-        assert_eq!(StackConfig::from_wire(&[]).unwrap(), StackConfig::default());
+    fn parameters_travel_exactly_and_the_defaults_take_four_bytes() {
+        let defaults = StackConfig::default().to_wire();
+        assert_eq!(defaults, StackConfig::schema(), "the schema alone");
+        assert_eq!(StackConfig::from_wire(&defaults).unwrap(), StackConfig::default());
         let wire = custom().to_wire();
-        assert!(!wire.is_empty() && wire.len() < motet_wire::hdr::intra::PARAMS_MAX, "{} bytes", wire.len());
+        assert!(wire.len() > 4 && wire.len() < motet_wire::hdr::intra::PARAMS_MAX, "{} bytes", wire.len());
         assert_eq!(StackConfig::from_wire(&wire).unwrap(), custom(), "exact, to the nanosecond");
-        // Garbage, and parameters a member would refuse from its own file, are errors.
+        // Garbage, another build's parameters, trailing bytes, and parameters a member would
+        // refuse from its own file, are errors.
+        assert!(StackConfig::from_wire(&[]).is_err());
         assert!(StackConfig::from_wire(&[0xff; 7]).is_err());
+        let mut other_build = wire.clone();
+        other_build[0] ^= 1;
+        assert!(StackConfig::from_wire(&other_build).unwrap_err().to_string().contains("other parameters"));
+        let mut trailing = wire.clone();
+        trailing.push(0);
+        assert!(StackConfig::from_wire(&trailing).unwrap_err().to_string().contains("after them"));
         let mut zero = custom();
         zero.mflow.window = 0;
         let err = StackConfig::from_wire(&zero.to_wire()).unwrap_err();

@@ -11,8 +11,8 @@
 //! stack = "vsync"
 //! peers = ["10.0.0.6:7001", "inventory-1.inventory.svc:7001"]
 //!
-//! # Protocol parameters, per layer (optional; a view runs its coordinator's, so configure every
-//! # member alike).
+//! # Protocol parameters, per layer (optional; a member merging into a group runs the group's,
+//! # so configure every member alike).
 //! [group.params.suspect]
 //! timeout_ms = 3000             # suspect a member silent for 3 s (default 1 s)
 //! [group.params.mflow]
@@ -135,7 +135,7 @@ impl RuntimeConfig {
     }
 
     /// Whether the sockets ask for receive offload: as set, or on unless busy-polling.
-    pub(crate) fn receive_offload_on(&self) -> bool {
+    pub fn receive_offload_on(&self) -> bool {
         self.receive_offload.unwrap_or(!self.busy_poll)
     }
 
@@ -198,10 +198,11 @@ pub struct GroupConfig {
     pub name: String,
     /// The stack specification.
     pub stack: String,
-    /// Protocol parameters, per layer. A view carries its parameters, set by the coordinator that
-    /// made it, and every member of the view runs them, whatever its own (these are used for its
-    /// first view, alone, and views it coordinates). Configure every member alike: one whose view
-    /// runs other parameters logs a warning and counts it in
+    /// Protocol parameters, per layer: those of the member's first view, when it starts alone.
+    /// A view carries its parameters, every member of the view runs them, and each view passes
+    /// them on to the next; a merged view takes the granting (larger) partition's. So a member
+    /// that joins a running group runs the group's parameters, whatever its own. Configure every
+    /// member alike: one whose view runs other parameters logs a warning and counts it in
     /// [`crate::RuntimeStats::views_with_other_params`] (docs/runtime.md, "Protocol parameters").
     pub params: StackConfig,
     /// Seed addresses of other members.

@@ -70,9 +70,9 @@ pub struct RuntimeStats {
     pub injected_loss: u64,
     /// Views installed by this process's endpoints.
     pub views_installed: u64,
-    /// Views installed whose protocol parameters (set by the coordinator that made the view, and
-    /// run by every member of it) differ from this member's own configuration: the group's
-    /// members are configured differently (logged once per endpoint).
+    /// Views installed whose protocol parameters (the group's, run by every member of the view)
+    /// differ from this member's own configuration: the group's members are configured
+    /// differently (logged once per endpoint).
     pub views_with_other_params: u64,
     /// Bundles sent (each carries two or more datagrams, counted in `datagrams_packed`).
     pub bundles_sent: u64,

@@ -69,6 +69,9 @@ pub struct View {
     /// A state-transfer view (stack with `Xfer`, formed by a merge): casts wait for the next view
     /// while rank 0 streams its state to the others (`Event::XferProvide`, `Event::XferChunk`).
     pub xfer: bool,
+    /// The largest message the view's members take (`appl.message_size_max` of the view's
+    /// parameters, the group's: docs/runtime.md, "Protocol parameters").
+    pub message_size_max: usize,
 }
 
 /// Parses a stack to switch to and checks it can switch again (it has the `Switch` property).
@@ -97,6 +100,7 @@ impl View {
             primary: view.primary,
             stack: view.stack.to_string(),
             xfer: view.xfer_view,
+            message_size_max: view.params.appl.message_size_max,
             clients: view.ranks_where(true).iter().map(|&r| view.members[usize::from(r)]).collect(),
         }
     }

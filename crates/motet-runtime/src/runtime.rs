@@ -13,7 +13,7 @@ use bytes::Bytes;
 use motet_core::{EndpointId, ViewId};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -31,7 +31,6 @@ enum Command {
 struct Joined {
     endpoint: EndpointId,
     member: Arc<MemberShared>,
-    message_size_max: usize,
 }
 
 /// Where the loop puts a member's events: a bounded channel for a blocking or an async reader.
@@ -88,6 +87,9 @@ struct MemberShared {
     left: AtomicBool,
     /// The loop holds an event this member's full channel refused: wake it after a receive.
     want_wake: AtomicBool,
+    /// The largest message the member's current view takes (`appl.message_size_max` of the
+    /// view's parameters), checked before an action is queued to the loop.
+    message_size_max: AtomicUsize,
 }
 
 /// A running event loop on its own thread. Dropping it stops the loop (members are not told:
@@ -148,12 +150,7 @@ impl Runtime {
         let (reply, answer) = mpsc::sync_channel(1);
         self.shared.command(Command::Join { config: Box::new(config), sink, reply })?;
         let joined = answer.recv().map_err(|_| Error::Stopped)??;
-        Ok(Handle {
-            endpoint: joined.endpoint,
-            shared: Arc::clone(&self.shared),
-            member: joined.member,
-            message_size_max: joined.message_size_max,
-        })
+        Ok(Handle { endpoint: joined.endpoint, shared: Arc::clone(&self.shared), member: joined.member })
     }
 
     /// The runtime's and the protocol's counters.
@@ -232,7 +229,6 @@ pub struct Handle {
     endpoint: EndpointId,
     shared: Arc<Shared>,
     member: Arc<MemberShared>,
-    message_size_max: usize,
 }
 
 impl Handle {
@@ -345,8 +341,9 @@ impl Handle {
         if self.member.left.load(Ordering::SeqCst) {
             return Err(Error::Left);
         }
-        if size > self.message_size_max {
-            return Err(Error::Api(motet_core::ApiError::TooLarge { size, max: self.message_size_max }));
+        let max = self.member.message_size_max.load(Ordering::Relaxed);
+        if size > max {
+            return Err(Error::Api(motet_core::ApiError::TooLarge { size, max }));
         }
         Ok(())
     }
@@ -523,8 +520,10 @@ impl LoopThread {
             Command::Join { config, sink, reply } => {
                 let result = self.event_loop.join(&config).map(|endpoint| {
                     let member = Arc::new(MemberShared::default());
+                    // Until its first view, the member's own limit (its view, alone, has it).
+                    member.message_size_max.store(config.params.appl.message_size_max, Ordering::Relaxed);
                     self.members.insert(endpoint, (sink, Arc::clone(&member)));
-                    Joined { endpoint, member, message_size_max: config.params.appl.message_size_max }
+                    Joined { endpoint, member }
                 });
                 let _ = reply.send(result);
             }
@@ -556,6 +555,8 @@ impl LoopThread {
                 if let Ok(mut current) = member.view.lock() {
                     *current = Some(view.members.clone().into());
                 }
+                // The view's limit, not the member's own: a view runs its parameters.
+                member.message_size_max.store(view.message_size_max, Ordering::Relaxed);
             }
             let exit = event == Event::Exit;
             match sender.try_send(event) {

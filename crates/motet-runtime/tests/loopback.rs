@@ -588,8 +588,9 @@ fn event_loops_busy_polling_or_waiting_in_the_receive_call_deliver_everything() 
     }
 }
 
-/// Members whose parameters differ run the group's: those of the view they are in, set by its
-/// coordinator, not each its own (before, each ran its own and this test stalled at 8 casts). A sender whose own `mflow` window is 8, in a group whose window
+/// Members whose parameters differ run the group's: those of the view they are in, which a merge
+/// takes from the granting partition, not each its own (before, each ran its own and this test
+/// stalled at 8 casts). A sender whose own `mflow` window is 8, in a group whose window
 /// is the default 64 (receivers report credit every 32 casts), is not held after 8 casts waiting
 /// for a report that its receivers, counting to 32, would never send.
 #[test]
@@ -597,10 +598,11 @@ fn members_run_the_parameters_of_their_view() {
     let (runtimes, addresses) = start(2);
     let mut small = motet_core::StackConfig::default();
     small.mflow.window = 8;
+    small.appl.message_size_max = 100;
     let group = |params| GroupConfig::new("params").peers(addresses.clone()).params(params);
     let members =
         [runtimes[0].join(group(motet_core::StackConfig::default())).unwrap(), runtimes[1].join(group(small)).unwrap()];
-    converge(&members, Duration::from_secs(30));
+    let view = converge(&members, Duration::from_secs(30));
     let casts = 100;
     for k in 0..casts {
         members[1].cast(format!("{k}")).unwrap();
@@ -616,4 +618,13 @@ fn members_run_the_parameters_of_their_view() {
     // The member that did not make the view says that it runs parameters other than its own.
     let other: u64 = runtimes.iter().map(|r| r.stats().unwrap().0.views_with_other_params).sum();
     assert!(other >= 1, "one member runs the other's parameters");
+    // Both take messages up to the view's limit, whichever member's it is, and refuse larger.
+    assert!([100, motet_core::StackConfig::default().appl.message_size_max].contains(&view.message_size_max));
+    for m in &members {
+        let fits = m.cast(vec![0u8; 150]);
+        match view.message_size_max >= 150 {
+            true => assert!(fits.is_ok(), "{fits:?}"),
+            false => assert!(fits.unwrap_err().to_string().contains("100"), "the view's limit"),
+        }
+    }
 }

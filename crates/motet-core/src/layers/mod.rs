@@ -180,27 +180,50 @@ registry! {
 }
 
 impl StackConfig {
-    /// The parameters as a view carries them on the wire (`FullView::params`): nothing for the
-    /// defaults, else a compact binary form (`postcard`), durations exact. Members of a view run
-    /// its parameters, set by the coordinator that made it, as they run its stack (thesis
-    /// §2.1.7: the view state is replicated), so members configured differently cannot disagree
-    /// on when to report credit, fragment or suspect.
+    /// The parameters as a view carries them on the wire (`FullView::params`): the
+    /// [`StackConfig::schema`] fingerprint, then nothing for the defaults, else a compact binary
+    /// form (`postcard`), durations exact. Members of a view run its parameters as they run its
+    /// stack (thesis §2.1.7: the view state is replicated), so members configured differently
+    /// cannot disagree on when to report credit, fragment or suspect.
     pub fn to_wire(&self) -> Vec<u8> {
-        if *self == StackConfig::default() {
-            return Vec::new();
+        let mut wire = Self::schema().to_vec();
+        if *self != StackConfig::default() {
+            wire.extend(postcard::to_allocvec(self).expect("the parameters are plain numbers and flags"));
         }
-        postcard::to_allocvec(self).expect("the parameters are plain numbers and flags")
+        wire
     }
 
-    /// Reads [`StackConfig::to_wire`]'s form, and checks it ([`StackConfig::validate`]).
+    /// Reads [`StackConfig::to_wire`]'s form, all of it, and checks it
+    /// ([`StackConfig::validate`]). Parameters of another build (another schema: a layer or a
+    /// parameter added, renamed or given another default) are an error, not misread.
     pub fn from_wire(bytes: &[u8]) -> Result<StackConfig, StackSpecError> {
-        if bytes.is_empty() {
+        let unreadable =
+            |why: &str| StackSpecError::Params(format!("unreadable parameters from another member: {why}"));
+        let (schema, body) = bytes.split_at_checked(4).ok_or_else(|| unreadable("too short"))?;
+        if schema != Self::schema() {
+            return Err(unreadable("written by a build with other parameters"));
+        }
+        if body.is_empty() {
             return Ok(StackConfig::default());
         }
-        let params: StackConfig = postcard::from_bytes(bytes)
-            .map_err(|e| StackSpecError::Params(format!("unreadable parameters from another member: {e}")))?;
+        let (params, rest): (StackConfig, _) =
+            postcard::take_from_bytes(body).map_err(|e| unreadable(&e.to_string()))?;
+        if !rest.is_empty() {
+            return Err(unreadable(&format!("{} bytes after them", rest.len())));
+        }
         params.validate()?;
         Ok(params)
+    }
+
+    /// A fingerprint of the parameters' layout and defaults in this build (every layer, name and
+    /// default value): what the wire form is read against.
+    pub fn schema() -> [u8; 4] {
+        static SCHEMA: std::sync::OnceLock<[u8; 4]> = std::sync::OnceLock::new();
+        *SCHEMA.get_or_init(|| {
+            let digest = blake3::hash(format!("{:?}", StackConfig::default()).as_bytes());
+            let bytes = digest.as_bytes();
+            [bytes[0], bytes[1], bytes[2], bytes[3]]
+        })
     }
 
     /// Checks the parameters: each within what its protocol can work with (a period of zero

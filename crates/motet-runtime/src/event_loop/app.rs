@@ -68,8 +68,8 @@ pub(super) struct MemberState {
     /// views it has asked in since it moved (at most `MIGRATE_TRIES`).
     pub(super) migrate_asked: Option<ViewId>,
     pub(super) migrate_tries: u32,
-    /// This endpoint's own protocol parameters (its configuration); a view runs its
-    /// coordinator's.
+    /// This endpoint's own protocol parameters (its configuration): its first view's; later
+    /// views run the group's.
     pub(super) configured: Arc<motet_core::StackConfig>,
     /// A view with other parameters than `configured` has been logged.
     pub(super) params_warned: bool,
@@ -154,7 +154,7 @@ impl EventLoop {
                     if view.params != member.configured {
                         self.stats.views_with_other_params += 1;
                         if !std::mem::replace(&mut member.params_warned, true) {
-                            tracing::warn!(%endpoint, view = ?view.view_id, "this view's protocol parameters, set by its coordinator, differ from this member's configuration; the member runs the view's (configure every member of a group alike)");
+                            tracing::warn!(%endpoint, view = ?view.view_id, "this view's protocol parameters (the group's) differ from this member's configuration; the member runs the view's (configure every member of a group alike; a group takes new parameters only when all its members restart)");
                         }
                     }
                     member.current = stack;
