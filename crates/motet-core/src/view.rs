@@ -339,6 +339,38 @@ mod tests {
         assert!(err.to_string().contains("window"), "{err}");
     }
 
+    /// Each view passes its parameters on: the view that follows the coordinator's failure, made
+    /// by a member's own `intra`, and the view that merges the partitions back, made by `inter`.
+    #[test]
+    fn parameters_pass_from_view_to_view_through_failure_and_merge() {
+        let mut group = crate::testkit::Group::with_config(3, "vsync", crate::Bypass::On, custom());
+        let view_of = |group: &crate::testkit::Group, rank: usize| group.views[rank].clone().expect("a view");
+        group.partition = Some(vec![0]);
+        for _ in 0..100 {
+            group.tick(crate::Duration::from_millis(100));
+            if group.views[1].as_ref().is_some_and(|v| v.len() == 2)
+                && group.views[2].as_ref().is_some_and(|v| v.len() == 2)
+            {
+                break;
+            }
+        }
+        let after_failure = view_of(&group, 1);
+        assert_eq!(after_failure.len(), 2, "the survivors' view");
+        assert_eq!(*after_failure.params, custom());
+        group.partition = None;
+        for _ in 0..200 {
+            group.tick(crate::Duration::from_millis(100));
+            if (0..3).all(|r| group.views[r].as_ref().is_some_and(|v| v.len() == 3)) {
+                break;
+            }
+        }
+        for rank in 0..3 {
+            let merged = view_of(&group, rank);
+            assert_eq!(merged.len(), 3, "merged at {rank}");
+            assert_eq!(*merged.params, custom(), "at {rank}");
+        }
+    }
+
     /// A member takes a view's parameters with its membership (as it takes its stack), and keeps
     /// its own when the view's cannot be used.
     #[test]
