@@ -1,8 +1,10 @@
 //! The UDP socket: set up with `socket2`, registered with `mio`, received with `recvmmsg` and
 //! single reads (`recvmsg` with UDP receive offload on, where a run of equal segments arrives in
-//! one read; a plain `recv` with it off), and sent
-//! scatter-gather with `sendmsg`, so a payload is never copied into a send buffer (thesis
-//! §4.4.2: iovecs all the way to the kernel).
+//! one read; a plain `recv` with it off), and sent scatter-gather with `sendmsg`, so a large
+//! payload is never copied into a send buffer (thesis §4.4.2: iovecs all the way to the kernel).
+//! A datagram of up to 1,536 bytes is the exception: its head and payload are copied into one
+//! buffer and sent with `send`, which costs less than the kernel's work on a second iovec
+//! ([`UdpIo::send`]).
 //!
 //! The socket itself stays in blocking mode, and every call that must not wait says so with
 //! `MSG_DONTWAIT`. That lets a quiet loop wait *in* the receive call ([`UdpIo::recv_wait`],
