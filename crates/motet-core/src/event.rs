@@ -418,6 +418,7 @@ macro_rules! reasons {
 
 reasons! {
     Malformed: "the datagram did not decode",
+    OtherVersion: "a datagram of another wire version: a member running another release (members of one group must run the same)",
     UnknownConn: "no stack has this connection id (an old view, another group, or noise)",
     NotForMe: "a send addressed to another rank, or an origin outside the view",
     FromFailed: "the origin was marked failed",

@@ -222,9 +222,10 @@ impl Node {
         if datagram::is_compressed(&datagram) {
             return self.handle_compressed(now, datagram);
         }
+        let len = datagram.len();
         let decoded = match datagram::decode(datagram) {
             Ok(decoded) => decoded,
-            Err(_) => return self.stats.drop_one(DropReason::Malformed),
+            Err(e) => return self.drop_undecodable(e, len),
         };
         let Some(ids) = self.routes.get(&decoded.head.conn).map(|ids| SmallVec::<[StackId; 1]>::from_slice(ids)) else {
             return self.stats.drop_one(DropReason::UnknownConn);
@@ -248,6 +249,30 @@ impl Node {
             stack.handle_recv(now, head.origin, head.mux, msg);
             self.collect(id);
         }
+    }
+
+    /// Counts a datagram of `len` bytes that did not decode. One of another wire version comes
+    /// from a member running another release, which can never be in a view with this one (a
+    /// rolling upgrade splits the group until every member runs the new release): said once, so
+    /// an operator sees why. Only a version near ours, on a datagram long enough for a head,
+    /// counts as one: anything else is noise, `Malformed`.
+    #[cold]
+    fn drop_undecodable(&mut self, error: motet_wire::WireError, len: usize) {
+        let plausible = |v: u8| (1..=motet_wire::VERSION.saturating_add(4)).contains(&v) && len >= 8;
+        let motet_wire::WireErrorKind::Version(version) = error.kind else {
+            return self.stats.drop_one(DropReason::Malformed);
+        };
+        if !plausible(version) {
+            return self.stats.drop_one(DropReason::Malformed);
+        }
+        if self.stats.drops(DropReason::OtherVersion) == 0 {
+            tracing::warn!(
+                version,
+                ours = motet_wire::VERSION,
+                "dropping datagrams of another wire version: every member of a group must run the same release"
+            );
+        }
+        self.stats.drop_one(DropReason::OtherVersion);
     }
 
     /// A compressed datagram: its headers are rebuilt from the destination stack's template of
@@ -617,6 +642,24 @@ fn outgoing(
 mod tests {
     use super::*;
     use crate::{Action, Counter, Duration, Payload};
+
+    /// A datagram of another wire version is counted as such, apart from malformed ones, and is
+    /// said once in the log.
+    #[test]
+    fn datagrams_of_another_wire_version_are_counted_apart() {
+        let (mut nodes, now) = pair();
+        let node = &mut nodes[0].0;
+        let older = motet_wire::VERSION - 1;
+        for _ in 0..3 {
+            node.handle_datagram(now, Bytes::from(vec![older, 1, 2, 3, 4, 0, 0, 0]));
+        }
+        node.handle_datagram(now, Bytes::from(vec![motet_wire::VERSION, 1]));
+        node.handle_datagram(now, Bytes::from(vec![older, 1]));
+        node.handle_datagram(now, Bytes::from(vec![0x3f; 40]));
+        let stats = node.stats();
+        assert_eq!(stats.drops(DropReason::OtherVersion), 3);
+        assert_eq!(stats.drops(DropReason::Malformed), 3, "truncated, too short for a head, and noise");
+    }
 
     /// Two nodes, one endpoint each, in one `vsync` view.
     fn pair() -> (Vec<(Node, StackId)>, Instant) {

@@ -20,7 +20,8 @@ use bytes::{Buf, Bytes};
 
 /// The wire version this build speaks. 2 (2026-11-25): a whole view (`intra::FullView`, in
 /// membership and merge messages) carries its protocol parameters. A datagram of another version
-/// is dropped as malformed, so members of different versions never form a view together.
+/// does not decode (`WireErrorKind::Version`; the node counts it as `OtherVersion`), so members
+/// of different versions never form a view together.
 pub const VERSION: u8 = 2;
 /// The largest datagram accepted (the UDP/IPv4 payload limit).
 pub const DATAGRAM_SIZE_MAX: usize = 65_507;
