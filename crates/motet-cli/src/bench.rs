@@ -164,6 +164,16 @@ struct Breakdowns {
     layered: Breakdown,
     bypass: Breakdown,
     hand: HandBreakdown,
+    /// The report's two ratios without any path's driver and network (each path's `harness`
+    /// taken out): the protocols alone. The stacks' driver is the testkit's general network,
+    /// the yardstick's a loop of its own, so the totals' ratios mix in two different harnesses.
+    protocol_only: Ratios,
+}
+
+#[derive(Serialize)]
+struct Ratios {
+    layered_over_bypass: f64,
+    bypass_over_hand: f64,
 }
 
 #[derive(Serialize)]
@@ -225,10 +235,15 @@ fn stack(args: StackArgs) -> ExitCode {
     let bypass = m.cost(Path::Bypass, &name, 2, 4);
     let bypass_delayed = m.delayed(&name);
     let hand = m.cost(Path::Hand, &name, 2, 4);
-    let breakdown = m.instructions.then(|| Breakdowns {
-        layered: m.breakdown(Path::Layered, &name, layered.figure()),
-        bypass: m.breakdown(Path::Bypass, &name, bypass.figure()),
-        hand: m.hand_breakdown(hand.figure()),
+    let breakdown = m.instructions.then(|| {
+        let (l, b, h) = (
+            m.breakdown(Path::Layered, &name, layered.figure()),
+            m.breakdown(Path::Bypass, &name, bypass.figure()),
+            m.hand_breakdown(hand.figure()),
+        );
+        let (l_only, b_only) = (layered.figure() - l.harness, bypass.figure() - b.harness);
+        let protocol_only = Ratios { layered_over_bypass: l_only / b_only, bypass_over_hand: b_only / h.protocol };
+        Breakdowns { layered: l, bypass: b, hand: h, protocol_only }
     });
     let sweeps = (!args.quick).then(|| Sweeps {
         size: SIZES.iter().flat_map(|&size| paths(&m, &name, 2, size)).collect(),
@@ -495,6 +510,11 @@ fn print_report(r: &Report) {
             );
         }
         println!("    hand: protocol {:.0}, harness {:.0}", b.hand.protocol, b.hand.harness);
+        let only = &b.protocol_only;
+        println!(
+            "  without the harnesses: layered / bypass {:.2}x, bypass / hand {:.2}x",
+            only.layered_over_bypass, only.bypass_over_hand
+        );
     }
     if let Some(e) = &r.extra_layer {
         println!("  one more layer on the trace: layered +{:.0}, bypass +{:.0} {unit}", e.layered, e.bypass);
