@@ -4,13 +4,16 @@
 //! object per line:
 //!
 //! ```text
-//! {"type":"view","view_id":"3:e0123456789abcdef","members":["e0123456789abcdef",...],"rank":0,"primary":false,"stack":"top:...:bottom"}
+//! {"type":"view","view_id":"3:e0123456789abcdef","members":["e0123456789abcdef",...],"rank":0,"primary":false,"stack":"top:...:bottom","params":{"mflow":{"window":8}}}
 //! {"type":"cast","from":"e0123456789abcdef","data":"hello"}
 //! {"type":"send","from":"e0123456789abcdef","data":"hello"}
 //! {"type":"block"}
 //! {"type":"exit"}
 //! {"type":"stats",...}            (with --stats, every --stats-interval and at exit)
 //! ```
+//!
+//! A view's `params` are the protocol parameters the view runs (the group's) where they differ
+//! from the defaults, by layer, named as in a configuration file (`{}`: all defaults).
 //!
 //! Endpoint ids are strings (`e` and 16 hex digits: JSON numbers lose 64-bit precision in many
 //! parsers); a view id is `"<logical time>:<coordinator id>"`. The end of stdin keeps the member
@@ -94,6 +97,23 @@ pub(crate) fn id(endpoint: motet_runtime::EndpointId) -> String {
 }
 
 /// One event as a JSON object.
+/// The protocol parameters that differ from the defaults, by layer, as a file sets them
+/// (`{"mflow": {"window": 8}}`; `{}` for the defaults): what the view runs, shown where it differs.
+fn changed_params(params: &motet_core::StackConfig) -> serde_json::Value {
+    let (ours, defaults) = (serde_json::to_value(params), serde_json::to_value(motet_core::StackConfig::default()));
+    let (Ok(serde_json::Value::Object(ours)), Ok(serde_json::Value::Object(defaults))) = (ours, defaults) else {
+        return json!({});
+    };
+    let changed = ours.into_iter().filter_map(|(layer, values)| {
+        let serde_json::Value::Object(values) = values else { return None };
+        let default = defaults.get(&layer);
+        let values: serde_json::Map<_, _> =
+            values.into_iter().filter(|(key, value)| default.and_then(|d| d.get(key)) != Some(value)).collect();
+        (!values.is_empty()).then_some((layer, serde_json::Value::Object(values)))
+    });
+    serde_json::Value::Object(changed.collect())
+}
+
 pub(crate) fn event_json(event: &Event) -> serde_json::Value {
     match event {
         Event::View(view) => json!({
@@ -106,6 +126,7 @@ pub(crate) fn event_json(event: &Event) -> serde_json::Value {
             "xfer": view.xfer,
             "clients": view.clients.iter().map(|&e| id(e)).collect::<Vec<_>>(),
             "addresses": view.addresses.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "params": changed_params(&view.params),
         }),
         Event::Cast { from, data } => {
             json!({"type": "cast", "from": id(*from), "data": String::from_utf8_lossy(data)})

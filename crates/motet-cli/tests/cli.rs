@@ -95,6 +95,31 @@ fn a_misspelt_protocol_parameter_in_a_config_file_is_refused_by_name() {
     assert!(stderr.contains("timeout") && stderr.contains("timeout_ms"), "{stderr}");
 }
 
+/// A member's view event shows the parameters its view runs where they differ from the defaults.
+#[test]
+fn a_view_event_shows_the_parameters_that_differ_from_the_defaults() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let path = std::env::temp_dir().join(format!("motet-view-params-{}.toml", std::process::id()));
+    let file = "[group]\nname = \"view-params\"\n[group.params.mflow]\nwindow = 8\n[group.params.suspect]\ntimeout_ms = 3000\n";
+    std::fs::write(&path, file).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
+        .args(["member", "--config", path.to_str().unwrap(), "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::fs::remove_file(&path).ok();
+    let view = json(&line);
+    assert_eq!(view["type"], "view", "{line}");
+    assert_eq!(view["params"], serde_json::json!({"mflow": {"window": 8}, "suspect": {"timeout_ms": 3000}}), "{line}");
+}
+
 #[test]
 fn demo_tells_a_story_and_passes() {
     // Real processes over UDP on loopback.

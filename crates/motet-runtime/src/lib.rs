@@ -69,9 +69,9 @@ pub struct View {
     /// A state-transfer view (stack with `Xfer`, formed by a merge): casts wait for the next view
     /// while rank 0 streams its state to the others (`Event::XferProvide`, `Event::XferChunk`).
     pub xfer: bool,
-    /// The largest message the view's members take (`appl.message_size_max` of the view's
-    /// parameters, the group's: docs/runtime.md, "Protocol parameters").
-    pub message_size_max: usize,
+    /// The protocol parameters every member of the view runs (the group's: docs/runtime.md,
+    /// "Protocol parameters"); `params.appl.message_size_max` is the largest message it takes.
+    pub params: std::sync::Arc<motet_core::StackConfig>,
 }
 
 /// Parses a stack to switch to and checks it can switch again (it has the `Switch` property).
@@ -100,7 +100,7 @@ impl View {
             primary: view.primary,
             stack: view.stack.to_string(),
             xfer: view.xfer_view,
-            message_size_max: view.params.appl.message_size_max,
+            params: std::sync::Arc::clone(&view.params),
             clients: view.ranks_where(true).iter().map(|&r| view.members[usize::from(r)]).collect(),
         }
     }

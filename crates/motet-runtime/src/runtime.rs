@@ -556,7 +556,7 @@ impl LoopThread {
                     *current = Some(view.members.clone().into());
                 }
                 // The view's limit, not the member's own: a view runs its parameters.
-                member.message_size_max.store(view.message_size_max, Ordering::Relaxed);
+                member.message_size_max.store(view.params.appl.message_size_max, Ordering::Relaxed);
             }
             let exit = event == Event::Exit;
             match sender.try_send(event) {

@@ -619,10 +619,12 @@ fn members_run_the_parameters_of_their_view() {
     let other: u64 = runtimes.iter().map(|r| r.stats().unwrap().0.views_with_other_params).sum();
     assert!(other >= 1, "one member runs the other's parameters");
     // Both take messages up to the view's limit, whichever member's it is, and refuse larger.
-    assert!([100, motet_core::StackConfig::default().appl.message_size_max].contains(&view.message_size_max));
+    assert!(
+        [100, motet_core::StackConfig::default().appl.message_size_max].contains(&view.params.appl.message_size_max)
+    );
     for m in &members {
         let fits = m.cast(vec![0u8; 150]);
-        match view.message_size_max >= 150 {
+        match view.params.appl.message_size_max >= 150 {
             true => assert!(fits.is_ok(), "{fits:?}"),
             false => assert!(fits.unwrap_err().to_string().contains("100"), "the view's limit"),
         }

@@ -70,7 +70,7 @@ macro_rules! registry {
         /// In a configuration file each layer is a table of its parameters (durations in whole
         /// milliseconds, as `*_ms`); a layer or parameter left out keeps its default, and an
         /// unknown one is an error (`[group.params.mnak]`, `nak_delay_ms = 5`).
-        #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize, serde::Serialize)]
+        #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
         #[serde(default, deny_unknown_fields)]
         pub struct StackConfig {
             $(#[doc = concat!("Parameters of `", stringify!($module), "`.")] pub $module: $module::Config,)*
