@@ -175,6 +175,7 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
         "injected_loss": rt.injected_loss,
         "views_installed": rt.views_installed,
         "views_with_other_params": rt.views_with_other_params,
+        "actions_refused": rt.actions_refused,
         "bundles_sent": rt.bundles_sent,
         "datagrams_packed": rt.datagrams_packed,
         "segmented_sends": rt.segmented_sends,

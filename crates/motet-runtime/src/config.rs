@@ -259,6 +259,14 @@ impl GroupConfig {
         }
         let spec = StackSpec::parse(&self.stack)?;
         self.params.validate()?;
+        // Re-resolution blocks the loop for a DNS round trip: a zero interval would do it on
+        // every turn.
+        if self.resolve_interval < Duration::from_secs(1) {
+            return Err(Error::Config(format!(
+                "resolve_interval {:?} is too short: seed names are resolved again at most once a second",
+                self.resolve_interval
+            )));
+        }
         Ok((GroupName::new(&self.name), spec))
     }
 }
@@ -349,6 +357,16 @@ mod tests {
         assert_eq!(params.mnak, defaults.mnak);
         let none = FileConfig::from_toml("[group]\nname = \"g\"\n").unwrap().group.params;
         assert_eq!(none, defaults);
+    }
+
+    #[test]
+    fn a_resolve_interval_under_a_second_is_refused() {
+        let mut group = GroupConfig::new("g");
+        group.resolve_interval = Duration::ZERO;
+        let err = group.resolve_spec().unwrap_err();
+        assert!(err.to_string().contains("resolve_interval"), "{err}");
+        group.resolve_interval = Duration::from_secs(1);
+        assert!(group.resolve_spec().is_ok());
     }
 
     #[test]

@@ -74,6 +74,10 @@ pub struct RuntimeStats {
     /// differ from this member's own configuration: the group's members are configured
     /// differently (logged once per endpoint).
     pub views_with_other_params: u64,
+    /// Application actions taken from the queue and then refused (a parked action that no longer
+    /// fits the view, a full parking lot behind the threaded [`crate::Runtime`]'s handles, which
+    /// had already returned): logged, the first and every 1,024th.
+    pub actions_refused: u64,
     /// Bundles sent (each carries two or more datagrams, counted in `datagrams_packed`).
     pub bundles_sent: u64,
     /// Datagrams sent inside bundles.
@@ -466,6 +470,12 @@ impl EventLoop {
     /// Events waiting for the application.
     pub fn pending_events(&self) -> usize {
         self.ready.len()
+    }
+
+    /// Counts an action the threaded runtime queued and the loop then refused
+    /// ([`RuntimeStats::actions_refused`]).
+    pub(crate) fn refused(&mut self, error: &Error) {
+        app::refused(&mut self.stats, error);
     }
 
     /// The runtime's counters.

@@ -41,6 +41,11 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
     );
     counter("views_installed_total", "views installed by this process's endpoints", runtime.views_installed);
     counter(
+        "actions_refused_total",
+        "application actions refused after they were queued (see the log)",
+        runtime.actions_refused,
+    );
+    counter(
         "views_with_other_params_total",
         "views installed whose protocol parameters differ from this member's configuration",
         runtime.views_with_other_params,

@@ -497,16 +497,19 @@ impl LoopThread {
             }
             self.dispatch();
             self.shared.sleeping.store(true, Ordering::SeqCst);
-            match self.commands.try_recv() {
+            // A command that came meanwhile is taken, and the loop turns without waiting: it
+            // does not go back to the commands first, or senders that keep the queue full would
+            // keep it from the network (no receives, no heartbeats: suspected after a second).
+            let wait = match self.commands.try_recv() {
                 Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return,
                 Ok(command) => {
                     self.shared.sleeping.store(false, Ordering::SeqCst);
                     self.handle(command);
-                    continue;
+                    Some(Duration::ZERO)
                 }
-                Err(TryRecvError::Empty) => {}
-            }
-            let result = self.event_loop.poll(None);
+                Err(TryRecvError::Empty) => None,
+            };
+            let result = self.event_loop.poll(wait);
             self.shared.sleeping.store(false, Ordering::SeqCst);
             if let Err(error) = result {
                 tracing::error!(%error, "event loop failed; stopping");
@@ -529,7 +532,7 @@ impl LoopThread {
             }
             Command::Act { endpoint, op } => {
                 if let Err(error) = self.event_loop.act(endpoint, op) {
-                    tracing::debug!(%endpoint, %error, "action refused");
+                    self.event_loop.refused(&error);
                 }
             }
             Command::Stats { reply } => {
@@ -559,11 +562,20 @@ impl LoopThread {
                 member.message_size_max.store(view.params.appl.message_size_max, Ordering::Relaxed);
             }
             let exit = event == Event::Exit;
-            match sender.try_send(event) {
+            let sent = match sender.try_send(event) {
+                // Full: the application is asked to wake the loop when it takes an event. It may
+                // have taken one between the refusal and the request, and would not wake it:
+                // so one more try after the request.
+                Err(Refused::Full(event)) => {
+                    member.want_wake.store(true, Ordering::SeqCst);
+                    sender.try_send(*event)
+                }
+                other => other,
+            };
+            match sent {
                 Ok(()) if exit => drop(self.members.remove(&endpoint)),
                 Ok(()) => {}
                 Err(Refused::Full(event)) => {
-                    member.want_wake.store(true, Ordering::SeqCst);
                     self.held = Some((endpoint, *event));
                     return;
                 }

@@ -630,3 +630,43 @@ fn members_run_the_parameters_of_their_view() {
         }
     }
 }
+
+/// A sender that casts as fast as it can, from its own thread, does not starve its loop of the
+/// network: the loop still receives, sends and runs its timers between batches of commands, so
+/// the other member gets the casts and the sender is not suspected.
+#[test]
+#[allow(clippy::disallowed_methods)] // senders on threads of their own, as an application has
+fn a_sender_casting_in_a_tight_loop_does_not_starve_the_network() {
+    let (runtimes, addresses) = start(2);
+    let members: Vec<Member> =
+        runtimes.iter().map(|r| r.join(GroupConfig::new("tight").peers(addresses.clone())).unwrap()).collect();
+    converge(&members, Duration::from_secs(30));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Several threads keep the loop's command queue full.
+    let senders: Vec<_> = (0..3)
+        .map(|_| {
+            let (stop, handle) = (std::sync::Arc::clone(&stop), members[1].handle());
+            std::thread::spawn(move || {
+                let mut sent = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && handle.cast(vec![1u8; 16]).is_ok() {
+                    sent += 1;
+                }
+                sent
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut got = 0u64;
+    while Instant::now() < deadline {
+        if let Some(Event::Cast { .. }) = members[0].recv_timeout(Duration::from_millis(50)).unwrap() {
+            got += 1;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent: u64 = senders.into_iter().map(|s| s.join().unwrap()).sum();
+    assert!(got > 1000, "{got} of {sent} casts delivered in 3 s: the sender's loop is starved");
+    // Nobody was suspected: no view other than the one of two.
+    while let Some(event) = members[0].try_recv().unwrap() {
+        assert!(!matches!(&event, Event::View(v) if v.members.len() != 2), "{event:?}");
+    }
+}

@@ -86,6 +86,9 @@ impl EventLoop {
         if matches!(op, Op::XferChunk(..) | Op::XferDone(_)) {
             // Not behind the application's casts, which wait for the transfer view to end.
             if !member.xfer_parked.is_empty() {
+                if member.xfer_parked.len() >= PARKED_MAX {
+                    return Err(Error::QueueFull("parked state-transfer actions"));
+                }
                 member.xfer_parked.push_back(op);
                 return Ok(());
             }
@@ -227,7 +230,7 @@ impl EventLoop {
                         member.xfer_parked.push_front(op);
                         break;
                     }
-                    Err(e) => tracing::debug!(error = %e, "state-transfer action refused"),
+                    Err(e) => refused(&mut self.stats, &e),
                     Ok(()) => progress = true,
                 }
             }
@@ -237,12 +240,21 @@ impl EventLoop {
                         member.parked.push_front(op);
                         break;
                     }
-                    Err(e) => tracing::debug!(error = %e, "parked action refused"),
+                    Err(e) => refused(&mut self.stats, &e),
                     Ok(()) => progress = true,
                 }
             }
         }
         progress
+    }
+}
+
+/// Counts an action refused after it was queued (its caller had its `Ok`), and says so: the
+/// first time and every 1,024th, so a flood is seen without flooding the log.
+pub(crate) fn refused(stats: &mut RuntimeStats, error: &Error) {
+    stats.actions_refused += 1;
+    if stats.actions_refused % 1024 == 1 {
+        tracing::warn!(%error, refused = stats.actions_refused, "an application action was refused after it was queued");
     }
 }
 

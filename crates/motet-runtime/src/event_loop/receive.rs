@@ -99,6 +99,9 @@ impl Default for RecvTimeout {
 /// so that the socket option changes a few times per timer period, not on every turn.
 const RECV_TIMEOUT_MIN: Duration = Duration::from_millis(4);
 
+/// The longest receive timeout asked for.
+const RECV_TIMEOUT_MAX: Duration = Duration::from_secs(86_400);
+
 impl RecvTimeout {
     /// The receive timeout for a loop whose next deadline is `wait` away (`None`: none) and that
     /// may fire its timers up to `slack` late, or `None` when it must not wait in the receive call
@@ -107,7 +110,9 @@ impl RecvTimeout {
         let Some(wait) = wait.filter(|w| !w.is_zero()) else {
             return wait.is_none().then_some(None);
         };
-        let room = (wait + slack).checked_sub(self.overshoot)?;
+        // `EventLoop::poll(Some(Duration::MAX))` with no timer is a wait for ever: taken a day
+        // at most at a time (the loop turns and waits again), so no sum or doubling overflows.
+        let room = wait.min(RECV_TIMEOUT_MAX).saturating_add(slack).checked_sub(self.overshoot)?;
         if room < RECV_TIMEOUT_MIN {
             return None;
         }
@@ -201,5 +206,24 @@ fn handle(node: &mut Node, stats: &mut RuntimeStats, now: motet_core::Instant, l
         }
     } else {
         node.handle_datagram(now, datagram);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ladder of receive timeouts: multiples of 4 ms below the deadline less the kernel's
+    /// overshoot, nothing near a deadline, and no overflow for a wait of `Duration::MAX`.
+    #[test]
+    fn receive_timeouts_climb_a_ladder_below_the_deadline_and_never_overflow() {
+        let timeouts = RecvTimeout::default();
+        let slack = Duration::from_millis(5);
+        assert_eq!(timeouts.for_wait(None, slack), Some(None), "no deadline: for ever");
+        assert_eq!(timeouts.for_wait(Some(Duration::ZERO), slack), None, "due now");
+        assert_eq!(timeouts.for_wait(Some(Duration::from_millis(3)), slack), None, "too close");
+        assert_eq!(timeouts.for_wait(Some(Duration::from_millis(100)), slack), Some(Some(Duration::from_millis(64))));
+        let longest = timeouts.for_wait(Some(Duration::MAX), slack).expect("waits").expect("a timeout");
+        assert!(longest <= RECV_TIMEOUT_MAX && longest > RECV_TIMEOUT_MAX / 2, "{longest:?}");
     }
 }
