@@ -110,6 +110,28 @@ pub struct RuntimeStats {
     pub connected_fallbacks: u64,
 }
 
+/// The addresses of `peers` (IP literals at once, names through DNS), leaving out `own`. A name
+/// that does not resolve now keeps its addresses in `last` from its last lookup that did (none
+/// the first time: it is tried again later).
+fn resolve_seeds(peers: &[String], own: SocketAddr, last: &mut BTreeMap<String, Vec<SocketAddr>>) -> Vec<Address> {
+    let mut out = BTreeSet::new();
+    for peer in peers {
+        match peer.to_socket_addrs() {
+            Ok(addresses) => {
+                let addresses: Vec<SocketAddr> = addresses.filter(|&a| a != own).collect();
+                out.extend(addresses.iter().copied());
+                last.insert(peer.clone(), addresses);
+            }
+            Err(error) => {
+                let kept = last.get(peer).map_or(0, Vec::len);
+                tracing::warn!(%peer, %error, kept, "seed address does not resolve (yet); keeping its last addresses");
+                out.extend(last.get(peer).into_iter().flatten().copied());
+            }
+        }
+    }
+    out.into_iter().map(Address::Inet).collect()
+}
+
 /// DNS names among a group's peers, re-resolved periodically.
 #[derive(Debug)]
 struct Seeds {
@@ -117,6 +139,9 @@ struct Seeds {
     peers: Vec<String>,
     interval: Duration,
     next: crate::clock::Deadline,
+    /// Each name's addresses at its last successful lookup: a lookup that fails (a DNS server
+    /// restarting) keeps them instead of dropping the name from the peers until the next one.
+    last: BTreeMap<String, Vec<SocketAddr>>,
 }
 
 /// The event loop of one process. See the module documentation.
@@ -260,7 +285,14 @@ impl EventLoop {
         self.node.set_peers(name.clone(), peers);
         if group.peers.iter().any(|p| p.parse::<SocketAddr>().is_err()) {
             let next = crate::clock::Deadline::after(&self.clock, group.resolve_interval);
-            self.seeds.push(Seeds { group: name, peers: group.peers.clone(), interval: group.resolve_interval, next });
+            let seeds = Seeds {
+                group: name,
+                peers: group.peers.clone(),
+                interval: group.resolve_interval,
+                next,
+                last: BTreeMap::new(),
+            };
+            self.seeds.push(seeds);
         }
         let now = self.clock.now();
         let stack = self.node.join(now, Arc::clone(&view), 0)?;
@@ -291,14 +323,7 @@ impl EventLoop {
     /// Resolves seed addresses (IP literals at once, names through DNS), leaving out our own.
     /// Names that do not resolve now are tried again later.
     fn resolve(&self, peers: &[String]) -> Vec<Address> {
-        let mut out = BTreeSet::new();
-        for peer in peers {
-            match peer.to_socket_addrs() {
-                Ok(addresses) => out.extend(addresses.filter(|&a| a != self.advertise)),
-                Err(error) => tracing::warn!(%peer, %error, "seed address does not resolve (yet)"),
-            }
-        }
-        out.into_iter().map(Address::Inet).collect()
+        resolve_seeds(peers, self.advertise, &mut BTreeMap::new())
     }
 
     /// Casts `data` to the group (or parks it until flow control and view changes allow). The
@@ -505,8 +530,8 @@ impl EventLoop {
             if self.seeds[index].next.from(now) > Duration::ZERO {
                 continue;
             }
-            let peers = self.resolve(&self.seeds[index].peers);
             let seeds = &mut self.seeds[index];
+            let peers = resolve_seeds(&seeds.peers, self.advertise, &mut seeds.last);
             seeds.next = crate::clock::Deadline::after(&self.clock, seeds.interval);
             self.node.set_peers(seeds.group.clone(), peers);
         }
@@ -562,5 +587,31 @@ impl EventLoop {
                 break;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A seed that does not resolve keeps the addresses of its last lookup that did; its own
+    /// address is never a seed.
+    #[test]
+    fn a_seed_that_stops_resolving_keeps_its_last_addresses() {
+        let own: SocketAddr = "127.0.0.1:7000".parse().unwrap();
+        // A bad port fails in the parser, without asking DNS.
+        let peers = ["127.0.0.1:7001".to_string(), "127.0.0.1:7000".to_string(), "127.0.0.9:port".to_string()];
+        let mut last = BTreeMap::new();
+        let inet = |a: &[Address]| {
+            a.iter()
+                .filter_map(|a| match a {
+                    Address::Inet(a) => Some(a.to_string()),
+                    Address::Sim(_) => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(inet(&resolve_seeds(&peers, own, &mut last)), ["127.0.0.1:7001"], "first time: not yet");
+        last.insert(peers[2].clone(), vec!["127.0.0.9:7002".parse().unwrap()]);
+        assert_eq!(inet(&resolve_seeds(&peers, own, &mut last)), ["127.0.0.1:7001", "127.0.0.9:7002"]);
     }
 }
