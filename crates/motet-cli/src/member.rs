@@ -176,6 +176,7 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
         "views_installed": rt.views_installed,
         "views_with_other_params": rt.views_with_other_params,
         "actions_refused": rt.actions_refused,
+        "endpoints": rt.endpoints,
         "bundles_sent": rt.bundles_sent,
         "datagrams_packed": rt.datagrams_packed,
         "segmented_sends": rt.segmented_sends,

@@ -78,6 +78,8 @@ pub struct RuntimeStats {
     /// fits the view, a full parking lot behind the threaded [`crate::Runtime`]'s handles, which
     /// had already returned): logged, the first and every 1,024th.
     pub actions_refused: u64,
+    /// Endpoints joined and not yet exited (a gauge).
+    pub endpoints: u64,
     /// Bundles sent (each carries two or more datagrams, counted in `datagrams_packed`).
     pub bundles_sent: u64,
     /// Datagrams sent inside bundles.
@@ -135,6 +137,8 @@ fn resolve_seeds(peers: &[String], own: SocketAddr, last: &mut BTreeMap<String, 
 /// DNS names among a group's peers, re-resolved periodically.
 #[derive(Debug)]
 struct Seeds {
+    /// The endpoint that joined with them (they go when it exits).
+    endpoint: EndpointId,
     group: GroupName,
     peers: Vec<String>,
     interval: Duration,
@@ -286,6 +290,7 @@ impl EventLoop {
         if group.peers.iter().any(|p| p.parse::<SocketAddr>().is_err()) {
             let next = crate::clock::Deadline::after(&self.clock, group.resolve_interval);
             let seeds = Seeds {
+                endpoint,
                 group: name,
                 peers: group.peers.clone(),
                 interval: group.resolve_interval,
@@ -506,7 +511,12 @@ impl EventLoop {
     /// The runtime's counters.
     pub fn runtime_stats(&self) -> RuntimeStats {
         let (open, fallbacks) = self.io.connected_stats();
-        RuntimeStats { connected_sockets: open as u64, connected_fallbacks: fallbacks, ..self.stats.clone() }
+        RuntimeStats {
+            connected_sockets: open as u64,
+            connected_fallbacks: fallbacks,
+            endpoints: self.members.len() as u64,
+            ..self.stats.clone()
+        }
     }
 
     /// The protocol's counters, summed over every stack of the process.

@@ -57,6 +57,11 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
     );
     let _ = writeln!(
         out,
+        "# HELP motet_endpoints endpoints joined and not yet exited\n# TYPE motet_endpoints gauge\nmotet_endpoints {}",
+        runtime.endpoints
+    );
+    let _ = writeln!(
+        out,
         "# HELP motet_protocol_events_total protocol activity by kind\n# TYPE motet_protocol_events_total counter"
     );
     for &c in Counter::ALL {

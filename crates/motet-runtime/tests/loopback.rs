@@ -670,3 +670,25 @@ fn a_sender_casting_in_a_tight_loop_does_not_starve_the_network() {
         assert!(!matches!(&event, Event::View(v) if v.members.len() != 2), "{event:?}");
     }
 }
+
+/// An endpoint that left is forgotten once it has exited: a process that joins and leaves groups
+/// all its life keeps no state for them.
+#[test]
+fn an_endpoint_that_exited_is_forgotten() {
+    let mut event_loop = motet_runtime::EventLoop::new(RuntimeConfig::default()).unwrap();
+    let me = event_loop.join(&GroupConfig::new("forget").peers(["localhost:9"])).unwrap();
+    assert_eq!(event_loop.runtime_stats().endpoints, 1);
+    event_loop.leave(me).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    'exit: loop {
+        event_loop.poll(Some(Duration::from_millis(20))).unwrap();
+        while let Some((_, event)) = event_loop.next_event() {
+            if event == Event::Exit {
+                break 'exit;
+            }
+        }
+        assert!(Instant::now() < deadline, "no exit");
+    }
+    assert_eq!(event_loop.runtime_stats().endpoints, 0);
+    assert!(matches!(event_loop.cast(me, "late".into()), Err(motet_runtime::Error::Left)));
+}

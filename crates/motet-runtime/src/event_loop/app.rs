@@ -202,7 +202,14 @@ impl EventLoop {
                 // A transfer of a view this member has already left.
                 AppEvent::XferProvide | AppEvent::XferChunk { .. } => continue,
             };
+            let exit = event == Event::Exit;
             self.ready.push_back((endpoint, event));
+            if exit {
+                // Gone for good: a process that joins and leaves groups all its life does not
+                // keep their state, nor resolve their seeds (an action for it is `Error::Left`).
+                self.members.remove(&endpoint);
+                self.seeds.retain(|seeds| seeds.endpoint != endpoint);
+            }
         }
         if views_changed {
             let node = &self.node;
