@@ -30,6 +30,11 @@ pub struct FullView {
     pub params: Vec<u8>,
 }
 
+/// The largest logical time a view may have: one view per nanosecond for 146 years. A larger one
+/// (a faulty or hostile member's) is refused, so that the next view's `ltime + 1` can never
+/// overflow.
+pub const LTIME_MAX: u64 = 1 << 62;
+
 /// Largest encoded parameters a view may carry (all layers' parameters take about a hundred
 /// bytes).
 pub const PARAMS_MAX: usize = 1024;
@@ -52,6 +57,9 @@ impl FullView {
     /// Reads one, checking that members and addresses match and the flag is a boolean.
     pub fn decode(r: &mut Reader<'_>) -> Result<FullView, WireError> {
         let (ltime, coord, members) = (r.varint()?, r.varint()?, r.varint_vec()?);
+        if ltime > LTIME_MAX {
+            return Err(WireError { kind: WireErrorKind::Range, offset: 0 });
+        }
         let offset = r.position();
         let addresses = r.address_vec()?;
         let prev = r.varint_vec()?;
@@ -126,5 +134,35 @@ impl LayerHeader for Header {
             2 => Ok(Header::Full { round: r.varint()?, view: Box::new(FullView::decode(r)?) }),
             _ => Err(bad_variant::<Self>(variant, r)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A view's logical time above [`LTIME_MAX`] does not decode: the next view's `ltime + 1`
+    /// never overflows, whatever a faulty member sends.
+    #[test]
+    fn a_view_beyond_the_largest_logical_time_is_refused() {
+        let view = |ltime| FullView {
+            ltime,
+            coord: 1,
+            members: vec![1],
+            addresses: vec![WireAddress::Sim(1)],
+            prev: Vec::new(),
+            primary: false,
+            stack: "vsync".into(),
+            clients: Vec::new(),
+            params: Vec::new(),
+        };
+        let decode = |ltime| {
+            let mut buf = Vec::new();
+            view(ltime).encode(&mut Writer::new(&mut buf));
+            FullView::decode(&mut Reader::new(&buf))
+        };
+        assert_eq!(decode(LTIME_MAX).unwrap(), view(LTIME_MAX));
+        assert_eq!(decode(LTIME_MAX + 1).unwrap_err().kind, WireErrorKind::Range);
+        assert_eq!(decode(u64::MAX).unwrap_err().kind, WireErrorKind::Range);
     }
 }

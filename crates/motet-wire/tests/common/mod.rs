@@ -166,7 +166,7 @@ pub fn full_view() -> impl Strategy<Value = intra::FullView> {
             stack: "top:appl:bottom".into(),
             clients: Vec::new(),
             params,
-            ltime,
+            ltime: ltime.min(intra::LTIME_MAX),
             coord,
             addresses: members.iter().map(|m| m.1).collect(),
             members: members.into_iter().map(|m| m.0).collect(),
