@@ -99,6 +99,10 @@ impl Default for RecvTimeout {
 /// so that the socket option changes a few times per timer period, not on every turn.
 const RECV_TIMEOUT_MIN: Duration = Duration::from_millis(4);
 
+/// The most the kernel is believed to add to a receive timeout: two jiffies of a 100 Hz kernel
+/// and some.
+const OVERSHOOT_MAX: Duration = Duration::from_millis(25);
+
 /// The longest receive timeout asked for.
 const RECV_TIMEOUT_MAX: Duration = Duration::from_secs(86_400);
 
@@ -128,11 +132,14 @@ impl RecvTimeout {
         self.asked = timeout.map(|t| (now, t));
     }
 
-    /// The wait ran out at `now` with nothing received: learn how late the kernel ended it.
+    /// The wait ran out at `now` with nothing received: learn how late the kernel ended it. A
+    /// wait later than [`OVERSHOOT_MAX`] was a stall (a paused VM, a stopped process), not the
+    /// kernel's rounding, and teaches nothing: learning it would keep the loop out of the
+    /// receive call near every timer from then on.
     fn ran_out(&mut self, now: motet_core::Instant) {
         if let Some((started, asked)) = self.asked.take() {
             let late = crate::clock::between(started, now).saturating_sub(asked);
-            if late > self.overshoot {
+            if late > self.overshoot && late <= OVERSHOOT_MAX {
                 self.overshoot = late + Duration::from_millis(1);
                 tracing::debug!(overshoot = ?self.overshoot, "the kernel's receive timeout runs late; waiting in epoll closer to deadlines");
             }
@@ -225,5 +232,19 @@ mod tests {
         assert_eq!(timeouts.for_wait(Some(Duration::from_millis(100)), slack), Some(Some(Duration::from_millis(64))));
         let longest = timeouts.for_wait(Some(Duration::MAX), slack).expect("waits").expect("a timeout");
         assert!(longest <= RECV_TIMEOUT_MAX && longest > RECV_TIMEOUT_MAX / 2, "{longest:?}");
+    }
+
+    /// A wait the kernel ended late teaches the overshoot (a 100 Hz kernel); one that ended very
+    /// late was a stall and teaches nothing.
+    #[test]
+    fn the_overshoot_is_learned_from_the_kernel_not_from_a_stall() {
+        let at = |ms: u64| motet_core::Instant(ms * 1_000_000);
+        let mut timeouts = RecvTimeout::default();
+        timeouts.start(at(0), Some(Duration::from_millis(8)));
+        timeouts.ran_out(at(8 + 12));
+        assert_eq!(timeouts.overshoot, Duration::from_millis(13), "12 ms late: learned");
+        timeouts.start(at(100), Some(Duration::from_millis(8)));
+        timeouts.ran_out(at(100 + 8 + 2_000));
+        assert_eq!(timeouts.overshoot, Duration::from_millis(13), "a 2 s stall: not learned");
     }
 }
