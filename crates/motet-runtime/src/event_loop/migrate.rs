@@ -76,7 +76,12 @@ impl EventLoop {
                 member.migrate_asked = member.view.as_ref().map(|v| v.view_id);
                 member.migrate_tries = 0;
             }
-            self.act(endpoint, Op::Migrate(address))?;
+            // The socket has moved whatever happens now: an endpoint whose request is refused
+            // (its parked actions full) is asked again once a view without the new address is
+            // installed (`tend_migrations`), and the caller learns the new address.
+            if let Err(error) = self.act(endpoint, Op::Migrate(address)) {
+                tracing::warn!(%endpoint, %error, "migration request refused; asked again with the next view");
+            }
         }
         Ok(address)
     }
