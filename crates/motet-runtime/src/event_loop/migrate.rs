@@ -77,10 +77,14 @@ impl EventLoop {
                 member.migrate_tries = 0;
             }
             // The socket has moved whatever happens now: an endpoint whose request is refused
-            // (its parked actions full) is asked again once a view without the new address is
-            // installed (`tend_migrations`), and the caller learns the new address.
+            // (its parked actions full) is asked again at the end of this turn
+            // (`tend_migrations` parks the request first in line), and the caller learns the
+            // new address.
             if let Err(error) = self.act(endpoint, Op::Migrate(address)) {
-                tracing::warn!(%endpoint, %error, "migration request refused; asked again with the next view");
+                tracing::warn!(%endpoint, %error, "migration request refused; asking again");
+                if let Some(member) = self.members.get_mut(&endpoint) {
+                    member.migrate_asked = None;
+                }
             }
         }
         Ok(address)
