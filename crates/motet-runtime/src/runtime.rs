@@ -217,6 +217,10 @@ impl StatsHandle {
 
 /// One endpoint in one group: receive its events here; act through it or through [`Handle`]s
 /// (cloneable, for other threads). Dropping the member leaves the group.
+///
+/// Read its events, even when only casting (its own casts are delivered to it too): events wait
+/// in a queue the whole process shares, and one member left unread holds up every member of the
+/// process once its channel is full (docs/runtime.md, "Back-pressure, end to end").
 pub struct Member {
     handle: Handle,
     events: Receiver<Event>,
