@@ -185,14 +185,20 @@ impl Intra {
             return; // we went on alone: this view's id is taken
         }
         let Some(active) = self.active.as_mut().filter(|a| a.round == round && !a.cut_sent) else { return };
+        // A member this round excludes has no say in the cut: what only it received need not be
+        // delivered (virtual synchrony binds the survivors), and counts from it (stale, or a
+        // faulty member's inflated ones) could name casts no survivor can ever get.
+        if active.failed.contains(from) {
+            return;
+        }
         active.flush_ok.insert(from, counts);
         let failed = active.failed.clone();
         let survivors: Vec<Rank> = self.survivors(&failed).collect();
         let active = self.active.as_mut().expect("checked");
         if survivors.iter().all(|r| active.flush_ok.contains_key(r)) {
             let n = self.view.len();
-            let cut: Arc<[u64]> =
-                (0..n).map(|o| active.flush_ok.values().map(|counts| counts[o]).max().unwrap_or(0)).collect();
+            let reported = |o: usize| survivors.iter().filter_map(|r| active.flush_ok.get(r)).map(move |c| c[o]);
+            let cut: Arc<[u64]> = (0..n).map(|o| reported(o).max().unwrap_or(0)).collect();
             active.cut_sent = true;
             tracing::debug!(round, "every survivor flushed: cut announced");
             out.dn(Dn::SyncCut { round, cut });
@@ -390,5 +396,40 @@ impl Layer for Intra {
         if let Some(active) = &self.active {
             assert!(active.round <= self.rounds);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::harness::{Harness, Out};
+
+    /// The cut is the survivors' alone: a flush report from a member the round excludes (stale,
+    /// or a faulty member's inflated counts) is ignored, or it could name casts no survivor can
+    /// ever get and stall the view change.
+    #[test]
+    fn the_cut_takes_no_counts_from_an_excluded_member() {
+        let view = crate::testing::view(3);
+        let mut h = Harness::new(Intra::new(&Config::default(), &view, 0), 0);
+        let out = h.up(Up::Suspect([2].into_iter().collect()));
+        let round = out
+            .iter()
+            .find_map(|o| match o {
+                Out::Dn(Dn::SyncFlush { round, .. }) => Some(*round),
+                _ => None,
+            })
+            .expect("the coordinator starts a round excluding rank 2");
+        let report = |from: Rank, counts: &[u64]| Up::FlushOk { from, round, counts: counts.into() };
+        assert!(h.up(report(2, &[0, 0, 1_000_000])).is_empty(), "the excluded member's report");
+        assert!(h.up(report(0, &[3, 1, 5])).is_empty(), "waits for rank 1");
+        let out = h.up(report(1, &[2, 4, 6]));
+        let cut = out
+            .iter()
+            .find_map(|o| match o {
+                Out::Dn(Dn::SyncCut { cut, .. }) => Some(cut.to_vec()),
+                _ => None,
+            })
+            .expect("every survivor reported: the cut");
+        assert_eq!(cut, [3, 4, 6], "the survivors' maximum per origin");
     }
 }
