@@ -96,7 +96,6 @@ pub(crate) fn id(endpoint: motet_runtime::EndpointId) -> String {
     endpoint.to_string()
 }
 
-/// One event as a JSON object.
 /// The protocol parameters that differ from the defaults, by layer, as a file sets them
 /// (`{"mflow": {"window": 8}}`; `{}` for the defaults): what the view runs, shown where it differs.
 fn changed_params(params: &motet_core::StackConfig) -> serde_json::Value {
@@ -114,6 +113,7 @@ fn changed_params(params: &motet_core::StackConfig) -> serde_json::Value {
     serde_json::Value::Object(changed.collect())
 }
 
+/// One event as a JSON object.
 pub(crate) fn event_json(event: &Event) -> serde_json::Value {
     match event {
         Event::View(view) => json!({

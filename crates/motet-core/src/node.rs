@@ -258,13 +258,14 @@ impl Node {
     /// counts as one: anything else is noise, `Malformed`.
     #[cold]
     fn drop_undecodable(&mut self, error: motet_wire::WireError, len: usize) {
-        let plausible = |v: u8| (1..=motet_wire::VERSION.saturating_add(4)).contains(&v) && len >= 8;
-        let motet_wire::WireErrorKind::Version(version) = error.kind else {
-            return self.stats.drop_one(DropReason::Malformed);
+        let version = match error.kind {
+            motet_wire::WireErrorKind::Version(v)
+                if (1..=motet_wire::VERSION.saturating_add(4)).contains(&v) && len >= 8 =>
+            {
+                v
+            }
+            _ => return self.stats.drop_one(DropReason::Malformed),
         };
-        if !plausible(version) {
-            return self.stats.drop_one(DropReason::Malformed);
-        }
         if self.stats.drops(DropReason::OtherVersion) == 0 {
             tracing::warn!(
                 version,

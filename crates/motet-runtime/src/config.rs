@@ -191,7 +191,7 @@ fn one() -> u32 {
 
 /// One group to join. The stack is a preset, a property set or a layer list (see
 /// `motet stack explain`); peers are `host:port` seeds where other members may be found (IP
-/// literals or DNS names, re-resolved every `resolve_interval`).
+/// literals or DNS names, re-resolved every `resolve_interval`, at least a second).
 #[derive(Clone, Debug, PartialEq)]
 pub struct GroupConfig {
     /// The group's name.

@@ -285,8 +285,9 @@ impl EventLoop {
         view.clients = vec![group.client];
         let view = Arc::new(view);
         let configured = Arc::clone(&view.params);
-        let peers = self.resolve(&group.peers);
-        self.node.set_peers(name.clone(), peers);
+        // The lookups of the seeds' names made now are the first ones re-resolution keeps.
+        let mut last = BTreeMap::new();
+        self.node.set_peers(name.clone(), resolve_seeds(&group.peers, self.advertise, &mut last));
         if group.peers.iter().any(|p| p.parse::<SocketAddr>().is_err()) {
             let next = crate::clock::Deadline::after(&self.clock, group.resolve_interval);
             let seeds = Seeds {
@@ -295,7 +296,7 @@ impl EventLoop {
                 peers: group.peers.clone(),
                 interval: group.resolve_interval,
                 next,
-                last: BTreeMap::new(),
+                last,
             };
             self.seeds.push(seeds);
         }
@@ -323,12 +324,6 @@ impl EventLoop {
         tracing::info!(group = %group.name, %endpoint, address = %self.advertise, "joined alone; merging with seeds");
         self.flush();
         Ok(endpoint)
-    }
-
-    /// Resolves seed addresses (IP literals at once, names through DNS), leaving out our own.
-    /// Names that do not resolve now are tried again later.
-    fn resolve(&self, peers: &[String]) -> Vec<Address> {
-        resolve_seeds(peers, self.advertise, &mut BTreeMap::new())
     }
 
     /// Casts `data` to the group (or parks it until flow control and view changes allow). The
