@@ -382,6 +382,8 @@ mod tests {
         assert!(err("[group.params.stable]\nsweep_interval_ms = 0\n")
             .contains("stable.sweep_interval_ms must be at least 1 ms"));
         assert!(err("[group.params.suspect]\ntimeout_ms = 100\n").contains("longer than suspect.sweep_interval_ms"));
+        assert!(err("[group.params.intra]\ncommit_timeout_ms = 3500\n")
+            .contains("must be at least 1000 ms longer than merge.merge_timeout_ms (3000 ms)"));
         assert!(err("[group.params.mnak]\nretransmit_max = 0\n").contains("mnak.retransmit_max must be at least 1"));
     }
 

@@ -18,8 +18,10 @@
 //! `initial all|none|N...`, `at T crash|start|leave|migrate N...`, `at T partition N... [one-way]` (the
 //! listed nodes are cut off from the rest), `at T heal` (ends the open partitions), `expect views
 //! N: [members]...` (the member sets, as sets, of the views node N installs after its first), and
-//! `expect final: N...` (every live node ends in one view of exactly these members) and `expect
-//! primary N: yes|no...` (whether each view node N installs after its first is primary).
+//! `expect final: N...` (every live node ends in one view of exactly these members), `expect
+//! primary N: yes|no...` (whether each view node N installs after its first is primary) and
+//! `expect together: N...` (every view any of these nodes installs after its first has all of
+//! them: no fault in the script separates them).
 
 use crate::options::{Partition, ScriptAction, SimOptions};
 use crate::world::SimReport;
@@ -45,6 +47,8 @@ pub enum Expect {
     },
     /// Every live node ends in one view with exactly these members.
     Final(BTreeSet<usize>),
+    /// Every view any of these nodes installs after its first one has all of them.
+    Together(BTreeSet<usize>),
     /// Whether each view `node` installs after its first one is primary, in order.
     Primary {
         /// The node.
@@ -140,6 +144,9 @@ impl Scenario {
                         }
                     }
                     ["expect", "final:", rest @ ..] => expect.push(Expect::Final(numbers(rest)?.into_iter().collect())),
+                    ["expect", "together:", rest @ ..] => {
+                        expect.push(Expect::Together(numbers(rest)?.into_iter().collect()))
+                    }
                     ["expect", "primary", node, flags @ ..] => {
                         let node = node.trim_end_matches(':').parse().map_err(|e| format!("{e}"))?;
                         let flags = flags
@@ -204,6 +211,20 @@ impl Scenario {
                         trace.views.iter().filter(|v| v.node == *node).skip(1).map(|v| v.stack.clone()).collect();
                     if &got != stacks {
                         problems.push(format!("node {node} ran {got:?}, expected {stacks:?}"));
+                    }
+                }
+                Expect::Together(nodes) => {
+                    for node in nodes {
+                        let apart = trace
+                            .views
+                            .iter()
+                            .filter(|v| v.node == *node)
+                            .skip(1)
+                            .map(|v| v.members.iter().copied().collect::<BTreeSet<usize>>())
+                            .find(|members| !nodes.is_subset(members));
+                        if let Some(members) = apart {
+                            problems.push(format!("node {node} installed {members:?}, without all of {nodes:?}"));
+                        }
                     }
                 }
                 Expect::Final(members) => {

@@ -36,4 +36,8 @@ fn a_scenario_expecting_the_wrong_views_fails() {
     let scenario = Scenario::parse("flags", "nodes 3\nat 500 crash 2\nexpect primary 0: yes\n").unwrap();
     let problems = scenario.check(&motet_sim::run(&scenario.options));
     assert!(problems.iter().any(|p| p.contains("primary [false]")), "{problems:?}");
+    // Two nodes a partition separates were not together.
+    let scenario = Scenario::parse("apart", "nodes 3\nat 200 partition 0\nexpect together: 0 1\n").unwrap();
+    let problems = scenario.check(&motet_sim::run(&scenario.options));
+    assert!(problems.iter().any(|p| p.contains("without all of {0, 1}")), "{problems:?}");
 }

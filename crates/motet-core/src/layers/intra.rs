@@ -31,7 +31,11 @@ use std::sync::Arc;
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// How long a member that acknowledged a cut waits for its view before going on alone (the
-    /// coordinator failed after the cut). Default 3 s.
+    /// coordinator failed after the cut). Default 5 s. It must outlast `merge.merge_timeout` by
+    /// at least a second ([`crate::StackConfig::validate`]): the cut of a merge round is followed
+    /// by the merge request, and when no one answers it the coordinator ends the round with a view
+    /// of the partition after `merge_timeout`. A shorter wait made every member of the requesting
+    /// partition go on alone instead (the scenario `unanswered_merge.txt`).
     #[serde(
         rename = "commit_timeout_ms",
         deserialize_with = "crate::time::millis",
@@ -42,7 +46,7 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Config {
-        Config { commit_timeout: crate::time::Duration::from_millis(3_000) }
+        Config { commit_timeout: crate::time::Duration::from_millis(5_000) }
     }
 }
 

@@ -254,6 +254,19 @@ impl StackConfig {
                 self.suspect.sweep_interval.as_millis()
             ));
         }
+        // The members of a partition whose merge request goes unanswered wait for the view that
+        // ends the round (`intra`'s commit timeout) while the coordinator waits for an answer
+        // (`merge_timeout`): the first wait must be the longer, with room for the round's last
+        // acknowledgements and the view's cast, or every member goes on alone.
+        let margin = crate::time::Duration::from_millis(1_000);
+        if self.intra.commit_timeout.0 < self.merge.merge_timeout.0.saturating_add(margin.0) {
+            return bad(format!(
+                "intra.commit_timeout_ms ({} ms) must be at least {} ms longer than merge.merge_timeout_ms ({} ms): members waiting for the view that ends an unanswered merge would go on alone first",
+                self.intra.commit_timeout.as_millis(),
+                margin.as_millis(),
+                self.merge.merge_timeout.as_millis()
+            ));
+        }
         let counts = [
             ("mnak.recv_window_max", self.mnak.recv_window_max),
             ("mnak.retransmit_max", self.mnak.retransmit_max as u64),
