@@ -215,6 +215,11 @@ impl Node {
         self.peers.insert(group, peers.into());
     }
 
+    /// The addresses where other partitions of `group` may be found ([`Node::set_peers`]).
+    pub fn peers(&self, group: &crate::view::GroupName) -> &[Address] {
+        self.peers.get(group).map_or(&[], |p| &p[..])
+    }
+
     /// Decodes and routes a datagram. Malformed or misaddressed datagrams are dropped and counted.
     #[inline(never)] // an entry point, counted by name (`motet bench stack`)
     pub fn handle_datagram(&mut self, now: Instant, datagram: Bytes) {

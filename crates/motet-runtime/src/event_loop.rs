@@ -20,13 +20,14 @@ use motet_core::DatagramHead;
 use motet_core::{Address, Destination, EndpointId, GroupName, LayerKind, Node, Payload, StackId, ViewId, ViewState};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 mod app;
 mod migrate;
 mod receive;
+mod resolve;
 mod send;
 use app::MemberState;
 pub(crate) use app::Op;
@@ -112,31 +113,14 @@ pub struct RuntimeStats {
     pub connected_fallbacks: u64,
 }
 
-/// The addresses of `peers` (IP literals at once, names through DNS), leaving out `own`. A name
-/// that does not resolve now keeps its addresses in `last` from its last lookup that did (none
-/// the first time: it is tried again later).
-fn resolve_seeds(peers: &[String], own: SocketAddr, last: &mut BTreeMap<String, Vec<SocketAddr>>) -> Vec<Address> {
-    let mut out = BTreeSet::new();
-    for peer in peers {
-        match peer.to_socket_addrs() {
-            Ok(addresses) => {
-                let addresses: Vec<SocketAddr> = addresses.filter(|&a| a != own).collect();
-                out.extend(addresses.iter().copied());
-                last.insert(peer.clone(), addresses);
-            }
-            Err(error) => {
-                let kept = last.get(peer).map_or(0, Vec::len);
-                tracing::warn!(%peer, %error, kept, "seed address does not resolve (yet); keeping its last addresses");
-                out.extend(last.get(peer).into_iter().flatten().copied());
-            }
-        }
-    }
-    out.into_iter().map(Address::Inet).collect()
-}
-
-/// DNS names among a group's peers, re-resolved periodically.
+/// DNS names among a group's peers, re-resolved periodically, off the loop thread
+/// ([`resolve`]).
 #[derive(Debug)]
 struct Seeds {
+    /// Names the lookups' answers ([`resolve::Answer::id`]).
+    id: u64,
+    /// A lookup was asked and not answered yet (at most one at a time).
+    in_flight: bool,
     /// The endpoint that joined with them (they go when it exits).
     endpoint: EndpointId,
     group: GroupName,
@@ -180,6 +164,10 @@ pub struct EventLoop {
     multicast: Option<(UdpIo, SocketAddr)>,
     multicast_readable: bool,
     seeds: Vec<Seeds>,
+    /// Looks seed names up on a thread of its own.
+    resolver: resolve::Resolver,
+    /// The id of the next group's seeds.
+    next_seeds: u64,
     /// Sockets given up by migrations, still read for a while.
     retired: Vec<Retired>,
     next_token: usize,
@@ -239,6 +227,8 @@ impl EventLoop {
             multicast_readable: multicast.is_some(),
             multicast,
             seeds: Vec::new(),
+            resolver: resolve::Resolver::default(),
+            next_seeds: 0,
             retired: Vec::new(),
             next_token: RETIRED_FIRST,
             recv_timeout: receive::RecvTimeout::default(),
@@ -285,22 +275,26 @@ impl EventLoop {
         view.clients = vec![group.client];
         let view = Arc::new(view);
         let configured = Arc::clone(&view.params);
-        // The lookups of the seeds' names made now are the first ones re-resolution keeps.
+        // The IP literals among the seeds at once; the names once their first lookup answers,
+        // asked now without waiting for it (`resolve`).
         let mut last = BTreeMap::new();
-        self.node.set_peers(name.clone(), resolve_seeds(&group.peers, self.advertise, &mut last));
-        if group.peers.iter().any(|p| p.parse::<SocketAddr>().is_err()) {
-            let next = crate::clock::Deadline::after(&self.clock, group.resolve_interval);
+        self.node.set_peers(name.clone(), resolve::seed_addresses(&group.peers, self.advertise, &mut last, Vec::new()));
+        let now = self.clock.now();
+        if !resolve::names(&group.peers).is_empty() {
+            self.next_seeds += 1;
             let seeds = Seeds {
+                id: self.next_seeds,
+                in_flight: false,
                 endpoint,
                 group: name,
                 peers: group.peers.clone(),
                 interval: group.resolve_interval,
-                next,
+                next: crate::clock::Deadline::after(&self.clock, Duration::ZERO),
                 last,
             };
             self.seeds.push(seeds);
+            self.reresolve(now);
         }
-        let now = self.clock.now();
         let stack = self.node.join(now, Arc::clone(&view), 0)?;
         self.owners.insert(stack, (endpoint, view));
         self.members.insert(
@@ -530,15 +524,27 @@ impl EventLoop {
         self.members.get(&endpoint)?.view.as_ref()
     }
 
+    /// Takes the answers of seed lookups, and asks again for the seeds whose interval has
+    /// passed (one lookup in flight per group; the interval counts from the asking).
     fn reresolve(&mut self, now: motet_core::Instant) {
-        for index in 0..self.seeds.len() {
-            if self.seeds[index].next.from(now) > Duration::ZERO {
+        if self.seeds.is_empty() {
+            return;
+        }
+        let answers: Vec<resolve::Answer> = self.resolver.answers().collect();
+        for answer in answers {
+            // The seeds of an endpoint that has exited since are gone: nothing to update.
+            let Some(seeds) = self.seeds.iter_mut().find(|s| s.id == answer.id) else { continue };
+            seeds.in_flight = false;
+            let peers = resolve::seed_addresses(&seeds.peers, self.advertise, &mut seeds.last, answer.found);
+            self.node.set_peers(seeds.group.clone(), peers);
+        }
+        for seeds in &mut self.seeds {
+            if seeds.in_flight || seeds.next.from(now) > Duration::ZERO {
                 continue;
             }
-            let seeds = &mut self.seeds[index];
-            let peers = resolve_seeds(&seeds.peers, self.advertise, &mut seeds.last);
+            seeds.in_flight = true;
             seeds.next = crate::clock::Deadline::after(&self.clock, seeds.interval);
-            self.node.set_peers(seeds.group.clone(), peers);
+            self.resolver.ask(seeds.id, resolve::names(&seeds.peers), Arc::clone(&self.waker));
         }
     }
 
@@ -598,25 +604,53 @@ impl EventLoop {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Condvar, Mutex};
 
-    /// A seed that does not resolve keeps the addresses of its last lookup that did; its own
-    /// address is never a seed.
+    /// Opened by the test: until then, the stand-in lookup waits, as for a DNS server that does
+    /// not answer.
+    static GATE: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+    fn gated_lookup(_name: &str) -> io::Result<Vec<SocketAddr>> {
+        let (lock, opened) = &GATE;
+        let open = opened.wait_timeout_while(lock.lock().unwrap(), Duration::from_secs(20), |open| !*open).unwrap().0;
+        match *open {
+            true => Ok(vec!["127.0.0.1:7999".parse().unwrap()]),
+            false => Err(io::Error::other("the test never opened the gate")),
+        }
+    }
+
+    /// A DNS lookup that takes long holds up neither the join nor the loop: the member gets its
+    /// first view and the IP literals among its seeds while the lookup waits, and the name's
+    /// addresses once it answers. (On the loop thread, a lookup blocked every group of the
+    /// process: a server that does not answer takes 10 s with glibc's defaults.)
     #[test]
-    fn a_seed_that_stops_resolving_keeps_its_last_addresses() {
-        let own: SocketAddr = "127.0.0.1:7000".parse().unwrap();
-        // A bad port fails in the parser, without asking DNS.
-        let peers = ["127.0.0.1:7001".to_string(), "127.0.0.1:7000".to_string(), "127.0.0.9:port".to_string()];
-        let mut last = BTreeMap::new();
-        let inet = |a: &[Address]| {
-            a.iter()
-                .filter_map(|a| match a {
-                    Address::Inet(a) => Some(a.to_string()),
-                    Address::Sim(_) => None,
-                })
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(inet(&resolve_seeds(&peers, own, &mut last)), ["127.0.0.1:7001"], "first time: not yet");
-        last.insert(peers[2].clone(), vec!["127.0.0.9:7002".parse().unwrap()]);
-        assert_eq!(inet(&resolve_seeds(&peers, own, &mut last)), ["127.0.0.1:7001", "127.0.0.9:7002"]);
+    fn a_slow_seed_lookup_holds_up_neither_the_join_nor_the_loop() {
+        let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+        event_loop.resolver = resolve::Resolver::with_lookup(gated_lookup);
+        let mut group = GroupConfig::new("slow-dns");
+        group.peers = vec!["127.0.0.1:7998".into(), "seed.invalid:7999".into()];
+        let endpoint = event_loop.join(&group).unwrap();
+        let name = GroupName(group.name.as_str().into());
+        let peers = |l: &EventLoop| l.node.peers(&name).to_vec();
+        for _ in 0..200 {
+            if event_loop.view(endpoint).is_some() {
+                break;
+            }
+            event_loop.poll(Some(Duration::from_millis(10))).unwrap();
+        }
+        assert!(event_loop.view(endpoint).is_some(), "the loop turned and installed the first view");
+        assert_eq!(peers(&event_loop), [Address::Inet("127.0.0.1:7998".parse().unwrap())], "the literal, at once");
+        assert!(!*GATE.0.lock().unwrap(), "all this while the lookup was waiting");
+        *GATE.0.lock().unwrap() = true;
+        GATE.1.notify_all();
+        for _ in 0..500 {
+            if peers(&event_loop).len() == 2 {
+                break;
+            }
+            event_loop.poll(Some(Duration::from_millis(10))).unwrap();
+        }
+        let expected: Vec<Address> =
+            ["127.0.0.1:7998", "127.0.0.1:7999"].iter().map(|a| Address::Inet(a.parse().unwrap())).collect();
+        assert_eq!(peers(&event_loop), expected, "the name's address once the lookup answered");
     }
 }

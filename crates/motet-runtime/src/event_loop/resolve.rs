@@ -1,0 +1,188 @@
+//! DNS lookups of seed names, off the loop thread.
+//!
+//! A lookup (`getaddrinfo`) blocks for as long as the DNS server takes to answer: with glibc's
+//! defaults, up to 5 s per attempt and two attempts when a server does not answer. On the loop
+//! thread that stalled every group of the process, and its members were suspected by everyone
+//! after a second of silence (`suspect.timeout_ms`). So the loop hands names to a thread of its
+//! own and goes on; the answer comes back through a channel, and the thread wakes the loop with
+//! its waker. Each group's seeds have at most one lookup in flight, so the channels stay bounded
+//! by the number of groups. The thread starts with the first lookup and ends when the loop is
+//! dropped (after the lookup it may be in, which is not waited for).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::{mpsc, Arc};
+
+use motet_core::Address;
+
+/// How a name is looked up: the system resolver, or a stand-in in tests.
+pub(super) type Lookup = fn(&str) -> io::Result<Vec<SocketAddr>>;
+
+/// The system resolver (`getaddrinfo`, through the standard library).
+fn system(name: &str) -> io::Result<Vec<SocketAddr>> {
+    name.to_socket_addrs().map(Iterator::collect)
+}
+
+/// One group's names to look up.
+struct Request {
+    id: u64,
+    names: Vec<String>,
+    /// Held only while the lookup is in flight: a loop whose waker nobody else holds may wait in
+    /// its receive call, which a wake-up would not interrupt.
+    waker: Arc<mio::Waker>,
+}
+
+/// The answer to a [`Request`]: each name with its addresses or the lookup's error.
+pub(super) struct Answer {
+    pub(super) id: u64,
+    pub(super) found: Vec<(String, io::Result<Vec<SocketAddr>>)>,
+}
+
+/// The loop's side of the lookup thread.
+pub(super) struct Resolver {
+    lookup: Lookup,
+    /// `None` until the first lookup starts the thread.
+    requests: Option<mpsc::Sender<Request>>,
+    answers_in: mpsc::Sender<Answer>,
+    answers: mpsc::Receiver<Answer>,
+}
+
+impl Default for Resolver {
+    fn default() -> Resolver {
+        Resolver::with_lookup(system)
+    }
+}
+
+impl std::fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resolver").field("started", &self.requests.is_some()).finish()
+    }
+}
+
+impl Resolver {
+    pub(super) fn with_lookup(lookup: Lookup) -> Resolver {
+        let (answers_in, answers) = mpsc::channel();
+        Resolver { lookup, requests: None, answers_in, answers }
+    }
+
+    /// Asks for the addresses of `names`, answered later under `id` ([`Resolver::answers`]).
+    /// If the thread cannot be started, the names are looked up here, at once, as a last resort.
+    pub(super) fn ask(&mut self, id: u64, names: Vec<String>, waker: Arc<mio::Waker>) {
+        if self.requests.is_none() {
+            let (requests, incoming) = mpsc::channel();
+            let (answers, lookup) = (self.answers_in.clone(), self.lookup);
+            let spawned = std::thread::Builder::new()
+                .name("motet-resolve".into())
+                .spawn(move || serve(&incoming, &answers, lookup));
+            match spawned {
+                Ok(_) => self.requests = Some(requests),
+                Err(error) => tracing::warn!(%error, "no thread for DNS lookups: looking seeds up on the loop thread"),
+            }
+        }
+        let request = Request { id, names, waker };
+        let request = match &self.requests {
+            Some(requests) => match requests.send(request) {
+                Ok(()) => return,
+                Err(mpsc::SendError(request)) => request,
+            },
+            None => request,
+        };
+        // The thread is gone (it cannot panic: a lookup returns its errors) or never started.
+        let found = lookups(&request.names, self.lookup);
+        let _ = self.answers_in.send(Answer { id: request.id, found });
+    }
+
+    /// The answers that have come back since the last call.
+    pub(super) fn answers(&self) -> impl Iterator<Item = Answer> + '_ {
+        self.answers.try_iter()
+    }
+}
+
+fn lookups(names: &[String], lookup: Lookup) -> Vec<(String, io::Result<Vec<SocketAddr>>)> {
+    names.iter().map(|name| (name.clone(), lookup(name))).collect()
+}
+
+/// The lookup thread: answers requests in order until the loop is gone.
+fn serve(requests: &mpsc::Receiver<Request>, answers: &mpsc::Sender<Answer>, lookup: Lookup) {
+    while let Ok(Request { id, names, waker }) = requests.recv() {
+        let found = lookups(&names, lookup);
+        if answers.send(Answer { id, found }).is_err() {
+            return;
+        }
+        // A loop that cannot be woken still reads the answer at its next turn.
+        let _ = waker.wake();
+    }
+}
+
+/// The addresses of `peers` (IP literals as they are, names from `found` or, when their lookup
+/// failed or has not been answered yet, from `last`), leaving out `own`. A name's successful
+/// lookup replaces its entry in `last`: a lookup that fails (a DNS server restarting) keeps the
+/// name's last addresses instead of dropping it from the peers until the next one.
+pub(super) fn seed_addresses(
+    peers: &[String],
+    own: SocketAddr,
+    last: &mut BTreeMap<String, Vec<SocketAddr>>,
+    found: Vec<(String, io::Result<Vec<SocketAddr>>)>,
+) -> Vec<Address> {
+    for (name, result) in found {
+        match result {
+            Ok(addresses) => {
+                last.insert(name, addresses);
+            }
+            Err(error) => {
+                let kept = last.get(&name).map_or(0, Vec::len);
+                tracing::warn!(peer = %name, %error, kept, "seed address does not resolve (yet); keeping its last addresses");
+            }
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    for peer in peers {
+        match peer.parse::<SocketAddr>() {
+            Ok(address) => {
+                out.insert(address);
+            }
+            Err(_) => out.extend(last.get(peer).into_iter().flatten().copied()),
+        }
+    }
+    out.remove(&own);
+    out.into_iter().map(Address::Inet).collect()
+}
+
+/// The names among `peers` (what is not an IP literal with a port).
+pub(super) fn names(peers: &[String]) -> Vec<String> {
+    peers.iter().filter(|p| p.parse::<SocketAddr>().is_err()).cloned().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inet(addresses: &[Address]) -> Vec<String> {
+        addresses
+            .iter()
+            .filter_map(|a| match a {
+                Address::Inet(a) => Some(a.to_string()),
+                Address::Sim(_) => None,
+            })
+            .collect()
+    }
+
+    /// A seed that does not resolve keeps the addresses of its last lookup that did; its own
+    /// address is never a seed; a name not answered yet has no addresses.
+    #[test]
+    fn a_seed_that_stops_resolving_keeps_its_last_addresses() {
+        let own: SocketAddr = "127.0.0.1:7000".parse().unwrap();
+        let peers = ["127.0.0.1:7001".to_string(), "127.0.0.1:7000".to_string(), "seed.example:7002".to_string()];
+        assert_eq!(names(&peers), ["seed.example:7002"]);
+        let mut last = BTreeMap::new();
+        assert_eq!(inet(&seed_addresses(&peers, own, &mut last, Vec::new())), ["127.0.0.1:7001"], "not answered yet");
+        let failed = || vec![(peers[2].clone(), Err(io::Error::other("no answer")))];
+        assert_eq!(inet(&seed_addresses(&peers, own, &mut last, failed())), ["127.0.0.1:7001"], "first time: not yet");
+        let found = vec![(peers[2].clone(), Ok(vec!["127.0.0.9:7002".parse().unwrap(), own]))];
+        let both = ["127.0.0.1:7001", "127.0.0.9:7002"];
+        assert_eq!(inet(&seed_addresses(&peers, own, &mut last, found)), both);
+        assert_eq!(inet(&seed_addresses(&peers, own, &mut last, failed())), both, "kept");
+        assert_eq!(inet(&seed_addresses(&peers, own, &mut last, Vec::new())), both, "kept between lookups");
+    }
+}
