@@ -309,6 +309,7 @@ impl EventLoop {
                 sends_blocked: BTreeSet::new(),
                 retry: false,
                 left: false,
+                leave_asked: false,
                 migrate_asked: None,
                 migrate_tries: 0,
                 configured,
@@ -484,6 +485,11 @@ impl EventLoop {
     /// The next event for the application, with the endpoint it is for.
     pub fn next_event(&mut self) -> Option<(EndpointId, Event)> {
         self.ready.pop_front()
+    }
+
+    /// Endpoints that asked to leave and have not exited yet (their leave is still running).
+    pub fn leaving(&self) -> usize {
+        self.members.values().filter(|m| m.leave_asked).count()
     }
 
     /// Events waiting for the application.

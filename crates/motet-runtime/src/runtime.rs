@@ -19,6 +19,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+/// How long a stopping runtime waits for the leaves its members asked for (as `motet member`
+/// does on SIGTERM).
+const LEAVE_GRACE: Duration = Duration::from_secs(5);
+
 /// What the application's threads ask of the loop.
 enum Command {
     Join { config: Box<GroupConfig>, sink: Sink, reply: SyncSender<Result<Joined, Error>> },
@@ -494,7 +498,7 @@ impl LoopThread {
             // Commands first, a bounded number per turn so the network is not starved.
             for _ in 0..1024 {
                 match self.commands.try_recv() {
-                    Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return,
+                    Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return self.finish_leaves(),
                     Ok(command) => self.handle(command),
                     Err(TryRecvError::Empty) => break,
                 }
@@ -505,7 +509,7 @@ impl LoopThread {
             // does not go back to the commands first, or senders that keep the queue full would
             // keep it from the network (no receives, no heartbeats: suspected after a second).
             let wait = match self.commands.try_recv() {
-                Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return,
+                Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return self.finish_leaves(),
                 Ok(command) => {
                     self.shared.sleeping.store(false, Ordering::SeqCst);
                     self.handle(command);
@@ -518,6 +522,33 @@ impl LoopThread {
             if let Err(error) = result {
                 tracing::error!(%error, "event loop failed; stopping");
                 return;
+            }
+        }
+    }
+
+    /// The runtime is stopping: leaves the application asked for (a `Member` dropped just before
+    /// the `Runtime`, the usual order at the end of a program) run to their end, for at most
+    /// [`LEAVE_GRACE`], so the others see the members leave instead of suspecting them a second
+    /// later. Events still coming go to whoever listens, or nowhere: nobody waits for them now.
+    fn finish_leaves(&mut self) {
+        let deadline = std::time::Instant::now() + LEAVE_GRACE;
+        while self.event_loop.leaving() > 0 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                tracing::warn!(
+                    leaving = self.event_loop.leaving(),
+                    "stopping before every leave was confirmed: the others will suspect those members"
+                );
+                return;
+            }
+            if let Err(error) = self.event_loop.poll(Some(left.min(Duration::from_millis(50)))) {
+                tracing::error!(%error, "event loop failed while leaving; stopping");
+                return;
+            }
+            while let Some((endpoint, event)) = self.held.take().or_else(|| self.event_loop.next_event()) {
+                if let Some((sink, _)) = self.members.get(&endpoint) {
+                    let _ = sink.try_send(event);
+                }
             }
         }
     }

@@ -692,3 +692,22 @@ fn an_endpoint_that_exited_is_forgotten() {
     assert_eq!(event_loop.runtime_stats().endpoints, 0);
     assert!(matches!(event_loop.cast(me, "late".into()), Err(motet_runtime::Error::Left)));
 }
+
+/// A member dropped just before its runtime (the usual order at the end of a program) leaves the
+/// group: the others install a view without it and never suspect it. Before, the stopping loop
+/// returned at once, the leave was never sent, and the others suspected the member a second later.
+#[test]
+fn a_runtime_dropped_right_after_its_member_leaves_the_group_gracefully() {
+    let (mut runtimes, addresses) = start(3);
+    let mut members: Vec<Member> =
+        runtimes.iter().map(|r| r.join(GroupConfig::new("drop").peers(addresses.clone())).unwrap()).collect();
+    converge(&members, Duration::from_secs(30));
+    let leaver = members.pop().unwrap();
+    let gone = leaver.id();
+    drop(leaver);
+    drop(runtimes.pop().unwrap());
+    let view = converge(&members, Duration::from_secs(30));
+    assert!(!view.members.contains(&gone));
+    let suspected: u64 = runtimes.iter().map(|r| r.stats().unwrap().1.counter(motet_core::Counter::Suspected)).sum();
+    assert_eq!(suspected, 0, "the others saw a leave, not a failure");
+}

@@ -64,6 +64,8 @@ pub(super) struct MemberState {
     /// Something that may unblock parked actions happened.
     pub(super) retry: bool,
     pub(super) left: bool,
+    /// The application asked to leave (the threaded runtime's stop waits for the leave).
+    pub(super) leave_asked: bool,
     /// Migration: the view in which this endpoint last asked for its new address, and how many
     /// views it has asked in since it moved (at most `MIGRATE_TRIES`).
     pub(super) migrate_asked: Option<ViewId>,
@@ -83,6 +85,7 @@ impl EventLoop {
         if member.left {
             return Err(Error::Left);
         }
+        member.leave_asked |= matches!(op, Op::Leave);
         if matches!(op, Op::XferChunk(..) | Op::XferDone(_)) {
             // Not behind the application's casts, which wait for the transfer view to end.
             if !member.xfer_parked.is_empty() {
