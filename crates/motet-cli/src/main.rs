@@ -7,6 +7,7 @@ mod demo_udp;
 mod kv;
 mod member;
 mod perf;
+mod ports;
 mod procs;
 mod sim;
 mod stack;

@@ -127,11 +127,7 @@ pub(crate) fn wait_for<T>(limit: Duration, mut done: impl FnMut() -> Option<T>) 
     }
 }
 
-/// Free loopback UDP ports.
+/// Free loopback UDP ports, outside the ephemeral range ([`crate::ports::free_ports`]).
 pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>, String> {
-    let sockets: Vec<std::net::UdpSocket> = (0..n)
-        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0"))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
-    sockets.iter().map(|s| s.local_addr().map(|a| a.port()).map_err(|e| e.to_string())).collect()
+    crate::ports::free_ports(n).map_err(|e| e.to_string())
 }

@@ -10,6 +10,9 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+#[path = "../src/ports.rs"]
+mod ports;
+
 struct Replica {
     child: Child,
     stdin: ChildStdin,
@@ -91,9 +94,7 @@ fn converge(replicas: &mut [&mut Replica], min_keys: u64) -> serde_json::Value {
 
 #[test]
 fn replicas_converge_through_a_crash_and_a_join_with_state_transfer() {
-    let sockets: Vec<_> = (0..4).map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
-    let ports: Vec<u16> = sockets.iter().map(|s| s.local_addr().unwrap().port()).collect();
-    drop(sockets);
+    let ports = ports::free_ports(4).unwrap();
     let peers: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
     let peers = peers.join(",");
     // Two founders start with the same 2 MB of state; the third starts empty, joins the group

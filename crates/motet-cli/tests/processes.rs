@@ -86,9 +86,11 @@ impl Drop for Proc {
     }
 }
 
+#[path = "../src/ports.rs"]
+mod ports;
+
 fn free_ports(n: usize) -> Vec<u16> {
-    let sockets: Vec<_> = (0..n).map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
-    sockets.iter().map(|s| s.local_addr().unwrap().port()).collect()
+    ports::free_ports(n).unwrap()
 }
 
 /// Waits until `done` holds, or fails with `what` after `limit`.
