@@ -10,8 +10,8 @@ use std::net::UdpSocket;
 /// again to any socket bound to port 0 before the process meant for it binds it: the members'
 /// own sockets for connected sends are such sockets, and a member restarted on its port after a
 /// few seconds of traffic found it taken ("Address already in use"). A port outside the range is
-/// never handed out that way; the search starts at a place that varies with the process and the
-/// time, so processes looking at once rarely try the same ports, and each port is checked free.
+/// never handed out that way. The search starts at a random place, so processes looking at once
+/// rarely try the same ports, and each port is checked free.
 pub fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
     let (low, high) = ephemeral_range();
     let below = 10_000..low.max(10_000);
@@ -20,8 +20,7 @@ pub fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
     if candidates.is_empty() {
         return Err(std::io::Error::other("no port outside the ephemeral range"));
     }
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    let start = (std::process::id() as usize).wrapping_mul(7_919).wrapping_add(nanos as usize) % candidates.len();
+    let start = rand::random::<usize>() % candidates.len();
     let ports: Vec<u16> = (0..candidates.len())
         .map(|k| candidates[(start + k) % candidates.len()])
         .filter(|&port| UdpSocket::bind(("127.0.0.1", port)).is_ok())

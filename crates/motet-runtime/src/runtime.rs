@@ -531,9 +531,10 @@ impl LoopThread {
     /// [`LEAVE_GRACE`], so the others see the members leave instead of suspecting them a second
     /// later. Events still coming go to whoever listens, or nowhere: nobody waits for them now.
     fn finish_leaves(&mut self) {
-        let deadline = std::time::Instant::now() + LEAVE_GRACE;
+        let clock = crate::clock::Clock::new();
+        let deadline = crate::clock::Deadline::after(&clock, LEAVE_GRACE);
         while self.event_loop.leaving() > 0 {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let left = deadline.until(&clock);
             if left.is_zero() {
                 tracing::warn!(
                     leaving = self.event_loop.leaving(),
