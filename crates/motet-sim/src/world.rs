@@ -395,12 +395,11 @@ impl<'a> World<'a> {
             self.schedule(at, event);
         }
         for partition in &self.options.partitions {
-            let (start, end) = (
-                Instant::ZERO + Duration::from_millis(partition.start_ms),
-                Instant::ZERO + Duration::from_millis(partition.end_ms),
-            );
-            self.schedule(start, Event::PartitionChange);
-            self.schedule(end, Event::PartitionChange);
+            // A partition a script never heals ends beyond any clock: it has no end to schedule.
+            let at = |ms: u64| ms.checked_mul(1_000_000).map(Instant);
+            for change in [at(partition.start_ms), at(partition.end_ms)].into_iter().flatten() {
+                self.schedule(change, Event::PartitionChange);
+            }
         }
     }
 
@@ -620,7 +619,8 @@ impl<'a> World<'a> {
         let violations = oracle::check(&self.trace);
         let views_installed = self.trace.views.iter().filter(|v| v.view.0 > 0).count() as u64;
         let crash = self.trace.crashed.iter().flatten().max().copied();
-        let heal = self.options.partitions.iter().map(|p| Instant::ZERO + Duration::from_millis(p.end_ms)).max();
+        // A partition a script never heals has no heal to count from.
+        let heal = self.options.partitions.iter().filter_map(|p| p.end_ms.checked_mul(1_000_000).map(Instant)).max();
         let last_fault = crash.into_iter().chain(heal).max();
         let converged = self.trace.quiesced && self.membership;
         let last_view = self.trace.views.last().map(|v| v.time);
