@@ -260,7 +260,9 @@ impl Intra {
         if self.installed || self.cut_done != Some((coord, round)) {
             return; // not the round whose cut we delivered
         }
-        if survivors.iter().any(|&r| r as usize >= self.view.len()) {
+        // Ranks of this view in rank order, as a coordinator lists them: anything else (a rank
+        // twice, one out of range) is a faulty coordinator's, and no view at all.
+        if survivors.iter().any(|&r| r as usize >= self.view.len()) || survivors.windows(2).any(|w| w[0] >= w[1]) {
             out.drop_input(DropReason::Gossip);
             return;
         }
@@ -435,5 +437,27 @@ mod tests {
             })
             .expect("every survivor reported: the cut");
         assert_eq!(cut, [3, 4, 6], "the survivors' maximum per origin");
+    }
+
+    /// A member installs a view only from survivors in rank order: a coordinator's list with a
+    /// rank twice (or out of order) is dropped, not made into a view with a member twice.
+    #[test]
+    fn a_view_that_lists_a_rank_twice_is_dropped() {
+        let view = crate::testing::view(3);
+        let cast = |survivors: Vec<u64>| Up::Cast {
+            origin: 0,
+            msg: Msg::default().with(Header::View { round: 1, survivors }),
+            qos: Qos::Reliable,
+        };
+        let installs = |survivors: Vec<u64>| {
+            let mut h = Harness::new(Intra::new(&Config::default(), &view, 1), 1);
+            h.up(Up::CutDone { coord: 0, round: 1 });
+            let out = h.up(cast(survivors));
+            out.iter().any(|o| matches!(o, Out::Up(Up::NewView(_))))
+        };
+        assert!(installs(vec![0, 1]));
+        assert!(!installs(vec![0, 1, 1]), "a rank twice");
+        assert!(!installs(vec![1, 0]), "out of order");
+        assert!(!installs(vec![0, 1, 3]), "out of range");
     }
 }

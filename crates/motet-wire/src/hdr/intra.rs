@@ -54,10 +54,19 @@ impl FullView {
         w.blob(&self.params);
     }
 
-    /// Reads one, checking that members and addresses match and the flag is a boolean.
+    /// Reads one, checking that members are distinct and match their addresses, and the flag is
+    /// a boolean.
     pub fn decode(r: &mut Reader<'_>) -> Result<FullView, WireError> {
         let (ltime, coord, members) = (r.varint()?, r.varint()?, r.varint_vec()?);
         if ltime > LTIME_MAX {
+            return Err(WireError { kind: WireErrorKind::Range, offset: 0 });
+        }
+        // An endpoint twice in one view (a faulty or forged merge request) would have two ranks:
+        // a member that never answers for one of them, until the others exclude it.
+        let mut distinct = members.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if distinct.len() != members.len() {
             return Err(WireError { kind: WireErrorKind::Range, offset: 0 });
         }
         let offset = r.position();
@@ -164,5 +173,28 @@ mod tests {
         assert_eq!(decode(LTIME_MAX).unwrap(), view(LTIME_MAX));
         assert_eq!(decode(LTIME_MAX + 1).unwrap_err().kind, WireErrorKind::Range);
         assert_eq!(decode(u64::MAX).unwrap_err().kind, WireErrorKind::Range);
+    }
+
+    /// A view that names an endpoint twice does not decode.
+    #[test]
+    fn a_view_with_an_endpoint_twice_is_refused() {
+        let view = |members: Vec<u64>| FullView {
+            ltime: 3,
+            coord: 1,
+            addresses: members.iter().map(|&m| WireAddress::Sim(m as u32)).collect(),
+            members,
+            prev: Vec::new(),
+            primary: false,
+            stack: "vsync".into(),
+            clients: Vec::new(),
+            params: Vec::new(),
+        };
+        let decode = |members: Vec<u64>| {
+            let mut buf = Vec::new();
+            view(members).encode(&mut Writer::new(&mut buf));
+            FullView::decode(&mut Reader::new(&buf))
+        };
+        assert_eq!(decode(vec![1, 2, 3]).unwrap(), view(vec![1, 2, 3]));
+        assert_eq!(decode(vec![1, 2, 1]).unwrap_err().kind, WireErrorKind::Range);
     }
 }
