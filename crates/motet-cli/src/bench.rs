@@ -13,6 +13,7 @@
 #![allow(clippy::disallowed_types)] // a benchmark: wall-clock nanoseconds
 
 mod hand;
+mod net;
 mod svg;
 
 use clap::{Args, Subcommand, ValueEnum};
@@ -406,7 +407,7 @@ fn drive(path: Path, stack: &str, members: usize, size: usize, count: u64) {
         }
         Path::Layered | Path::Bypass => {
             let bypass = if path == Path::Bypass { Bypass::On } else { Bypass::Off };
-            let mut group = Group::with_bypass(members, stack, bypass);
+            let mut group = net::Net::new(members, stack, bypass);
             for sent in 1..=count {
                 group.act(sender, Action::Cast(payload.clone())).expect("flow control releases within the pump");
                 if sent % 1024 == 0 {

@@ -1,0 +1,112 @@
+//! The benchmark's network for the stacks: the same work as the yardstick's loop
+//! (`hand::Group::cast`), so that the paths are compared on their protocols and not on their
+//! drivers. An action at one node, each datagram it produces carried to its receivers as one
+//! contiguous datagram, their replies carried on, every event read, and each node that did
+//! anything settled (delayed processing) and its due alarms fired before the network is quiet.
+//!
+//! The testkit's `Group`, which the benchmark used before, is a general test network (routes of
+//! migrated addresses, partitions, a tap, and passes over every node until none moves): it cost
+//! each stack path about 470 instructions per cast more than the yardstick's loop.
+
+use motet_core::{Action, Address, ApiError, AppEvent, Bypass, EndpointId, GroupName, Instant, Node, StackId};
+use motet_core::{Duration, StackConfig, StackSpec, ViewState};
+use std::sync::Arc;
+
+/// A group of nodes, one member each, in one view.
+pub(crate) struct Net {
+    nodes: Vec<(Node, StackId)>,
+    now: Instant,
+    /// Application messages delivered at each node.
+    pub(crate) delivered: Vec<u64>,
+    /// Nodes that may have output, to visit (kept between calls: no allocation per cast), and
+    /// whether each is among them.
+    pending: Vec<usize>,
+    queued: Vec<bool>,
+}
+
+impl Net {
+    pub(crate) fn new(members: usize, stack: &str, bypass: Bypass) -> Net {
+        let view = Arc::new(ViewState::initial(
+            GroupName::new("bench"),
+            StackSpec::parse(stack).expect("validated or built in"),
+            StackConfig::default(),
+            (0..members as u64).map(EndpointId).collect(),
+            (0..members as u32).map(Address::Sim).collect(),
+        ));
+        let nodes = (0..members)
+            .map(|rank| {
+                let mut node = Node::new();
+                node.set_bypass(bypass);
+                let id = node.join(Instant::ZERO, Arc::clone(&view), rank as u16).expect("the stack builds");
+                (node, id)
+            })
+            .collect();
+        let (delivered, queued) = (vec![0; members], vec![false; members]);
+        let mut net = Net { nodes, now: Instant::ZERO, delivered, pending: Vec::new(), queued };
+        (0..members).for_each(|n| net.visit(n));
+        net.pump();
+        net
+    }
+
+    /// An action at `rank`, then everything it causes until the network is quiet.
+    pub(crate) fn act(&mut self, rank: usize, action: Action) -> Result<(), ApiError> {
+        let (node, id) = &mut self.nodes[rank];
+        let result = node.handle_action(self.now, *id, action);
+        self.visit(rank);
+        self.pump();
+        result
+    }
+
+    /// Advances time by `by`, fires due timers everywhere and carries what they cause.
+    pub(crate) fn tick(&mut self, by: Duration) {
+        self.now = self.now + by;
+        for (node, _) in &mut self.nodes {
+            node.handle_timeout(self.now);
+        }
+        (0..self.nodes.len()).for_each(|n| self.visit(n));
+        self.pump();
+    }
+
+    /// Node `n` may have output.
+    fn visit(&mut self, n: usize) {
+        if !self.queued[n] {
+            self.queued[n] = true;
+            self.pending.push(n);
+        }
+    }
+
+    fn pump(&mut self) {
+        while let Some(from) = self.pending.pop() {
+            self.queued[from] = false;
+            while let Some(out) = self.nodes[from].0.poll_transmit() {
+                let datagram = out.to_bytes();
+                for address in out.to.addresses() {
+                    let Address::Sim(to) = address else { continue };
+                    let to = to as usize;
+                    self.nodes[to].0.handle_datagram(self.now, datagram.clone());
+                    self.visit(to);
+                }
+            }
+            let (node, id) = &mut self.nodes[from];
+            let mut again = false;
+            while let Some((stack, event)) = node.poll_event() {
+                match event {
+                    AppEvent::Cast { .. } | AppEvent::Send { .. } => self.delivered[from] += 1,
+                    // A new view (none in a benchmark run, but a stack may replace itself).
+                    AppEvent::View { .. } => *id = stack,
+                    _ => {}
+                }
+            }
+            // Idle: delayed processing, then the alarms due now (end-of-turn work such as a
+            // sequencer's order or an early stability report), as a driver's loop turn ends.
+            node.settle();
+            if node.poll_alarm().is_some_and(|at| at <= self.now) {
+                node.handle_timeout(self.now);
+                again = true;
+            }
+            if again {
+                self.visit(from);
+            }
+        }
+    }
+}
