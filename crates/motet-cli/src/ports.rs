@@ -14,11 +14,11 @@ use std::net::UdpSocket;
 /// rarely try the same ports, and each port is checked free.
 pub fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
     let (low, high) = ephemeral_range();
-    let below = 10_000..low.max(10_000);
-    let above = high.saturating_add(1).max(10_000)..=u16::MAX;
-    let candidates: Vec<u16> = below.chain(above).collect();
-    if candidates.is_empty() {
-        return Err(std::io::Error::other("no port outside the ephemeral range"));
+    let candidates = outside(low, high);
+    if candidates.len() < n {
+        // Every port is ephemeral (a tuned host): ports the kernel hands out, as before.
+        let sockets: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind("127.0.0.1:0")).collect::<Result<_, _>>()?;
+        return sockets.iter().map(|s| s.local_addr().map(|a| a.port())).collect();
     }
     let start = rand::random::<usize>() % candidates.len();
     let ports: Vec<u16> = (0..candidates.len())
@@ -32,6 +32,14 @@ pub fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
     }
 }
 
+/// The unprivileged ports outside the ephemeral range `low..=high`.
+fn outside(low: u16, high: u16) -> Vec<u16> {
+    let below = 1024..low.max(1024);
+    let above = high.checked_add(1).map_or(1..1, |first| first.max(1024)..u16::MAX);
+    let top = (high < u16::MAX).then_some(u16::MAX);
+    below.chain(above).chain(top).collect()
+}
+
 /// The kernel's ephemeral port range (Linux's default when it cannot be read).
 fn ephemeral_range() -> (u16, u16) {
     let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
@@ -39,5 +47,21 @@ fn ephemeral_range() -> (u16, u16) {
     match (bounds.next(), bounds.next()) {
         (Some(low), Some(high)) if low <= high => (low, high),
         _ => (32_768, 60_999),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ports_outside_the_ephemeral_range() {
+        let usual = super::outside(32_768, 60_999);
+        assert_eq!(usual.len(), (32_768 - 1_024) + (65_535 - 60_999));
+        assert!(
+            usual.contains(&1_024) && usual.contains(&32_767) && usual.contains(&61_000) && usual.contains(&65_535)
+        );
+        assert!(!usual.contains(&32_768) && !usual.contains(&60_999) && !usual.contains(&1_023));
+        assert!(super::outside(1_024, 65_535).is_empty(), "every unprivileged port is ephemeral");
+        assert_eq!(super::outside(2_000, 65_535), (1_024..2_000).collect::<Vec<_>>());
+        assert_eq!(super::outside(1_024, 1_024).len(), 65_535 - 1_024);
     }
 }

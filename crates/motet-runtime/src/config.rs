@@ -259,8 +259,8 @@ impl GroupConfig {
         }
         let spec = StackSpec::parse(&self.stack)?;
         self.params.validate()?;
-        // Re-resolution blocks the loop for a DNS round trip: a zero interval would do it on
-        // every turn.
+        // Each re-resolution is a DNS query from every member (on the lookup thread): a zero
+        // interval would ask the servers again as soon as they answer.
         if self.resolve_interval < Duration::from_secs(1) {
             return Err(Error::Config(format!(
                 "resolve_interval {:?} is too short: seed names are resolved again at most once a second",

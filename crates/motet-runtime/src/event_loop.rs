@@ -279,22 +279,24 @@ impl EventLoop {
         // asked now without waiting for it (`resolve`).
         let mut last = BTreeMap::new();
         self.node.set_peers(name.clone(), resolve::seed_addresses(&group.peers, self.advertise, &mut last, Vec::new()));
-        let now = self.clock.now();
-        if !resolve::names(&group.peers).is_empty() {
+        let names = resolve::names(&group.peers);
+        if !names.is_empty() {
             self.next_seeds += 1;
+            let id = self.next_seeds;
+            self.resolver.ask(id, names, Arc::clone(&self.waker));
             let seeds = Seeds {
-                id: self.next_seeds,
-                in_flight: false,
+                id,
+                in_flight: true,
                 endpoint,
                 group: name,
                 peers: group.peers.clone(),
                 interval: group.resolve_interval,
-                next: crate::clock::Deadline::after(&self.clock, Duration::ZERO),
+                next: crate::clock::Deadline::after(&self.clock, group.resolve_interval),
                 last,
             };
             self.seeds.push(seeds);
-            self.reresolve(now);
         }
+        let now = self.clock.now();
         let stack = self.node.join(now, Arc::clone(&view), 0)?;
         self.owners.insert(stack, (endpoint, view));
         self.members.insert(
@@ -390,7 +392,10 @@ impl EventLoop {
             wait = Some(Duration::ZERO);
         }
         let closing = self.retired.iter().filter_map(|r| r.close_at);
-        if let Some(next) = self.seeds.iter().map(|s| s.next).chain(closing).min() {
+        // A group whose lookup is in flight waits for its answer (which wakes the loop), not for
+        // its interval: a lookup that outlasts the interval would otherwise make every wait zero.
+        let asking = self.seeds.iter().filter(|s| !s.in_flight).map(|s| s.next);
+        if let Some(next) = asking.chain(closing).min() {
             let next = next.from(before);
             wait = Some(wait.map_or(next, |w| w.min(next)));
         }
@@ -658,5 +663,32 @@ mod tests {
         let expected: Vec<Address> =
             ["127.0.0.1:7998", "127.0.0.1:7999"].iter().map(|a| Address::Inet(a.parse().unwrap())).collect();
         assert_eq!(peers(&event_loop), expected, "the name's address once the lookup answered");
+    }
+
+    fn slow_lookup(_name: &str) -> io::Result<Vec<SocketAddr>> {
+        std::thread::sleep(Duration::from_millis(1_500));
+        Ok(vec!["127.0.0.1:7997".parse().unwrap()])
+    }
+
+    /// A lookup that outlasts `resolve_interval` does not make the loop spin: the group waits for
+    /// the answer, not for its interval. (Counting the interval's deadline while the lookup was in
+    /// flight made every wait zero until the answer came.)
+    #[test]
+    fn a_lookup_that_outlasts_the_interval_does_not_make_the_loop_spin() {
+        let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+        event_loop.resolver = resolve::Resolver::with_lookup(slow_lookup);
+        let mut group = GroupConfig::new("slower-than-the-interval");
+        group.peers = vec!["seed.invalid:7997".into()];
+        group.resolve_interval = Duration::from_secs(1);
+        event_loop.join(&group).unwrap();
+        let name = GroupName(group.name.as_str().into());
+        let mut polls = 0;
+        while event_loop.node.peers(&name).is_empty() {
+            assert!(polls < 2_000, "the loop spun while the lookup was in flight");
+            event_loop.poll(Some(Duration::from_millis(100))).unwrap();
+            polls += 1;
+        }
+        // About 15 waits of up to 100 ms (fewer when an alarm ends one sooner).
+        assert!(polls < 200, "{polls} turns for a 1.5 s lookup");
     }
 }

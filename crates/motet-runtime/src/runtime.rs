@@ -25,11 +25,25 @@ const LEAVE_GRACE: Duration = Duration::from_secs(5);
 
 /// What the application's threads ask of the loop.
 enum Command {
-    Join { config: Box<GroupConfig>, sink: Sink, reply: SyncSender<Result<Joined, Error>> },
-    Act { endpoint: EndpointId, op: Op },
-    Stats { reply: SyncSender<(RuntimeStats, motet_core::layer::Stats)> },
-    Migrate { bind: SocketAddr, advertise: Option<SocketAddr>, reply: SyncSender<Result<Addresses, Error>> },
-    Stop,
+    Join {
+        config: Box<GroupConfig>,
+        sink: Sink,
+        reply: SyncSender<Result<Joined, Error>>,
+    },
+    Act {
+        endpoint: EndpointId,
+        op: Op,
+    },
+    Stats {
+        reply: SyncSender<(RuntimeStats, motet_core::layer::Stats)>,
+    },
+    Migrate {
+        bind: SocketAddr,
+        advertise: Option<SocketAddr>,
+        reply: SyncSender<Result<Addresses, Error>>,
+    },
+    /// Stop, after the leaves under way have run for at most this long.
+    Stop(Duration),
 }
 
 struct Joined {
@@ -96,8 +110,11 @@ struct MemberShared {
     message_size_max: AtomicUsize,
 }
 
-/// A running event loop on its own thread. Dropping it stops the loop (members are not told:
-/// call [`Member::leave`] first for a graceful exit).
+/// A running event loop on its own thread. Dropping it stops the loop once the leaves its
+/// members asked for ([`Member::leave`], or dropping the `Member`) have run, for at most 5 s: a
+/// program that drops its members and then its runtime leaves its groups gracefully. Members that
+/// did not ask to leave are not told: to the others they have failed. [`Runtime::shutdown`] sets
+/// the wait; in async code, drop the runtime where blocking is allowed (`spawn_blocking`).
 pub struct Runtime {
     shared: Arc<Shared>,
     event_queue: usize,
@@ -195,12 +212,25 @@ impl Runtime {
     }
 }
 
-impl Drop for Runtime {
-    fn drop(&mut self) {
-        let _ = self.shared.command(Command::Stop);
+impl Runtime {
+    /// Stops the loop once the leaves its members asked for have run, waiting at most `grace`
+    /// for them (dropping the `Runtime` waits up to 5 s). `Duration::ZERO` stops at once: the
+    /// others then suspect those members, as if the process had failed.
+    pub fn shutdown(mut self, grace: Duration) {
+        self.stop(grace);
+    }
+
+    fn stop(&mut self, grace: Duration) {
+        let _ = self.shared.command(Command::Stop(grace));
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop(LEAVE_GRACE);
     }
 }
 
@@ -498,7 +528,8 @@ impl LoopThread {
             // Commands first, a bounded number per turn so the network is not starved.
             for _ in 0..1024 {
                 match self.commands.try_recv() {
-                    Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return self.finish_leaves(),
+                    Ok(Command::Stop(grace)) => return self.finish_leaves(grace),
+                    Err(TryRecvError::Disconnected) => return self.finish_leaves(LEAVE_GRACE),
                     Ok(command) => self.handle(command),
                     Err(TryRecvError::Empty) => break,
                 }
@@ -509,7 +540,8 @@ impl LoopThread {
             // does not go back to the commands first, or senders that keep the queue full would
             // keep it from the network (no receives, no heartbeats: suspected after a second).
             let wait = match self.commands.try_recv() {
-                Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return self.finish_leaves(),
+                Ok(Command::Stop(grace)) => return self.finish_leaves(grace),
+                Err(TryRecvError::Disconnected) => return self.finish_leaves(LEAVE_GRACE),
                 Ok(command) => {
                     self.shared.sleeping.store(false, Ordering::SeqCst);
                     self.handle(command);
@@ -528,11 +560,16 @@ impl LoopThread {
 
     /// The runtime is stopping: leaves the application asked for (a `Member` dropped just before
     /// the `Runtime`, the usual order at the end of a program) run to their end, for at most
-    /// [`LEAVE_GRACE`], so the others see the members leave instead of suspecting them a second
-    /// later. Events still coming go to whoever listens, or nowhere: nobody waits for them now.
-    fn finish_leaves(&mut self) {
+    /// `grace`, so the others see the members leave instead of suspecting them a second later.
+    /// Events still coming go to members that still listen, in order: a member whose channel is
+    /// full gets nothing more (a gap in its events would be worse than their end).
+    fn finish_leaves(&mut self, grace: Duration) {
         let clock = crate::clock::Clock::new();
-        let deadline = crate::clock::Deadline::after(&clock, LEAVE_GRACE);
+        let deadline = crate::clock::Deadline::after(&clock, grace);
+        let mut cut_off = std::collections::BTreeSet::new();
+        if let Some((endpoint, _)) = &self.held {
+            cut_off.insert(*endpoint);
+        }
         while self.event_loop.leaving() > 0 {
             let left = deadline.until(&clock);
             if left.is_zero() {
@@ -546,9 +583,12 @@ impl LoopThread {
                 tracing::error!(%error, "event loop failed while leaving; stopping");
                 return;
             }
-            while let Some((endpoint, event)) = self.held.take().or_else(|| self.event_loop.next_event()) {
-                if let Some((sink, _)) = self.members.get(&endpoint) {
-                    let _ = sink.try_send(event);
+            while let Some((endpoint, event)) = self.event_loop.next_event() {
+                let Some((sink, _)) = self.members.get(&endpoint).filter(|_| !cut_off.contains(&endpoint)) else {
+                    continue;
+                };
+                if sink.try_send(event).is_err() {
+                    cut_off.insert(endpoint);
                 }
             }
         }
@@ -581,7 +621,7 @@ impl LoopThread {
                     .map(|advertise| Addresses { local: event_loop.local_addr(), advertise });
                 let _ = reply.send(result);
             }
-            Command::Stop => {}
+            Command::Stop(_) => {}
         }
     }
 

@@ -702,12 +702,16 @@ fn a_runtime_dropped_right_after_its_member_leaves_the_group_gracefully() {
     let mut members: Vec<Member> =
         runtimes.iter().map(|r| r.join(GroupConfig::new("drop").peers(addresses.clone())).unwrap()).collect();
     converge(&members, Duration::from_secs(30));
+    // Suspicions while the group formed (a loaded machine) are not this test's business.
+    let suspected = |runtimes: &[Runtime]| -> u64 {
+        runtimes[..2].iter().map(|r| r.stats().unwrap().1.counter(motet_core::Counter::Suspected)).sum()
+    };
+    let before = suspected(&runtimes);
     let leaver = members.pop().unwrap();
     let gone = leaver.id();
     drop(leaver);
     drop(runtimes.pop().unwrap());
     let view = converge(&members, Duration::from_secs(30));
     assert!(!view.members.contains(&gone));
-    let suspected: u64 = runtimes.iter().map(|r| r.stats().unwrap().1.counter(motet_core::Counter::Suspected)).sum();
-    assert_eq!(suspected, 0, "the others saw a leave, not a failure");
+    assert_eq!(suspected(&runtimes), before, "the others saw a leave, not a failure");
 }

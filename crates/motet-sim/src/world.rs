@@ -619,7 +619,8 @@ impl<'a> World<'a> {
         let violations = oracle::check(&self.trace);
         let views_installed = self.trace.views.iter().filter(|v| v.view.0 > 0).count() as u64;
         let crash = self.trace.crashed.iter().flatten().max().copied();
-        // A partition a script never heals has no heal to count from.
+        // A partition a script never heals has no heal to count from: convergence is then timed
+        // from the faults before it (the run cannot converge into one view anyway).
         let heal = self.options.partitions.iter().filter_map(|p| p.end_ms.checked_mul(1_000_000).map(Instant)).max();
         let last_fault = crash.into_iter().chain(heal).max();
         let converged = self.trace.quiesced && self.membership;

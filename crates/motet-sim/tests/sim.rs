@@ -267,7 +267,7 @@ fn members_starting_together_form_one_view_without_waiting_out_a_merge() {
 /// A group shutting down: all members but one ask to leave within a few milliseconds, so the
 /// coordinator restarts its flush round as each request arrives, some after members had already
 /// delivered the previous round's cut. Those follow the coordinator's later round (its view is
-/// the only one it will cast) instead of waiting out the 3 s commit timeout and leaving alone:
+/// the only one it will cast) instead of waiting out the commit timeout (5 s) and leaving alone:
 /// every leaver exits within about a second.
 #[test]
 fn a_group_whose_members_all_leave_at_once_exits_without_waiting_out_a_timeout() {

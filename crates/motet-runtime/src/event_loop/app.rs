@@ -85,7 +85,6 @@ impl EventLoop {
         if member.left {
             return Err(Error::Left);
         }
-        member.leave_asked |= matches!(op, Op::Leave);
         if matches!(op, Op::XferChunk(..) | Op::XferDone(_)) {
             // Not behind the application's casts, which wait for the transfer view to end.
             if !member.xfer_parked.is_empty() {
@@ -106,11 +105,14 @@ impl EventLoop {
             self.drain();
             return result;
         }
+        // A leave taken or parked is under way: a stopping runtime waits for it.
+        let leave = matches!(op, Op::Leave);
         if !member.parked.is_empty() {
             if member.parked.len() >= PARKED_MAX {
                 return Err(Error::QueueFull("parked actions"));
             }
             member.parked.push_back(op);
+            member.leave_asked |= leave;
             return Ok(());
         }
         let now = self.clock.now();
@@ -122,6 +124,7 @@ impl EventLoop {
             }
             other => other,
         };
+        member.leave_asked |= leave && result.is_ok();
         // What the action produced waits in the packing buffers until the end of this turn
         // (`poll`), so a burst of casts goes out packed.
         self.drain();
@@ -211,6 +214,9 @@ impl EventLoop {
                 // Gone for good: a process that joins and leaves groups all its life does not
                 // keep their state, nor resolve their seeds (an action for it is `Error::Left`).
                 self.members.remove(&endpoint);
+                for seeds in self.seeds.iter().filter(|seeds| seeds.endpoint == endpoint) {
+                    self.resolver.forget(seeds.id);
+                }
                 self.seeds.retain(|seeds| seeds.endpoint != endpoint);
             }
         }

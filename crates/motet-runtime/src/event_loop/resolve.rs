@@ -5,14 +5,19 @@
 //! thread that stalled every group of the process, and its members were suspected by everyone
 //! after a second of silence (`suspect.timeout_ms`). So the loop hands names to a thread of its
 //! own and goes on; the answer comes back through a channel, and the thread wakes the loop with
-//! its waker. Each group's seeds have at most one lookup in flight, so the channels stay bounded
-//! by the number of groups. The thread starts with the first lookup and ends when the loop is
-//! dropped (after the lookup it may be in, which is not waited for).
+//! its waker.
+//!
+//! Bounds: the lookups wanted are a map from each group's seeds to their names, so a group has at
+//! most one waiting (a new request replaces the one not yet started) and a group that is gone
+//! takes its request with it ([`Resolver::forget`]): however fast groups come and go while a
+//! lookup hangs, the work queued is at most one request per live group, and the answers at most
+//! one per request. The thread starts with the first lookup and ends when the loop is dropped
+//! (after the lookup it may be in, which is not waited for).
 
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 
 use motet_core::Address;
 
@@ -26,24 +31,35 @@ fn system(name: &str) -> io::Result<Vec<SocketAddr>> {
 
 /// One group's names to look up.
 struct Request {
-    id: u64,
     names: Vec<String>,
-    /// Held only while the lookup is in flight: a loop whose waker nobody else holds may wait in
-    /// its receive call, which a wake-up would not interrupt.
+    /// Held from the asking until the loop has read the answer: a loop whose waker nobody else
+    /// holds may wait in its receive call, which a wake-up would not interrupt.
     waker: Arc<mio::Waker>,
 }
 
-/// The answer to a [`Request`]: each name with its addresses or the lookup's error.
+/// The answer to a request: each name with its addresses or the lookup's error.
 pub(super) struct Answer {
     pub(super) id: u64,
     pub(super) found: Vec<(String, io::Result<Vec<SocketAddr>>)>,
+    /// The request's waker, dropped with the answer once the loop has read it.
+    _waker: Arc<mio::Waker>,
+}
+
+/// What the lookup thread has to do: the requests, in the order they were first asked (a group
+/// that asks again while it waits keeps its place; one asking often cannot starve the others).
+#[derive(Default)]
+struct Wanted {
+    order: std::collections::VecDeque<u64>,
+    requests: BTreeMap<u64, Request>,
+    /// The loop is gone: the thread ends.
+    closed: bool,
 }
 
 /// The loop's side of the lookup thread.
 pub(super) struct Resolver {
     lookup: Lookup,
-    /// `None` until the first lookup starts the thread.
-    requests: Option<mpsc::Sender<Request>>,
+    wanted: Arc<(Mutex<Wanted>, Condvar)>,
+    started: bool,
     answers_in: mpsc::Sender<Answer>,
     answers: mpsc::Receiver<Answer>,
 }
@@ -56,41 +72,58 @@ impl Default for Resolver {
 
 impl std::fmt::Debug for Resolver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Resolver").field("started", &self.requests.is_some()).finish()
+        f.debug_struct("Resolver").field("started", &self.started).finish()
+    }
+}
+
+impl Drop for Resolver {
+    fn drop(&mut self) {
+        let (lock, changed) = &*self.wanted;
+        lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner).closed = true;
+        changed.notify_all();
     }
 }
 
 impl Resolver {
     pub(super) fn with_lookup(lookup: Lookup) -> Resolver {
         let (answers_in, answers) = mpsc::channel();
-        Resolver { lookup, requests: None, answers_in, answers }
+        Resolver { lookup, wanted: Arc::default(), started: false, answers_in, answers }
     }
 
-    /// Asks for the addresses of `names`, answered later under `id` ([`Resolver::answers`]).
-    /// If the thread cannot be started, the names are looked up here, at once, as a last resort.
+    /// Asks for the addresses of `names`, answered later under `id` ([`Resolver::answers`]),
+    /// replacing a request of `id` not yet started. If the thread cannot be started, the names
+    /// are looked up here, at once, as a last resort.
     pub(super) fn ask(&mut self, id: u64, names: Vec<String>, waker: Arc<mio::Waker>) {
-        if self.requests.is_none() {
-            let (requests, incoming) = mpsc::channel();
-            let (answers, lookup) = (self.answers_in.clone(), self.lookup);
+        if !self.started {
+            let (wanted, answers, lookup) = (Arc::clone(&self.wanted), self.answers_in.clone(), self.lookup);
             let spawned = std::thread::Builder::new()
                 .name("motet-resolve".into())
-                .spawn(move || serve(&incoming, &answers, lookup));
+                .spawn(move || serve(&wanted, &answers, lookup));
             match spawned {
-                Ok(_) => self.requests = Some(requests),
-                Err(error) => tracing::warn!(%error, "no thread for DNS lookups: looking seeds up on the loop thread"),
+                Ok(_) => self.started = true,
+                Err(error) => {
+                    tracing::warn!(%error, "no thread for DNS lookups: looking seeds up on the loop thread");
+                    let found = lookups(&names, self.lookup);
+                    let _ = self.answers_in.send(Answer { id, found, _waker: waker });
+                    return;
+                }
             }
         }
-        let request = Request { id, names, waker };
-        let request = match &self.requests {
-            Some(requests) => match requests.send(request) {
-                Ok(()) => return,
-                Err(mpsc::SendError(request)) => request,
-            },
-            None => request,
-        };
-        // The thread is gone (it cannot panic: a lookup returns its errors) or never started.
-        let found = lookups(&request.names, self.lookup);
-        let _ = self.answers_in.send(Answer { id: request.id, found });
+        let (lock, changed) = &*self.wanted;
+        let mut wanted = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if wanted.requests.insert(id, Request { names, waker }).is_none() {
+            wanted.order.push_back(id);
+        }
+        changed.notify_one();
+    }
+
+    /// Withdraws the request of `id` if it has not started (its group is gone).
+    pub(super) fn forget(&mut self, id: u64) {
+        let (lock, _) = &*self.wanted;
+        let mut wanted = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if wanted.requests.remove(&id).is_some() {
+            wanted.order.retain(|&waiting| waiting != id);
+        }
     }
 
     /// The answers that have come back since the last call.
@@ -103,15 +136,30 @@ fn lookups(names: &[String], lookup: Lookup) -> Vec<(String, io::Result<Vec<Sock
     names.iter().map(|name| (name.clone(), lookup(name))).collect()
 }
 
-/// The lookup thread: answers requests in order until the loop is gone.
-fn serve(requests: &mpsc::Receiver<Request>, answers: &mpsc::Sender<Answer>, lookup: Lookup) {
-    while let Ok(Request { id, names, waker }) = requests.recv() {
+/// The lookup thread: answers the wanted requests in order until the loop is gone.
+fn serve(wanted: &(Mutex<Wanted>, Condvar), answers: &mpsc::Sender<Answer>, lookup: Lookup) {
+    let (lock, changed) = wanted;
+    loop {
+        let (id, Request { names, waker }) = {
+            let mut state = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            loop {
+                if state.closed {
+                    return;
+                }
+                if let Some(id) = state.order.pop_front() {
+                    let request = state.requests.remove(&id).expect("every id in order has its request");
+                    break (id, request);
+                }
+                state = changed.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+        };
         let found = lookups(&names, lookup);
-        if answers.send(Answer { id, found }).is_err() {
+        let wake = Arc::clone(&waker);
+        if answers.send(Answer { id, found, _waker: waker }).is_err() {
             return;
         }
         // A loop that cannot be woken still reads the answer at its next turn.
-        let _ = waker.wake();
+        let _ = wake.wake();
     }
 }
 
