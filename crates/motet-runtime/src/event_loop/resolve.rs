@@ -7,11 +7,10 @@
 //! own and goes on; the answer comes back through a channel, and the thread wakes the loop with
 //! its waker.
 //!
-//! Bounds: the lookups wanted are a map from each group's seeds to their names, so a group has at
-//! most one waiting (a new request replaces the one not yet started) and a group that is gone
-//! takes its request with it ([`Resolver::forget`]): however fast groups come and go while a
-//! lookup hangs, the work queued is at most one request per live group, and the answers at most
-//! one per request. The thread starts with the first lookup and ends when the loop is dropped
+//! Bounds: a group asks again only once its answer is in (`Seeds::in_flight`), and a group that is
+//! gone takes its waiting request with it ([`Resolver::forget`]): however fast groups come and go
+//! while a lookup hangs, the work queued is at most one request per live group, and the answers
+//! at most one per request. The thread starts with the first lookup and ends when the loop is dropped
 //! (after the lookup it may be in, which is not waited for).
 
 use std::collections::BTreeMap;
@@ -45,12 +44,11 @@ pub(super) struct Answer {
     _waker: Arc<mio::Waker>,
 }
 
-/// What the lookup thread has to do: the requests, in the order they were first asked (a group
-/// that asks again while it waits keeps its place; one asking often cannot starve the others).
+/// What the lookup thread has to do: the requests in the order asked (a group asking often
+/// cannot starve the others).
 #[derive(Default)]
 struct Wanted {
-    order: std::collections::VecDeque<u64>,
-    requests: BTreeMap<u64, Request>,
+    requests: std::collections::VecDeque<(u64, Request)>,
     /// The loop is gone: the thread ends.
     closed: bool,
 }
@@ -78,9 +76,8 @@ impl std::fmt::Debug for Resolver {
 
 impl Drop for Resolver {
     fn drop(&mut self) {
-        let (lock, changed) = &*self.wanted;
-        lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner).closed = true;
-        changed.notify_all();
+        self.lock().closed = true;
+        self.wanted.1.notify_all();
     }
 }
 
@@ -90,9 +87,8 @@ impl Resolver {
         Resolver { lookup, wanted: Arc::default(), started: false, answers_in, answers }
     }
 
-    /// Asks for the addresses of `names`, answered later under `id` ([`Resolver::answers`]),
-    /// replacing a request of `id` not yet started. If the thread cannot be started, the names
-    /// are looked up here, at once, as a last resort.
+    /// Asks for the addresses of `names`, answered later under `id` ([`Resolver::answers`]). If
+    /// the thread cannot be started, the names are looked up here, at once, as a last resort.
     pub(super) fn ask(&mut self, id: u64, names: Vec<String>, waker: Arc<mio::Waker>) {
         if !self.started {
             let (wanted, answers, lookup) = (Arc::clone(&self.wanted), self.answers_in.clone(), self.lookup);
@@ -109,21 +105,17 @@ impl Resolver {
                 }
             }
         }
-        let (lock, changed) = &*self.wanted;
-        let mut wanted = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if wanted.requests.insert(id, Request { names, waker }).is_none() {
-            wanted.order.push_back(id);
-        }
-        changed.notify_one();
+        self.lock().requests.push_back((id, Request { names, waker }));
+        self.wanted.1.notify_one();
     }
 
     /// Withdraws the request of `id` if it has not started (its group is gone).
     pub(super) fn forget(&mut self, id: u64) {
-        let (lock, _) = &*self.wanted;
-        let mut wanted = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if wanted.requests.remove(&id).is_some() {
-            wanted.order.retain(|&waiting| waiting != id);
-        }
+        self.lock().requests.retain(|(waiting, _)| *waiting != id);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Wanted> {
+        self.wanted.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The answers that have come back since the last call.
@@ -146,9 +138,8 @@ fn serve(wanted: &(Mutex<Wanted>, Condvar), answers: &mpsc::Sender<Answer>, look
                 if state.closed {
                     return;
                 }
-                if let Some(id) = state.order.pop_front() {
-                    let request = state.requests.remove(&id).expect("every id in order has its request");
-                    break (id, request);
+                if let Some(next) = state.requests.pop_front() {
+                    break next;
                 }
                 state = changed.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner);
             }
