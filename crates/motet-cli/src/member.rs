@@ -172,6 +172,7 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
         "send_errors": rt.send_errors,
         "send_backlog_dropped": rt.send_backlog_dropped,
         "app_backpressure": rt.app_backpressure,
+        "lags": rt.lags,
         "injected_loss": rt.injected_loss,
         "views_installed": rt.views_installed,
         "views_with_other_params": rt.views_with_other_params,

@@ -106,6 +106,10 @@ pub enum Dn {
     Stable(Arc<Stability>),
     /// This endpoint leaves: the stack stops sending.
     Leave,
+    /// The application is (`true`) or is no longer (`false`) behind on its events
+    /// ([`Action::Lagging`]): the flow-control layers withhold credit meanwhile, so senders wait
+    /// for it (Ensemble test 26, "slow receiver: bounded buffering, sender throttled").
+    Lagging(bool),
     /// View-change flush (thesis Table 2.1 `Block`): stop the application and drain what is in
     /// flight; every layer passes it down once its own pending sends are out and acknowledged, and
     /// `bottom` reflects it as [`Up::BlockOk`].
@@ -325,6 +329,14 @@ pub enum Action {
     Subcast(Vec<Rank>, Payload),
     /// Leave the group.
     Leave,
+    /// The application is (`true`) or is no longer (`false`) behind on its events: a driver says
+    /// so when the application's event queue is full, and again once it has caught up. Meanwhile
+    /// the flow-control layers (`mflow`, `pt2ptw`) report credit only every `lag_report_interval`,
+    /// so the other members' casts and sends to this member wait at their senders instead of
+    /// piling up here, and this member's own casts (delivered back to it) are refused after the
+    /// first (`FlowBlocked`). A flush lifts it for the rest of the view, so a view change waits
+    /// for the application at most that interval. No effect on a stack without flow control.
+    Lagging(bool),
     /// Ask the whole group to run this stack from the next view on (protocol switching; the stack
     /// must have the `Switch` property, and so must the new one).
     Switch(crate::spec::StackSpec),

@@ -63,8 +63,12 @@ pub struct RuntimeStats {
     pub send_backlogged: u64,
     /// Backlogged datagrams dropped because the backlog was full (the protocol retransmits).
     pub send_backlog_dropped: u64,
-    /// Times the loop stopped reading the socket because the application lagged.
+    /// Times the loop stopped reading the socket because the application lagged (the last
+    /// resort: a member whose events wait beyond its bound, in a stack without flow control).
     pub app_backpressure: u64,
+    /// Times a member's application fell behind on its events ([`EventLoop::set_lagging`]): its
+    /// group's senders waited for it.
+    pub lags: u64,
     /// Parked sends dropped because their destination left the view before they could go.
     pub sends_to_departed: u64,
     /// Datagrams dropped on purpose by `RuntimeConfig::inject_loss` (a testing aid).
@@ -316,6 +320,7 @@ impl EventLoop {
                 migrate_tries: 0,
                 configured,
                 params_warned: false,
+                lagging: false,
             },
         );
         tracing::info!(group = %group.name, %endpoint, address = %self.advertise, "joined alone; merging with seeds");
@@ -490,6 +495,28 @@ impl EventLoop {
     /// The next event for the application, with the endpoint it is for.
     pub fn next_event(&mut self) -> Option<(EndpointId, Event)> {
         self.ready.pop_front()
+    }
+
+    /// Says that the application of `endpoint` is behind on its events (`true`: its queue is
+    /// full) or has caught up (`false`). Meanwhile the group's flow control holds the other
+    /// members' casts and sends to it at their senders, and its own casts after the first, instead
+    /// of piling events up here; a view change lifts it for the rest of that view, and a window
+    /// per sender trickles through every `lag_report_interval` (docs/runtime.md, "Back-pressure,
+    /// end to end"). For a driver that keeps per-member event queues of its own; the threaded
+    /// [`crate::Runtime`] does not say it yet.
+    pub fn set_lagging(&mut self, endpoint: EndpointId, lagging: bool) -> Result<(), Error> {
+        let member = self.members.get_mut(&endpoint).ok_or(Error::Left)?;
+        if member.left {
+            return Err(Error::Left);
+        }
+        if std::mem::replace(&mut member.lagging, lagging) != lagging {
+            self.stats.lags += u64::from(lagging);
+            let now = self.clock.now();
+            // A stack that is gone (between views) takes it with its successor's view, below.
+            let _ = self.node.handle_action(now, member.current, motet_core::Action::Lagging(lagging));
+            self.drain();
+        }
+        Ok(())
     }
 
     /// Endpoints that asked to leave and have not exited yet (their leave is still running).

@@ -27,6 +27,7 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
         "loop turns that left the socket unread because the application lagged",
         runtime.app_backpressure,
     );
+    counter("lags_total", "times a member's application fell behind and its senders waited for it", runtime.lags);
     counter("bundles_sent_total", "datagrams that packed several messages", runtime.bundles_sent);
     counter(
         "segmented_sends_total",

@@ -69,6 +69,9 @@ pub enum ScriptAction {
     Switch(usize, #[serde(serialize_with = "display")] StackSpec),
     /// The node's process moves to a new address (endpoint migration).
     Migrate(usize),
+    /// The node's application falls behind on its events (`true`) or catches up (`false`):
+    /// `Action::Lagging`, as the runtime says it when a member's event queue is full.
+    Lag(usize, bool),
 }
 
 fn display<S: serde::Serializer>(spec: &StackSpec, s: S) -> Result<S::Ok, S::Error> {
@@ -234,6 +237,16 @@ impl SimOptions {
         // racing the sweep's own requests, view changes and the bypass.
         if rng.gen_bool(0.5) {
             options.config.mnak.report_every = rng.gen_range(1..16);
+        }
+        // Slow applications (drawn last, likewise): in a third of the runs a node or two fall
+        // behind on their events for up to 2 s, so their senders wait for credit, across view
+        // changes (a flush lifts the lag) and faults; each catches up before the run ends.
+        if rng.gen_bool(0.3) {
+            for _ in 0..rng.gen_range(1..=2) {
+                let (node, at) = (rng.gen_range(0..nodes), rng.gen_range(0..options.workload_ms + 1_000));
+                options.script.push((at, ScriptAction::Lag(node, true)));
+                options.script.push((at + rng.gen_range(10..2_000), ScriptAction::Lag(node, false)));
+            }
         }
         options
     }

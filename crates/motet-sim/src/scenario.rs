@@ -15,7 +15,7 @@
 //! ```
 //!
 //! Commands: `nodes N`, `stack SPEC`, `seed S`, `loss P`, `casts K`, `sends K`, `workload_ms T`,
-//! `initial all|none|N...`, `at T crash|start|leave|migrate N...`, `at T partition N... [one-way]` (the
+//! `initial all|none|N...`, `at T crash|start|leave|migrate|lag|catch-up N...`, `at T partition N... [one-way]` (the
 //! listed nodes are cut off from the rest), `at T heal` (ends the open partitions), `expect views
 //! N: [members]...` (the member sets, as sets, of the views node N installs after its first), and
 //! `expect final: N...` (every live node ends in one view of exactly these members), `expect
@@ -138,6 +138,8 @@ impl Scenario {
                                 "start" => ScriptAction::Start(node),
                                 "leave" => ScriptAction::Leave(node),
                                 "migrate" => ScriptAction::Migrate(node),
+                                "lag" => ScriptAction::Lag(node, true),
+                                "catch-up" => ScriptAction::Lag(node, false),
                                 other => return Err(format!("unknown action `{other}`")),
                             };
                             options.script.push((t, action));

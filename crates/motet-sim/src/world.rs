@@ -82,6 +82,11 @@ enum Event {
     Leave {
         node: usize,
     },
+    /// A node's application falls behind on its events, or catches up.
+    Lag {
+        node: usize,
+        lagging: bool,
+    },
     /// A node asks the group to switch to another stack.
     Switch {
         node: usize,
@@ -147,6 +152,8 @@ struct SimNode {
     xfer_out: VecDeque<Option<(Bytes, bool)>>,
     /// Chunks of a transfer being received.
     staging: Vec<u8>,
+    /// The application lags its events (`Action::Lagging`): said again to each new stack.
+    lagging: bool,
 }
 
 impl SimNode {
@@ -284,6 +291,7 @@ impl<'a> World<'a> {
                         state: Default::default(),
                         xfer_out: Default::default(),
                         staging: Default::default(),
+                        lagging: false,
                     };
                 };
                 let stack = node.join(now, Arc::clone(view), rank as u16).expect("the stack spec was validated");
@@ -299,6 +307,7 @@ impl<'a> World<'a> {
                     state: Default::default(),
                     xfer_out: Default::default(),
                     staging: Default::default(),
+                    lagging: false,
                 }
             })
             .collect();
@@ -391,6 +400,7 @@ impl<'a> World<'a> {
                 crate::options::ScriptAction::Leave(node) => Event::Leave { node },
                 crate::options::ScriptAction::Switch(node, ref spec) => Event::Switch { node, spec: spec.clone() },
                 crate::options::ScriptAction::Migrate(node) => Event::Migrate { node, again: false },
+                crate::options::ScriptAction::Lag(node, lagging) => Event::Lag { node, lagging },
             };
             self.schedule(at, event);
         }
@@ -522,6 +532,19 @@ impl<'a> World<'a> {
                     self.note(format!("node {node} leaves"));
                     let sim = &mut self.nodes[node];
                     let _ = sim.node.handle_action(self.now, sim.stack, Action::Leave);
+                    self.flush(node);
+                }
+            }
+            Event::Lag { node, lagging } => {
+                // A node that restarted is a new endpoint: the lag was its predecessor's.
+                if self.nodes[node].alive && self.nodes[node].lagging != lagging {
+                    self.note(format!(
+                        "node {node}'s application {}",
+                        if lagging { "falls behind" } else { "catches up" }
+                    ));
+                    let sim = &mut self.nodes[node];
+                    sim.lagging = lagging;
+                    let _ = sim.node.handle_action(self.now, sim.stack, Action::Lagging(lagging));
                     self.flush(node);
                 }
             }

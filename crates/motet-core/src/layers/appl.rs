@@ -84,7 +84,8 @@ impl Appl {
         if self.left {
             return Err(ApiError::Left);
         }
-        if self.blocked && !matches!(action, Action::Leave) {
+        // `Lagging` is taken while blocked too: it concerns what arrives, not what is sent.
+        if self.blocked && !matches!(action, Action::Leave | Action::Lagging(_)) {
             return Err(ApiError::Blocked);
         }
         match action {
@@ -165,6 +166,7 @@ impl Appl {
                 }
                 out.up(Up::XferDone);
             }
+            Action::Lagging(lagging) => out.dn(Dn::Lagging(lagging)),
             Action::Leave => {
                 // Membership layers above handle the request; in a static stack `top` ends the
                 // stack at once. Either way the driver reports `Exit` when the stack ends.

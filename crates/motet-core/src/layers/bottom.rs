@@ -66,6 +66,7 @@ impl Layer for Bottom {
             Dn::Cut(_) => out.up(Up::CutReached),
             // Nothing lies below: stability and membership requests end here.
             Dn::StableReq
+            | Dn::Lagging(_)
             | Dn::Stable(_)
             | Dn::SyncFlush { .. }
             | Dn::SyncCut { .. }

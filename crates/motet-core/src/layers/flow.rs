@@ -44,6 +44,16 @@ impl Window {
         }
     }
 
+    /// Queues a message whatever the window (this member's application lags, `Dn::Lagging`).
+    pub(crate) fn hold(&mut self, msg: Msg, pending_max: usize) -> Offer {
+        assert!(self.pending.len() < pending_max, "appl must respect FlowBlock: pending queue full");
+        self.pending.push_back(msg);
+        match self.pending.len() {
+            1 => Offer::Blocked,
+            _ => Offer::Queued,
+        }
+    }
+
     /// Whether [`Window::offer`] would send a message now (the fast path's condition).
     pub(crate) fn admits(&self, consumed: u64, window: u64) -> bool {
         self.pending.is_empty() && self.sent - consumed < window
@@ -72,11 +82,11 @@ impl Window {
         self.pending.len()
     }
 
-    /// Asserts the window's invariant.
-    pub(crate) fn check(&self, consumed: u64, window: u64, pending_max: usize) {
+    /// Asserts the window's invariant (`held`: messages may wait while the window is open).
+    pub(crate) fn check(&self, consumed: u64, window: u64, pending_max: usize, held: bool) {
         assert!(consumed <= self.sent, "consumed {consumed} > sent {}", self.sent);
         assert!(self.pending.len() <= pending_max);
-        if !self.pending.is_empty() {
+        if !self.pending.is_empty() && !held {
             assert!(self.sent - consumed >= window, "pending messages while the window is open");
         }
     }
@@ -98,6 +108,20 @@ impl Consumer {
             return Some(self.consumed);
         }
         None
+    }
+
+    /// Counts one message without reporting it (the application lags: `Dn::Lagging`).
+    pub(crate) fn withhold(&mut self) {
+        self.consumed += 1;
+    }
+
+    /// The cumulative count to report now if any message is unreported (the application caught
+    /// up, or a flush began), marked reported.
+    pub(crate) fn owed(&mut self) -> Option<u64> {
+        (self.consumed > self.reported).then(|| {
+            self.reported = self.consumed;
+            self.consumed
+        })
     }
 
     /// What [`Consumer::consume`] would return, without counting (the fast path's condition).

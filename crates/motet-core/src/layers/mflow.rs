@@ -5,11 +5,21 @@
 //! `NoHdr` on casts, `Credit { count }` on feedback. A sender may be at most `window` casts ahead
 //! of its slowest live receiver; beyond that casts queue (bounded) and `FlowBlock { dest: None }`
 //! goes up. Unreliable casts (gossip) are not flow controlled.
+//!
+//! While the application lags its events (`Dn::Lagging`), credit is counted but reported only
+//! every `lag_report_interval`, so the senders' windows close and their casts wait at them
+//! (Ensemble test 26: a slow receiver throttles its senders, with bounded buffering), and this
+//! member's own casts, which come back to it, wait here after the first. The trickle exists for
+//! the membership layers' casts, which queue behind the application's at a sender (a flush's
+//! cast among them): a view change waits at most an interval. A flush (`Block`) lifts the lag
+//! for the rest of the view: the others' held flushes wait for their pending casts to go out,
+//! which needs this member's credit.
 
 use super::flow::{Consumer, Offer, Window};
 use crate::event::{Counter, Dn, DropReason, Msg, Qos, Up};
 use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::time::Duration;
 use crate::view::{RankSet, ViewState};
 use crate::Rank;
 use motet_wire::hdr::mflow::Header;
@@ -22,11 +32,21 @@ pub struct Config {
     pub window: u64,
     /// Casts queued while blocked. Default 2048; must hold the fragments of the largest message.
     pub pending_max: usize,
+    /// While the application lags ([`Dn::Lagging`]), credit is still reported this often: a
+    /// view change waits at most about this long for messages held at their senders (its own
+    /// flush cast may be queued behind them), and an application that stopped reading receives
+    /// at most a window from each sender per interval. Default 500 ms.
+    #[serde(
+        rename = "lag_report_interval_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
+    pub lag_report_interval: Duration,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { window: 64, pending_max: 2048 }
+        Config { window: 64, pending_max: 2048, lag_report_interval: Duration::from_millis(500) }
     }
 }
 
@@ -52,6 +72,10 @@ pub struct Mflow {
     consumers: Vec<Consumer>,
     /// A flush (`Block`) waits here until every pending cast is out.
     block_held: bool,
+    /// The application lags (`Dn::Lagging`) and no flush has begun in this view.
+    lagging: bool,
+    /// A flush has begun in this view: a lag no longer withholds credit.
+    flushed: bool,
 }
 
 impl Mflow {
@@ -65,6 +89,8 @@ impl Mflow {
             credit: vec![0; view.len()],
             consumers: vec![Consumer::default(); view.len()],
             block_held: false,
+            lagging: false,
+            flushed: false,
         }
     }
 
@@ -81,9 +107,24 @@ impl Mflow {
         self.credit[o] = self.credit[o].max(count.min(self.window.sent));
     }
 
+    /// Reports the credit counted while the application lagged.
+    fn report_owed(&mut self, out: &mut Outbox<'_>) {
+        for origin in 0..self.consumers.len() as Rank {
+            if self.failed.contains(origin) {
+                continue;
+            }
+            if let Some(count) = self.consumers[usize::from(origin)].owed() {
+                out.count(Counter::AckSent);
+                out.dn(Dn::Send { dest: origin, msg: Msg::default().with(Header::Credit { count }) });
+            }
+        }
+    }
+
     fn release(&mut self, out: &mut Outbox<'_>) {
         let consumed = self.consumed();
-        if self.window.release(consumed, self.config.window, |msg| out.dn(Dn::Cast { msg, qos: Qos::Reliable })) {
+        if !self.lagging
+            && self.window.release(consumed, self.config.window, |msg| out.dn(Dn::Cast { msg, qos: Qos::Reliable }))
+        {
             out.up(Up::FlowBlock { dest: None, blocked: false });
         }
         // A held flush continues once nothing is pending.
@@ -99,7 +140,9 @@ impl Layer for Mflow {
         match ev {
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => {
-                    if qos == Qos::Reliable {
+                    if qos == Qos::Reliable && self.lagging {
+                        self.consumers[usize::from(origin)].withhold();
+                    } else if qos == Qos::Reliable {
                         if let Some(count) = self.consumers[usize::from(origin)].consume(self.config.window) {
                             out.count(Counter::AckSent);
                             out.dn(Dn::Send { dest: origin, msg: Msg::default().with(Header::Credit { count }) });
@@ -124,9 +167,13 @@ impl Layer for Mflow {
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
         match ev {
             Dn::Cast { msg, qos: Qos::Reliable } => {
-                let consumed = self.consumed();
-                match self.window.offer(msg.with(Header::NoHdr), consumed, self.config.window, self.config.pending_max)
-                {
+                let (msg, consumed) = (msg.with(Header::NoHdr), self.consumed());
+                let offer = match self.lagging {
+                    // This member's own casts come back to it: they wait with the others'.
+                    true => self.window.hold(msg, self.config.pending_max),
+                    false => self.window.offer(msg, consumed, self.config.window, self.config.pending_max),
+                };
+                match offer {
                     Offer::Send(msg) => out.dn(Dn::Cast { msg, qos: Qos::Reliable }),
                     Offer::Blocked => {
                         out.count(Counter::FlowBlocked);
@@ -141,18 +188,44 @@ impl Layer for Mflow {
                 self.release(out);
             }
             Dn::Block => {
+                // The others' flushes wait for their pending casts, which need this member's
+                // credit: a lag ends here for the rest of the view.
+                self.flushed = true;
+                if std::mem::take(&mut self.lagging) {
+                    self.report_owed(out);
+                }
                 self.block_held = true;
                 self.release(out);
             }
+            Dn::Lagging(lagging) => {
+                let was = std::mem::replace(&mut self.lagging, lagging && !self.flushed);
+                match (was, self.lagging) {
+                    (false, true) => out.alarm(out.now() + self.config.lag_report_interval),
+                    (true, false) => {
+                        self.report_owed(out);
+                        self.release(out);
+                    }
+                    _ => {}
+                }
+                out.dn(Dn::Lagging(lagging));
+            }
             other => out.pass_dn(other, Header::NoHdr),
+        }
+    }
+
+    fn handle_timer(&mut self, out: &mut Outbox<'_>) {
+        // The application still lags: what it owes trickles out (`Config::lag_report_interval`).
+        if self.lagging {
+            self.report_owed(out);
+            out.alarm(out.now() + self.config.lag_report_interval);
         }
     }
 
     // Fast path: a reliable cast the window admits (counted); a reliable cast received
     // (consumed, with a `Credit` reply when a report is due); the rest passes.
     fn fast_dn(&self, down: &Down) -> Option<DnStep> {
-        if down.dest.is_none() && down.qos == Qos::Reliable && !self.window.admits(self.consumed(), self.config.window)
-        {
+        let admits = !self.lagging && self.window.admits(self.consumed(), self.config.window);
+        if down.dest.is_none() && down.qos == Qos::Reliable && !admits {
             return None;
         }
         DnStep::pass(Header::NoHdr, down)
@@ -171,7 +244,8 @@ impl Layer for Mflow {
             let quiet = !up.cast && self.window.pending() == 0 && !self.block_held;
             return quiet.then_some(UpStep { absorb: true, ..UpStep::to(up.qos) });
         }
-        if !fast::is(up.header, Header::NoHdr) {
+        // While the application lags, credit is withheld on the layered path.
+        if !fast::is(up.header, Header::NoHdr) || (self.lagging && up.cast && up.qos == Qos::Reliable) {
             return None;
         }
         let reply = match up.cast && up.qos == Qos::Reliable {
@@ -201,11 +275,82 @@ impl Layer for Mflow {
     }
 
     fn check_invariants(&self) {
-        self.window.check(self.consumed(), self.config.window, self.config.pending_max);
+        self.window.check(self.consumed(), self.config.window, self.config.pending_max, self.lagging);
         assert_eq!(self.credit.len(), self.consumers.len());
     }
 
     fn buffered(&self) -> usize {
         self.window.pending()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::harness::{Harness, Out};
+
+    fn credits(out: &[Out]) -> Vec<(Rank, u64)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Out::Dn(Dn::Send { dest, msg }) => match msg.clone().pop_as::<Header>() {
+                    Some(Header::Credit { count }) => Some((*dest, count)),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn cast() -> Up {
+        Up::Cast { origin: 0, msg: Msg::default().with(Header::NoHdr), qos: Qos::Reliable }
+    }
+
+    #[test]
+    fn a_lag_withholds_credit_until_the_application_catches_up() {
+        let view = crate::testing::view(2);
+        let config = Config::default();
+        let mut h = Harness::new(Mflow::new(&config, &view, 1), 1);
+        h.dn(Dn::Lagging(true));
+        let reported: Vec<_> = (0..3 * config.window).flat_map(|_| credits(&h.up(cast()))).collect();
+        assert!(reported.is_empty(), "{reported:?}");
+        assert_eq!(credits(&h.dn(Dn::Lagging(false))), vec![(0, 3 * config.window)], "all of it, at once");
+        let reported: Vec<_> = (0..config.window).flat_map(|_| credits(&h.up(cast()))).collect();
+        assert_eq!(reported.len(), 2, "every window / 2 casts again");
+    }
+
+    #[test]
+    fn while_the_application_lags_credit_trickles_out_once_per_interval() {
+        let view = crate::testing::view(2);
+        let config = Config::default();
+        let mut h = Harness::new(Mflow::new(&config, &view, 1), 1);
+        h.dn(Dn::Lagging(true));
+        let at = h.alarm.expect("the lag's timer");
+        assert_eq!(at, h.now + config.lag_report_interval);
+        (0..5).for_each(|_| drop(h.up(cast())));
+        assert_eq!(credits(&h.timer(at)), vec![(0, 5)], "what is owed, though the application still lags");
+        assert_eq!(h.alarm, Some(at + config.lag_report_interval), "and again later");
+        assert!(credits(&h.timer(at + config.lag_report_interval)).is_empty(), "nothing more owed");
+        h.dn(Dn::Lagging(false));
+        assert!(credits(&h.timer(at + config.lag_report_interval + config.lag_report_interval)).is_empty());
+    }
+
+    #[test]
+    fn a_flush_lifts_the_lag_for_the_rest_of_the_view() {
+        let view = crate::testing::view(2);
+        let mut h = Harness::new(Mflow::new(&Config::default(), &view, 1), 1);
+        h.dn(Dn::Lagging(true));
+        h.up(cast());
+        // This member's own cast waits while it lags.
+        let own = h.dn(Dn::Cast { msg: Msg::default(), qos: Qos::Reliable });
+        assert!(matches!(own[..], [Out::Up(Up::FlowBlock { dest: None, blocked: true })]), "{own:?}");
+        // The others' flushes need this member's credit: the flush reports it and sends the cast.
+        let flush = h.dn(Dn::Block);
+        assert_eq!(credits(&flush), vec![(0, 1)]);
+        assert!(flush.iter().any(|o| matches!(o, Out::Dn(Dn::Cast { .. }))), "{flush:?}");
+        assert!(flush.iter().any(|o| matches!(o, Out::Dn(Dn::Block))), "{flush:?}");
+        // A lag asked for during the view's flush is passed on but withholds nothing.
+        h.dn(Dn::Lagging(true));
+        let reported: Vec<_> = (0..Config::default().window).flat_map(|_| credits(&h.up(cast()))).collect();
+        assert_eq!(reported.len(), 2);
     }
 }

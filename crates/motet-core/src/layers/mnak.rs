@@ -481,6 +481,7 @@ impl Layer for Mnak {
             }
             Dn::Cut(cut) => self.set_cut(cut, out),
             other @ (Dn::Leave
+            | Dn::Lagging(_)
             | Dn::SyncFlush { .. }
             | Dn::SyncCut { .. }
             | Dn::Gossip { .. }

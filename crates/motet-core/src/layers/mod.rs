@@ -243,6 +243,8 @@ impl StackConfig {
             ("merge.retry_interval_ms", self.merge.retry_interval),
             ("merge.merge_timeout_ms", self.merge.merge_timeout),
             ("intra.commit_timeout_ms", self.intra.commit_timeout),
+            ("mflow.lag_report_interval_ms", self.mflow.lag_report_interval),
+            ("pt2ptw.lag_report_interval_ms", self.pt2ptw.lag_report_interval),
         ];
         if let Some((name, _)) = periods.iter().find(|(_, d)| d.as_millis() == 0) {
             return bad(format!("{name} must be at least 1 ms"));

@@ -3,12 +3,15 @@
 //! Provides: [`Service::SendFlow`]. Requires below: [`Service::ReliableSend`] (its acknowledgements
 //! are cumulative counts sent point-to-point). Header: `NoHdr` on data, `Ack { count }` on
 //! feedback. At most `window` messages to one destination are unconsumed; more wait in a bounded
-//! queue and `FlowBlock { dest: Some(rank) }` goes up to `appl` (see `flow.rs`).
+//! queue and `FlowBlock { dest: Some(rank) }` goes up to `appl` (see `flow.rs`). While the
+//! application lags its events (`Dn::Lagging`), acknowledgements are counted but not sent, until
+//! it catches up or a flush begins (as in `mflow`).
 
 use super::flow::{Consumer, Offer, Window};
 use crate::event::{Counter, Dn, DropReason, Msg, Up};
 use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::time::Duration;
 use crate::view::{RankSet, ViewState};
 use crate::Rank;
 use motet_wire::hdr::pt2ptw::Header;
@@ -22,11 +25,21 @@ pub struct Config {
     /// Messages queued per destination while blocked. Default 2048; must hold the fragments of
     /// the largest message (`StackConfig::validate`).
     pub pending_max: usize,
+    /// While the application lags ([`Dn::Lagging`]), credit is still reported this often: a
+    /// view change waits at most about this long for messages held at their senders (its own
+    /// flush cast may be queued behind them), and an application that stopped reading receives
+    /// at most a window from each sender per interval. Default 500 ms.
+    #[serde(
+        rename = "lag_report_interval_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
+    pub lag_report_interval: Duration,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { window: 64, pending_max: 2048 }
+        Config { window: 64, pending_max: 2048, lag_report_interval: Duration::from_millis(500) }
     }
 }
 
@@ -52,6 +65,10 @@ pub struct Pt2ptw {
     consumers: Vec<Consumer>,
     /// A flush (`Block`) waits here until every pending message is out.
     block_held: bool,
+    /// The application lags (`Dn::Lagging`) and no flush has begun in this view.
+    lagging: bool,
+    /// A flush has begun in this view: a lag no longer withholds acknowledgements.
+    flushed: bool,
 }
 
 impl Pt2ptw {
@@ -64,6 +81,21 @@ impl Pt2ptw {
             acked: vec![0; view.len()],
             consumers: vec![Consumer::default(); view.len()],
             block_held: false,
+            lagging: false,
+            flushed: false,
+        }
+    }
+
+    /// Sends the acknowledgements counted while the application lagged.
+    fn report_owed(&mut self, out: &mut Outbox<'_>) {
+        for origin in 0..self.consumers.len() as Rank {
+            if self.failed.contains(origin) {
+                continue;
+            }
+            if let Some(count) = self.consumers[usize::from(origin)].owed() {
+                out.count(Counter::AckSent);
+                out.dn(Dn::Send { dest: origin, msg: Msg::default().with(Header::Ack { count }) });
+            }
         }
     }
 
@@ -80,6 +112,10 @@ impl Layer for Pt2ptw {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
         match ev {
             Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
+                Some(Header::NoHdr) if self.lagging => {
+                    self.consumers[usize::from(origin)].withhold();
+                    out.up(Up::Send { origin, msg });
+                }
                 Some(Header::NoHdr) => {
                     if let Some(count) = self.consumers[usize::from(origin)].consume(self.config.window) {
                         out.count(Counter::AckSent);
@@ -138,10 +174,33 @@ impl Layer for Pt2ptw {
                 self.release_block(out);
             }
             Dn::Block => {
+                // Senders' flushes wait for their pending sends, which need this member's
+                // acknowledgements: a lag ends here for the rest of the view.
+                self.flushed = true;
+                if std::mem::take(&mut self.lagging) {
+                    self.report_owed(out);
+                }
                 self.block_held = true;
                 self.release_block(out);
             }
+            Dn::Lagging(lagging) => {
+                let was = std::mem::replace(&mut self.lagging, lagging && !self.flushed);
+                match (was, self.lagging) {
+                    (false, true) => out.alarm(out.now() + self.config.lag_report_interval),
+                    (true, false) => self.report_owed(out),
+                    _ => {}
+                }
+                out.dn(Dn::Lagging(lagging));
+            }
             other => out.pass_dn(other, Header::NoHdr),
+        }
+    }
+
+    fn handle_timer(&mut self, out: &mut Outbox<'_>) {
+        // The application still lags: what it owes trickles out (`Config::lag_report_interval`).
+        if self.lagging {
+            self.report_owed(out);
+            out.alarm(out.now() + self.config.lag_report_interval);
         }
     }
 
@@ -165,7 +224,8 @@ impl Layer for Pt2ptw {
     }
 
     fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
-        if !fast::is(up.header, Header::NoHdr) {
+        // While the application lags, acknowledgements are withheld on the layered path.
+        if !fast::is(up.header, Header::NoHdr) || (self.lagging && !up.cast) {
             return None;
         }
         let reply = match up.cast {
@@ -190,7 +250,7 @@ impl Layer for Pt2ptw {
 
     fn check_invariants(&self) {
         for (window, &acked) in self.windows.iter().zip(&self.acked) {
-            window.check(acked, self.config.window, self.config.pending_max);
+            window.check(acked, self.config.window, self.config.pending_max, false);
         }
     }
 

@@ -75,6 +75,8 @@ pub(super) struct MemberState {
     pub(super) configured: Arc<motet_core::StackConfig>,
     /// A view with other parameters than `configured` has been logged.
     pub(super) params_warned: bool,
+    /// The application lags its events ([`EventLoop::set_lagging`]): said to each new stack.
+    pub(super) lagging: bool,
 }
 
 impl EventLoop {
@@ -167,6 +169,10 @@ impl EventLoop {
                         }
                     }
                     member.current = stack;
+                    if member.lagging {
+                        // A new view's stack starts with credit flowing.
+                        let _ = self.node.handle_action(self.clock.now(), stack, Action::Lagging(true));
+                    }
                     member.view = Some(Arc::clone(&view));
                     member.blocked = false;
                     member.casts_blocked = false;

@@ -40,6 +40,7 @@ impl World<'_> {
             state: Default::default(),
             xfer_out: Default::default(),
             staging: Default::default(),
+            lagging: false,
         });
         self.endpoints.insert(endpoint, index);
         self.trace.nodes += 1;
@@ -272,6 +273,10 @@ impl World<'_> {
         let sim = &mut self.nodes[node];
         sim.views.insert(stack, view);
         sim.stack = stack;
+        if sim.lagging {
+            // A new view's stack starts with credit flowing: the runtime says the lag again.
+            let _ = sim.node.handle_action(self.now, stack, Action::Lagging(true));
+        }
         // A transfer cut short by this view change starts over (in this view, if it transfers).
         sim.staging.clear();
         sim.xfer_out.clear();

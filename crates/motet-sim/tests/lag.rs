@@ -1,0 +1,47 @@
+//! A slow application (`Action::Lagging`, said by the runtime when a member's event queue is
+//! full): its senders wait for its credit instead of flooding it, a view change does not wait for
+//! it, and everything arrives once it catches up (Ensemble test 26, RMP test 32).
+
+use motet_core::Instant;
+use motet_core::StackConfig;
+use motet_sim::options::ScriptAction;
+use motet_sim::scenario::Scenario;
+
+fn ms(t: Instant) -> u64 {
+    t.0 / 1_000_000
+}
+
+#[test]
+fn a_slow_application_throttles_its_senders_and_a_view_change_does_not_wait_for_it() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scenarios/slow_application.txt"));
+    let scenario = Scenario::parse("slow_application", &text.unwrap()).unwrap();
+    let window = StackConfig::default().mflow.window as usize;
+    let interval = StackConfig::default().mflow.lag_report_interval.as_millis() as usize;
+    for seed in 1..=5 {
+        let mut options = scenario.options.clone();
+        options.seed = seed;
+        let report = motet_sim::run(&options);
+        assert!(scenario.check(&report).is_empty(), "seed {seed}: {:?}", scenario.check(&report));
+        // Node 1's casts that reach node 2 while it lags, from 100 ms to the crash at 1,500 ms.
+        let during_lag = |report: &motet_sim::SimReport| {
+            let lag = |t: Instant| (100..1_500).contains(&ms(t));
+            report.trace.deliveries.iter().filter(|d| d.node == 2 && d.origin == 1 && d.cast && lag(d.time)).count()
+        };
+        // A window, and a window per interval that trickles out.
+        let bound = window * (1 + 1_400usize.div_ceil(interval));
+        assert!(during_lag(&report) <= bound, "seed {seed}: {} casts reached node 2", during_lag(&report));
+        // The same run without the lag: about 480 (node 1 casts 1,000 in its first second).
+        let mut eager = options.clone();
+        eager.script.retain(|(_, action)| !matches!(action, ScriptAction::Lag(..)));
+        let eager = motet_sim::run(&eager);
+        let (lagged, eager) = (during_lag(&report), during_lag(&eager));
+        assert!(
+            eager > 4 * lagged,
+            "seed {seed}: {lagged} casts reached node 2 while it lagged, {eager} without the lag"
+        );
+        // The view without node 0 comes a failure timeout after the crash, long before node 2
+        // catches up at 9,500 ms.
+        let new_view = report.trace.views.iter().find(|v| v.node == 1 && v.members == [1, 2]).expect("the view");
+        assert!(ms(new_view.time) < 3_500, "seed {seed}: the view change waited for the application");
+    }
+}
