@@ -502,8 +502,8 @@ impl EventLoop {
     /// members' casts and sends to it at their senders, and its own casts after the first, instead
     /// of piling events up here; a view change lifts it for the rest of that view, and a window
     /// per sender trickles through every `lag_report_interval` (docs/runtime.md, "Back-pressure,
-    /// end to end"). For a driver that keeps per-member event queues of its own; the threaded
-    /// [`crate::Runtime`] does not say it yet.
+    /// end to end"). The threaded [`crate::Runtime`] says it for each member whose event channel
+    /// is full; a driver that keeps per-member event queues of its own may say it likewise.
     pub fn set_lagging(&mut self, endpoint: EndpointId, lagging: bool) -> Result<(), Error> {
         let member = self.members.get_mut(&endpoint).ok_or(Error::Left)?;
         if member.left {

@@ -3,15 +3,18 @@
 //!
 //! Actions go to the loop through one bounded channel (`action_queue`): `cast` blocks when it is
 //! full, which is the application's back-pressure. Events come back through one bounded channel
-//! per member (`event_queue`): when the application lags, the loop holds the next event, stops
-//! reading the socket, and is woken when the application takes one.
+//! per member (`event_queue`). When a member's application lags and its channel is full, its
+//! events wait in a bounded overflow of its own while the loop goes on serving the others, and
+//! the member's group is told (`EventLoop::set_lagging`): its senders wait for credit. Once the
+//! application has taken the overflow, the lag ends. Only a member whose overflow is full too
+//! (a stack without flow control) holds up the loop, which then stops reading the socket.
 
 use crate::config::{GroupConfig, RuntimeConfig};
 use crate::event_loop::{EventLoop, Op, RuntimeStats};
 use crate::{Error, Event};
 use bytes::Bytes;
 use motet_core::{EndpointId, ViewId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
@@ -22,6 +25,10 @@ use std::time::Duration;
 /// How long a stopping runtime waits for the leaves its members asked for (as `motet member`
 /// does on SIGTERM).
 const LEAVE_GRACE: Duration = Duration::from_secs(5);
+
+/// The least a member's overflow holds before the loop's last resort (it stops reading): a
+/// lagging member still receives a window per sender every `lag_report_interval`.
+const OVERFLOW_MIN: usize = 16_384;
 
 /// What the application's threads ask of the loop.
 enum Command {
@@ -103,7 +110,7 @@ struct MemberShared {
     /// Members of the latest view handed to the application.
     view: Mutex<Option<Arc<[EndpointId]>>>,
     left: AtomicBool,
-    /// The loop holds an event this member's full channel refused: wake it after a receive.
+    /// The loop holds events this member's full channel refused: wake it after a receive.
     want_wake: AtomicBool,
     /// The largest message the member's current view takes (`appl.message_size_max` of the
     /// view's parameters), checked before an action is queued to the loop.
@@ -144,7 +151,8 @@ impl Runtime {
                 // Every report of the loop and of the stacks it drives names the process by its
                 // address (several runtimes may share one log).
                 let _span = tracing::info_span!("motet", address = %addresses.advertise).entered();
-                LoopThread::new(event_loop, receiver, loop_shared).run()
+                let overflow_max = config.event_queue.max(OVERFLOW_MIN);
+                LoopThread::new(event_loop, receiver, loop_shared, overflow_max).run()
             })
             .map_err(|e| Error::io("starting the event-loop thread", e))?;
         Ok(Runtime { shared, event_queue: config.event_queue, thread: Some(thread), addresses: Mutex::new(addresses) })
@@ -513,14 +521,35 @@ struct LoopThread {
     event_loop: EventLoop,
     commands: Receiver<Command>,
     shared: Arc<Shared>,
-    members: BTreeMap<EndpointId, (Sink, Arc<MemberShared>)>,
-    /// An event whose member's channel was full, held (with everything after it) until it has room.
+    members: BTreeMap<EndpointId, Listener>,
+    /// Members with events in their overflow, visited every turn.
+    behind: BTreeSet<EndpointId>,
+    /// The bound of each member's overflow (`event_queue`, at least [`OVERFLOW_MIN`]).
+    overflow_max: usize,
+    /// An event whose member's overflow is full, held (with everything after it) until it has
+    /// room: the loop's last resort, which stops it reading the socket.
     held: Option<(EndpointId, Event)>,
 }
 
+/// Where one member's events go.
+struct Listener {
+    sink: Sink,
+    shared: Arc<MemberShared>,
+    /// Events its full channel refused, in order, waiting for room (at most `overflow_max`).
+    overflow: VecDeque<Event>,
+}
+
 impl LoopThread {
-    fn new(event_loop: EventLoop, commands: Receiver<Command>, shared: Arc<Shared>) -> LoopThread {
-        LoopThread { event_loop, commands, shared, members: BTreeMap::new(), held: None }
+    fn new(event_loop: EventLoop, commands: Receiver<Command>, shared: Arc<Shared>, overflow_max: usize) -> LoopThread {
+        LoopThread {
+            event_loop,
+            commands,
+            shared,
+            members: BTreeMap::new(),
+            behind: BTreeSet::new(),
+            overflow_max,
+            held: None,
+        }
     }
 
     fn run(mut self) {
@@ -566,7 +595,8 @@ impl LoopThread {
     fn finish_leaves(&mut self, grace: Duration) {
         let clock = crate::clock::Clock::new();
         let deadline = crate::clock::Deadline::after(&clock, grace);
-        let mut cut_off = std::collections::BTreeSet::new();
+        // Members behind on their events get nothing more (a gap would be worse than the end).
+        let mut cut_off = self.behind.clone();
         if let Some((endpoint, _)) = &self.held {
             cut_off.insert(*endpoint);
         }
@@ -584,10 +614,10 @@ impl LoopThread {
                 return;
             }
             while let Some((endpoint, event)) = self.event_loop.next_event() {
-                let Some((sink, _)) = self.members.get(&endpoint).filter(|_| !cut_off.contains(&endpoint)) else {
+                let Some(listener) = self.members.get(&endpoint).filter(|_| !cut_off.contains(&endpoint)) else {
                     continue;
                 };
-                if sink.try_send(event).is_err() {
+                if listener.sink.try_send(event).is_err() {
                     cut_off.insert(endpoint);
                 }
             }
@@ -601,7 +631,8 @@ impl LoopThread {
                     let member = Arc::new(MemberShared::default());
                     // Until its first view, the member's own limit (its view, alone, has it).
                     member.message_size_max.store(config.params.appl.message_size_max, Ordering::Relaxed);
-                    self.members.insert(endpoint, (sink, Arc::clone(&member)));
+                    let listener = Listener { sink, shared: Arc::clone(&member), overflow: VecDeque::new() };
+                    self.members.insert(endpoint, listener);
                     Joined { endpoint, member }
                 });
                 let _ = reply.send(result);
@@ -625,39 +656,100 @@ impl LoopThread {
         }
     }
 
-    /// Hands events to the members' channels, in order, until one is full.
+    /// Hands events to the members' channels, in order: first the overflows of members that
+    /// were behind, as far as their channels now take them, then the loop's new events. A member
+    /// whose channel is full has its events wait in its overflow and its group told that it lags
+    /// (its senders wait for credit), while the others' events go on.
     fn dispatch(&mut self) {
+        self.catch_up();
         loop {
             let Some((endpoint, event)) = self.held.take().or_else(|| self.event_loop.next_event()) else { return };
-            let Some((sender, member)) = self.members.get(&endpoint) else { continue };
+            let Some(listener) = self.members.get_mut(&endpoint) else { continue };
             if let Event::View(view) = &event {
-                if let Ok(mut current) = member.view.lock() {
+                if let Ok(mut current) = listener.shared.view.lock() {
                     *current = Some(view.members.clone().into());
                 }
                 // The view's limit, not the member's own: a view runs its parameters.
-                member.message_size_max.store(view.params.appl.message_size_max, Ordering::Relaxed);
+                listener.shared.message_size_max.store(view.params.appl.message_size_max, Ordering::Relaxed);
             }
-            let exit = event == Event::Exit;
-            let sent = match sender.try_send(event) {
-                // Full: the application is asked to wake the loop when it takes an event. It may
-                // have taken one between the refusal and the request, and would not wake it:
-                // so one more try after the request.
-                Err(Refused::Full(event)) => {
-                    member.want_wake.store(true, Ordering::SeqCst);
-                    sender.try_send(*event)
-                }
-                other => other,
-            };
-            match sent {
-                Ok(()) if exit => drop(self.members.remove(&endpoint)),
-                Ok(()) => {}
-                Err(Refused::Full(event)) => {
-                    self.held = Some((endpoint, *event));
+            if !listener.overflow.is_empty() {
+                if listener.overflow.len() >= self.overflow_max {
+                    // Its senders did not wait (a stack without flow control): the last resort.
+                    self.held = Some((endpoint, event));
                     return;
                 }
-                // The handle was dropped (it left): nobody listens.
-                Err(Refused::Gone) => drop(self.members.remove(&endpoint)),
+                listener.overflow.push_back(event);
+                continue;
+            }
+            match hand(listener, event) {
+                Handed::All => {}
+                Handed::Full => {
+                    self.behind.insert(endpoint);
+                    tracing::debug!(%endpoint, "the application lags its events: its senders wait for it");
+                    // A member that has left has nothing to say it to.
+                    let _ = self.event_loop.set_lagging(endpoint, true);
+                }
+                Handed::Gone => drop(self.members.remove(&endpoint)),
             }
         }
+    }
+
+    /// Moves the overflows of members that were behind into their channels, as far as they now
+    /// take them; a member that has caught up is no longer said to lag.
+    fn catch_up(&mut self) {
+        if self.behind.is_empty() {
+            return;
+        }
+        for endpoint in std::mem::take(&mut self.behind) {
+            let Some(listener) = self.members.get_mut(&endpoint) else { continue };
+            let mut handed = Handed::All;
+            while let Some(event) = listener.overflow.pop_front() {
+                handed = hand(listener, event);
+                if !matches!(handed, Handed::All) {
+                    break;
+                }
+            }
+            match handed {
+                Handed::Full => drop(self.behind.insert(endpoint)),
+                Handed::Gone => drop(self.members.remove(&endpoint)),
+                Handed::All => {
+                    let _ = self.event_loop.set_lagging(endpoint, false);
+                }
+            }
+        }
+    }
+}
+
+/// What became of an event handed to a member's channel.
+enum Handed {
+    /// Taken (for a member that exited, its last).
+    All,
+    /// The channel is full: the event waits at the front of the member's overflow.
+    Full,
+    /// Nobody listens any more (the handle was dropped, or the member exited).
+    Gone,
+}
+
+/// Hands `event` to the member's channel, or, when it is full, to the front of its overflow.
+fn hand(listener: &mut Listener, event: Event) -> Handed {
+    let exit = event == Event::Exit;
+    let sent = match listener.sink.try_send(event) {
+        // Full: the application is asked to wake the loop when it takes an event. It may have
+        // taken one between the refusal and the request, and would not wake it: so one more try
+        // after the request.
+        Err(Refused::Full(event)) => {
+            listener.shared.want_wake.store(true, Ordering::SeqCst);
+            listener.sink.try_send(*event)
+        }
+        other => other,
+    };
+    match sent {
+        Ok(()) if exit => Handed::Gone,
+        Ok(()) => Handed::All,
+        Err(Refused::Full(event)) => {
+            listener.overflow.push_front(*event);
+            Handed::Full
+        }
+        Err(Refused::Gone) => Handed::Gone,
     }
 }

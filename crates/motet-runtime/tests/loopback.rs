@@ -637,16 +637,36 @@ fn members_run_the_parameters_of_their_view() {
 #[test]
 #[allow(clippy::disallowed_methods)] // senders on threads of their own, as an application has
 fn a_sender_casting_in_a_tight_loop_does_not_starve_the_network() {
-    let (runtimes, addresses) = start(2);
+    // The receiving process (its loop, and this thread, which reads) on one CPU; the sending
+    // process's loop and its busy senders on the other, as two machines would have them. Sharing
+    // both CPUs, the busy threads starved the receiving loop of the same test process now and
+    // then (no heartbeat for a second: the sender suspected it and went on alone), and the test
+    // measured the scheduler instead of the sender's loop. Threads take the CPUs of the thread
+    // that starts them.
+    let cpus = core_affinity::get_core_ids().unwrap_or_default();
+    let pin = move |k: usize| {
+        if cpus.len() >= 2 {
+            core_affinity::set_for_current(cpus[k]);
+        }
+    };
+    pin(1);
+    let sending = Runtime::start(RuntimeConfig::default()).unwrap();
+    pin(0);
+    let runtimes = [Runtime::start(RuntimeConfig::default()).unwrap(), sending];
+    let addresses: Vec<String> = runtimes.iter().map(|r| r.local_addr().to_string()).collect();
     let members: Vec<Member> =
         runtimes.iter().map(|r| r.join(GroupConfig::new("tight").peers(addresses.clone())).unwrap()).collect();
     converge(&members, Duration::from_secs(30));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    // Several threads keep the loop's command queue full.
+    // Several threads keep the loop's command queue full. (The sending member never reads its
+    // own casts, delivered back to it: once its channel is full it lags, and its casts are held
+    // from then on. What is measured comes before.)
     let senders: Vec<_> = (0..3)
         .map(|_| {
             let (stop, handle) = (std::sync::Arc::clone(&stop), members[1].handle());
+            let pin = pin.clone();
             std::thread::spawn(move || {
+                pin(1);
                 let mut sent = 0u64;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) && handle.cast(vec![1u8; 16]).is_ok() {
                     sent += 1;
@@ -714,4 +734,59 @@ fn a_runtime_dropped_right_after_its_member_leaves_the_group_gracefully() {
     let view = converge(&members, Duration::from_secs(30));
     assert!(!view.members.contains(&gone));
     assert_eq!(suspected(&runtimes), before, "the others saw a leave, not a failure");
+}
+
+/// A member whose application stops reading holds up only its own group's senders: the loop goes
+/// on serving the process's other groups, nobody is suspected, and once the application reads
+/// again every cast arrives, in order. Before, the loop stopped reading the socket once that
+/// member's channel was full: every group of the process stalled, and the others suspected its
+/// members a second later (Ensemble test 26, RMP test 32: a slow receiver throttles its senders
+/// and is not declared dead).
+#[test]
+fn a_member_that_stops_reading_holds_up_its_senders_but_not_the_process() {
+    let slow = RuntimeConfig { event_queue: 32, ..RuntimeConfig::default() };
+    let runtimes = [Runtime::start(RuntimeConfig::default()).unwrap(), Runtime::start(slow).unwrap()];
+    let addresses: Vec<String> = runtimes.iter().map(|r| r.local_addr().to_string()).collect();
+    let join = |group: &str| -> Vec<Member> {
+        runtimes.iter().map(|r| r.join(GroupConfig::new(group).peers(addresses.clone())).unwrap()).collect()
+    };
+    let (a, b) = (join("lag-a"), join("lag-b"));
+    converge(&a, Duration::from_secs(30));
+    converge(&b, Duration::from_secs(30));
+    let suspected =
+        || -> u64 { runtimes.iter().map(|r| r.stats().unwrap().1.counter(motet_core::Counter::Suspected)).sum() };
+    let before = suspected();
+    // a[1]'s application stops reading, and a[0] casts far more than its channel holds.
+    const CASTS: u32 = 2_000;
+    for k in 0..CASTS {
+        a[0].cast(k.to_le_bytes().to_vec()).unwrap();
+    }
+    // Meanwhile the other group of the same process goes on: b[1] receives b[0]'s casts.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let (mut sent, mut got) = (0u32, 0u32);
+    while Instant::now() < deadline {
+        b[0].cast(vec![7u8; 8]).unwrap();
+        sent += 1;
+        while let Some(event) = b[1].recv_timeout(Duration::from_millis(10)).unwrap() {
+            got += u32::from(matches!(event, Event::Cast { .. }));
+        }
+    }
+    assert!(got + 20 >= sent, "the other group stalled: {got} of {sent} casts delivered");
+    assert_eq!(suspected(), before, "a member that stopped reading was suspected");
+    assert!(runtimes[1].stats().unwrap().0.lags >= 1, "the lag was said");
+    // a[1] reads again: every cast, in order, in the one view of two.
+    let mut next = 0u32;
+    receive_until(&a[1], Duration::from_secs(30), |event| {
+        match event {
+            Event::Cast { data, .. } => {
+                assert_eq!(&data[..], &next.to_le_bytes()[..], "FIFO across the lag");
+                next += 1;
+            }
+            Event::View(view) => assert_eq!(view.members.len(), 2, "{view:?}"),
+            _ => {}
+        }
+        next == CASTS
+    });
+    assert_eq!(next, CASTS);
+    assert_eq!(suspected(), before);
 }
