@@ -499,8 +499,8 @@ impl EventLoop {
 
     /// Says that the application of `endpoint` is behind on its events (`true`: its queue is
     /// full) or has caught up (`false`). Meanwhile the group's flow control holds the other
-    /// members' casts and sends to it at their senders, and its own casts after the first, instead
-    /// of piling events up here; a view change lifts it for the rest of that view, and a window
+    /// members' casts and sends to it at their senders instead of piling events up here, and its
+    /// own casts are refused (parked); a view change lifts it for the rest of that view, and a window
     /// per sender trickles through every `lag_report_interval` (docs/runtime.md, "Back-pressure,
     /// end to end"). The threaded [`crate::Runtime`] says it for each member whose event channel
     /// is full; a driver that keeps per-member event queues of its own may say it likewise.

@@ -260,9 +260,9 @@ impl StatsHandle {
 /// One endpoint in one group: receive its events here; act through it or through [`Handle`]s
 /// (cloneable, for other threads). Dropping the member leaves the group.
 ///
-/// Read its events, even when only casting (its own casts are delivered to it too): events wait
-/// in a queue the whole process shares, and one member left unread holds up every member of the
-/// process once its channel is full (docs/runtime.md, "Back-pressure, end to end").
+/// Read its events, even when only casting (its own casts are delivered to it too): a member
+/// whose channel is full lags, its own casts are refused (parked) and its group's senders wait
+/// for it until it reads again (docs/runtime.md, "Back-pressure, end to end").
 pub struct Member {
     handle: Handle,
     events: Receiver<Event>,
@@ -595,10 +595,14 @@ impl LoopThread {
     fn finish_leaves(&mut self, grace: Duration) {
         let clock = crate::clock::Clock::new();
         let deadline = crate::clock::Deadline::after(&clock, grace);
-        // Members behind on their events get nothing more (a gap would be worse than the end).
+        // Members behind on their events get nothing more (a gap would be worse than the end),
+        // and are no longer said to lag: their leaves go at the others' pace.
         let mut cut_off = self.behind.clone();
         if let Some((endpoint, _)) = &self.held {
             cut_off.insert(*endpoint);
+        }
+        for &endpoint in &cut_off {
+            let _ = self.event_loop.set_lagging(endpoint, false);
         }
         while self.event_loop.leaving() > 0 {
             let left = deadline.until(&clock);
@@ -665,13 +669,6 @@ impl LoopThread {
         loop {
             let Some((endpoint, event)) = self.held.take().or_else(|| self.event_loop.next_event()) else { return };
             let Some(listener) = self.members.get_mut(&endpoint) else { continue };
-            if let Event::View(view) = &event {
-                if let Ok(mut current) = listener.shared.view.lock() {
-                    *current = Some(view.members.clone().into());
-                }
-                // The view's limit, not the member's own: a view runs its parameters.
-                listener.shared.message_size_max.store(view.params.appl.message_size_max, Ordering::Relaxed);
-            }
             if !listener.overflow.is_empty() {
                 if listener.overflow.len() >= self.overflow_max {
                     // Its senders did not wait (a stack without flow control): the last resort.
@@ -689,9 +686,16 @@ impl LoopThread {
                     // A member that has left has nothing to say it to.
                     let _ = self.event_loop.set_lagging(endpoint, true);
                 }
-                Handed::Gone => drop(self.members.remove(&endpoint)),
+                Handed::Gone => self.forget(endpoint),
             }
         }
+    }
+
+    /// A member nobody listens to any more: its group is no longer told it lags (its leave, if
+    /// it asked for one, then goes at the pace of the others).
+    fn forget(&mut self, endpoint: EndpointId) {
+        self.members.remove(&endpoint);
+        let _ = self.event_loop.set_lagging(endpoint, false);
     }
 
     /// Moves the overflows of members that were behind into their channels, as far as they now
@@ -711,7 +715,7 @@ impl LoopThread {
             }
             match handed {
                 Handed::Full => drop(self.behind.insert(endpoint)),
-                Handed::Gone => drop(self.members.remove(&endpoint)),
+                Handed::Gone => self.forget(endpoint),
                 Handed::All => {
                     let _ = self.event_loop.set_lagging(endpoint, false);
                 }
@@ -733,6 +737,11 @@ enum Handed {
 /// Hands `event` to the member's channel, or, when it is full, to the front of its overflow.
 fn hand(listener: &mut Listener, event: Event) -> Handed {
     let exit = event == Event::Exit;
+    // What the handle checks actions against changes when the application gets the view.
+    let view = match &event {
+        Event::View(view) => Some((Arc::<[EndpointId]>::from(view.members.clone()), view.params.appl.message_size_max)),
+        _ => None,
+    };
     let sent = match listener.sink.try_send(event) {
         // Full: the application is asked to wake the loop when it takes an event. It may have
         // taken one between the refusal and the request, and would not wake it: so one more try
@@ -743,6 +752,13 @@ fn hand(listener: &mut Listener, event: Event) -> Handed {
         }
         other => other,
     };
+    if let (Ok(()), Some((members, size_max))) = (&sent, view) {
+        if let Ok(mut current) = listener.shared.view.lock() {
+            *current = Some(members);
+        }
+        // The view's limit, not the member's own: a view runs its parameters.
+        listener.shared.message_size_max.store(size_max, Ordering::Relaxed);
+    }
     match sent {
         Ok(()) if exit => Handed::Gone,
         Ok(()) => Handed::All,

@@ -53,6 +53,10 @@ pub struct Appl {
     send_blocked: RankSet,
     /// A view change is flushing this stack: no new messages (thesis Table 2.1 `Block`).
     blocked: bool,
+    /// The application lags its events (`Action::Lagging`): its casts, which are delivered back
+    /// to it, are refused with `FlowBlocked` until it catches up. (The layers' own casts, which
+    /// pass through here, are not: an order, an acknowledgement or a leave must get out.)
+    lagging: bool,
     /// The guarantee the stack gives the application's casts: the strongest ordering a layer
     /// below provides.
     cast_qos: Qos,
@@ -74,6 +78,7 @@ impl Appl {
             cast_blocked: false,
             send_blocked: RankSet::new(),
             blocked: false,
+            lagging: false,
             cast_qos: cast_qos(view),
         }
     }
@@ -95,7 +100,7 @@ impl Appl {
             }
             Action::Cast(payload) => {
                 self.check_size(payload.len())?;
-                if self.cast_blocked {
+                if self.cast_blocked || self.lagging {
                     return Err(ApiError::FlowBlocked { dest: None });
                 }
                 out.dn(Dn::Cast { msg: Msg::new(payload).with(Header::Data), qos: self.cast_qos });
@@ -143,7 +148,7 @@ impl Appl {
                 if self.view.xfer_view {
                     return Err(ApiError::Blocked);
                 }
-                if self.cast_blocked {
+                if self.cast_blocked || self.lagging {
                     return Err(ApiError::FlowBlocked { dest: None });
                 }
                 let msg = Msg::new(payload).with(Header::Subset(ranks.into()));
@@ -166,7 +171,13 @@ impl Appl {
                 }
                 out.up(Up::XferDone);
             }
-            Action::Lagging(lagging) => out.dn(Dn::Lagging(lagging)),
+            Action::Lagging(lagging) => {
+                if std::mem::replace(&mut self.lagging, lagging) && !lagging && !self.cast_blocked {
+                    // Casts refused meanwhile may go again.
+                    out.deliver(AppEvent::FlowBlock { dest: None, blocked: false });
+                }
+                out.dn(Dn::Lagging(lagging));
+            }
             Action::Leave => {
                 // Membership layers above handle the request; in a static stack `top` ends the
                 // stack at once. Either way the driver reports `Exit` when the stack ends.
@@ -251,7 +262,7 @@ impl Layer for Appl {
             return None;
         }
         match down.dest {
-            None if self.view.xfer_view || self.cast_blocked => None,
+            None if self.view.xfer_view || self.cast_blocked || self.lagging => None,
             None => Some(DnStep::to(Header::Data, self.cast_qos)),
             Some(dest) if usize::from(dest) >= self.view.len() || dest == self.rank => None,
             Some(dest) if self.send_blocked.contains(dest) => None,
@@ -267,7 +278,9 @@ impl Layer for Appl {
     fn fast_inert(&self, trace: fast::Trace) -> Option<usize> {
         let open = !self.left && !self.blocked;
         let inert = match trace {
-            fast::Trace::CastDn => open && !self.view.xfer_view && !self.cast_blocked && self.cast_qos == Qos::Reliable,
+            fast::Trace::CastDn => {
+                open && !self.view.xfer_view && !self.cast_blocked && !self.lagging && self.cast_qos == Qos::Reliable
+            }
             fast::Trace::SendDn => open && self.send_blocked.is_empty(),
             fast::Trace::CastUp | fast::Trace::SendUp => false,
         };
@@ -358,8 +371,20 @@ mod tests {
         h.app.clear();
         assert_eq!(run(&mut h, Action::send(0, b"me".as_slice().into())), (Ok(()), 0));
         assert!(matches!(h.app.pop_front(), Some(AppEvent::Send { origin: 0, .. })));
+        // While the application lags, its casts are refused (they would come back to it), on
+        // the bypass too, but the layers' own casts pass, and so do sends; catching up says so.
+        assert_eq!(run(&mut h, Action::Lagging(true)), (Ok(()), 1), "the lag goes down");
+        assert_eq!(run(&mut h, Action::Cast(b"x".as_slice().into())).0, Err(ApiError::FlowBlocked { dest: None }));
+        let down = crate::fast::Down { dest: None, qos: Qos::Reliable, len: 1 };
+        assert!(h.layer.fast_dn(&down).is_none() && h.layer.fast_inert(crate::fast::Trace::CastDn).is_none());
+        assert_eq!(run(&mut h, Action::send(1, b"x".as_slice().into())), (Ok(()), 1));
+        let order = h.dn(Dn::Cast { msg: Msg::default(), qos: Qos::Reliable });
+        assert!(matches!(order[..], [Out::Dn(Dn::Cast { .. })]), "{order:?}");
+        h.app.clear();
+        assert_eq!(run(&mut h, Action::Lagging(false)), (Ok(()), 1));
+        assert_eq!(h.app.pop_front(), Some(AppEvent::FlowBlock { dest: None, blocked: false }));
+        assert_eq!(run(&mut h, Action::Cast(b"x".as_slice().into())), (Ok(()), 1));
         assert_eq!(run(&mut h, Action::Leave), (Ok(()), 1), "a leave request goes up");
         assert_eq!(run(&mut h, Action::Leave).0, Err(ApiError::Left));
-        let _ = Out::Up(Up::Init);
     }
 }

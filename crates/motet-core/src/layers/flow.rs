@@ -44,16 +44,6 @@ impl Window {
         }
     }
 
-    /// Queues a message whatever the window (this member's application lags, `Dn::Lagging`).
-    pub(crate) fn hold(&mut self, msg: Msg, pending_max: usize) -> Offer {
-        assert!(self.pending.len() < pending_max, "appl must respect FlowBlock: pending queue full");
-        self.pending.push_back(msg);
-        match self.pending.len() {
-            1 => Offer::Blocked,
-            _ => Offer::Queued,
-        }
-    }
-
     /// Whether [`Window::offer`] would send a message now (the fast path's condition).
     pub(crate) fn admits(&self, consumed: u64, window: u64) -> bool {
         self.pending.is_empty() && self.sent - consumed < window
@@ -82,11 +72,11 @@ impl Window {
         self.pending.len()
     }
 
-    /// Asserts the window's invariant (`held`: messages may wait while the window is open).
-    pub(crate) fn check(&self, consumed: u64, window: u64, pending_max: usize, held: bool) {
+    /// Asserts the window's invariant.
+    pub(crate) fn check(&self, consumed: u64, window: u64, pending_max: usize) {
         assert!(consumed <= self.sent, "consumed {consumed} > sent {}", self.sent);
         assert!(self.pending.len() <= pending_max);
-        if !self.pending.is_empty() && !held {
+        if !self.pending.is_empty() {
             assert!(self.sent - consumed >= window, "pending messages while the window is open");
         }
     }

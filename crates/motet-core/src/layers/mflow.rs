@@ -8,12 +8,12 @@
 //!
 //! While the application lags its events (`Dn::Lagging`), credit is counted but reported only
 //! every `lag_report_interval`, so the senders' windows close and their casts wait at them
-//! (Ensemble test 26: a slow receiver throttles its senders, with bounded buffering), and this
-//! member's own casts, which come back to it, wait here after the first. The trickle exists for
-//! the membership layers' casts, which queue behind the application's at a sender (a flush's
-//! cast among them): a view change waits at most an interval. A flush (`Block`) lifts the lag
-//! for the rest of the view: the others' held flushes wait for their pending casts to go out,
-//! which needs this member's credit.
+//! (Ensemble test 26: a slow receiver throttles its senders, with bounded buffering); `appl`
+//! refuses the member's own application casts meanwhile, since they come back to it. The trickle
+//! exists for the layers' own casts, which queue behind the application's at a sender (a flush's
+//! cast among them, a sequencer's order, an acknowledgement of `safe`). A flush (`Block`) lifts
+//! the lag for the rest of the view: the others' held flushes wait for their pending casts to go
+//! out, which needs this member's credit.
 
 use super::flow::{Consumer, Offer, Window};
 use crate::event::{Counter, Dn, DropReason, Msg, Qos, Up};
@@ -122,9 +122,7 @@ impl Mflow {
 
     fn release(&mut self, out: &mut Outbox<'_>) {
         let consumed = self.consumed();
-        if !self.lagging
-            && self.window.release(consumed, self.config.window, |msg| out.dn(Dn::Cast { msg, qos: Qos::Reliable }))
-        {
+        if self.window.release(consumed, self.config.window, |msg| out.dn(Dn::Cast { msg, qos: Qos::Reliable })) {
             out.up(Up::FlowBlock { dest: None, blocked: false });
         }
         // A held flush continues once nothing is pending.
@@ -167,13 +165,9 @@ impl Layer for Mflow {
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
         match ev {
             Dn::Cast { msg, qos: Qos::Reliable } => {
-                let (msg, consumed) = (msg.with(Header::NoHdr), self.consumed());
-                let offer = match self.lagging {
-                    // This member's own casts come back to it: they wait with the others'.
-                    true => self.window.hold(msg, self.config.pending_max),
-                    false => self.window.offer(msg, consumed, self.config.window, self.config.pending_max),
-                };
-                match offer {
+                let consumed = self.consumed();
+                match self.window.offer(msg.with(Header::NoHdr), consumed, self.config.window, self.config.pending_max)
+                {
                     Offer::Send(msg) => out.dn(Dn::Cast { msg, qos: Qos::Reliable }),
                     Offer::Blocked => {
                         out.count(Counter::FlowBlocked);
@@ -201,10 +195,7 @@ impl Layer for Mflow {
                 let was = std::mem::replace(&mut self.lagging, lagging && !self.flushed);
                 match (was, self.lagging) {
                     (false, true) => out.alarm(out.now() + self.config.lag_report_interval),
-                    (true, false) => {
-                        self.report_owed(out);
-                        self.release(out);
-                    }
+                    (true, false) => self.report_owed(out),
                     _ => {}
                 }
                 out.dn(Dn::Lagging(lagging));
@@ -224,8 +215,8 @@ impl Layer for Mflow {
     // Fast path: a reliable cast the window admits (counted); a reliable cast received
     // (consumed, with a `Credit` reply when a report is due); the rest passes.
     fn fast_dn(&self, down: &Down) -> Option<DnStep> {
-        let admits = !self.lagging && self.window.admits(self.consumed(), self.config.window);
-        if down.dest.is_none() && down.qos == Qos::Reliable && !admits {
+        if down.dest.is_none() && down.qos == Qos::Reliable && !self.window.admits(self.consumed(), self.config.window)
+        {
             return None;
         }
         DnStep::pass(Header::NoHdr, down)
@@ -275,7 +266,7 @@ impl Layer for Mflow {
     }
 
     fn check_invariants(&self) {
-        self.window.check(self.consumed(), self.config.window, self.config.pending_max, self.lagging);
+        self.window.check(self.consumed(), self.config.window, self.config.pending_max);
         assert_eq!(self.credit.len(), self.consumers.len());
     }
 
@@ -340,13 +331,12 @@ mod tests {
         let mut h = Harness::new(Mflow::new(&Config::default(), &view, 1), 1);
         h.dn(Dn::Lagging(true));
         h.up(cast());
-        // This member's own cast waits while it lags.
+        // The layers' own casts (an order, a leave) pass while the application lags.
         let own = h.dn(Dn::Cast { msg: Msg::default(), qos: Qos::Reliable });
-        assert!(matches!(own[..], [Out::Up(Up::FlowBlock { dest: None, blocked: true })]), "{own:?}");
-        // The others' flushes need this member's credit: the flush reports it and sends the cast.
+        assert!(matches!(own[..], [Out::Dn(Dn::Cast { .. })]), "{own:?}");
+        // The others' flushes need this member's credit: the flush reports it.
         let flush = h.dn(Dn::Block);
         assert_eq!(credits(&flush), vec![(0, 1)]);
-        assert!(flush.iter().any(|o| matches!(o, Out::Dn(Dn::Cast { .. }))), "{flush:?}");
         assert!(flush.iter().any(|o| matches!(o, Out::Dn(Dn::Block))), "{flush:?}");
         // A lag asked for during the view's flush is passed on but withholds nothing.
         h.dn(Dn::Lagging(true));

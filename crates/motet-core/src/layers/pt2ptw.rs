@@ -250,7 +250,7 @@ impl Layer for Pt2ptw {
 
     fn check_invariants(&self) {
         for (window, &acked) in self.windows.iter().zip(&self.acked) {
-            window.check(acked, self.config.window, self.config.pending_max, false);
+            window.check(acked, self.config.window, self.config.pending_max);
         }
     }
 
