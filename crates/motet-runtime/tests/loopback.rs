@@ -790,3 +790,34 @@ fn a_member_that_stops_reading_holds_up_its_senders_but_not_the_process() {
     assert_eq!(next, CASTS);
     assert_eq!(suspected(), before);
 }
+
+/// A member that lags and is then dropped leaves gracefully and promptly: its group is no longer
+/// told that it lags once nobody listens to it, so its leave (a layer's own cast) and the flush
+/// that follows go at the others' pace, and nobody suspects it.
+#[test]
+fn a_lagging_member_that_is_dropped_leaves_without_being_suspected() {
+    let slow = RuntimeConfig { event_queue: 16, ..RuntimeConfig::default() };
+    let runtimes = [Runtime::start(RuntimeConfig::default()).unwrap(), Runtime::start(slow).unwrap()];
+    let addresses: Vec<String> = runtimes.iter().map(|r| r.local_addr().to_string()).collect();
+    let mut a: Vec<Member> =
+        runtimes.iter().map(|r| r.join(GroupConfig::new("lag-drop").peers(addresses.clone())).unwrap()).collect();
+    converge(&a, Duration::from_secs(30));
+    let suspected =
+        || -> u64 { runtimes.iter().map(|r| r.stats().unwrap().1.counter(motet_core::Counter::Suspected)).sum() };
+    let before = suspected();
+    for k in 0..500u32 {
+        a[0].cast(k.to_le_bytes().to_vec()).unwrap();
+    }
+    // a[1] lags (it reads nothing), then its application drops it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runtimes[1].stats().unwrap().0.lags == 0 {
+        assert!(Instant::now() < deadline, "a[1] never lagged");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let gone = a.pop().unwrap();
+    let (id, dropped) = (gone.id(), Instant::now());
+    drop(gone);
+    receive_until(&a[0], Duration::from_secs(10), |event| matches!(event, Event::View(v) if !v.members.contains(&id)));
+    assert!(dropped.elapsed() < Duration::from_secs(5), "the leave took {:?}", dropped.elapsed());
+    assert_eq!(suspected(), before, "the others saw a leave, not a failure");
+}
