@@ -671,7 +671,8 @@ impl LoopThread {
             let Some(listener) = self.members.get_mut(&endpoint) else { continue };
             if !listener.overflow.is_empty() {
                 if listener.overflow.len() >= self.overflow_max {
-                    // Its senders did not wait (a stack without flow control): the last resort.
+                    // Its senders did not wait (a stack without flow control, or a lag long
+                    // enough for what trickles to fill the overflow): the last resort.
                     self.held = Some((endpoint, event));
                     return;
                 }
