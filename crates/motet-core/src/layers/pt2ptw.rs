@@ -25,10 +25,10 @@ pub struct Config {
     /// Messages queued per destination while blocked. Default 2048; must hold the fragments of
     /// the largest message (`StackConfig::validate`).
     pub pending_max: usize,
-    /// While the application lags ([`Dn::Lagging`]), credit is still reported this often: a
-    /// view change waits at most about this long for messages held at their senders (its own
-    /// flush cast may be queued behind them), and an application that stopped reading receives
-    /// at most a window from each sender per interval. Default 500 ms.
+    /// While the application lags ([`Dn::Lagging`]), credit is still reported this often, so
+    /// the layers' own messages held at their senders behind the application's (a view change's
+    /// flush among them) get out at the next report, and an application that stopped reading
+    /// receives at most a window from each sender per interval. Default 500 ms.
     #[serde(
         rename = "lag_report_interval_ms",
         deserialize_with = "crate::time::millis",
