@@ -258,3 +258,47 @@ impl Layer for Pt2ptw {
         self.windows.iter().map(Window::pending).sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::harness::{Harness, Out};
+
+    fn acks(out: &[Out]) -> Vec<(Rank, u64)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Out::Dn(Dn::Send { dest, msg }) => match msg.clone().pop_as::<Header>() {
+                    Some(Header::Ack { count }) => Some((*dest, count)),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn send() -> Up {
+        Up::Send { origin: 0, msg: Msg::default().with(Header::NoHdr) }
+    }
+
+    #[test]
+    fn a_lag_withholds_acknowledgements_which_trickle_and_a_flush_lifts_it() {
+        let view = crate::testing::view(2);
+        let config = Config::default();
+        let mut h = Harness::new(Pt2ptw::new(&config, &view, 1), 1);
+        h.dn(Dn::Lagging(true));
+        let at = h.alarm.expect("the lag's timer");
+        let sent: Vec<_> = (0..config.window).flat_map(|_| acks(&h.up(send()))).collect();
+        assert!(sent.is_empty(), "{sent:?}");
+        // The sends are delivered all the same: only the acknowledgement waits.
+        assert!(matches!(h.up(send())[..], [Out::Up(Up::Send { origin: 0, .. })]));
+        let fast =
+            crate::fast::Up { origin: 0, cast: false, qos: crate::event::Qos::Reliable, header: &Header::NoHdr.into() };
+        assert!(h.layer.fast_up(&fast).is_none(), "the layered path counts while the lag withholds");
+        assert_eq!(acks(&h.timer(at)), vec![(0, config.window + 1)], "what is owed trickles out");
+        h.up(send());
+        assert_eq!(acks(&h.dn(Dn::Block)), vec![(0, config.window + 2)], "a flush reports the rest");
+        h.dn(Dn::Lagging(true));
+        let sent: Vec<_> = (0..config.window).flat_map(|_| acks(&h.up(send()))).collect();
+        assert_eq!(sent.len(), 2, "after the flush, every window / 2 sends as usual");
+    }
+}
