@@ -68,10 +68,10 @@ fn a_lagging_sequencer_still_orders_and_a_crash_is_handled() {
     }
 }
 
-#[test]
 /// Long lags under every stack, with a crash, a partition, a leave, or every member lagging at
 /// once: every oracle holds (nothing lost, duplicated or misordered; views agree; everyone who
 /// should ends together), since lags end.
+#[test]
 fn long_lags_under_every_stack_keep_every_guarantee() {
     let mut failures = Vec::new();
     for stack in ["vsync", "total", "safe", "causal", "vsync+Token", "vsync+Xfer", "fifo"] {
