@@ -7,7 +7,12 @@
 //! cumulative counts every `window / 2` messages, which keeps the protocol live: a blocked sender
 //! has `window` messages outstanding, so each receiver eventually crosses a report boundary.
 
-use crate::event::Msg;
+use crate::event::{Counter, Dn, Msg};
+use crate::layer::Outbox;
+use crate::time::Duration;
+use crate::view::RankSet;
+use crate::Rank;
+use motet_wire::Header;
 use std::collections::VecDeque;
 
 /// The sending side of one flow-controlled channel.
@@ -82,16 +87,16 @@ impl Window {
     }
 }
 
-/// The receiving side: counts consumed messages and says when to report.
+/// The receiving side of one origin: counts consumed messages and says when to report.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub(crate) struct Consumer {
-    pub(crate) consumed: u64,
+struct Consumer {
+    consumed: u64,
     reported: u64,
 }
 
 impl Consumer {
     /// Counts one message; returns the cumulative count to report, if a report is due.
-    pub(crate) fn consume(&mut self, window: u64) -> Option<u64> {
+    fn consume(&mut self, window: u64) -> Option<u64> {
         self.consumed += 1;
         if self.consumed - self.reported >= (window / 2).max(1) {
             self.reported = self.consumed;
@@ -100,14 +105,8 @@ impl Consumer {
         None
     }
 
-    /// Counts one message without reporting it (the application lags: `Dn::Lagging`).
-    pub(crate) fn withhold(&mut self) {
-        self.consumed += 1;
-    }
-
-    /// The cumulative count to report now if any message is unreported (the application caught
-    /// up, or a flush began), marked reported.
-    pub(crate) fn owed(&mut self) -> Option<u64> {
+    /// The cumulative count to report now if any message is unreported, marked reported.
+    fn owed(&mut self) -> Option<u64> {
         (self.consumed > self.reported).then(|| {
             self.reported = self.consumed;
             self.consumed
@@ -115,8 +114,111 @@ impl Consumer {
     }
 
     /// What [`Consumer::consume`] would return, without counting (the fast path's condition).
-    pub(crate) fn peek(&self, window: u64) -> Option<u64> {
+    fn peek(&self, window: u64) -> Option<u64> {
         let consumed = self.consumed + 1;
         (consumed - self.reported >= (window / 2).max(1)).then_some(consumed)
+    }
+}
+
+/// The receiving side of a flow-control layer: what this member consumed of each origin, and
+/// whether its application lags its events (`Dn::Lagging`). While it lags, counts are withheld,
+/// and reported only at the layer's timer (every `lag_report_interval`: the layers' own messages
+/// held at the senders behind the application's must get out), so the senders wait for it. A
+/// flush (`Block`) lifts the lag for the rest of the view: the others' flushes wait for their
+/// held messages, which need this member's reports.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Receivers {
+    consumers: Vec<Consumer>,
+    /// The application lags and no flush has begun in this view.
+    lagging: bool,
+    /// A flush has begun in this view: a lag no longer withholds reports.
+    flushed: bool,
+}
+
+impl Receivers {
+    /// For a view of `members`.
+    pub(crate) fn new(members: usize) -> Receivers {
+        Receivers { consumers: vec![Consumer::default(); members], lagging: false, flushed: false }
+    }
+
+    /// Origins counted (the view's size).
+    pub(crate) fn len(&self) -> usize {
+        self.consumers.len()
+    }
+
+    /// Whether reports are withheld (the fast paths leave such messages to the layered path).
+    pub(crate) fn lagging(&self) -> bool {
+        self.lagging
+    }
+
+    /// Counts one message of `origin`; the cumulative count to report, if a report is due now
+    /// (never while the application lags).
+    pub(crate) fn consume(&mut self, origin: Rank, window: u64) -> Option<u64> {
+        let consumer = &mut self.consumers[usize::from(origin)];
+        if self.lagging {
+            consumer.consumed += 1;
+            return None;
+        }
+        consumer.consume(window)
+    }
+
+    /// What [`Receivers::consume`] would return, without counting (the fast path's condition).
+    pub(crate) fn peek(&self, origin: Rank, window: u64) -> Option<u64> {
+        self.consumers[usize::from(origin)].peek(window)
+    }
+
+    /// `Dn::Lagging`: a lag that begins arms the layer's timer, one that ends reports what is
+    /// owed. `report` makes the layer's header of a report.
+    pub(crate) fn lag<H: Into<Header>>(
+        &mut self,
+        lagging: bool,
+        interval: Duration,
+        failed: &RankSet,
+        out: &mut Outbox<'_>,
+        report: impl Fn(u64) -> H,
+    ) {
+        let was = std::mem::replace(&mut self.lagging, lagging && !self.flushed);
+        match (was, self.lagging) {
+            (false, true) => out.alarm(out.now() + interval),
+            (true, false) => self.report_owed(failed, out, report),
+            _ => {}
+        }
+    }
+
+    /// `Dn::Block`: the lag ends for the rest of the view, and what is owed is reported.
+    pub(crate) fn flush<H: Into<Header>>(&mut self, failed: &RankSet, out: &mut Outbox<'_>, report: impl Fn(u64) -> H) {
+        self.flushed = true;
+        if std::mem::take(&mut self.lagging) {
+            self.report_owed(failed, out, report);
+        }
+    }
+
+    /// The layer's timer: while the application lags, what it owes trickles out, and again an
+    /// `interval` later.
+    pub(crate) fn tick<H: Into<Header>>(
+        &mut self,
+        interval: Duration,
+        failed: &RankSet,
+        out: &mut Outbox<'_>,
+        report: impl Fn(u64) -> H,
+    ) {
+        if self.lagging {
+            self.report_owed(failed, out, report);
+            out.alarm(out.now() + interval);
+        }
+    }
+
+    /// Reports the counts not yet reported to each live origin, point-to-point.
+    fn report_owed<H: Into<Header>>(&mut self, failed: &RankSet, out: &mut Outbox<'_>, report: impl Fn(u64) -> H) {
+        for (origin, consumer) in self.consumers.iter_mut().enumerate() {
+            let origin = origin as Rank;
+            if failed.contains(origin) {
+                continue;
+            }
+            if let Some(count) = consumer.owed() {
+                out.count(Counter::AckSent);
+                out.dn(Dn::Send { dest: origin, msg: Msg::default().with(report(count)) });
+            }
+        }
     }
 }

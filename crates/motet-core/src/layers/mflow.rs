@@ -15,7 +15,7 @@
 //! the lag for the rest of the view: the others' held flushes wait for their pending casts to go
 //! out, which needs this member's credit.
 
-use super::flow::{Consumer, Offer, Window};
+use super::flow::{Offer, Receivers, Window};
 use crate::event::{Counter, Dn, DropReason, Msg, Qos, Up};
 use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -68,14 +68,10 @@ pub struct Mflow {
     window: Window,
     /// Per receiver: how many of our casts it reported consumed.
     credit: Vec<u64>,
-    /// Per origin: how many of its casts we consumed.
-    consumers: Vec<Consumer>,
+    /// Per origin: how many of its casts we consumed (and whether the application lags).
+    receivers: Receivers,
     /// A flush (`Block`) waits here until every pending cast is out.
     block_held: bool,
-    /// The application lags (`Dn::Lagging`) and no flush has begun in this view.
-    lagging: bool,
-    /// A flush has begun in this view: a lag no longer withholds credit.
-    flushed: bool,
 }
 
 impl Mflow {
@@ -87,10 +83,8 @@ impl Mflow {
             failed: RankSet::new(),
             window: Window::default(),
             credit: vec![0; view.len()],
-            consumers: vec![Consumer::default(); view.len()],
+            receivers: Receivers::new(view.len()),
             block_held: false,
-            lagging: false,
-            flushed: false,
         }
     }
 
@@ -107,19 +101,6 @@ impl Mflow {
         self.credit[o] = self.credit[o].max(count.min(self.window.sent));
     }
 
-    /// Reports the credit counted while the application lagged.
-    fn report_owed(&mut self, out: &mut Outbox<'_>) {
-        for origin in 0..self.consumers.len() as Rank {
-            if self.failed.contains(origin) {
-                continue;
-            }
-            if let Some(count) = self.consumers[usize::from(origin)].owed() {
-                out.count(Counter::AckSent);
-                out.dn(Dn::Send { dest: origin, msg: Msg::default().with(Header::Credit { count }) });
-            }
-        }
-    }
-
     fn release(&mut self, out: &mut Outbox<'_>) {
         let consumed = self.consumed();
         if self.window.release(consumed, self.config.window, |msg| out.dn(Dn::Cast { msg, qos: Qos::Reliable })) {
@@ -133,15 +114,18 @@ impl Mflow {
     }
 }
 
+/// A credit report's header.
+fn credit(count: u64) -> Header {
+    Header::Credit { count }
+}
+
 impl Layer for Mflow {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
         match ev {
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => {
-                    if qos == Qos::Reliable && self.lagging {
-                        self.consumers[usize::from(origin)].withhold();
-                    } else if qos == Qos::Reliable {
-                        if let Some(count) = self.consumers[usize::from(origin)].consume(self.config.window) {
+                    if qos == Qos::Reliable {
+                        if let Some(count) = self.receivers.consume(origin, self.config.window) {
                             out.count(Counter::AckSent);
                             out.dn(Dn::Send { dest: origin, msg: Msg::default().with(Header::Credit { count }) });
                         }
@@ -184,20 +168,12 @@ impl Layer for Mflow {
             Dn::Block => {
                 // The others' flushes wait for their pending casts, which need this member's
                 // credit: a lag ends here for the rest of the view.
-                self.flushed = true;
-                if std::mem::take(&mut self.lagging) {
-                    self.report_owed(out);
-                }
+                self.receivers.flush(&self.failed, out, credit);
                 self.block_held = true;
                 self.release(out);
             }
             Dn::Lagging(lagging) => {
-                let was = std::mem::replace(&mut self.lagging, lagging && !self.flushed);
-                match (was, self.lagging) {
-                    (false, true) => out.alarm(out.now() + self.config.lag_report_interval),
-                    (true, false) => self.report_owed(out),
-                    _ => {}
-                }
+                self.receivers.lag(lagging, self.config.lag_report_interval, &self.failed, out, credit);
                 out.dn(Dn::Lagging(lagging));
             }
             other => out.pass_dn(other, Header::NoHdr),
@@ -205,11 +181,8 @@ impl Layer for Mflow {
     }
 
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
-        // The application still lags: what it owes trickles out (`Config::lag_report_interval`).
-        if self.lagging {
-            self.report_owed(out);
-            out.alarm(out.now() + self.config.lag_report_interval);
-        }
+        // While the application lags, what it owes trickles out (`Config::lag_report_interval`).
+        self.receivers.tick(self.config.lag_report_interval, &self.failed, out, credit);
     }
 
     // Fast path: a reliable cast the window admits (counted); a reliable cast received
@@ -236,12 +209,13 @@ impl Layer for Mflow {
             return quiet.then_some(UpStep { absorb: true, ..UpStep::to(up.qos) });
         }
         // While the application lags, credit is withheld on the layered path.
-        if !fast::is(up.header, Header::NoHdr) || (self.lagging && up.cast && up.qos == Qos::Reliable) {
+        if !fast::is(up.header, Header::NoHdr) || (self.receivers.lagging() && up.cast && up.qos == Qos::Reliable) {
             return None;
         }
         let reply = match up.cast && up.qos == Qos::Reliable {
-            true => self.consumers[usize::from(up.origin)]
-                .peek(self.config.window)
+            true => self
+                .receivers
+                .peek(up.origin, self.config.window)
                 .map(|count| (up.origin, Header::Credit { count }.into())),
             false => None,
         };
@@ -252,10 +226,7 @@ impl Layer for Mflow {
         if let motet_wire::Header::Mflow(Header::Credit { count }) = up.header {
             return self.take_credit(up.origin, *count);
         }
-        if up.cast
-            && up.qos == Qos::Reliable
-            && self.consumers[usize::from(up.origin)].consume(self.config.window).is_some()
-        {
+        if up.cast && up.qos == Qos::Reliable && self.receivers.consume(up.origin, self.config.window).is_some() {
             out.count(Counter::AckSent);
         }
     }
@@ -267,7 +238,7 @@ impl Layer for Mflow {
 
     fn check_invariants(&self) {
         self.window.check(self.consumed(), self.config.window, self.config.pending_max);
-        assert_eq!(self.credit.len(), self.consumers.len());
+        assert_eq!(self.credit.len(), self.receivers.len());
     }
 
     fn buffered(&self) -> usize {

@@ -7,7 +7,7 @@
 //! application lags its events (`Dn::Lagging`), acknowledgements are counted but not sent, until
 //! it catches up or a flush begins (as in `mflow`).
 
-use super::flow::{Consumer, Offer, Window};
+use super::flow::{Offer, Receivers, Window};
 use crate::event::{Counter, Dn, DropReason, Msg, Up};
 use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -62,13 +62,9 @@ pub struct Pt2ptw {
     /// Per destination: how many it reported consumed.
     acked: Vec<u64>,
     /// Per origin: how many we consumed.
-    consumers: Vec<Consumer>,
+    receivers: Receivers,
     /// A flush (`Block`) waits here until every pending message is out.
     block_held: bool,
-    /// The application lags (`Dn::Lagging`) and no flush has begun in this view.
-    lagging: bool,
-    /// A flush has begun in this view: a lag no longer withholds acknowledgements.
-    flushed: bool,
 }
 
 impl Pt2ptw {
@@ -79,23 +75,8 @@ impl Pt2ptw {
             failed: RankSet::new(),
             windows: (0..view.len()).map(|_| Window::default()).collect(),
             acked: vec![0; view.len()],
-            consumers: vec![Consumer::default(); view.len()],
+            receivers: Receivers::new(view.len()),
             block_held: false,
-            lagging: false,
-            flushed: false,
-        }
-    }
-
-    /// Sends the acknowledgements counted while the application lagged.
-    fn report_owed(&mut self, out: &mut Outbox<'_>) {
-        for origin in 0..self.consumers.len() as Rank {
-            if self.failed.contains(origin) {
-                continue;
-            }
-            if let Some(count) = self.consumers[usize::from(origin)].owed() {
-                out.count(Counter::AckSent);
-                out.dn(Dn::Send { dest: origin, msg: Msg::default().with(Header::Ack { count }) });
-            }
         }
     }
 
@@ -108,16 +89,17 @@ impl Pt2ptw {
     }
 }
 
+/// An acknowledgement's header.
+fn ack(count: u64) -> Header {
+    Header::Ack { count }
+}
+
 impl Layer for Pt2ptw {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
         match ev {
             Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
-                Some(Header::NoHdr) if self.lagging => {
-                    self.consumers[usize::from(origin)].withhold();
-                    out.up(Up::Send { origin, msg });
-                }
                 Some(Header::NoHdr) => {
-                    if let Some(count) = self.consumers[usize::from(origin)].consume(self.config.window) {
+                    if let Some(count) = self.receivers.consume(origin, self.config.window) {
                         out.count(Counter::AckSent);
                         out.dn(Dn::Send { dest: origin, msg: Msg::default().with(Header::Ack { count }) });
                     }
@@ -176,20 +158,12 @@ impl Layer for Pt2ptw {
             Dn::Block => {
                 // Senders' flushes wait for their pending sends, which need this member's
                 // acknowledgements: a lag ends here for the rest of the view.
-                self.flushed = true;
-                if std::mem::take(&mut self.lagging) {
-                    self.report_owed(out);
-                }
+                self.receivers.flush(&self.failed, out, ack);
                 self.block_held = true;
                 self.release_block(out);
             }
             Dn::Lagging(lagging) => {
-                let was = std::mem::replace(&mut self.lagging, lagging && !self.flushed);
-                match (was, self.lagging) {
-                    (false, true) => out.alarm(out.now() + self.config.lag_report_interval),
-                    (true, false) => self.report_owed(out),
-                    _ => {}
-                }
+                self.receivers.lag(lagging, self.config.lag_report_interval, &self.failed, out, ack);
                 out.dn(Dn::Lagging(lagging));
             }
             other => out.pass_dn(other, Header::NoHdr),
@@ -197,11 +171,8 @@ impl Layer for Pt2ptw {
     }
 
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
-        // The application still lags: what it owes trickles out (`Config::lag_report_interval`).
-        if self.lagging {
-            self.report_owed(out);
-            out.alarm(out.now() + self.config.lag_report_interval);
-        }
+        // While the application lags, what it owes trickles out (`Config::lag_report_interval`).
+        self.receivers.tick(self.config.lag_report_interval, &self.failed, out, ack);
     }
 
     // Fast path: a send the window admits (counted); a send received (consumed, with an `Ack`
@@ -225,20 +196,21 @@ impl Layer for Pt2ptw {
 
     fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
         // While the application lags, acknowledgements are withheld on the layered path.
-        if !fast::is(up.header, Header::NoHdr) || (self.lagging && !up.cast) {
+        if !fast::is(up.header, Header::NoHdr) || (self.receivers.lagging() && !up.cast) {
             return None;
         }
         let reply = match up.cast {
             true => None,
-            false => self.consumers[usize::from(up.origin)]
-                .peek(self.config.window)
+            false => self
+                .receivers
+                .peek(up.origin, self.config.window)
                 .map(|count| (up.origin, Header::Ack { count }.into())),
         };
         Some(UpStep { reply, ..UpStep::to(up.qos) })
     }
 
     fn fast_up_apply(&mut self, up: &fast::Up<'_>, _msg: &Msg, out: &mut Outbox<'_>) {
-        if !up.cast && self.consumers[usize::from(up.origin)].consume(self.config.window).is_some() {
+        if !up.cast && self.receivers.consume(up.origin, self.config.window).is_some() {
             out.count(Counter::AckSent);
         }
     }
