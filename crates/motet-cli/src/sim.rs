@@ -126,6 +126,9 @@ struct Summary {
     naks: u64,
     liveness_failures: usize,
     views_installed: u64,
+    /// Merge requests that went unanswered for `merge_timeout` (the requester's partition was
+    /// blocked that long, then went on alone).
+    merges_unanswered: u64,
     /// Endpoint migrations the runs made (swarm runs draw some).
     migrations: u64,
     /// Inputs (application casts and sends, received casts and sends) that took the bypass, over
@@ -214,6 +217,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         naks: 0,
         liveness_failures: 0,
         views_installed: 0,
+        merges_unanswered: 0,
         migrations: 0,
         bypass_hit_rate: None,
         bypass_compiled_rate: None,
@@ -236,6 +240,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
     for report in &reports {
         summary.violations += report.violations.len();
         summary.views_installed += report.views_installed;
+        summary.merges_unanswered += report.stats.counter(motet_core::Counter::MergeUnanswered);
         summary.migrations += report.trace.migrations.len() as u64;
         if report.violations.iter().any(|v| matches!(v, motet_sim::Violation::Liveness { .. })) {
             summary.liveness_failures += 1;
@@ -269,7 +274,10 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
             summary.datagrams, summary.datagrams_lost, summary.retransmissions, summary.naks
         );
         if summary.views_installed > 0 {
-            println!("views     {} installed, {} migrations", summary.views_installed, summary.migrations);
+            println!(
+                "views     {} installed, {} migrations, {} merge requests unanswered",
+                summary.views_installed, summary.migrations, summary.merges_unanswered
+            );
         }
         if let (Some(p50), Some(max)) = (summary.converge_ms_p50, summary.converge_ms_max) {
             println!("converge  p50 {p50:.0} ms, max {max:.0} ms after the last fault");

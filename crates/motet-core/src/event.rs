@@ -469,6 +469,7 @@ counters! {
     Fragmented: "messages split into fragments",
     Suspected: "members newly suspected by the failure detector",
     MergeDenied: "merge requests answered `busy` (the requester keeps asking)",
+    MergeUnanswered: "merge requests never answered within `merge_timeout` (the requester's partition went on alone, blocked until then)",
     CompressedOut: "datagrams sent with compressed headers (the common trace's template and a sequence number)",
     CompressedIn: "compressed datagrams received and expanded",
 }

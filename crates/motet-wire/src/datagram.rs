@@ -19,10 +19,13 @@ use crate::{Payload, Rank, WireError, WireErrorKind};
 use bytes::{Buf, Bytes};
 
 /// The wire version this build speaks. 2 (2026-11-25): a whole view (`intra::FullView`, in
-/// membership and merge messages) carries its protocol parameters. A datagram of another version
+/// membership and merge messages) carries its protocol parameters. 3 (2026-11-25): `heal`
+/// answers a smaller partition's hello with an `answer` hello, and a coordinator asks to merge
+/// only once answered (a member of version 2 would never answer, and its partition would never be
+/// asked). A datagram of another version
 /// does not decode (`WireErrorKind::Version`; the node counts it as `OtherVersion`), so members
 /// of different versions never form a view together.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// The largest datagram accepted (the UDP/IPv4 payload limit).
 pub const DATAGRAM_SIZE_MAX: usize = 65_507;
 /// The largest number of headers in one datagram.

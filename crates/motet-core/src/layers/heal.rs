@@ -13,6 +13,15 @@
 //! carries over). Thus a crashed-and-restarted process (a new singleton
 //! endpoint) or the two sides of a healed partition find each other and merge.
 //!
+//! A coordinator asks only once it knows that messages get through both ways (thesis §2.3.3's
+//! merge assumes a request can reach the granter). A hello heard from a larger partition proves
+//! only that *its* messages reach us; so we send our hello to its coordinator, which answers a
+//! smaller partition's hello with an `answer` hello sent to us alone, and only an answer makes us
+//! ask. Asking floods our own partition (an `intra` round: the application is blocked) and waits
+//! up to `merge.merge_timeout` (3 s) for a grant; with a partition that heals in one direction
+//! only, the request could never arrive, and every member of ours was blocked for those 3 s and
+//! then got a new view of the same members. Now nothing happens until the other direction heals.
+//!
 //! Two rules keep healing from feeding on itself. A view asks at most once, and not before it is
 //! `gossip_interval` old (a hello heard earlier is remembered and acted on at the first tick), so
 //! a lineage of views that keep failing to merge — each failure makes a new view — asks at most
@@ -91,11 +100,12 @@ impl Heal {
 }
 
 impl Heal {
-    /// Announces our view, to one address or to every known peer.
-    fn hello(&self, to: Option<crate::view::Address>, out: &mut Outbox<'_>) {
+    /// Announces our view, to one address or to every known peer; `answer`: to a smaller
+    /// partition's coordinator, in answer to its hello.
+    fn hello(&self, to: Option<crate::view::Address>, answer: bool, out: &mut Outbox<'_>) {
         let contact = self.view.addresses[usize::from(self.rank)].into();
         let id = self.view.view_id;
-        let hello = Header::Hello { ltime: id.ltime, coord: id.coord.0, primary: self.view.primary, contact };
+        let hello = Header::Hello { answer, ltime: id.ltime, coord: id.coord.0, primary: self.view.primary, contact };
         out.dn(Dn::Gossip { to, msg: Msg::default().with(hello) });
     }
 
@@ -132,7 +142,7 @@ impl Layer for Heal {
             Up::Gossip(mut msg)
                 if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Heal(Header::Hello { .. }))) =>
             {
-                let Some(Header::Hello { ltime, coord, primary, contact }) = msg.pop_as::<Header>() else {
+                let Some(Header::Hello { answer, ltime, coord, primary, contact }) = msg.pop_as::<Header>() else {
                     unreachable!()
                 };
                 let view = ViewId { ltime, coord: EndpointId(coord) };
@@ -141,12 +151,19 @@ impl Layer for Heal {
                 if self.coord != self.rank || !stranger || self.replaced {
                     return;
                 }
-                if theirs > ours && self.asked.is_none() {
-                    self.ask(contact.into(), view, out);
-                } else if theirs < ours {
+                match (theirs > ours, answer) {
+                    // A larger partition heard us: messages get through both ways.
+                    (true, true) if self.asked.is_none() => self.ask(contact.into(), view, out),
+                    (true, true) => {}
+                    // A larger partition's announcement: tell its coordinator where we are, and
+                    // ask once it answers.
+                    (true, false) => self.hello(Some(contact.into()), false, out),
                     // They wait for us to be asked, but may not know where we are (a new process
-                    // is in nobody's peer list): answer so they can ask.
-                    self.hello(Some(contact.into()), out);
+                    // is in nobody's peer list) nor whether we hear them: answer so they can ask.
+                    (false, false) => self.hello(Some(contact.into()), true, out),
+                    // An answer from a partition that is now the smaller (views changed since):
+                    // answers are never answered, so no two coordinators keep each other busy.
+                    (false, true) => {}
                 }
             }
             other => out.pass_up(other, Header::NoHdr),
@@ -167,7 +184,7 @@ impl Layer for Heal {
                     self.ask(contact, view, out);
                 }
             }
-            self.hello(None, out);
+            self.hello(None, false, out);
         }
         out.alarm(out.now() + self.config.gossip_interval);
     }
@@ -183,9 +200,39 @@ mod tests {
     use crate::layer::harness::{Harness, Out};
     use crate::view::Address;
 
-    fn hello_from(ltime: u64, coord: u64) -> Up {
-        let hello = Header::Hello { ltime, coord, primary: true, contact: Address::Sim(9).into() };
+    /// A hello from the coordinator of another partition: an answer to ours (which proves that
+    /// messages get through both ways), or an announcement.
+    fn hello_from(ltime: u64, coord: u64, answer: bool) -> Up {
+        hello_of(true, ltime, coord, answer)
+    }
+
+    /// The same from a partition that is primary or not (a non-primary one is the smaller).
+    fn hello_of(primary: bool, ltime: u64, coord: u64, answer: bool) -> Up {
+        let hello = Header::Hello { answer, ltime, coord, primary, contact: Address::Sim(9).into() };
         Up::Gossip(Msg::default().with(hello))
+    }
+
+    /// A coordinator whose view is `gossip_interval` old (it may ask at once).
+    fn old_coordinator() -> Harness<Heal> {
+        let view = crate::testing::view(1);
+        let mut h = Harness::new(Heal::new(&Config::default(), &view, 0), 0);
+        h.up(Up::Init);
+        let at = h.alarm.unwrap();
+        h.timer(at);
+        h
+    }
+
+    /// The hellos sent: (to, answer).
+    fn hellos(out: &[Out]) -> Vec<(Option<Address>, bool)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Out::Dn(Dn::Gossip { to, msg }) => match msg.hdrs.last().as_deref() {
+                    Some(AnyHeader::Heal(Header::Hello { answer, .. })) => Some((*to, *answer)),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
     }
 
     fn asked(out: &[Out]) -> bool {
@@ -197,10 +244,10 @@ mod tests {
         let view = crate::testing::view(1);
         let mut h = Harness::new(Heal::new(&Config::default(), &view, 0), 0);
         h.up(Up::Init);
-        assert!(!asked(&h.up(hello_from(5, 77))), "asked before the view was gossip_interval old");
+        assert!(!asked(&h.up(hello_from(5, 77, true))), "asked before the view was gossip_interval old");
         let at = h.alarm.unwrap();
         assert!(asked(&h.timer(at)), "the remembered hello is acted on at the first tick");
-        assert!(!asked(&h.up(hello_from(5, 77))), "asked twice in one view");
+        assert!(!asked(&h.up(hello_from(5, 77, true))), "asked twice in one view");
     }
 
     #[test]
@@ -210,7 +257,30 @@ mod tests {
         h.up(Up::Init);
         let at = h.alarm.unwrap();
         h.timer(at);
-        assert!(asked(&h.up(hello_from(5, 77))));
+        assert!(asked(&h.up(hello_from(5, 77, true))));
+    }
+
+    /// A one-way partition: we hear a larger partition's announcements, but nothing of ours
+    /// reaches it. Asking would block our partition for a merge timeout and then give it a new
+    /// view of the same members; so an announcement gets only our hello, and the request waits
+    /// for the answer that proves the other direction.
+    #[test]
+    fn an_announcement_is_answered_with_our_hello_and_only_an_answer_makes_us_ask() {
+        let mut h = old_coordinator();
+        let out = h.up(hello_from(5, 77, false));
+        assert!(!asked(&out), "asked on a hello that proves only one direction");
+        assert_eq!(hellos(&out), vec![(Some(Address::Sim(9)), false)], "our hello to their coordinator");
+        assert!(!asked(&h.up(hello_from(5, 77, false))), "a second announcement");
+        assert!(asked(&h.up(hello_from(5, 77, true))), "their answer proves both directions");
+    }
+
+    #[test]
+    fn a_smaller_partition_s_hello_gets_an_answer_and_an_answer_gets_nothing() {
+        let mut h = old_coordinator();
+        let out = h.up(hello_of(false, 5, 77, false));
+        assert!(!asked(&out), "a larger partition asked to merge into a smaller one");
+        assert_eq!(hellos(&out), vec![(Some(Address::Sim(9)), true)], "the answer, to their coordinator alone");
+        assert!(h.up(hello_of(false, 5, 77, true)).is_empty(), "an answer was answered");
     }
 
     #[test]
@@ -221,6 +291,6 @@ mod tests {
         h.up(Up::NewView(Arc::clone(&view)));
         let at = h.alarm.unwrap();
         assert!(h.timer(at).is_empty(), "a replaced stack still gossips");
-        assert!(h.up(hello_from(5, 77)).is_empty(), "a replaced stack still acts on hellos");
+        assert!(h.up(hello_from(5, 77, true)).is_empty(), "a replaced stack still acts on hellos");
     }
 }

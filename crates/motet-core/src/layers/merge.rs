@@ -191,6 +191,7 @@ impl Layer for Merge {
         let Some(pending) = &self.pending else { return };
         if now >= pending.deadline {
             self.pending = None;
+            out.count(crate::event::Counter::MergeUnanswered);
             out.up(Up::MergeFailed);
         } else {
             Merge::send(pending.contact, pending.request.clone(), out);
@@ -250,6 +251,7 @@ mod tests {
         assert!(matches!(gossip(&out)[..], [Header::Request { .. }]));
         let out = run_until(&mut h, Instant::ZERO + Duration::from_millis(10_000));
         assert!(matches!(out.last(), Some(Out::Up(Up::MergeFailed))), "{out:?}");
+        assert_eq!(h.stats.counter(crate::event::Counter::MergeUnanswered), 1);
         assert_eq!(gossip(&out).len(), 14, "repeated every 200 ms until the 3 s timeout");
         assert!(h.alarm.is_none());
         // A late grant is not raised.

@@ -12,6 +12,9 @@ pub enum Header {
     NoHdr,
     /// A coordinator announces its view to the group's other partitions.
     Hello {
+        /// An answer to a hello from a smaller partition, sent to its coordinator alone: proof
+        /// for it that messages get through both ways (variant 2 on the wire; 1 otherwise).
+        answer: bool,
         /// The view's logical time.
         ltime: u64,
         /// The view's coordinator (endpoint id).
@@ -29,11 +32,12 @@ impl LayerHeader for Header {
     fn variant(&self) -> u8 {
         match self {
             Header::NoHdr => 0,
-            Header::Hello { .. } => 1,
+            Header::Hello { answer: false, .. } => 1,
+            Header::Hello { answer: true, .. } => 2,
         }
     }
     fn encode_fields(&self, w: &mut Writer<'_>) {
-        if let Header::Hello { ltime, coord, primary, contact } = self {
+        if let Header::Hello { ltime, coord, primary, contact, .. } = self {
             w.varint(*ltime);
             w.varint(*coord);
             w.u8(u8::from(*primary));
@@ -42,7 +46,7 @@ impl LayerHeader for Header {
     }
     fn decode_fields(variant: u8, r: &mut Reader<'_>) -> Result<Self, WireError> {
         match variant {
-            1 => {
+            1 | 2 => {
                 let (ltime, coord) = (r.varint()?, r.varint()?);
                 let offset = r.position();
                 let primary = match r.u8()? {
@@ -50,7 +54,7 @@ impl LayerHeader for Header {
                     1 => true,
                     _ => return Err(WireError { kind: crate::WireErrorKind::Range, offset }),
                 };
-                Ok(Header::Hello { ltime, coord, primary, contact: r.address()? })
+                Ok(Header::Hello { answer: variant == 2, ltime, coord, primary, contact: r.address()? })
             }
             _ => Err(bad_variant::<Self>(variant, r)),
         }

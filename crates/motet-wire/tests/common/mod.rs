@@ -187,8 +187,11 @@ pub fn intra_hdr() -> impl Strategy<Value = intra::Header> {
 pub fn heal_hdr() -> impl Strategy<Value = heal::Header> {
     prop_oneof![
         Just(heal::Header::NoHdr),
-        (u64_any(), u64_any(), any::<bool>(), address())
-            .prop_map(|(ltime, coord, primary, contact)| heal::Header::Hello { ltime, coord, primary, contact }),
+        (any::<bool>(), u64_any(), u64_any(), any::<bool>(), address()).prop_map(
+            |(answer, ltime, coord, primary, contact)| {
+                heal::Header::Hello { answer, ltime, coord, primary, contact }
+            }
+        ),
     ]
 }
 
