@@ -3,7 +3,8 @@
 //! the group into two partitions, each of which installs a view of its own; restoring it heals the
 //! partition, and the two merge back into one view. Loss and delay come from `tc netem` when the
 //! kernel has it, otherwise from the members' own receive-side loss injection (this is said
-//! plainly). Needs root: without it the test says so and passes without running.
+//! plainly). A second test makes the cable one-way. Needs root: without it the tests say so and
+//! pass without running.
 
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)] // real processes and real time
 
@@ -88,6 +89,19 @@ impl Topology {
 
     fn cable(&self, up: bool) -> Result<(), String> {
         ip(&["-n", &self.ns("br"), "link", "set", "xa", if up { "up" } else { "down" }])
+    }
+
+    /// Makes members `from` unable to reach the others (`add`) or able again: a blackhole route
+    /// to each other member's address in their namespaces, so what they send to them is dropped
+    /// while what the others send them still arrives (a one-way partition, with `ip` alone).
+    fn one_way(&self, from: std::ops::Range<usize>, add: bool) -> Result<(), String> {
+        for i in from.clone() {
+            for j in (0..MEMBERS).filter(|j| !from.contains(j)) {
+                let to = format!("{}/32", Topology::address(j));
+                ip(&["-n", &self.member_ns(i), "route", if add { "add" } else { "del" }, "blackhole", &to])?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -259,6 +273,75 @@ fn a_partition_splits_the_group_into_two_views_and_the_heal_merges_them() {
     let problems = logcheck::check(&logs, false);
     assert!(problems.is_empty(), "{problems:#?}");
     eprintln!("netns test: views {first} -> {left} | {right} -> {merged}");
+}
+
+/// A one-way partition (issue 4's real networks; docs/membership.md, `heal`): the two halves of
+/// the group hear each other one way only, as behind a misconfigured firewall. The smaller
+/// partition (the one that asks to merge) hears the larger one's hellos, but nothing it sends gets
+/// through. It must not ask: a request that cannot arrive blocked its whole partition for the
+/// merge timeout (3 s), then gave it a new view of the same members. So its view stays, and its
+/// members keep casting to each other; when the way back opens, the group merges.
+#[test]
+fn a_one_way_partition_blocks_nobody_and_the_heal_merges_the_group() {
+    if let Err(why) = can_run('o') {
+        eprintln!(
+            "SKIPPED netns one-way partition test: it needs root and network namespaces ({why}); CI runs it as root"
+        );
+        return;
+    }
+    let topology = Topology::build('o').expect("network namespaces and bridges");
+    let mut procs: Vec<Proc> = (0..MEMBERS).map(|i| Proc::spawn(&topology, i, None)).collect();
+    wait_for(Duration::from_secs(60), "one view of four", || one_view_of(&all(&procs)));
+    topology.cable(false).unwrap();
+    let left = wait_for(Duration::from_secs(60), "the view of {m0, m1}", || one_view_of(&all(&procs)[..2]));
+    let right = wait_for(Duration::from_secs(60), "the view of {m2, m3}", || one_view_of(&all(&procs)[2..]));
+    // Partitions are ordered by view id (ltime, then coordinator): the smaller asks to merge.
+    let order = |id: &str| {
+        let (ltime, coord) = id.split_once(':').expect("ltime:coordinator");
+        (
+            ltime.parse::<u64>().unwrap(),
+            u64::from_str_radix(coord.strip_prefix('e').expect("e and hex digits"), 16).unwrap(),
+        )
+    };
+    let a_smaller = order(&left) < order(&right);
+    let (smaller, view) = if a_smaller { (0..2, left.clone()) } else { (2..4, right.clone()) };
+    topology.one_way(smaller.clone(), true).unwrap();
+    topology.cable(true).unwrap();
+    // Long enough to ask, be refused by silence (3 s) and install a view, twice over.
+    std::thread::sleep(Duration::from_secs(8));
+    for i in smaller.clone() {
+        let last = procs[i].log().last_view().map(|(id, _)| id.to_string());
+        assert_eq!(last.as_deref(), Some(view.as_str()), "m{i} installed a view during the one-way partition");
+    }
+    // Nobody in the smaller partition is blocked: a cast from each reaches the other.
+    for i in smaller.clone() {
+        let line = format!("m{i}-one-way");
+        procs[i].cast(line);
+    }
+    wait_for(Duration::from_secs(10), "the casts within the smaller partition", || {
+        smaller
+            .clone()
+            .all(|i| {
+                let log = procs[i].log();
+                smaller.clone().all(|j| {
+                    let line = format!("m{j}-one-way");
+                    log.events.iter().any(|e| matches!(e, LogEvent::Cast { data, .. } if *data == line))
+                })
+            })
+            .then(String::new)
+    });
+    topology.one_way(smaller.clone(), false).unwrap();
+    let merged = wait_for(Duration::from_secs(60), "the merged view of four", || one_view_of(&all(&procs)));
+    for p in &procs {
+        Command::new("kill").args(["-TERM", &p.child.id().to_string()]).status().unwrap();
+    }
+    for p in procs.iter_mut() {
+        assert!(p.child.wait().unwrap().success(), "{} did not exit cleanly", p.name);
+    }
+    let logs: Vec<MemberLog> = procs.iter().map(Proc::log).collect();
+    let problems = logcheck::check(&logs, false);
+    assert!(problems.is_empty(), "{problems:#?}");
+    eprintln!("netns one-way test: {left} | {right}, one way from {view}'s side for 8 s, then {merged}");
 }
 
 fn all(procs: &[Proc]) -> Vec<&Proc> {
