@@ -13,9 +13,9 @@
 //! carries over). Thus a crashed-and-restarted process (a new singleton
 //! endpoint) or the two sides of a healed partition find each other and merge.
 //!
-//! A coordinator asks only once it knows that messages get through both ways (thesis §2.3.3's
-//! merge assumes a request can reach the granter). A hello heard from a larger partition proves
-//! only that *its* messages reach us; so we send our hello to its coordinator, which answers a
+//! A coordinator asks only once it knows that messages get through both ways (a merge request
+//! must reach the granter). A hello heard from a larger partition proves only that *its*
+//! messages reach us; so we send our hello to its coordinator, which answers a
 //! smaller partition's hello with an `answer` hello sent to us alone, and only an answer makes us
 //! ask. Asking floods our own partition (an `intra` round: the application is blocked) and waits
 //! up to `merge.merge_timeout` (3 s) for a grant; with a partition that heals in one direction
@@ -157,7 +157,8 @@ impl Layer for Heal {
                     (true, true) => {}
                     // A larger partition's announcement: tell its coordinator where we are, and
                     // ask once it answers.
-                    (true, false) => self.hello(Some(contact.into()), false, out),
+                    (true, false) if self.asked.is_none() => self.hello(Some(contact.into()), false, out),
+                    (true, false) => {}
                     // They wait for us to be asked, but may not know where we are (a new process
                     // is in nobody's peer list) nor whether we hear them: answer so they can ask.
                     (false, false) => self.hello(Some(contact.into()), true, out),
