@@ -417,4 +417,14 @@ pub(crate) mod harness {
             self.run(|layer, out| layer.handle_timer(out))
         }
     }
+
+    /// The sends among `out` whose top header is an `H`: (destination, header).
+    pub(crate) fn sent<H: TryFrom<motet_wire::Header>>(out: &[Out]) -> Vec<(Rank, H)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Out::Dn(Dn::Send { dest, msg }) => msg.clone().pop_as::<H>().map(|h| (*dest, h)),
+                _ => None,
+            })
+            .collect()
+    }
 }

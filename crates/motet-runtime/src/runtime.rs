@@ -737,10 +737,10 @@ enum Handed {
 
 /// Hands `event` to the member's channel, or, when it is full, to the front of its overflow.
 fn hand(listener: &mut Listener, event: Event) -> Handed {
-    let exit = event == Event::Exit;
+    let exit = matches!(event, Event::Exit);
     // What the handle checks actions against changes when the application gets the view.
     let view = match &event {
-        Event::View(view) => Some((Arc::<[EndpointId]>::from(view.members.clone()), view.params.appl.message_size_max)),
+        Event::View(view) => Some((Arc::<[EndpointId]>::from(&view.members[..]), view.params.appl.message_size_max)),
         _ => None,
     };
     let sent = match listener.sink.try_send(event) {

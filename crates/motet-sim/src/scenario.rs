@@ -183,6 +183,26 @@ impl Scenario {
         Ok(Scenario { name: name.to_string(), options, expect })
     }
 
+    /// Runs the scenario with `seed` in place of its own.
+    pub fn run_seed(&self, seed: u64) -> SimReport {
+        let mut options = self.options.clone();
+        options.seed = seed;
+        crate::run(&options)
+    }
+
+    /// Runs the scenario with each of `seeds`: a line per seed that went wrong, naming the
+    /// scenario, the seed and its first problems (empty when every seed passed).
+    pub fn failures(&self, seeds: impl IntoIterator<Item = u64>) -> Vec<String> {
+        seeds
+            .into_iter()
+            .filter_map(|seed| {
+                let problems = self.check(&self.run_seed(seed));
+                (!problems.is_empty())
+                    .then(|| format!("{} seed {seed}: {:?}", self.name, &problems[..problems.len().min(3)]))
+            })
+            .collect()
+    }
+
     /// What the run got wrong: oracle violations and unmet expectations (empty when it passed).
     pub fn check(&self, report: &SimReport) -> Vec<String> {
         let mut problems: Vec<String> = report.violations.iter().map(|v| format!("violation: {v:?}")).collect();

@@ -18,9 +18,7 @@ fn a_slow_application_throttles_its_senders_and_a_view_change_does_not_wait_for_
     let window = StackConfig::default().mflow.window as usize;
     let interval = StackConfig::default().mflow.lag_report_interval.as_millis() as usize;
     for seed in 1..=5 {
-        let mut options = scenario.options.clone();
-        options.seed = seed;
-        let report = motet_sim::run(&options);
+        let report = scenario.run_seed(seed);
         assert!(scenario.check(&report).is_empty(), "seed {seed}: {:?}", scenario.check(&report));
         // Node 1's casts that reach node 2 while it lags, from 100 ms to the crash at 1,500 ms.
         let during_lag = |report: &motet_sim::SimReport| {
@@ -31,7 +29,8 @@ fn a_slow_application_throttles_its_senders_and_a_view_change_does_not_wait_for_
         let bound = window * (1 + 1_400usize.div_ceil(interval));
         assert!(during_lag(&report) <= bound, "seed {seed}: {} casts reached node 2", during_lag(&report));
         // The same run without the lag: about 480 (node 1 casts 1,000 in its first second).
-        let mut eager = options.clone();
+        let mut eager = scenario.options.clone();
+        eager.seed = seed;
         eager.script.retain(|(_, action)| !matches!(action, ScriptAction::Lag(..)));
         let eager = motet_sim::run(&eager);
         let (lagged, eager) = (during_lag(&report), during_lag(&eager));
@@ -54,9 +53,7 @@ fn a_lagging_sequencer_still_orders_and_a_crash_is_handled() {
     let text = "nodes 3\nstack total\ncasts 300\nat 100 lag 0\nat 1500 crash 2\nat 9500 catch-up 0\nexpect views 0: [0 1]\nexpect final: 0 1\n";
     let scenario = Scenario::parse("lagging_sequencer", text).unwrap();
     for seed in 1..=5 {
-        let mut options = scenario.options.clone();
-        options.seed = seed;
-        let report = motet_sim::run(&options);
+        let report = scenario.run_seed(seed);
         assert!(scenario.check(&report).is_empty(), "seed {seed}: {:?}", scenario.check(&report));
         let view = report.trace.views.iter().find(|v| v.node == 1 && v.members == [0, 1]).expect("the view");
         assert!(ms(view.time) < 3_500, "seed {seed}: the view change waited for the application");
@@ -88,16 +85,8 @@ fn long_lags_under_every_stack_keep_every_guarantee() {
                 continue;
             }
             let text = format!("nodes 4\nstack {stack}\ncasts 200\n{script}");
-            let scenario = Scenario::parse("stress", &text).unwrap();
-            for seed in 1..=8 {
-                let mut options = scenario.options.clone();
-                options.seed = seed;
-                let report = motet_sim::run(&options);
-                let problems = scenario.check(&report);
-                if !problems.is_empty() {
-                    failures.push(format!("{stack} script {i} seed {seed}: {:?}", &problems[..problems.len().min(2)]));
-                }
-            }
+            let scenario = Scenario::parse(&format!("{stack} script {i}"), &text).unwrap();
+            failures.extend(scenario.failures(1..=8));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -13,15 +13,7 @@ fn scripted_scenarios_pass() {
     for path in files {
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         let scenario = Scenario::parse(&name, &std::fs::read_to_string(&path).unwrap()).unwrap();
-        for seed in 1..=5 {
-            let mut options = scenario.options.clone();
-            options.seed = seed;
-            let report = motet_sim::run(&options);
-            let problems = scenario.check(&report);
-            if !problems.is_empty() {
-                failures.push(format!("{name} seed {seed}: {:?}", &problems[..problems.len().min(3)]));
-            }
-        }
+        failures.extend(scenario.failures(1..=5));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

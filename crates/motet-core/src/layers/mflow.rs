@@ -249,15 +249,13 @@ impl Layer for Mflow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layer::harness::{Harness, Out};
+    use crate::layer::harness::{sent, Harness, Out};
 
     fn credits(out: &[Out]) -> Vec<(Rank, u64)> {
-        out.iter()
-            .filter_map(|o| match o {
-                Out::Dn(Dn::Send { dest, msg }) => match msg.clone().pop_as::<Header>() {
-                    Some(Header::Credit { count }) => Some((*dest, count)),
-                    _ => None,
-                },
+        let sends = sent::<Header>(out).into_iter();
+        sends
+            .filter_map(|(dest, h)| match h {
+                Header::Credit { count } => Some((dest, count)),
                 _ => None,
             })
             .collect()
@@ -267,12 +265,17 @@ mod tests {
         Up::Cast { origin: 0, msg: Msg::default().with(Header::NoHdr), qos: Qos::Reliable }
     }
 
-    #[test]
-    fn a_lag_withholds_credit_until_the_application_catches_up() {
-        let view = crate::testing::view(2);
-        let config = Config::default();
+    /// Rank 1 of two, with the default parameters, whose application has just begun to lag.
+    fn lagging() -> (Config, Harness<Mflow>) {
+        let (view, config) = (crate::testing::view(2), Config::default());
         let mut h = Harness::new(Mflow::new(&config, &view, 1), 1);
         h.dn(Dn::Lagging(true));
+        (config, h)
+    }
+
+    #[test]
+    fn a_lag_withholds_credit_until_the_application_catches_up() {
+        let (config, mut h) = lagging();
         let reported: Vec<_> = (0..3 * config.window).flat_map(|_| credits(&h.up(cast()))).collect();
         assert!(reported.is_empty(), "{reported:?}");
         assert_eq!(credits(&h.dn(Dn::Lagging(false))), vec![(0, 3 * config.window)], "all of it, at once");
@@ -282,10 +285,7 @@ mod tests {
 
     #[test]
     fn while_the_application_lags_credit_trickles_out_once_per_interval() {
-        let view = crate::testing::view(2);
-        let config = Config::default();
-        let mut h = Harness::new(Mflow::new(&config, &view, 1), 1);
-        h.dn(Dn::Lagging(true));
+        let (config, mut h) = lagging();
         let at = h.alarm.expect("the lag's timer");
         assert_eq!(at, h.now + config.lag_report_interval);
         (0..5).for_each(|_| drop(h.up(cast())));
@@ -298,9 +298,7 @@ mod tests {
 
     #[test]
     fn a_flush_lifts_the_lag_for_the_rest_of_the_view() {
-        let view = crate::testing::view(2);
-        let mut h = Harness::new(Mflow::new(&Config::default(), &view, 1), 1);
-        h.dn(Dn::Lagging(true));
+        let (config, mut h) = lagging();
         h.up(cast());
         // The layers' own casts (an order, a leave) pass while the application lags.
         let own = h.dn(Dn::Cast { msg: Msg::default(), qos: Qos::Reliable });
@@ -311,7 +309,7 @@ mod tests {
         assert!(flush.iter().any(|o| matches!(o, Out::Dn(Dn::Block))), "{flush:?}");
         // A lag asked for during the view's flush is passed on but withholds nothing.
         h.dn(Dn::Lagging(true));
-        let reported: Vec<_> = (0..Config::default().window).flat_map(|_| credits(&h.up(cast()))).collect();
+        let reported: Vec<_> = (0..config.window).flat_map(|_| credits(&h.up(cast()))).collect();
         assert_eq!(reported.len(), 2);
     }
 }

@@ -234,15 +234,13 @@ impl Layer for Pt2ptw {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layer::harness::{Harness, Out};
+    use crate::layer::harness::{sent, Harness, Out};
 
     fn acks(out: &[Out]) -> Vec<(Rank, u64)> {
-        out.iter()
-            .filter_map(|o| match o {
-                Out::Dn(Dn::Send { dest, msg }) => match msg.clone().pop_as::<Header>() {
-                    Some(Header::Ack { count }) => Some((*dest, count)),
-                    _ => None,
-                },
+        let sends = sent::<Header>(out).into_iter();
+        sends
+            .filter_map(|(dest, h)| match h {
+                Header::Ack { count } => Some((dest, count)),
                 _ => None,
             })
             .collect()
