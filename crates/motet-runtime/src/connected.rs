@@ -28,7 +28,7 @@
 //!   sends to that destination went through the shared one.
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use std::collections::BTreeMap;
+use std::collections::{btree_map, BTreeMap};
 use std::io;
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 
@@ -96,23 +96,27 @@ impl Connected {
         }
         self.uses += 1;
         let uses = self.uses;
-        let stale = match self.sockets.get(&to) {
-            Some(entry) => entry.socket.is_none() && uses - entry.used >= RETRY_AFTER,
-            None => {
-                if self.sockets.len() >= self.limit && !self.evict_idle(uses) {
-                    self.fallbacks += 1;
-                    return None;
+        // One search of the map, through its entry: a datagram's send path has few steps, and a
+        // search is about a tenth of them.
+        // A new destination in a full table first makes room, or is sent from the shared socket
+        // (a second search, only while the table is full).
+        if self.sockets.len() >= self.limit && !self.sockets.contains_key(&to) && !self.evict_idle(uses) {
+            self.fallbacks += 1;
+            return None;
+        }
+        let entry = match self.sockets.entry(to) {
+            btree_map::Entry::Occupied(occupied) => {
+                let entry = occupied.into_mut();
+                if entry.socket.is_none() && uses - entry.used >= RETRY_AFTER {
+                    // Tried again; if it fails again, again after `RETRY_AFTER` sends.
+                    *entry = Entry { socket: connect_or_say(self.local, to, self.buffer), used: uses };
                 }
-                true
+                entry
+            }
+            btree_map::Entry::Vacant(vacant) => {
+                vacant.insert(Entry { socket: connect_or_say(self.local, to, self.buffer), used: uses })
             }
         };
-        if stale {
-            let socket = connect(self.local, to, self.buffer)
-                .inspect_err(|e| tracing::debug!(%to, error = %e, "no connected socket; sending from the shared one"))
-                .ok();
-            self.sockets.insert(to, Entry { socket, used: uses });
-        }
-        let entry = self.sockets.get_mut(&to).expect("made above");
         match entry.socket {
             Some(_) => entry.used = uses,
             None => self.fallbacks += 1,
@@ -172,6 +176,13 @@ impl Connected {
     pub(crate) fn set_limit(&mut self, limit: usize) {
         self.limit = limit;
     }
+}
+
+/// [`connect`], or `None` (said at debug level): the shared socket sends instead.
+fn connect_or_say(local: SocketAddr, to: SocketAddr, buffer: usize) -> Option<Socket> {
+    connect(local, to, buffer)
+        .inspect_err(|e| tracing::debug!(%to, error = %e, "no connected socket; sending from the shared one"))
+        .ok()
 }
 
 /// A non-blocking UDP socket bound to `local` and connected to `to`.

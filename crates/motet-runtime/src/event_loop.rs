@@ -33,7 +33,7 @@ use app::MemberState;
 pub(crate) use app::Op;
 use migrate::{bind_socket, multicast_interface, Retired};
 use receive::Source;
-use send::Packing;
+use send::Packings;
 
 const SOCKET: mio::Token = mio::Token(0);
 const WAKER: mio::Token = mio::Token(1);
@@ -153,10 +153,7 @@ pub struct EventLoop {
     ready: VecDeque<(EndpointId, Event)>,
     backlog: VecDeque<(SocketAddr, DatagramHead, Payload)>,
     /// Per destination, what this turn has produced so far (sent at the end of the turn).
-    packing: BTreeMap<SocketAddr, Packing>,
-    /// The destinations this turn has written to ([`EventLoop::send_packed`]; a vector kept
-    /// between turns, so no allocation per turn).
-    destinations: Vec<SocketAddr>,
+    packing: Packings,
     /// Some member may have parked actions that can now go (its `retry` is set).
     retry_any: bool,
     /// Where the application's small payloads are copied ([`Op::copy_small`]).
@@ -222,8 +219,7 @@ impl EventLoop {
             owners: BTreeMap::new(),
             ready: VecDeque::new(),
             backlog: VecDeque::new(),
-            packing: BTreeMap::new(),
-            destinations: Vec::new(),
+            packing: Packings::default(),
             retry_any: false,
             chunks: Chunks::default(),
             writable_interest: false,

@@ -107,6 +107,15 @@ impl Payload {
             }
         }
     }
+
+    /// The payload as one contiguous buffer, as [`Payload::to_bytes`], consuming it: a payload of
+    /// one chunk gives that chunk itself (no reference-count traffic).
+    pub fn into_bytes(mut self) -> Bytes {
+        match self.chunks.len() {
+            1 => self.chunks.pop().expect("one chunk"),
+            _ => self.to_bytes(),
+        }
+    }
 }
 
 impl From<Bytes> for Payload {

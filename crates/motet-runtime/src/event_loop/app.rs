@@ -139,12 +139,14 @@ impl EventLoop {
         while let Some((stack, event)) = self.node.poll_event() {
             // The common case first: a message needs only its stack's endpoint and view (a
             // member of this loop is never forgotten, so one that owns a stack is there).
-            if let AppEvent::Cast { origin, payload } | AppEvent::Send { origin, payload } = &event {
+            // The payload moves into the event (no reference-count traffic).
+            if let AppEvent::Cast { origin, .. } | AppEvent::Send { origin, .. } = event {
                 let Some((endpoint, view)) = self.owners.get(&stack) else { continue };
-                let (from, data) = (view.members[usize::from(*origin)], payload.to_bytes());
+                let from = view.members[usize::from(origin)];
                 let event = match event {
-                    AppEvent::Cast { .. } => Event::Cast { from, data },
-                    _ => Event::Send { from, data },
+                    AppEvent::Cast { payload, .. } => Event::Cast { from, data: payload.into_bytes() },
+                    AppEvent::Send { payload, .. } => Event::Send { from, data: payload.into_bytes() },
+                    _ => unreachable!("matched as a message above"),
                 };
                 self.ready.push_back((*endpoint, event));
                 continue;

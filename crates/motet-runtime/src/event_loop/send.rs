@@ -4,6 +4,7 @@
 
 use super::{EventLoop, SOCKET};
 use motet_core::{DatagramHead, Payload};
+use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
 
@@ -16,6 +17,34 @@ pub(super) struct Packing {
     pub(super) sealed: Vec<(DatagramHead, Payload)>,
 }
 
+/// The packing buffers of every destination, kept between turns (no allocation per turn), each
+/// found with one search per datagram: the turn lists the slots it wrote to, and the end of the
+/// turn goes through that list without searching again.
+#[derive(Debug, Default)]
+pub(super) struct Packings {
+    slots: Vec<(SocketAddr, Packing)>,
+    index: BTreeMap<SocketAddr, usize>,
+    /// The slots this turn has written to ([`EventLoop::send_packed`]); one that was emptied and
+    /// written again is listed twice and found empty.
+    written: Vec<usize>,
+}
+
+impl Packings {
+    /// The slot of `to`, listed as written by this turn when it was empty.
+    fn slot(&mut self, to: SocketAddr) -> usize {
+        let slots = &mut self.slots;
+        let slot = *self.index.entry(to).or_insert_with(|| {
+            slots.push((to, Packing::default()));
+            slots.len() - 1
+        });
+        let packing = &self.slots[slot].1;
+        if packing.items.is_empty() && packing.sealed.is_empty() {
+            self.written.push(slot);
+        }
+        slot
+    }
+}
+
 /// Largest buffer handed to one segmented send (a UDP datagram's limit, less IP and UDP headers,
 /// rounded down).
 const SEGMENTED_MAX: usize = 65_000;
@@ -26,23 +55,23 @@ impl EventLoop {
     pub(super) fn send_one(&mut self, to: SocketAddr, head: DatagramHead, payload: Payload) {
         let framed = motet_wire::bundle::framed_len(head.len() + payload.len());
         let pack_max = self.config.pack_max;
+        let slot = self.packing.slot(to);
         if pack_max == 0 || 1 + framed > pack_max {
-            self.seal(to);
-            return self.push_sealed(to, head, payload);
+            self.seal(slot);
+            return self.push_sealed(slot, head, payload);
         }
-        let mut packing = self.packing_for(to);
-        if 1 + packing.bytes + framed > pack_max {
-            self.seal(to);
-            packing = self.packing.get_mut(&to).expect("sealing keeps the destination");
+        if 1 + self.packing.slots[slot].1.bytes + framed > pack_max {
+            self.seal(slot);
         }
+        let packing = &mut self.packing.slots[slot].1;
         packing.bytes += framed;
         packing.items.push((head, payload));
     }
 
-    /// Closes the bundle being packed for `to`: one datagram as it is (no copy), several as a
+    /// Closes the bundle being packed in `slot`: one datagram as it is (no copy), several as a
     /// bundle.
-    fn seal(&mut self, to: SocketAddr) {
-        let Some(packing) = self.packing.get_mut(&to) else { return };
+    fn seal(&mut self, slot: usize) {
+        let packing = &mut self.packing.slots[slot].1;
         let bytes = std::mem::take(&mut packing.bytes);
         let sealed = match packing.items.len() {
             0 => return,
@@ -63,66 +92,58 @@ impl EventLoop {
                 (DatagramHead::from_vec(bundle), Payload::new())
             }
         };
-        self.push_sealed(to, sealed.0, sealed.1);
+        self.push_sealed(slot, sealed.0, sealed.1);
     }
 
-    /// Adds a whole datagram for `to`; they leave at the end of the turn, or now when as many are
-    /// waiting as one system call can carry.
-    fn push_sealed(&mut self, to: SocketAddr, head: DatagramHead, payload: Payload) {
+    /// Adds a whole datagram for `slot`'s destination; they leave at the end of the turn, or now
+    /// when as many are waiting as one system call can carry.
+    fn push_sealed(&mut self, slot: usize, head: DatagramHead, payload: Payload) {
         let limit = if self.config.segment_offload { self.io.max_segments() } else { 1 };
-        let packing = self.packing_for(to);
+        let packing = &mut self.packing.slots[slot].1;
         packing.sealed.push((head, payload));
         if packing.sealed.len() >= limit {
-            self.send_sealed(to);
+            self.send_sealed(slot);
         }
-    }
-
-    /// The buffers of `to`, listed for [`EventLoop::send_packed`] when this turn first writes to
-    /// them.
-    fn packing_for(&mut self, to: SocketAddr) -> &mut Packing {
-        let packing = self.packing.entry(to).or_default();
-        if packing.items.is_empty() && packing.sealed.is_empty() {
-            self.destinations.push(to);
-        }
-        packing
     }
 
     /// Sends everything this turn produced, bundles closed.
     pub(super) fn send_packed(&mut self) {
-        if self.destinations.is_empty() {
+        if self.packing.written.is_empty() {
             return;
         }
-        // Only the destinations this turn wrote to (listed as it wrote, in a vector kept between
-        // turns; one that was emptied and written again is listed twice and found empty).
-        let mut destinations = std::mem::take(&mut self.destinations);
-        for &to in &destinations {
-            // The common case of a quiet turn, one datagram for `to`: sent as it is, with one look
-            // at the map instead of sealing it and then sending what was sealed.
-            if let Some(packing) = self.packing.get_mut(&to) {
-                if packing.items.len() == 1 && packing.sealed.is_empty() {
-                    let (head, payload) = packing.items.pop().expect("one item");
-                    packing.bytes = 0;
-                    self.transmit(to, &head, &payload);
-                    continue;
-                }
+        // Only the slots this turn wrote to (listed as it wrote, in a vector kept between turns).
+        let mut written = std::mem::take(&mut self.packing.written);
+        for &slot in &written {
+            // The common case of a quiet turn, one datagram for a destination: sent as it is,
+            // without sealing it and then sending what was sealed.
+            let (to, packing) = &mut self.packing.slots[slot];
+            if packing.items.len() == 1 && packing.sealed.is_empty() {
+                let (head, payload) = packing.items.pop().expect("one item");
+                packing.bytes = 0;
+                let to = *to;
+                self.transmit(to, &head, &payload);
+                continue;
             }
-            self.seal(to);
-            self.send_sealed(to);
+            self.seal(slot);
+            self.send_sealed(slot);
         }
-        destinations.clear();
-        self.destinations = destinations;
+        written.clear();
+        self.packing.written = written;
         // Buffers stay allocated for the next turn; members that come and go (restarts take new
-        // ports) must not grow the map for ever.
-        if self.packing.len() > 1024 {
-            self.packing.clear();
+        // ports) must not grow the table for ever. Every slot is empty now (a datagram that
+        // waits for a full socket waits in the backlog).
+        if self.packing.slots.len() > 1024 {
+            self.packing.slots.clear();
+            self.packing.index.clear();
         }
     }
 
     /// Sends the whole datagrams waiting for `to`, in order. A run of datagrams of one size (the
     /// last may be shorter) goes in one segmented system call: copying a run into one buffer costs
     /// far less than the system calls it saves (the x-kernel lesson: count crossings, not bytes).
-    fn send_sealed(&mut self, to: SocketAddr) {
-        let Some(packing) = self.packing.get_mut(&to) else { return };
+    fn send_sealed(&mut self, slot: usize) {
+        let (to, packing) = &mut self.packing.slots[slot];
+        let to = *to;
         let sealed = std::mem::take(&mut packing.sealed);
         let mut rest = &sealed[..];
         while !rest.is_empty() {
@@ -192,10 +213,9 @@ impl EventLoop {
         // Give the vector back, so a busy destination does not allocate one per turn.
         let mut sealed = sealed;
         sealed.clear();
-        if let Some(packing) = self.packing.get_mut(&to) {
-            if packing.sealed.is_empty() {
-                packing.sealed = sealed;
-            }
+        let packing = &mut self.packing.slots[slot].1;
+        if packing.sealed.is_empty() {
+            packing.sealed = sealed;
         }
     }
 
