@@ -119,10 +119,14 @@ impl Payload {
 }
 
 impl From<Bytes> for Payload {
+    /// Built full, inline, as [`Payload::clone`] builds one chunk: every datagram received and
+    /// every application message comes in this way.
     fn from(chunk: Bytes) -> Payload {
-        let mut payload = Payload::new();
-        payload.push(chunk);
-        payload
+        if chunk.is_empty() {
+            return Payload::new();
+        }
+        let len = chunk.len();
+        Payload { chunks: SmallVec::from_buf([chunk]), len }
     }
 }
 

@@ -133,105 +133,116 @@ impl EventLoop {
         result
     }
 
+    /// The node's events for the applications, translated to endpoint ids.
     pub(super) fn collect_events(&mut self) {
         // Stacks come and go with views: the owners' map is pruned when one does.
         let mut views_changed = false;
         while let Some((stack, event)) = self.node.poll_event() {
-            // The common case first: a message needs only its stack's endpoint and view (a
-            // member of this loop is never forgotten, so one that owns a stack is there).
-            // The payload moves into the event (no reference-count traffic).
-            if let AppEvent::Cast { origin, .. } | AppEvent::Send { origin, .. } = event {
-                let Some((endpoint, view)) = self.owners.get(&stack) else { continue };
-                let from = view.members[usize::from(origin)];
-                let event = match event {
-                    AppEvent::Cast { payload, .. } => Event::Cast { from, data: payload.into_bytes() },
-                    AppEvent::Send { payload, .. } => Event::Send { from, data: payload.into_bytes() },
-                    _ => unreachable!("matched as a message above"),
-                };
-                self.ready.push_back((*endpoint, event));
-                continue;
-            }
-            if let AppEvent::View { view, rank } = &event {
-                let endpoint = view.members[usize::from(*rank)];
-                self.owners.insert(stack, (endpoint, Arc::clone(view)));
-            }
-            views_changed |= matches!(event, AppEvent::View { .. } | AppEvent::Exit);
-            let Some((endpoint, view)) = self.owners.get(&stack) else { continue };
-            let endpoint = *endpoint;
-            let Some(member) = self.members.get_mut(&endpoint) else { continue };
-            let current = stack == member.current;
-            let event = match event {
-                AppEvent::View { view, rank } => {
-                    self.stats.views_installed += 1;
-                    tracing::info!(%endpoint, view = ?view.view_id, members = view.members.len(), "view installed");
-                    if view.params != member.configured {
-                        self.stats.views_with_other_params += 1;
-                        if !std::mem::replace(&mut member.params_warned, true) {
-                            tracing::warn!(%endpoint, view = ?view.view_id, "this view's protocol parameters (the group's) differ from this member's configuration; the member runs the view's (configure every member of a group alike; a group takes new parameters only when all its members restart)");
-                        }
-                    }
-                    member.current = stack;
-                    if member.lagging {
-                        // A new view's stack starts with credit flowing.
-                        let _ = self.node.handle_action(self.clock.now(), stack, Action::Lagging(true));
-                    }
-                    member.view = Some(Arc::clone(&view));
-                    member.blocked = false;
-                    member.casts_blocked = false;
-                    member.sends_blocked.clear();
-                    member.retry = true;
-                    self.retry_any = true;
-                    Event::View(View::new(&view, rank))
-                }
-                // Handled above, before the member's state was looked up.
-                AppEvent::Cast { .. } | AppEvent::Send { .. } => continue,
-                AppEvent::Block => {
-                    if current {
-                        member.blocked = true;
-                    }
-                    Event::Block
-                }
-                AppEvent::FlowBlock { dest, blocked } => {
-                    if current {
-                        match dest {
-                            None => member.casts_blocked = blocked,
-                            Some(rank) if blocked => drop(member.sends_blocked.insert(rank)),
-                            Some(rank) => drop(member.sends_blocked.remove(&rank)),
-                        }
-                        member.retry |= !blocked;
-                        self.retry_any |= !blocked;
-                    }
+            // The common case inline: a message needs only its stack's endpoint and view (a
+            // member of this loop is never forgotten, so one that owns a stack is there), and its
+            // payload moves into the event (no reference-count traffic). The rest is out of line,
+            // so that the loop that every message takes stays small.
+            let (cast, origin, payload) = match event {
+                AppEvent::Cast { origin, payload } => (true, origin, payload),
+                AppEvent::Send { origin, payload } => (false, origin, payload),
+                event => {
+                    views_changed |= self.other_event(stack, event);
                     continue;
                 }
-                AppEvent::Exit => {
-                    member.left = true;
-                    member.parked.clear();
-                    member.xfer_parked.clear();
-                    Event::Exit
-                }
-                AppEvent::XferProvide if current => Event::XferProvide { view: view.view_id },
-                AppEvent::XferChunk { payload, last } if current => {
-                    Event::XferChunk { view: view.view_id, data: payload.to_bytes(), last }
-                }
-                // A transfer of a view this member has already left.
-                AppEvent::XferProvide | AppEvent::XferChunk { .. } => continue,
             };
-            let exit = event == Event::Exit;
-            self.ready.push_back((endpoint, event));
-            if exit {
-                // Gone for good: a process that joins and leaves groups all its life does not
-                // keep their state, nor resolve their seeds (an action for it is `Error::Left`).
-                self.members.remove(&endpoint);
-                for seeds in self.seeds.iter().filter(|seeds| seeds.endpoint == endpoint) {
-                    self.resolver.forget(seeds.id);
-                }
-                self.seeds.retain(|seeds| seeds.endpoint != endpoint);
-            }
+            let Some((endpoint, view)) = self.owners.get(&stack) else { continue };
+            let (from, data) = (view.members[usize::from(origin)], payload.into_bytes());
+            let event = if cast { Event::Cast { from, data } } else { Event::Send { from, data } };
+            self.ready.push_back((*endpoint, event));
         }
         if views_changed {
             let node = &self.node;
             self.owners.retain(|&stack, _| node.stack(stack).is_some());
         }
+    }
+
+    /// An event of stack `stack` other than a message. True if it was a view or an exit (the
+    /// owners' map is then pruned).
+    #[cold]
+    #[inline(never)]
+    fn other_event(&mut self, stack: StackId, event: AppEvent) -> bool {
+        if let AppEvent::View { view, rank } = &event {
+            let endpoint = view.members[usize::from(*rank)];
+            self.owners.insert(stack, (endpoint, Arc::clone(view)));
+        }
+        let views_changed = matches!(event, AppEvent::View { .. } | AppEvent::Exit);
+        let Some((endpoint, view)) = self.owners.get(&stack) else { return views_changed };
+        let endpoint = *endpoint;
+        let Some(member) = self.members.get_mut(&endpoint) else { return views_changed };
+        let current = stack == member.current;
+        let event = match event {
+            AppEvent::View { view, rank } => {
+                self.stats.views_installed += 1;
+                tracing::info!(%endpoint, view = ?view.view_id, members = view.members.len(), "view installed");
+                if view.params != member.configured {
+                    self.stats.views_with_other_params += 1;
+                    if !std::mem::replace(&mut member.params_warned, true) {
+                        tracing::warn!(%endpoint, view = ?view.view_id, "this view's protocol parameters (the group's) differ from this member's configuration; the member runs the view's (configure every member of a group alike; a group takes new parameters only when all its members restart)");
+                    }
+                }
+                member.current = stack;
+                if member.lagging {
+                    // A new view's stack starts with credit flowing.
+                    let _ = self.node.handle_action(self.clock.now(), stack, Action::Lagging(true));
+                }
+                member.view = Some(Arc::clone(&view));
+                member.blocked = false;
+                member.casts_blocked = false;
+                member.sends_blocked.clear();
+                member.retry = true;
+                self.retry_any = true;
+                Event::View(View::new(&view, rank))
+            }
+            // Taken by `collect_events`.
+            AppEvent::Cast { .. } | AppEvent::Send { .. } => return views_changed,
+            AppEvent::Block => {
+                if current {
+                    member.blocked = true;
+                }
+                Event::Block
+            }
+            AppEvent::FlowBlock { dest, blocked } => {
+                if current {
+                    match dest {
+                        None => member.casts_blocked = blocked,
+                        Some(rank) if blocked => drop(member.sends_blocked.insert(rank)),
+                        Some(rank) => drop(member.sends_blocked.remove(&rank)),
+                    }
+                    member.retry |= !blocked;
+                    self.retry_any |= !blocked;
+                }
+                return views_changed;
+            }
+            AppEvent::Exit => {
+                member.left = true;
+                member.parked.clear();
+                member.xfer_parked.clear();
+                Event::Exit
+            }
+            AppEvent::XferProvide if current => Event::XferProvide { view: view.view_id },
+            AppEvent::XferChunk { payload, last } if current => {
+                Event::XferChunk { view: view.view_id, data: payload.into_bytes(), last }
+            }
+            // A transfer of a view this member has already left.
+            AppEvent::XferProvide | AppEvent::XferChunk { .. } => return views_changed,
+        };
+        let exit = event == Event::Exit;
+        self.ready.push_back((endpoint, event));
+        if exit {
+            // Gone for good: a process that joins and leaves groups all its life does not
+            // keep their state, nor resolve their seeds (an action for it is `Error::Left`).
+            self.members.remove(&endpoint);
+            for seeds in self.seeds.iter().filter(|seeds| seeds.endpoint == endpoint) {
+                self.resolver.forget(seeds.id);
+            }
+            self.seeds.retain(|seeds| seeds.endpoint != endpoint);
+        }
+        views_changed
     }
 
     /// Takes parked actions of endpoints that may have been unblocked. True if any was taken.
@@ -324,7 +335,5 @@ fn take(
 }
 
 fn payload(data: &Bytes) -> Payload {
-    let mut payload = Payload::new();
-    payload.push(data.clone());
-    payload
+    Payload::from(data.clone())
 }
