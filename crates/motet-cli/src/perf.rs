@@ -5,6 +5,13 @@
 //! Both ends drive [`EventLoop`] on their main thread (no thread hop), sleeping in `epoll` or, with
 //! `--busy-poll`, spinning. The raw baseline does the same with a bare socket: blocking `recv`, or
 //! spinning on a non-blocking one.
+//!
+//! `perf latency` interleaves the two: blocks of raw round trips and blocks of Motet round trips
+//! take turns (raw, Motet, Motet, raw, ...), and each ratio compares all of one with all of the
+//! other. The machine's speed drifts during a run (on these VMs the raw round trip moved from
+//! 5.9 µs to 7.4 µs between runs, and within one): measured one after the other, a drift between
+//! the two phases showed up as Motet's cost (one busy-polling run gave 1.64 where the runs around
+//! it gave 1.27-1.37). In each phase only one socket is served, by one thread, as before.
 
 // This module measures real time and runs the raw-UDP peer on a thread.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
@@ -39,6 +46,9 @@ pub(crate) struct LatencyArgs {
     /// Round trips measured (after 10% more as warm-up).
     #[arg(long, default_value_t = 5000)]
     samples: usize,
+    /// Blocks each of raw and of Motet round trips, taking turns (`samples` in all, each).
+    #[arg(long, default_value_t = 10)]
+    blocks: usize,
     /// Spin instead of sleeping, in both processes.
     #[arg(long)]
     busy_poll: bool,
@@ -239,6 +249,22 @@ fn wait_for_view(event_loop: &mut EventLoop, n: usize, limit: Duration) -> Resul
     }
 }
 
+/// Polls until a cast of exactly `data` comes from another member.
+fn wait_for_cast(event_loop: &mut EventLoop, me: EndpointId, data: &[u8], limit: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        event_loop.poll(Some(Duration::from_millis(20))).map_err(|e| e.to_string())?;
+        while let Some((_, event)) = event_loop.next_event() {
+            if matches!(event, Event::Cast { from, data: ref d } if from != me && d[..] == *data) {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!("no cast {:?} from the peer within {limit:?}", String::from_utf8_lossy(data)));
+        }
+    }
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -256,19 +282,34 @@ fn seq_of(data: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(data.get(..8)?.try_into().ok()?))
 }
 
-/// Round trips of `samples` (after a warm-up) through `round_trip`, in microseconds, sorted.
-fn measure(samples: usize, mut round_trip: impl FnMut(u64) -> Result<(), String>) -> Result<Vec<f64>, String> {
-    let warmup = samples / 10 + 10;
-    let mut rtts = Vec::with_capacity(samples);
-    for seq in 0..(warmup + samples) as u64 {
+/// A cast shorter than any stamp (8 bytes): the measuring process asks the echo peer to serve its
+/// raw socket now (it answers on that socket); the peer answers a switch back, an empty raw
+/// datagram, with this cast.
+const TO_RAW: &[u8] = b"raw";
+const TO_MOTET: &[u8] = b"mot";
+
+/// Round trips discarded at the start of each block: the first after a switch finds the caches
+/// and branch predictors trained on the other path.
+const BLOCK_WARMUP: usize = 5;
+
+/// `count` round trips through `round_trip` (numbered from `*seq` on), after `warmup` more that are
+/// not kept, appended to `rtts` in microseconds.
+fn measure(
+    rtts: &mut Vec<f64>,
+    seq: &mut u64,
+    warmup: usize,
+    count: usize,
+    mut round_trip: impl FnMut(u64) -> Result<(), String>,
+) -> Result<(), String> {
+    for k in 0..warmup + count {
         let start = Instant::now();
-        round_trip(seq)?;
-        if seq as usize >= warmup {
+        round_trip(*seq)?;
+        *seq += 1;
+        if k >= warmup {
             rtts.push(start.elapsed().as_secs_f64() * 1e6);
         }
     }
-    rtts.sort_by(f64::total_cmp);
-    Ok(rtts)
+    Ok(())
 }
 
 fn latency(args: &LatencyArgs) -> Result<(), String> {
@@ -281,9 +322,12 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
     if args.busy_poll && args.pin == "same" {
         return Err("--busy-poll with --pin same puts two spinning processes on one CPU (each waits a whole time slice); use --pin split".into());
     }
+    let blocks = args.blocks.clamp(1, args.samples.max(1));
     pin(my_cpu)?;
     let addresses = free_addresses(3)?;
     let (mine, theirs, their_udp) = (addresses[0], addresses[1], addresses[2]);
+    let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let my_udp = socket.local_addr().map_err(|e| e.to_string())?;
     let group = format!("perf-latency-{}", std::process::id());
     let mut peer_args = vec![
         "--role".to_string(),
@@ -298,6 +342,8 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
         mine.to_string(),
         "--udp-bind".into(),
         their_udp.to_string(),
+        "--udp-target".into(),
+        my_udp.to_string(),
     ];
     peer_args.extend(mode_args(args.busy_poll, args.receive_offload));
     if let Some(cpu) = their_cpu {
@@ -305,55 +351,92 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
     }
     let _peer = PeerProcess::spawn(&peer_args)?;
 
-    // Raw UDP first, between the same two processes, with nothing else running; an empty
-    // datagram ends the peer's raw echo, and the peer then joins the group.
-    let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     socket.connect(their_udp).map_err(|e| e.to_string())?;
     socket.set_nonblocking(args.busy_poll).map_err(|e| e.to_string())?;
     socket.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
     let mut buf = vec![0u8; 65536];
-    let udp = measure(args.samples, |seq| {
-        socket.send(&stamp(args.size, seq)).map_err(|e| e.to_string())?;
-        loop {
-            match socket.recv(&mut buf) {
-                Ok(n) if seq_of(&buf[..n]) == Some(seq) => return Ok(()),
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(format!("raw UDP echo: {e}")),
-            }
-        }
-    })?;
-    socket.send(&[]).map_err(|e| e.to_string())?;
-
     let config = runtime_config(mine, args.busy_poll, args.receive_offload);
     let offload = config.receive_offload_on();
     let (mut event_loop, me) = join(config, &group, &args.stack, &[theirs])?;
     wait_for_view(&mut event_loop, 2, Duration::from_secs(30))?;
-    let before = event_loop.runtime_stats();
-    let rtts = measure(args.samples, |seq| {
-        let start = Instant::now();
-        event_loop.cast(me, stamp(args.size, seq).into()).map_err(|e| e.to_string())?;
-        loop {
-            event_loop.poll(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
-            while let Some((_, event)) = event_loop.next_event() {
-                if let Event::Cast { from, data } = event {
-                    if from != me && seq_of(&data) == Some(seq) {
-                        return Ok(());
-                    }
+
+    // Blocks take turns, raw first in even rounds and Motet first in odd ones (raw, Motet, Motet,
+    // raw, ...), so a steady drift weighs on both alike. Each path is warmed up once at its first
+    // block, as a single run of it was.
+    let (mut udp, mut rtts) = (Vec::with_capacity(args.samples), Vec::with_capacity(args.samples));
+    let (mut udp_seq, mut seq) = (0u64, 0u64);
+    let (mut turns, mut recv_waits) = (0u64, 0u64);
+    let warmup = args.samples / 10 + 10;
+    for block in 0..2 * blocks {
+        let raw = (block % 4 == 0) || (block % 4 == 3);
+        let count = args.samples / blocks + usize::from(block / 2 < args.samples % blocks);
+        let first = block < 2;
+        let warm = if first { warmup } else { BLOCK_WARMUP };
+        if raw {
+            // The peer serves its raw socket once it has had our switch (its answer says so).
+            event_loop.cast(me, TO_RAW.into()).map_err(|e| e.to_string())?;
+            event_loop.poll(Some(Duration::ZERO)).map_err(|e| e.to_string())?;
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                match socket.recv(&mut buf) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(format!("waiting for the peer to serve raw UDP: {e}")),
+                }
+                // Our own loop keeps running (the switch is a cast; it may need a retransmission).
+                event_loop.poll(Some(Duration::ZERO)).map_err(|e| e.to_string())?;
+                while event_loop.next_event().is_some() {}
+                if Instant::now() > deadline {
+                    return Err("the peer did not switch to raw UDP within 10 s".into());
                 }
             }
-            if start.elapsed() > Duration::from_secs(10) {
-                return Err(format!("no echo of message {seq} within 10 s"));
-            }
+            measure(&mut udp, &mut udp_seq, warm, count, |seq| {
+                socket.send(&stamp(args.size, seq)).map_err(|e| e.to_string())?;
+                loop {
+                    match socket.recv(&mut buf) {
+                        Ok(n) if seq_of(&buf[..n]) == Some(seq) => return Ok(()),
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(format!("raw UDP echo: {e}")),
+                    }
+                }
+            })?;
+            // An empty datagram sends the peer back to its event loop; it says so with a cast.
+            socket.send(&[]).map_err(|e| e.to_string())?;
+            wait_for_cast(&mut event_loop, me, TO_MOTET, Duration::from_secs(10))?;
+        } else {
+            let before = event_loop.runtime_stats();
+            measure(&mut rtts, &mut seq, warm, count, |seq| {
+                let start = Instant::now();
+                event_loop.cast(me, stamp(args.size, seq).into()).map_err(|e| e.to_string())?;
+                loop {
+                    event_loop.poll(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+                    while let Some((_, event)) = event_loop.next_event() {
+                        if let Event::Cast { from, data } = event {
+                            if from != me && seq_of(&data) == Some(seq) {
+                                return Ok(());
+                            }
+                        }
+                    }
+                    if start.elapsed() > Duration::from_secs(10) {
+                        return Err(format!("no echo of message {seq} within 10 s"));
+                    }
+                }
+            })?;
+            let after = event_loop.runtime_stats();
+            turns += after.turns - before.turns;
+            recv_waits += after.recv_waits - before.recv_waits;
         }
-    })?;
-    let after = event_loop.runtime_stats();
+    }
+    udp.sort_by(f64::total_cmp);
+    rtts.sort_by(f64::total_cmp);
     let (p50, p99, udp50) = (percentile(&rtts, 0.5), percentile(&rtts, 0.99), percentile(&udp, 0.5));
     // How this process's loop waited: in the receive call, or in `epoll` (near a timer, or with
-    // busy-polling), per round trip measured (warm-up included).
-    let round_trips = (args.samples + args.samples / 10 + 10) as f64;
-    let turns = (after.turns - before.turns) as f64 / round_trips;
-    let recv_waits = (after.recv_waits - before.recv_waits) as f64 / round_trips;
+    // busy-polling), per round trip measured (warm-ups included).
+    let round_trips = seq as f64;
+    let turns = turns as f64 / round_trips;
+    let recv_waits = recv_waits as f64 / round_trips;
     let report = json!({
         "stack": args.stack,
         "size": args.size,
@@ -366,6 +449,7 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
         "udp_rtt_us_p50": round(udp50),
         "udp_rtt_us_p99": round(percentile(&udp, 0.99)),
         "ratio_p50": round(p50 / udp50),
+        "blocks": blocks,
         "loop_turns_per_rtt": round(turns),
         "recv_waits_per_rtt": round(recv_waits),
     });
@@ -530,26 +614,37 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
     match args.role.as_str() {
         "echo" => {
             pin(args.cpu)?;
+            // Raw UDP and Motet take turns, at the measuring process's word: `TO_RAW`, cast, makes
+            // this process serve its raw socket alone (it answers with an empty datagram), and an
+            // empty datagram makes it serve its event loop alone (it answers with `TO_MOTET`).
+            let target = args.udp_target.ok_or("--udp-target is required for echo")?;
             raw.set_nonblocking(args.busy_poll).map_err(|e| e.to_string())?;
             let mut buf = vec![0u8; 65536];
-            loop {
-                match raw.recv_from(&mut buf) {
-                    Ok((0, _)) => break,
-                    Ok((n, from)) => drop(raw.send_to(&buf[..n], from)),
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e.to_string()),
-                }
-            }
             let me = event_loop.join(&config).map_err(|e| e.to_string())?;
             loop {
-                event_loop.poll(None).map_err(|e| e.to_string())?;
-                while let Some((_, event)) = event_loop.next_event() {
-                    if let Event::Cast { from, data } = event {
-                        if from != me {
-                            event_loop.cast(me, data).map_err(|e| e.to_string())?;
+                let mut to_raw = false;
+                while !to_raw {
+                    event_loop.poll(None).map_err(|e| e.to_string())?;
+                    while let Some((_, event)) = event_loop.next_event() {
+                        match event {
+                            Event::Cast { from, data } if from != me && data[..] == *TO_RAW => to_raw = true,
+                            Event::Cast { from, data } if from != me => {
+                                event_loop.cast(me, data).map_err(|e| e.to_string())?;
+                            }
+                            _ => {}
                         }
                     }
                 }
+                raw.send_to(&[], target).map_err(|e| e.to_string())?;
+                loop {
+                    match raw.recv_from(&mut buf) {
+                        Ok((0, _)) => break,
+                        Ok((n, from)) => drop(raw.send_to(&buf[..n], from)),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(e.to_string()),
+                    }
+                }
+                event_loop.cast(me, TO_MOTET.into()).map_err(|e| e.to_string())?;
             }
         }
         "blast" => {
