@@ -433,6 +433,11 @@ impl Node {
         self.events.pop_front()
     }
 
+    /// Whether datagrams or application events wait to be polled.
+    pub fn has_output(&self) -> bool {
+        !self.transmits.is_empty() || !self.events.is_empty()
+    }
+
     /// Application events not yet polled.
     pub fn pending_events(&self) -> usize {
         self.events.len()
