@@ -8,8 +8,8 @@
 //!
 //! `perf latency` interleaves the two: blocks of raw round trips and blocks of Motet round trips
 //! take turns (raw, Motet, Motet, raw, ...), and each ratio compares all of one with all of the
-//! other. The machine's speed drifts during a run (on these VMs the raw round trip moved from
-//! 5.9 µs to 7.4 µs between runs, and within one): measured one after the other, a drift between
+//! other. The machine's speed drifts (on these VMs the busy-polling raw round trip was 5.9 µs in
+//! some runs and 7.4 µs in others of the same hour): measured one after the other, a drift between
 //! the two phases showed up as Motet's cost (one busy-polling run gave 1.64 where the runs around
 //! it gave 1.27-1.37). In each phase only one socket is served, by one thread, as before.
 
@@ -43,7 +43,7 @@ pub(crate) struct LatencyArgs {
     /// Message size in bytes (at least 8).
     #[arg(long, default_value_t = 64)]
     size: usize,
-    /// Round trips measured (after 10% more as warm-up).
+    /// Round trips measured (after 10% more as warm-up, and 5 more after each switch).
     #[arg(long, default_value_t = 5000)]
     samples: usize,
     /// Blocks each of raw and of Motet round trips, taking turns (`samples` in all, each).
@@ -282,10 +282,10 @@ fn seq_of(data: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(data.get(..8)?.try_into().ok()?))
 }
 
-/// A cast shorter than any stamp (8 bytes): the measuring process asks the echo peer to serve its
-/// raw socket now (it answers on that socket); the peer answers a switch back, an empty raw
-/// datagram, with this cast.
+/// Cast by the measuring process: the echo peer is to serve its raw socket alone now (it answers
+/// with an empty datagram on that socket). Shorter than any stamp (8 bytes), so never echoed.
 const TO_RAW: &[u8] = b"raw";
+/// Cast by the echo peer once an empty raw datagram has sent it back to its event loop.
 const TO_MOTET: &[u8] = b"mot";
 
 /// Round trips discarded at the start of each block: the first after a switch finds the caches

@@ -97,9 +97,8 @@ impl Connected {
         self.uses += 1;
         let uses = self.uses;
         // One search of the map, through its entry: a datagram's send path has few steps, and a
-        // search is about a tenth of them.
-        // A new destination in a full table first makes room, or is sent from the shared socket
-        // (a second search, only while the table is full).
+        // search is about a tenth of them. Only a new destination in a full table searches first,
+        // to make room or else send from the shared socket.
         if self.sockets.len() >= self.limit && !self.sockets.contains_key(&to) && !self.evict_idle(uses) {
             self.fallbacks += 1;
             return None;

@@ -138,7 +138,7 @@ impl EventLoop {
         }
     }
 
-    /// Sends the whole datagrams waiting for `to`, in order. A run of datagrams of one size (the
+    /// Sends the whole datagrams waiting in `slot`, in order. A run of datagrams of one size (the
     /// last may be shorter) goes in one segmented system call: copying a run into one buffer costs
     /// far less than the system calls it saves (the x-kernel lesson: count crossings, not bytes).
     fn send_sealed(&mut self, slot: usize) {
