@@ -226,7 +226,10 @@ impl UdpIo {
     /// A busy-polling loop's read: one single read without waiting while the socket is quiet (a spin
     /// that finds nothing costs that one call; a `recvmmsg` prepares a header per slot), a
     /// [`UdpIo::recv_batch`] once two spins in a row found a datagram (a burst) until a batch is
-    /// not full. `drained` is false after a single read: the loop spins on anyway.
+    /// not full. A single read that found a datagram ends the turn's reading (`drained`): the
+    /// application gets the datagram now, not after one more read that, in a round trip, finds
+    /// nothing (an empty read is most of a spin, about 0.3 µs here); a burst shows on the next
+    /// spin.
     pub(crate) fn recv_spin(&mut self, mut each: impl FnMut(Bytes)) -> io::Result<Batch> {
         if self.batch == BATCH_SIZE {
             return self.recv_batch(each);
@@ -236,7 +239,7 @@ impl UdpIo {
             self.batch = BATCH_SIZE;
         }
         self.spin_found = got.is_ok();
-        Ok(Batch { datagrams: got?, drained: false })
+        Ok(Batch { datagrams: got?, drained: true })
     }
 
     /// Waits in the receive call for one datagram (or one coalesced run), up to `timeout` (`None`:
