@@ -322,7 +322,10 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
     if args.busy_poll && args.pin == "same" {
         return Err("--busy-poll with --pin same puts two spinning processes on one CPU (each waits a whole time slice); use --pin split".into());
     }
-    let blocks = args.blocks.clamp(1, args.samples.max(1));
+    if args.samples == 0 {
+        return Err("--samples 0: measure at least one round trip".into());
+    }
+    let blocks = args.blocks.clamp(1, args.samples);
     pin(my_cpu)?;
     let addresses = free_addresses(3)?;
     let (mine, theirs, their_udp) = (addresses[0], addresses[1], addresses[2]);

@@ -25,12 +25,31 @@ fn throughput_reports_the_contract_keys() {
     }
 }
 
+/// The stderr of a `motet perf` run that must fail.
+fn refused(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_motet")).arg("perf").args(args).output().unwrap();
+    assert!(!out.status.success(), "{args:?} was accepted");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn busy_poll_on_one_cpu_is_refused_with_a_reason() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_motet"))
-        .args(["perf", "latency", "--busy-poll", "--pin", "same"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--pin split"));
+    assert!(refused(&["latency", "--busy-poll", "--pin", "same"]).contains("--pin split"));
+}
+
+/// No round trip would make a ratio of nothing (it printed `null`).
+#[test]
+fn a_latency_run_of_no_samples_is_refused_with_a_reason() {
+    assert!(refused(&["latency", "--samples", "0"]).contains("at least one round trip"));
+}
+
+/// The blocks take turns and each path gets its share: the samples count, and the blocks asked
+/// for (fewer when there are fewer samples than blocks).
+#[test]
+fn latency_interleaves_blocks_of_both_paths() {
+    let report = perf(&["latency", "--samples", "30", "--blocks", "4", "--json"]);
+    assert_eq!((report["samples"].as_u64(), report["blocks"].as_u64()), (Some(30), Some(4)));
+    assert!(report["udp_rtt_us_p50"].as_f64().unwrap() > 0.0, "{report}");
+    let report = perf(&["latency", "--samples", "3", "--blocks", "10", "--json"]);
+    assert_eq!((report["samples"].as_u64(), report["blocks"].as_u64()), (Some(3), Some(3)));
 }
