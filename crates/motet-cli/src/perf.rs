@@ -13,7 +13,7 @@
 //! the two phases showed up as Motet's cost (one busy-polling run gave 1.64 where the runs around
 //! it gave 1.27-1.37). In each phase only one socket is served, by one thread, as before.
 
-// This module measures real time and runs the raw-UDP peer on a thread.
+// This module measures real time and starts peer processes.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
 use clap::{Args, Subcommand};

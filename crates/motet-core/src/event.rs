@@ -334,8 +334,9 @@ pub enum Action {
     /// the flow-control layers (`mflow`, `pt2ptw`) report credit only every `lag_report_interval`,
     /// so the other members' casts and sends to this member wait at their senders instead of
     /// piling up here, and `appl` refuses this member's own casts (`FlowBlocked`: they would be
-    /// delivered back to it) until it catches up; the layers' own casts still go. A flush lifts it
-    /// for the rest of the view. No effect on the credit of a stack without flow control.
+    /// delivered back to it) until it catches up; the layers' own casts still go. A flush lifts the
+    /// withheld credit (not the refusal) for the rest of the view. No effect on the credit of a
+    /// stack without flow control.
     Lagging(bool),
     /// Ask the whole group to run this stack from the next view on (protocol switching; the stack
     /// must have the `Switch` property, and so must the new one).

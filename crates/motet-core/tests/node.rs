@@ -141,7 +141,7 @@ fn exchange(a: &mut Node, b: &mut Node) {
 }
 
 #[test]
-fn a_lagging_application_holds_its_senders_and_its_own_casts_until_it_catches_up() {
+fn a_lagging_application_holds_its_senders_and_refuses_its_own_casts_until_it_catches_up() {
     let view = view(0, 2);
     let (mut a, mut b) = (Node::new(), Node::new());
     let a_id = a.join(Instant::ZERO, Arc::clone(&view), 0).unwrap();

@@ -241,7 +241,11 @@ impl Layer for Appl {
                     Some(rank) if blocked => self.send_blocked.insert(rank),
                     Some(rank) => self.send_blocked = self.send_blocked.iter().filter(|&r| r != rank).collect(),
                 }
-                out.deliver(AppEvent::FlowBlock { dest, blocked });
+                // While the application lags its casts stay refused: the unblock waits for the
+                // end of the lag (`Action::Lagging`), or the runtime would retry them in vain.
+                if blocked || dest.is_some() || !self.lagging {
+                    out.deliver(AppEvent::FlowBlock { dest, blocked });
+                }
             }
             other => out.up(other),
         }

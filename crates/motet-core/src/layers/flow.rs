@@ -147,10 +147,6 @@ impl Receivers {
     }
 
     /// Whether reports are withheld (the fast paths leave such messages to the layered path).
-    pub(crate) fn lagging(&self) -> bool {
-        self.lagging
-    }
-
     /// Counts one message of `origin`; the cumulative count to report, if a report is due now
     /// (never while the application lags).
     pub(crate) fn consume(&mut self, origin: Rank, window: u64) -> Option<u64> {
@@ -162,8 +158,13 @@ impl Receivers {
         consumer.consume(window)
     }
 
-    /// What [`Receivers::consume`] would return, without counting (the fast path's condition).
+    /// What [`Receivers::consume`] would return, without counting (the fast path's condition):
+    /// no report while the application lags, so the fast path counts silently as the layered
+    /// path does.
     pub(crate) fn peek(&self, origin: Rank, window: u64) -> Option<u64> {
+        if self.lagging {
+            return None;
+        }
         self.consumers[usize::from(origin)].peek(window)
     }
 
@@ -216,9 +217,15 @@ impl Receivers {
                 continue;
             }
             if let Some(count) = consumer.owed() {
-                out.count(Counter::AckSent);
-                out.dn(Dn::Send { dest: origin, msg: Msg::default().with(report(count)) });
+                send_report(out, origin, report(count));
             }
         }
     }
+}
+
+/// Sends `origin` a report of what this member consumed of its messages (`mflow`'s credit,
+/// `pt2ptw`'s acknowledgement).
+pub(crate) fn send_report(out: &mut Outbox<'_>, origin: Rank, report: impl Into<Header>) {
+    out.count(Counter::AckSent);
+    out.dn(Dn::Send { dest: origin, msg: Msg::default().with(report.into()) });
 }

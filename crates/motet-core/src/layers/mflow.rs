@@ -15,7 +15,7 @@
 //! the lag for the rest of the view: the others' held flushes wait for their pending casts to go
 //! out, which needs this member's credit.
 
-use super::flow::{Offer, Receivers, Window};
+use super::flow::{send_report, Offer, Receivers, Window};
 use crate::event::{Counter, Dn, DropReason, Msg, Qos, Up};
 use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -126,8 +126,7 @@ impl Layer for Mflow {
                 Some(Header::NoHdr) => {
                     if qos == Qos::Reliable {
                         if let Some(count) = self.receivers.consume(origin, self.config.window) {
-                            out.count(Counter::AckSent);
-                            out.dn(Dn::Send { dest: origin, msg: Msg::default().with(Header::Credit { count }) });
+                            send_report(out, origin, credit(count));
                         }
                     }
                     out.up(Up::Cast { origin, msg, qos });
@@ -208,8 +207,7 @@ impl Layer for Mflow {
             let quiet = !up.cast && self.window.pending() == 0 && !self.block_held;
             return quiet.then_some(UpStep { absorb: true, ..UpStep::to(up.qos) });
         }
-        // While the application lags, credit is withheld on the layered path.
-        if !fast::is(up.header, Header::NoHdr) || (self.receivers.lagging() && up.cast && up.qos == Qos::Reliable) {
+        if !fast::is(up.header, Header::NoHdr) {
             return None;
         }
         let reply = match up.cast && up.qos == Qos::Reliable {

@@ -4,10 +4,10 @@
 //! are cumulative counts sent point-to-point). Header: `NoHdr` on data, `Ack { count }` on
 //! feedback. At most `window` messages to one destination are unconsumed; more wait in a bounded
 //! queue and `FlowBlock { dest: Some(rank) }` goes up to `appl` (see `flow.rs`). While the
-//! application lags its events (`Dn::Lagging`), acknowledgements are counted but not sent, until
-//! it catches up or a flush begins (as in `mflow`).
+//! application lags its events (`Dn::Lagging`), acknowledgements are counted but not sent, but for
+//! a trickle every `lag_report_interval`, until it catches up or a flush begins (as in `mflow`).
 
-use super::flow::{Offer, Receivers, Window};
+use super::flow::{send_report, Offer, Receivers, Window};
 use crate::event::{Counter, Dn, DropReason, Msg, Up};
 use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -100,8 +100,7 @@ impl Layer for Pt2ptw {
             Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => {
                     if let Some(count) = self.receivers.consume(origin, self.config.window) {
-                        out.count(Counter::AckSent);
-                        out.dn(Dn::Send { dest: origin, msg: Msg::default().with(Header::Ack { count }) });
+                        send_report(out, origin, ack(count));
                     }
                     out.up(Up::Send { origin, msg });
                 }
@@ -195,8 +194,7 @@ impl Layer for Pt2ptw {
     }
 
     fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
-        // While the application lags, acknowledgements are withheld on the layered path.
-        if !fast::is(up.header, Header::NoHdr) || (self.receivers.lagging() && !up.cast) {
+        if !fast::is(up.header, Header::NoHdr) {
             return None;
         }
         let reply = match up.cast {
@@ -263,7 +261,8 @@ mod tests {
         assert!(matches!(h.up(send())[..], [Out::Up(Up::Send { origin: 0, .. })]));
         let fast =
             crate::fast::Up { origin: 0, cast: false, qos: crate::event::Qos::Reliable, header: &Header::NoHdr.into() };
-        assert!(h.layer.fast_up(&fast).is_none(), "the layered path counts while the lag withholds");
+        let step = h.layer.fast_up(&fast).expect("the fast path takes a send during a lag");
+        assert_eq!(step.reply, None, "and, as the layered path, counts it with no acknowledgement");
         assert_eq!(acks(&h.timer(at)), vec![(0, config.window + 1)], "what is owed trickles out");
         h.up(send());
         assert_eq!(acks(&h.dn(Dn::Block)), vec![(0, config.window + 2)], "a flush reports the rest");
