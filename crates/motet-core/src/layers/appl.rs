@@ -384,7 +384,12 @@ mod tests {
         assert_eq!(run(&mut h, Action::send(1, b"x".as_slice().into())), (Ok(()), 1));
         let order = h.dn(Dn::Cast { msg: Msg::default(), qos: Qos::Reliable });
         assert!(matches!(order[..], [Out::Dn(Dn::Cast { .. })]), "{order:?}");
+        // Flow control opening meanwhile is not said: the casts stay refused until the lag ends.
         h.app.clear();
+        h.up(Up::FlowBlock { dest: None, blocked: true });
+        h.up(Up::FlowBlock { dest: None, blocked: false });
+        assert_eq!(h.app.pop_front(), Some(AppEvent::FlowBlock { dest: None, blocked: true }));
+        assert_eq!(h.app.pop_front(), None, "no unblock while the application lags");
         assert_eq!(run(&mut h, Action::Lagging(false)), (Ok(()), 1));
         assert_eq!(h.app.pop_front(), Some(AppEvent::FlowBlock { dest: None, blocked: false }));
         assert_eq!(run(&mut h, Action::Cast(b"x".as_slice().into())), (Ok(()), 1));
