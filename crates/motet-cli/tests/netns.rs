@@ -295,7 +295,8 @@ fn a_one_way_partition_blocks_nobody_and_the_heal_merges_the_group() {
     topology.cable(false).unwrap();
     let left = wait_for(Duration::from_secs(60), "the view of {m0, m1}", || one_view_of(&all(&procs)[..2]));
     let right = wait_for(Duration::from_secs(60), "the view of {m2, m3}", || one_view_of(&all(&procs)[2..]));
-    // Partitions are ordered by view id (ltime, then coordinator): the smaller asks to merge.
+    // Partitions are ordered by (primary, view id); neither half of a 2/2 split is primary, so by
+    // view id (ltime, then coordinator): the smaller asks to merge.
     let order = |id: &str| {
         let (ltime, coord) = id.split_once(':').expect("ltime:coordinator");
         (
