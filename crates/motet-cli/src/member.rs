@@ -184,6 +184,7 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
         "datagrams_segmented": rt.datagrams_segmented,
         "malformed_bundles": rt.malformed_bundles,
         "connected_sockets": rt.connected_sockets,
+        "receive_offload": rt.receive_offload,
         "connected_fallbacks": rt.connected_fallbacks,
         "counters": counters,
         "drops": drops,

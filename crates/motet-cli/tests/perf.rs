@@ -15,6 +15,7 @@ fn latency_reports_the_contract_keys() {
         assert!(report[key].as_f64().unwrap() > 0.0, "{key}: {report}");
     }
     assert_eq!(report["samples"], 200);
+    assert_eq!(report["receive_offload_on"], false, "round trips keep the cheaper read: {report}");
 }
 
 #[test]

@@ -62,8 +62,10 @@ pub struct RuntimeConfig {
     /// offload arrives as one buffer, in one read. Off, the kernel splits the run on arrival, and
     /// a single read is a plain `recv` instead of the `recvmsg` that asks for the run's segment
     /// size: less work in the kernel on every read and every busy-polling spin, at the price of
-    /// bulk throughput of large messages (docs/runtime.md, "Receive offload"). `None` (the
-    /// default): on, except with `busy_poll`, which asks for the lowest latency.
+    /// bulk throughput of large messages (docs/runtime.md, "Receive offload"). On means wanted:
+    /// the socket starts without it and turns it on, for good, once its reads keep finding
+    /// several datagrams queued (a round trip never does). `None` (the default): on, except with
+    /// `busy_poll`, which asks for the lowest latency.
     pub receive_offload: Option<bool>,
     /// Connected sends: unicast datagrams leave through a socket connected to their destination
     /// (one per destination, at most 256 at a time), so the kernel keeps each route instead of

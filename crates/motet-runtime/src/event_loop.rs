@@ -119,6 +119,10 @@ pub struct RuntimeStats {
     /// ICMP report of an earlier datagram's fate, such as a member that stopped). Counted since
     /// the current socket was bound.
     pub connected_fallbacks: u64,
+    /// Receive offload (`UDP_GRO`) is on at the socket: it was wanted
+    /// (`RuntimeConfig::receive_offload`) and the socket has been busy (docs/runtime.md,
+    /// "Receive offload").
+    pub receive_offload: bool,
 }
 
 /// DNS names among a group's peers, re-resolved periodically, off the loop thread
@@ -561,6 +565,7 @@ impl EventLoop {
         RuntimeStats {
             connected_sockets: open as u64,
             connected_fallbacks: fallbacks,
+            receive_offload: self.io.offload_on(),
             endpoints: self.members.len() as u64,
             ..self.stats.clone()
         }

@@ -52,6 +52,9 @@ pub(crate) struct Batch {
 /// batch fills, with the whole [`BATCH_SIZE`].
 const QUIET_BATCH: usize = 4;
 
+/// Busy reads in a row that turn wanted receive offload on ([`UdpIo::read_was_busy`]).
+const OFFLOAD_AFTER: u32 = 16;
+
 /// Buffers up to this size are copied into a shared chunk of [`CHUNK`] bytes instead of a buffer
 /// of their own: one allocation (and one reference count) serves several small datagrams or
 /// payloads, where a buffer of its own costs two (the copy, and the shared count the first clone
@@ -111,6 +114,11 @@ pub(crate) struct UdpIo {
     /// Receive offload (`UDP_GRO`) is on: a single read must ask for the segment size, with
     /// `recvmsg`. Off, it is a plain `recv` (see [`UdpIo::recv_one`]).
     offload: bool,
+    /// Receive offload is wanted (`RuntimeConfig::receive_offload`) and not yet on: it goes on
+    /// once the socket is seen busy ([`UdpIo::read_was_busy`]).
+    offload_wanted: bool,
+    /// Reads in a row that found more queued than they took ([`UdpIo::read_was_busy`]).
+    busy_reads: u32,
     /// Where a small datagram's head and payload are put together ([`UdpIo::send`]).
     send_buf: Vec<u8>,
     /// Sockets connected to unicast destinations, which send in place of this one
@@ -131,12 +139,12 @@ impl UdpIo {
     }
 
     fn new(socket: Socket, offload: bool) -> UdpIo {
-        // Receive offload: a run of equal segments from one sender (sent with `UDP_SEGMENT`)
-        // arrives as one buffer with its segment size, in one read. Not fatal where missing.
-        // Without it the kernel splits such a run into its datagrams on arrival.
-        let offload = offload && sock::setsockopt(&socket.as_fd(), sock::sockopt::UdpGroSegment, &true).is_ok();
+        // Receive offload starts off even when wanted: it goes on once the socket is busy
+        // ([`UdpIo::read_was_busy`]). Until then every single read is a `recv`.
         UdpIo {
-            offload,
+            offload: false,
+            offload_wanted: offload,
+            busy_reads: 0,
             max_segments: if gso_supported(&socket) { GSO_SEGMENTS } else { 1 },
             socket,
             slots: (0..BATCH_SIZE).map(|_| vec![0; SLOT]).collect(),
@@ -287,28 +295,75 @@ impl UdpIo {
         HEADERS
             .with(|headers| {
                 let mut headers = headers.borrow_mut();
-                let Headers { headers, slots, stale } = &mut *headers;
+                let Headers { headers, slots, stale, control } = &mut *headers;
                 // `nix` sets each header's control-buffer length once, and the kernel shortens it to
                 // what a message used (nothing, for one that is not a coalesced run): headers that
                 // took such a message are made afresh before the next read, or a later run would come
                 // without its segment size. As many as the read offers (a quiet socket's few are
-                // cheap to make again).
-                if *stale || headers.is_none() || *slots < offered {
-                    *headers = Some(MultiHeaders::preallocate(offered, Some(nix::cmsg_space!(i32))));
+                // cheap to make again). Without receive offload there is no segment size to ask
+                // for: headers without control buffers never go stale.
+                if *stale || headers.is_none() || *slots < offered || *control != self.offload {
+                    let space = self.offload.then(|| nix::cmsg_space!(i32));
+                    *headers = Some(MultiHeaders::preallocate(offered, space));
                     *slots = offered;
+                    *control = self.offload;
                 }
                 let headers = headers.as_mut().expect("just made");
-                *stale = recv_many(fd, headers, &mut self.slots[..offered], flags, &mut got)?;
+                *stale = recv_many(fd, headers, &mut self.slots[..offered], flags, &mut got)? && self.offload;
                 Ok::<(), io::Error>(())
             })
-            .inspect_err(|_| self.batch = QUIET_BATCH)?;
+            .inspect_err(|e| {
+                self.batch = QUIET_BATCH;
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    self.read_was_busy(false);
+                }
+            })?;
         let n = got.len();
+        self.read_was_busy(n > 1);
         self.batch = if n == offered { BATCH_SIZE } else { QUIET_BATCH };
         let mut datagrams = 0;
         for (&(len, stride), slot) in got.iter().zip(&self.slots) {
             datagrams += deliver(&mut self.chunks, &slot[..len], stride, &mut each);
         }
         Ok(Batch { datagrams, drained: n < offered })
+    }
+
+    /// Counts a batch read that found more than one datagram queued (`busy`) or not (one, or
+    /// none: the count starts again). [`OFFLOAD_AFTER`] busy reads in a row turn receive offload
+    /// (`UDP_GRO`) on, if it is wanted and not on yet. Single reads (a wait in the receive call,
+    /// a busy-polling spin) cannot tell and do not count; a blocking loop whose waits keep
+    /// returning at once reads a batch now and then to find out (`RecvTimeout::returned`).
+    ///
+    /// Why not from the start: with it on, a single read must be a `recvmsg` that asks for the
+    /// segment size, which costs the kernel about 115 ns more than a `recv` (the message header
+    /// and its vector are copied in and checked), twice per round trip. Offload pays only when
+    /// runs arrive, and runs come from senders with a backlog, whose datagrams queue up here
+    /// first: the kernel splits a run on arrival while offload is off. A round trip never finds a
+    /// second datagram queued, so a request-response member keeps the cheaper read; a few
+    /// datagrams that meet by chance (a view change) do not make a run of busy reads.
+    ///
+    /// Why it never goes off again: the kernel decides whether to split a run when it queues it,
+    /// so a run coalesced just before offload went off could still be in the queue, and a `recv`
+    /// would hand it over as one datagram. Turning it on has no such window: a `recvmsg` reads a
+    /// single datagram as well as a run. The choice costs only speed, never correctness.
+    fn read_was_busy(&mut self, busy: bool) {
+        if !busy {
+            self.busy_reads = 0;
+            return;
+        }
+        self.busy_reads += 1;
+        if !self.offload_wanted || self.busy_reads < OFFLOAD_AFTER {
+            return;
+        }
+        self.offload_wanted = false;
+        // Not fatal where missing: the kernel then keeps splitting runs on arrival.
+        self.offload = sock::setsockopt(&self.socket.as_fd(), sock::sockopt::UdpGroSegment, &true).is_ok();
+        tracing::debug!(on = self.offload, "receive offload: the socket is busy");
+    }
+
+    /// Receive offload is on ([`UdpIo::read_was_busy`]).
+    pub(crate) fn offload_on(&self) -> bool {
+        self.offload
     }
 
     /// How many datagrams one [`UdpIo::send_segments`] may carry (1 where the kernel has no UDP
@@ -396,7 +451,8 @@ thread_local! {
     /// The message headers `recvmmsg` fills. `nix` keeps raw pointers in them, so they cannot
     /// move between threads with an event loop: each thread that reads sockets has its own,
     /// shared by its loop's sockets, which are read one at a time.
-    static HEADERS: std::cell::RefCell<Headers> = const { std::cell::RefCell::new(Headers { headers: None, slots: 0, stale: false }) };
+    static HEADERS: std::cell::RefCell<Headers> =
+        const { std::cell::RefCell::new(Headers { headers: None, slots: 0, stale: false, control: false }) };
 }
 
 /// [`HEADERS`]: the headers, and whether the last read shortened a control-buffer length.
@@ -405,6 +461,8 @@ struct Headers {
     /// How many `headers` holds.
     slots: usize,
     stale: bool,
+    /// The headers have control buffers (for a socket with receive offload on).
+    control: bool,
 }
 
 /// One `recvmmsg` into `slots`: per message received, its length, its segment size (its length
@@ -694,6 +752,7 @@ mod tests {
             return;
         }
         let to = b.local_addr().unwrap();
+        make_busy(&mut a, &mut b);
         let run = |round: u8| -> Vec<u8> { (0..5).flat_map(|k| vec![round * 10 + k; 100]).collect() };
         for round in 0..4u8 {
             // Single datagrams first, in every slot the batch offers.
@@ -718,6 +777,70 @@ mod tests {
             let expected: Vec<Vec<u8>> = contents.chunks(100).map(<[u8]>::to_vec).collect();
             assert_eq!(got.iter().map(|d| d.to_vec()).collect::<Vec<_>>(), expected, "round {round}");
         }
+    }
+
+    /// Makes [`OFFLOAD_AFTER`] of `b`'s batches in a row take two datagrams from `a`, which turns
+    /// on the receive offload `b` wants.
+    fn make_busy(a: &mut UdpIo, b: &mut UdpIo) {
+        let to = b.local_addr().unwrap();
+        for read in 0..OFFLOAD_AFTER {
+            assert!(!b.offload_on(), "on after {read} busy batches");
+            for k in 0..2 {
+                a.send(to, &[k], &Payload::new()).unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            let batch = b.recv_batch(|_| {}).unwrap();
+            assert_eq!(batch.datagrams, 2, "the datagrams sent are queued");
+        }
+        assert!(b.offload_on(), "busy batches in a row turn wanted offload on");
+    }
+
+    /// Wanted receive offload stays off while the socket is quiet, so that single reads are the
+    /// cheaper `recv`: a run that arrives meanwhile is split by the kernel, and reads whole.
+    /// Batches of several that are not in a row leave it off; enough in a row turn it on, for
+    /// good.
+    #[test]
+    fn wanted_receive_offload_goes_on_when_reads_keep_finding_more_queued() {
+        let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
+        let (mut a, mut b) =
+            (UdpIo::bind(localhost, 1 << 20, true).unwrap(), UdpIo::bind(localhost, 1 << 20, true).unwrap());
+        let to = b.local_addr().unwrap();
+        assert!(!b.offload_on(), "off until the socket is busy");
+        let contents: Vec<u8> = (0..5).flat_map(|k| vec![k; 100]).collect();
+        if a.max_segments() == 1 || a.send_segments(to, &contents, 100).is_err() {
+            contents.chunks(100).for_each(|d| a.send(to, d, &Payload::new()).unwrap());
+        }
+        let mut got = Vec::new();
+        for _ in 0..5 {
+            b.recv_wait(Some(Duration::from_secs(5)), |d| got.push(d.to_vec())).unwrap();
+        }
+        assert_eq!(got, contents.chunks(100).map(<[u8]>::to_vec).collect::<Vec<_>>(), "split on arrival");
+        for _ in 0..2 * OFFLOAD_AFTER {
+            b.read_was_busy(true);
+            let (quiet, _) = receive_after(&mut a, &mut b, 1);
+            assert_eq!(quiet, 1);
+            b.read_was_busy(true);
+            let empty = b.recv_batch(|_| panic!("nothing was sent"));
+            assert_eq!(empty.map(|_| ()).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        }
+        assert!(!b.offload_on(), "a batch of one, or an empty read, starts the count again");
+        make_busy(&mut a, &mut b);
+        let (_, batches) = receive_after(&mut a, &mut b, 1);
+        assert!(batches.iter().all(|batch| batch.drained), "{batches:?}");
+        assert!(b.offload_on(), "it stays on when the socket is quiet again");
+    }
+
+    /// Sends `n` one-byte datagrams from `a` to `b` and reads them in one batch of [`BATCH_SIZE`]:
+    /// how many it read, and the batches.
+    fn receive_after(a: &mut UdpIo, b: &mut UdpIo, n: usize) -> (usize, Vec<Batch>) {
+        let to = b.local_addr().unwrap();
+        b.batch = BATCH_SIZE;
+        for k in 0..n {
+            a.send(to, &[k as u8], &Payload::new()).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let (got, batches) = receive(b, n);
+        (got.len(), batches)
     }
 
     /// Without receive offload the kernel splits a run on arrival, and the single reads (`recv`,

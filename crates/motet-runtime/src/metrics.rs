@@ -58,6 +58,11 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
     );
     let _ = writeln!(
         out,
+        "# HELP motet_receive_offload receive offload is on at the socket (1) or not (0)\n# TYPE motet_receive_offload gauge\nmotet_receive_offload {}",
+        u8::from(runtime.receive_offload)
+    );
+    let _ = writeln!(
+        out,
         "# HELP motet_endpoints endpoints joined and not yet exited\n# TYPE motet_endpoints gauge\nmotet_endpoints {}",
         runtime.endpoints
     );

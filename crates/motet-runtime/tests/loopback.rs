@@ -821,3 +821,38 @@ fn a_lagging_member_that_is_dropped_leaves_without_being_suspected() {
     assert!(dropped.elapsed() < Duration::from_secs(5), "the leave took {:?}", dropped.elapsed());
     assert_eq!(suspected(), before, "the others saw a leave, not a failure");
 }
+
+/// Receive offload goes on only once the socket is busy (docs/runtime.md, "Receive offload"):
+/// datagrams that arrive one at a time (a round trip) keep the cheaper single reads, even when
+/// each is queued before the loop waits for it; reads that keep finding several queued turn it
+/// on. (The datagrams are not Motet's: dropped and counted, but read all the same.)
+#[test]
+fn receive_offload_goes_on_when_reads_keep_finding_several_datagrams_queued() {
+    let mut event_loop = motet_runtime::EventLoop::new(RuntimeConfig::default()).unwrap();
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = event_loop.local_addr();
+    let mut received = 0;
+    let mut send_and_poll = |event_loop: &mut motet_runtime::EventLoop, n: u64, timeout: Duration| {
+        for _ in 0..n {
+            socket.send_to(&[0xff, 1, 2, 3], to).unwrap();
+        }
+        received += n;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while event_loop.runtime_stats().datagrams_in < received {
+            assert!(Instant::now() < deadline, "{:?}", event_loop.runtime_stats());
+            event_loop.poll(Some(timeout)).unwrap();
+        }
+    };
+    for _ in 0..200 {
+        send_and_poll(&mut event_loop, 1, Duration::from_millis(50));
+    }
+    let stats = event_loop.runtime_stats();
+    assert!(stats.recv_waits > 0, "the loop waited in the receive call: {stats:?}");
+    assert!(!stats.receive_offload, "one at a time: {stats:?}");
+    // A timeout too short to wait in the receive call: the loop waits in `epoll` and reads
+    // batches.
+    for _ in 0..64 {
+        send_and_poll(&mut event_loop, 8, Duration::from_millis(1));
+    }
+    assert!(event_loop.runtime_stats().receive_offload, "{:?}", event_loop.runtime_stats());
+}

@@ -75,6 +75,15 @@ impl EventLoop {
     }
 }
 
+/// A wait in the receive call that handed over a datagram sooner than this did not sleep: the
+/// datagram was queued already (the call itself takes about 1 µs here; a thread that slept and
+/// was woken takes several).
+const AT_ONCE: Duration = Duration::from_micros(3);
+
+/// Waits in a row that returned at once after which the loop reads a batch instead
+/// ([`RecvTimeout::returned`]).
+const PROBE_AFTER: u32 = 16;
+
 /// When the loop may wait in the receive call (`recvmmsg` with `MSG_WAITFORONE`, bounded by the
 /// socket's receive timeout) instead of in `epoll`. The kernel rounds that timeout up to whole
 /// jiffies and sleeps one more (measured at 250 Hz: 1-4 ms slept 8 ms, 5-8 ms 12 ms, 16 ms
@@ -87,11 +96,13 @@ pub(super) struct RecvTimeout {
     overshoot: Duration,
     /// The wait now in progress: when it started and what it asked for.
     asked: Option<(motet_core::Instant, Duration)>,
+    /// Waits in a row that returned a datagram at once.
+    at_once: u32,
 }
 
 impl Default for RecvTimeout {
     fn default() -> RecvTimeout {
-        RecvTimeout { overshoot: Duration::from_millis(5), asked: None }
+        RecvTimeout { overshoot: Duration::from_millis(5), asked: None, at_once: 0 }
     }
 }
 
@@ -125,6 +136,26 @@ impl RecvTimeout {
             timeout *= 2;
         }
         Some(Some(timeout))
+    }
+
+    /// A wait returned a datagram, `at_once` or after sleeping. True when the loop should read
+    /// its next batch without waiting: after [`PROBE_AFTER`] waits in a row that returned at
+    /// once.
+    ///
+    /// Why: a wait reads one datagram, and cannot tell whether more are queued behind it, which
+    /// is what tells a busy socket (`UdpIo::read_was_busy`, which turns receive offload on). A
+    /// wait that returned at once is a hint, not the proof: on one CPU the peer's answer to a
+    /// round trip is often queued before the loop gets to its wait, because waking the peer let
+    /// it run first. So now and then a batch looks: under load it takes several datagrams, and in
+    /// a round trip it finds none, which costs one empty read per [`PROBE_AFTER`] round trips.
+    fn returned(&mut self, at_once: bool) -> bool {
+        self.asked = None;
+        self.at_once = if at_once { self.at_once + 1 } else { 0 };
+        if self.at_once < PROBE_AFTER {
+            return false;
+        }
+        self.at_once = 0;
+        true
     }
 
     /// A wait of `timeout` starts at `now`.
@@ -168,10 +199,13 @@ impl EventLoop {
         });
         match result {
             Ok(batch) => {
-                self.recv_timeout.asked = None;
+                let waited = arrived.map(|at| crate::clock::between(now, at));
+                if self.recv_timeout.returned(waited.is_some_and(|w| w < AT_ONCE)) {
+                    self.readable = true;
+                }
                 self.stats.datagrams_in += batch.datagrams as u64;
                 self.stats.recv_batches += 1;
-                self.readable = !batch.drained;
+                self.readable |= !batch.drained;
                 self.drain();
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.recv_timeout.ran_out(self.clock.now()),
@@ -232,6 +266,20 @@ mod tests {
         assert_eq!(timeouts.for_wait(Some(Duration::from_millis(100)), slack), Some(Some(Duration::from_millis(64))));
         let longest = timeouts.for_wait(Some(Duration::MAX), slack).expect("waits").expect("a timeout");
         assert!(longest <= RECV_TIMEOUT_MAX && longest > RECV_TIMEOUT_MAX / 2, "{longest:?}");
+    }
+
+    /// Waits that keep returning at once make the loop read a batch every [`PROBE_AFTER`]th time,
+    /// to learn whether the socket is busy; a wait that slept starts the count again.
+    #[test]
+    fn waits_that_return_at_once_make_the_loop_look_for_more_now_and_then() {
+        let mut timeouts = RecvTimeout::default();
+        let probes = |t: &mut RecvTimeout, at_once: bool, n: u32| (0..n).filter(|_| t.returned(at_once)).count();
+        assert_eq!(probes(&mut timeouts, false, 100), 0, "waits that slept: the socket was empty");
+        assert_eq!(probes(&mut timeouts, true, PROBE_AFTER - 1), 0);
+        assert_eq!(probes(&mut timeouts, false, 1), 0, "one that slept starts the count again");
+        assert_eq!(probes(&mut timeouts, true, PROBE_AFTER - 1), 0);
+        assert_eq!(probes(&mut timeouts, true, 1), 1);
+        assert_eq!(probes(&mut timeouts, true, 10 * PROBE_AFTER), 10);
     }
 
     /// A wait the kernel ended late teaches the overshoot (a 100 Hz kernel); one that ended very
