@@ -119,9 +119,9 @@ pub struct RuntimeStats {
     /// ICMP report of an earlier datagram's fate, such as a member that stopped). Counted since
     /// the current socket was bound.
     pub connected_fallbacks: u64,
-    /// Receive offload (`UDP_GRO`) is on at the socket: it was wanted
+    /// Receive offload (`UDP_GRO`) is on at the process's unicast socket: it was wanted
     /// (`RuntimeConfig::receive_offload`) and the socket has been busy (docs/runtime.md,
-    /// "Receive offload").
+    /// "Receive offload"). A socket bound by a migration starts without it again.
     pub receive_offload: bool,
 }
 

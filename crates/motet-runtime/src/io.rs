@@ -52,7 +52,7 @@ pub(crate) struct Batch {
 /// batch fills, with the whole [`BATCH_SIZE`].
 const QUIET_BATCH: usize = 4;
 
-/// Busy reads in a row that turn wanted receive offload on ([`UdpIo::read_was_busy`]).
+/// Busy reads in a row that turn wanted receive offload on ([`UdpIo::count_read`]).
 const OFFLOAD_AFTER: u32 = 16;
 
 /// Buffers up to this size are copied into a shared chunk of [`CHUNK`] bytes instead of a buffer
@@ -115,9 +115,9 @@ pub(crate) struct UdpIo {
     /// `recvmsg`. Off, it is a plain `recv` (see [`UdpIo::recv_one`]).
     offload: bool,
     /// Receive offload is wanted (`RuntimeConfig::receive_offload`) and not yet on: it goes on
-    /// once the socket is seen busy ([`UdpIo::read_was_busy`]).
+    /// once the socket is seen busy ([`UdpIo::count_read`]).
     offload_wanted: bool,
-    /// Reads in a row that found more queued than they took ([`UdpIo::read_was_busy`]).
+    /// Busy batch reads in a row ([`UdpIo::count_read`]).
     busy_reads: u32,
     /// Where a small datagram's head and payload are put together ([`UdpIo::send`]).
     send_buf: Vec<u8>,
@@ -140,7 +140,7 @@ impl UdpIo {
 
     fn new(socket: Socket, offload: bool) -> UdpIo {
         // Receive offload starts off even when wanted: it goes on once the socket is busy
-        // ([`UdpIo::read_was_busy`]). Until then every single read is a `recv`.
+        // ([`UdpIo::count_read`]). Until then every single read is a `recv`.
         UdpIo {
             offload: false,
             offload_wanted: offload,
@@ -265,6 +265,8 @@ impl UdpIo {
         }
         let mut each = each;
         let datagrams = self.recv_one(MsgFlags::empty(), &mut each)?;
+        // A later batch read is not the rest of a full one (`UdpIo::count_read`).
+        self.batch = QUIET_BATCH;
         Ok(Batch { datagrams, drained: true })
     }
 
@@ -313,13 +315,13 @@ impl UdpIo {
                 Ok::<(), io::Error>(())
             })
             .inspect_err(|e| {
-                self.batch = QUIET_BATCH;
                 if e.kind() == io::ErrorKind::WouldBlock {
-                    self.read_was_busy(false);
+                    self.count_read(0);
                 }
+                self.batch = QUIET_BATCH;
             })?;
         let n = got.len();
-        self.read_was_busy(n > 1);
+        self.count_read(n);
         self.batch = if n == offered { BATCH_SIZE } else { QUIET_BATCH };
         let mut datagrams = 0;
         for (&(len, stride), slot) in got.iter().zip(&self.slots) {
@@ -328,31 +330,40 @@ impl UdpIo {
         Ok(Batch { datagrams, drained: n < offered })
     }
 
-    /// Counts a batch read that found more than one datagram queued (`busy`) or not (one, or
-    /// none: the count starts again). [`OFFLOAD_AFTER`] busy reads in a row turn receive offload
-    /// (`UDP_GRO`) on, if it is wanted and not on yet. Single reads (a wait in the receive call,
-    /// a busy-polling spin) cannot tell and do not count; a blocking loop whose waits keep
-    /// returning at once reads a batch now and then to find out (`RecvTimeout::returned`).
+    /// Counts a batch read that took `took` datagrams towards turning wanted receive offload
+    /// (`UDP_GRO`) on: [`OFFLOAD_AFTER`] busy reads in a row do it. A read is busy when it took
+    /// several datagrams. One that took one or none starts the count again, unless it went on
+    /// with a drain whose previous batch was full (that drain found several queued, and was
+    /// counted). Single reads (a wait in the receive call, a busy-polling spin) cannot tell and
+    /// do not count; a blocking loop that keeps waiting in the receive call reads a batch now and
+    /// then to find out (`RecvTimeout::returned`).
     ///
-    /// Why not from the start: with it on, a single read must be a `recvmsg` that asks for the
+    /// Why not on from the start: with it on, a single read must be a `recvmsg` that asks for the
     /// segment size, which costs the kernel about 115 ns more than a `recv` (the message header
-    /// and its vector are copied in and checked), twice per round trip. Offload pays only when
-    /// runs arrive, and runs come from senders with a backlog, whose datagrams queue up here
-    /// first: the kernel splits a run on arrival while offload is off. A round trip never finds a
-    /// second datagram queued, so a request-response member keeps the cheaper read; a few
-    /// datagrams that meet by chance (a view change) do not make a run of busy reads.
+    /// and its vector are copied in and checked), at both ends of every round trip. Offload pays
+    /// only when runs arrive, and runs come from senders with a backlog, whose datagrams queue up
+    /// here first: the kernel splits a run on arrival while offload is off. A request answered by
+    /// one peer never finds a second datagram queued, so such a member keeps the cheaper read;
+    /// a few datagrams that meet by chance (a view change, or the answers of several peers in a
+    /// larger group) seldom make 16 busy reads in a row, and turning offload on costs only the
+    /// dearer read.
     ///
     /// Why it never goes off again: the kernel decides whether to split a run when it queues it,
     /// so a run coalesced just before offload went off could still be in the queue, and a `recv`
     /// would hand it over as one datagram. Turning it on has no such window: a `recvmsg` reads a
     /// single datagram as well as a run. The choice costs only speed, never correctness.
-    fn read_was_busy(&mut self, busy: bool) {
-        if !busy {
-            self.busy_reads = 0;
+    fn count_read(&mut self, took: usize) {
+        if !self.offload_wanted {
+            return;
+        }
+        if took <= 1 {
+            if self.batch != BATCH_SIZE {
+                self.busy_reads = 0;
+            }
             return;
         }
         self.busy_reads += 1;
-        if !self.offload_wanted || self.busy_reads < OFFLOAD_AFTER {
+        if self.busy_reads < OFFLOAD_AFTER {
             return;
         }
         self.offload_wanted = false;
@@ -361,9 +372,14 @@ impl UdpIo {
         tracing::debug!(on = self.offload, "receive offload: the socket is busy");
     }
 
-    /// Receive offload is on ([`UdpIo::read_was_busy`]).
+    /// Receive offload is on ([`UdpIo::count_read`]).
     pub(crate) fn offload_on(&self) -> bool {
         self.offload
+    }
+
+    /// Receive offload is wanted and not on yet: batch reads are counted ([`UdpIo::count_read`]).
+    pub(crate) fn offload_pending(&self) -> bool {
+        self.offload_wanted
     }
 
     /// How many datagrams one [`UdpIo::send_segments`] may carry (1 where the kernel has no UDP
@@ -747,8 +763,8 @@ mod tests {
         let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
         let (mut a, mut b) =
             (UdpIo::bind(localhost, 1 << 20, true).unwrap(), UdpIo::bind(localhost, 1 << 20, true).unwrap());
-        if a.max_segments() == 1 {
-            eprintln!("io test: this kernel has no UDP segmentation offload; runs are not tested");
+        if a.max_segments() == 1 || !gro_supported() {
+            eprintln!("io test: this kernel has no UDP segmentation or receive offload; runs are not tested");
             return;
         }
         let to = b.local_addr().unwrap();
@@ -779,28 +795,41 @@ mod tests {
         }
     }
 
-    /// Makes [`OFFLOAD_AFTER`] of `b`'s batches in a row take two datagrams from `a`, which turns
-    /// on the receive offload `b` wants.
+    /// Whether this kernel has receive offload (`UDP_GRO`, Linux 5.0 on): set on a throwaway
+    /// socket.
+    fn gro_supported() -> bool {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock::setsockopt(&socket.as_fd(), sock::sockopt::UdpGroSegment, &true).is_ok()
+    }
+
+    /// Sends `b` five datagrams at a time from `a`, [`OFFLOAD_AFTER`] times, each time reading
+    /// until the socket is drained: a full quiet batch of four, then a read of one that goes on
+    /// with the same drain (no reason to start the count again). That turns on the receive
+    /// offload `b` wants.
     fn make_busy(a: &mut UdpIo, b: &mut UdpIo) {
         let to = b.local_addr().unwrap();
-        for read in 0..OFFLOAD_AFTER {
-            assert!(!b.offload_on(), "on after {read} busy batches");
-            for k in 0..2 {
-                a.send(to, &[k], &Payload::new()).unwrap();
+        for round in 0..OFFLOAD_AFTER {
+            assert!(!b.offload_on(), "on after {round} busy drains");
+            b.batch = QUIET_BATCH;
+            for k in 0..=QUIET_BATCH {
+                a.send(to, &[k as u8], &Payload::new()).unwrap();
             }
             std::thread::sleep(Duration::from_millis(5));
-            let batch = b.recv_batch(|_| {}).unwrap();
-            assert_eq!(batch.datagrams, 2, "the datagrams sent are queued");
+            let (first, second) = (b.recv_batch(|_| {}).unwrap(), b.recv_batch(|_| {}).unwrap());
+            assert_eq!((first.datagrams, second.datagrams), (QUIET_BATCH, 1), "the datagrams sent are queued");
         }
-        assert!(b.offload_on(), "busy batches in a row turn wanted offload on");
+        assert!(b.offload_on(), "busy drains in a row turn wanted offload on");
     }
 
     /// Wanted receive offload stays off while the socket is quiet, so that single reads are the
     /// cheaper `recv`: a run that arrives meanwhile is split by the kernel, and reads whole.
-    /// Batches of several that are not in a row leave it off; enough in a row turn it on, for
-    /// good.
+    /// Busy reads that are not in a row leave it off; enough in a row turn it on, for good.
     #[test]
     fn wanted_receive_offload_goes_on_when_reads_keep_finding_more_queued() {
+        if !gro_supported() {
+            eprintln!("io test: this kernel has no UDP receive offload (UDP_GRO); not tested");
+            return;
+        }
         let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
         let (mut a, mut b) =
             (UdpIo::bind(localhost, 1 << 20, true).unwrap(), UdpIo::bind(localhost, 1 << 20, true).unwrap());
@@ -815,26 +844,31 @@ mod tests {
             b.recv_wait(Some(Duration::from_secs(5)), |d| got.push(d.to_vec())).unwrap();
         }
         assert_eq!(got, contents.chunks(100).map(<[u8]>::to_vec).collect::<Vec<_>>(), "split on arrival");
+        // A batch of one that starts a drain starts the count again.
         for _ in 0..2 * OFFLOAD_AFTER {
-            b.read_was_busy(true);
-            let (quiet, _) = receive_after(&mut a, &mut b, 1);
-            assert_eq!(quiet, 1);
-            b.read_was_busy(true);
+            b.count_read(2);
+            assert_eq!(receive_after(&mut a, &mut b, 1).0, 1);
+        }
+        assert!(!b.offload_on(), "a read of one starts the count again");
+        // So does an empty read.
+        for _ in 0..2 * OFFLOAD_AFTER {
+            b.count_read(2);
+            b.batch = QUIET_BATCH;
             let empty = b.recv_batch(|_| panic!("nothing was sent"));
             assert_eq!(empty.map(|_| ()).unwrap_err().kind(), io::ErrorKind::WouldBlock);
         }
-        assert!(!b.offload_on(), "a batch of one, or an empty read, starts the count again");
+        assert!(!b.offload_on(), "an empty read starts the count again");
         make_busy(&mut a, &mut b);
         let (_, batches) = receive_after(&mut a, &mut b, 1);
         assert!(batches.iter().all(|batch| batch.drained), "{batches:?}");
         assert!(b.offload_on(), "it stays on when the socket is quiet again");
     }
 
-    /// Sends `n` one-byte datagrams from `a` to `b` and reads them in one batch of [`BATCH_SIZE`]:
-    /// how many it read, and the batches.
+    /// Sends `n` one-byte datagrams from `a` to `b` and reads them, starting a drain with a quiet
+    /// batch: how many it read, and the batches.
     fn receive_after(a: &mut UdpIo, b: &mut UdpIo, n: usize) -> (usize, Vec<Batch>) {
         let to = b.local_addr().unwrap();
-        b.batch = BATCH_SIZE;
+        b.batch = QUIET_BATCH;
         for k in 0..n {
             a.send(to, &[k as u8], &Payload::new()).unwrap();
         }

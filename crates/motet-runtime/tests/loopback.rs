@@ -822,17 +822,21 @@ fn a_lagging_member_that_is_dropped_leaves_without_being_suspected() {
     assert_eq!(suspected(), before, "the others saw a leave, not a failure");
 }
 
-/// Receive offload goes on only once the socket is busy (docs/runtime.md, "Receive offload"):
-/// datagrams that arrive one at a time (a round trip) keep the cheaper single reads, even when
-/// each is queued before the loop waits for it; reads that keep finding several queued turn it
-/// on. (The datagrams are not Motet's: dropped and counted, but read all the same.)
-#[test]
-fn receive_offload_goes_on_when_reads_keep_finding_several_datagrams_queued() {
-    let mut event_loop = motet_runtime::EventLoop::new(RuntimeConfig::default()).unwrap();
+/// Whether this kernel has UDP receive offload (`UDP_GRO`, Linux 5.0 on).
+fn gro_supported() -> bool {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::UdpGroSegment, &true).is_ok()
+}
+
+/// An event loop alone with its socket, and a function that sends it `n` datagrams from another
+/// socket and polls it with `timeout` until it has read them all. (The datagrams are not
+/// Motet's: dropped and counted, but read all the same.)
+fn offload_probe() -> (motet_runtime::EventLoop, impl FnMut(&mut motet_runtime::EventLoop, u64, Duration)) {
+    let event_loop = motet_runtime::EventLoop::new(RuntimeConfig::default()).unwrap();
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let to = event_loop.local_addr();
     let mut received = 0;
-    let mut send_and_poll = |event_loop: &mut motet_runtime::EventLoop, n: u64, timeout: Duration| {
+    let send_and_poll = move |event_loop: &mut motet_runtime::EventLoop, n: u64, timeout: Duration| {
         for _ in 0..n {
             socket.send_to(&[0xff, 1, 2, 3], to).unwrap();
         }
@@ -843,16 +847,51 @@ fn receive_offload_goes_on_when_reads_keep_finding_several_datagrams_queued() {
             event_loop.poll(Some(timeout)).unwrap();
         }
     };
+    (event_loop, send_and_poll)
+}
+
+/// Receive offload goes on only once the socket is busy (docs/runtime.md, "Receive offload"):
+/// datagrams that arrive one at a time (a round trip) keep the cheaper single reads, even when
+/// each is queued before the loop waits for it; a loop that waits in the receive call, and keeps
+/// finding datagrams queued, learns it by reading a batch now and then, and turns it on.
+#[test]
+fn receive_offload_goes_on_when_waits_keep_finding_several_datagrams_queued() {
+    if !gro_supported() {
+        eprintln!("loopback test: this kernel has no UDP receive offload (UDP_GRO); not tested");
+        return;
+    }
+    let (mut event_loop, mut send_and_poll) = offload_probe();
     for _ in 0..200 {
         send_and_poll(&mut event_loop, 1, Duration::from_millis(50));
     }
     let stats = event_loop.runtime_stats();
-    assert!(stats.recv_waits > 0, "the loop waited in the receive call: {stats:?}");
+    assert!(stats.recv_waits >= 150, "the loop waited in the receive call: {stats:?}");
     assert!(!stats.receive_offload, "one at a time: {stats:?}");
-    // A timeout too short to wait in the receive call: the loop waits in `epoll` and reads
-    // batches.
+    for _ in 0..300 {
+        send_and_poll(&mut event_loop, 7, Duration::from_millis(50));
+    }
+    let stats = event_loop.runtime_stats();
+    assert!(stats.recv_waits >= 1_000, "the loop still waited in the receive call: {stats:?}");
+    assert!(stats.receive_offload, "several at a time: {stats:?}");
+}
+
+/// The same for a loop that waits in `epoll` (a timeout too short to wait in the receive call)
+/// and reads batches.
+#[test]
+fn receive_offload_goes_on_when_batches_keep_finding_several_datagrams_queued() {
+    if !gro_supported() {
+        eprintln!("loopback test: this kernel has no UDP receive offload (UDP_GRO); not tested");
+        return;
+    }
+    let (mut event_loop, mut send_and_poll) = offload_probe();
+    for _ in 0..200 {
+        send_and_poll(&mut event_loop, 1, Duration::from_millis(1));
+    }
+    assert!(!event_loop.runtime_stats().receive_offload, "one at a time: {:?}", event_loop.runtime_stats());
     for _ in 0..64 {
         send_and_poll(&mut event_loop, 8, Duration::from_millis(1));
     }
-    assert!(event_loop.runtime_stats().receive_offload, "{:?}", event_loop.runtime_stats());
+    let stats = event_loop.runtime_stats();
+    assert_eq!(stats.recv_waits, 0, "the loop waited in epoll: {stats:?}");
+    assert!(stats.receive_offload, "several at a time: {stats:?}");
 }

@@ -75,14 +75,9 @@ impl EventLoop {
     }
 }
 
-/// A wait in the receive call that handed over a datagram sooner than this did not sleep: the
-/// datagram was queued already (the call itself takes about 1 µs here; a thread that slept and
-/// was woken takes several).
-const AT_ONCE: Duration = Duration::from_micros(3);
-
-/// Waits in a row that returned at once after which the loop reads a batch instead
-/// ([`RecvTimeout::returned`]).
-const PROBE_AFTER: u32 = 16;
+/// Waits in the receive call in a row that returned a datagram, after which the loop reads a
+/// batch instead, while receive offload is wanted and not yet on ([`RecvTimeout::returned`]).
+const PROBE_AFTER: u32 = 32;
 
 /// When the loop may wait in the receive call (`recvmmsg` with `MSG_WAITFORONE`, bounded by the
 /// socket's receive timeout) instead of in `epoll`. The kernel rounds that timeout up to whole
@@ -96,13 +91,13 @@ pub(super) struct RecvTimeout {
     overshoot: Duration,
     /// The wait now in progress: when it started and what it asked for.
     asked: Option<(motet_core::Instant, Duration)>,
-    /// Waits in a row that returned a datagram at once.
-    at_once: u32,
+    /// Waits in a row that returned a datagram.
+    returned: u32,
 }
 
 impl Default for RecvTimeout {
     fn default() -> RecvTimeout {
-        RecvTimeout { overshoot: Duration::from_millis(5), asked: None, at_once: 0 }
+        RecvTimeout { overshoot: Duration::from_millis(5), asked: None, returned: 0 }
     }
 }
 
@@ -138,23 +133,24 @@ impl RecvTimeout {
         Some(Some(timeout))
     }
 
-    /// A wait returned a datagram, `at_once` or after sleeping. True when the loop should read
-    /// its next batch without waiting: after [`PROBE_AFTER`] waits in a row that returned at
-    /// once.
+    /// A wait returned a datagram. True when the loop should read its next batch without
+    /// waiting: every [`PROBE_AFTER`]th wait in a row, while `probing` (receive offload is wanted
+    /// and not yet on).
     ///
     /// Why: a wait reads one datagram, and cannot tell whether more are queued behind it, which
-    /// is what tells a busy socket (`UdpIo::read_was_busy`, which turns receive offload on). A
-    /// wait that returned at once is a hint, not the proof: on one CPU the peer's answer to a
-    /// round trip is often queued before the loop gets to its wait, because waking the peer let
-    /// it run first. So now and then a batch looks: under load it takes several datagrams, and in
-    /// a round trip it finds none, which costs one empty read per [`PROBE_AFTER`] round trips.
-    fn returned(&mut self, at_once: bool) -> bool {
+    /// is what tells a busy socket (`UdpIo::count_read`, which turns receive offload on). So now
+    /// and then a batch looks: under load it takes several datagrams; in a round trip it finds
+    /// none, which costs one more turn of the loop, with an empty read, per [`PROBE_AFTER`] round
+    /// trips. (Whether the wait slept is no sign: on one CPU the peer's answer to a round trip is
+    /// often queued before the loop gets to its wait, because the send woke the peer, which ran
+    /// first; and how long a wait that did not sleep takes depends on the host.)
+    fn returned(&mut self, probing: bool) -> bool {
         self.asked = None;
-        self.at_once = if at_once { self.at_once + 1 } else { 0 };
-        if self.at_once < PROBE_AFTER {
+        self.returned += 1;
+        if !probing || self.returned < PROBE_AFTER {
             return false;
         }
-        self.at_once = 0;
+        self.returned = 0;
         true
     }
 
@@ -168,6 +164,7 @@ impl RecvTimeout {
     /// kernel's rounding, and teaches nothing: learning it would keep the loop out of the
     /// receive call near every timer from then on.
     fn ran_out(&mut self, now: motet_core::Instant) {
+        self.returned = 0;
         if let Some((started, asked)) = self.asked.take() {
             let late = crate::clock::between(started, now).saturating_sub(asked);
             if late > self.overshoot && late <= OVERSHOOT_MAX {
@@ -199,8 +196,7 @@ impl EventLoop {
         });
         match result {
             Ok(batch) => {
-                let waited = arrived.map(|at| crate::clock::between(now, at));
-                if self.recv_timeout.returned(waited.is_some_and(|w| w < AT_ONCE)) {
+                if self.recv_timeout.returned(self.io.offload_pending()) {
                     self.readable = true;
                 }
                 self.stats.datagrams_in += batch.datagrams as u64;
@@ -268,16 +264,19 @@ mod tests {
         assert!(longest <= RECV_TIMEOUT_MAX && longest > RECV_TIMEOUT_MAX / 2, "{longest:?}");
     }
 
-    /// Waits that keep returning at once make the loop read a batch every [`PROBE_AFTER`]th time,
-    /// to learn whether the socket is busy; a wait that slept starts the count again.
+    /// Waits that keep returning datagrams make the loop read a batch every [`PROBE_AFTER`]th
+    /// time while receive offload is pending, to learn whether the socket is busy; a wait that ran
+    /// out starts the count again.
     #[test]
-    fn waits_that_return_at_once_make_the_loop_look_for_more_now_and_then() {
+    fn waits_that_keep_returning_datagrams_make_the_loop_look_for_more_now_and_then() {
         let mut timeouts = RecvTimeout::default();
-        let probes = |t: &mut RecvTimeout, at_once: bool, n: u32| (0..n).filter(|_| t.returned(at_once)).count();
-        assert_eq!(probes(&mut timeouts, false, 100), 0, "waits that slept: the socket was empty");
+        let probes = |t: &mut RecvTimeout, probing: bool, n: u32| (0..n).filter(|_| t.returned(probing)).count();
+        assert_eq!(probes(&mut timeouts, false, 10 * PROBE_AFTER), 0, "offload on, or not wanted: no need");
+        timeouts = RecvTimeout::default();
         assert_eq!(probes(&mut timeouts, true, PROBE_AFTER - 1), 0);
-        assert_eq!(probes(&mut timeouts, false, 1), 0, "one that slept starts the count again");
-        assert_eq!(probes(&mut timeouts, true, PROBE_AFTER - 1), 0);
+        timeouts.start(motet_core::Instant(0), Some(Duration::from_millis(4)));
+        timeouts.ran_out(motet_core::Instant(4_000_000));
+        assert_eq!(probes(&mut timeouts, true, PROBE_AFTER - 1), 0, "a wait that ran out starts the count again");
         assert_eq!(probes(&mut timeouts, true, 1), 1);
         assert_eq!(probes(&mut timeouts, true, 10 * PROBE_AFTER), 10);
     }
