@@ -184,8 +184,8 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
         "datagrams_segmented": rt.datagrams_segmented,
         "malformed_bundles": rt.malformed_bundles,
         "connected_sockets": rt.connected_sockets,
-        "receive_offload": rt.receive_offload,
         "connected_fallbacks": rt.connected_fallbacks,
+        "receive_offload": rt.receive_offload,
         "counters": counters,
         "drops": drops,
     }))

@@ -64,8 +64,8 @@ pub struct RuntimeConfig {
     /// size: less work in the kernel on every read and every busy-polling spin, at the price of
     /// bulk throughput of large messages (docs/runtime.md, "Receive offload"). On means wanted:
     /// the socket starts without it and turns it on, for good, once its reads keep finding
-    /// several datagrams queued (a request answered by one peer never does). `None` (the default): on, except with
-    /// `busy_poll`, which asks for the lowest latency.
+    /// several datagrams queued (a request answered by one peer never does). `None` (the
+    /// default): on, except with `busy_poll`, which asks for the lowest latency.
     pub receive_offload: Option<bool>,
     /// Connected sends: unicast datagrams leave through a socket connected to their destination
     /// (one per destination, at most 256 at a time), so the kernel keeps each route instead of
