@@ -297,18 +297,19 @@ impl UdpIo {
         HEADERS
             .with(|headers| {
                 let mut headers = headers.borrow_mut();
-                let Headers { headers, slots, stale, control } = &mut *headers;
+                // Sockets with and without receive offload (a unicast and a multicast socket in
+                // one loop) each use their own kind, so that taking turns remakes neither.
+                let Headers { headers, slots, stale } = &mut headers[usize::from(self.offload)];
                 // `nix` sets each header's control-buffer length once, and the kernel shortens it to
                 // what a message used (nothing, for one that is not a coalesced run): headers that
                 // took such a message are made afresh before the next read, or a later run would come
                 // without its segment size. As many as the read offers (a quiet socket's few are
                 // cheap to make again). Without receive offload there is no segment size to ask
                 // for: headers without control buffers never go stale.
-                if *stale || headers.is_none() || *slots < offered || *control != self.offload {
+                if *stale || headers.is_none() || *slots < offered {
                     let space = self.offload.then(|| nix::cmsg_space!(i32));
                     *headers = Some(MultiHeaders::preallocate(offered, space));
                     *slots = offered;
-                    *control = self.offload;
                 }
                 let headers = headers.as_mut().expect("just made");
                 *stale = recv_many(fd, headers, &mut self.slots[..offered], flags, &mut got)? && self.offload;
@@ -467,18 +468,18 @@ thread_local! {
     /// The message headers `recvmmsg` fills. `nix` keeps raw pointers in them, so they cannot
     /// move between threads with an event loop: each thread that reads sockets has its own,
     /// shared by its loop's sockets, which are read one at a time.
-    static HEADERS: std::cell::RefCell<Headers> =
-        const { std::cell::RefCell::new(Headers { headers: None, slots: 0, stale: false, control: false }) };
+    static HEADERS: std::cell::RefCell<[Headers; 2]> = const {
+        std::cell::RefCell::new([const { Headers { headers: None, slots: 0, stale: false } }; 2])
+    };
 }
 
-/// [`HEADERS`]: the headers, and whether the last read shortened a control-buffer length.
+/// [`HEADERS`]: the headers, and whether the last read shortened a control-buffer length. There
+/// are two sets: without control buffers (for sockets without receive offload), and with.
 struct Headers {
     headers: Option<MultiHeaders<()>>,
     /// How many `headers` holds.
     slots: usize,
     stale: bool,
-    /// The headers have control buffers (for a socket with receive offload on).
-    control: bool,
 }
 
 /// One `recvmmsg` into `slots`: per message received, its length, its segment size (its length
