@@ -163,7 +163,8 @@ impl Runtime {
     pub fn join(&self, config: GroupConfig) -> Result<Member, Error> {
         let (sink, events) = mpsc::sync_channel(self.event_queue);
         let handle = self.join_with(config, Sink::Blocking(sink))?;
-        Ok(Member { handle, events, exited: AtomicBool::new(false) })
+        let unlistened = Unlistened(handle.clone());
+        Ok(Member { handle, events, exited: AtomicBool::new(false), _unlistened: unlistened })
     }
 
     /// Like [`Runtime::join`], for async code: the member's events are a [`futures_core::Stream`]
@@ -267,6 +268,21 @@ pub struct Member {
     handle: Handle,
     events: Receiver<Event>,
     exited: AtomicBool,
+    /// Last, so that it drops after `events` ([`Unlistened`]).
+    _unlistened: Unlistened,
+}
+
+/// Dropped after a member's receiver: tells the loop that nobody listens any more, so that it
+/// tries the member's channel once more, finds it closed, and forgets the member. (The loop does
+/// not retry a full channel on its own: it waits for the application to take an event, which
+/// wakes it, and a dropped receiver takes none.)
+pub(crate) struct Unlistened(pub(crate) Handle);
+
+impl Drop for Unlistened {
+    fn drop(&mut self) {
+        self.0.member.want_wake.store(false, Ordering::SeqCst);
+        let _ = self.0.shared.waker.wake();
+    }
 }
 
 /// A cloneable, thread-safe handle to act as a member (cast, send, leave) from any thread.
@@ -707,6 +723,13 @@ impl LoopThread {
         }
         for endpoint in std::mem::take(&mut self.behind) {
             let Some(listener) = self.members.get_mut(&endpoint) else { continue };
+            // The application has taken nothing since its channel refused an event: trying again
+            // would fail (and box the event twice). It wakes the loop when it takes one, and so
+            // does dropping its receiver (`Unlistened`).
+            if listener.shared.want_wake.load(Ordering::SeqCst) {
+                self.behind.insert(endpoint);
+                continue;
+            }
             let mut handed = Handed::All;
             while let Some(event) = listener.overflow.pop_front() {
                 handed = hand(listener, event);
@@ -768,5 +791,69 @@ fn hand(listener: &mut Listener, event: Event) -> Handed {
             Handed::Full
         }
         Err(Refused::Gone) => Handed::Gone,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A loop thread with one member whose channel holds one event, and the member's handle and
+    /// receiver.
+    fn one_member() -> (LoopThread, Handle, Receiver<Event>) {
+        let event_loop = EventLoop::new(RuntimeConfig::default()).unwrap();
+        let (commands, receiver) = mpsc::sync_channel(16);
+        let shared = Arc::new(Shared { commands, waker: event_loop.waker(), sleeping: AtomicBool::new(false) });
+        let mut thread = LoopThread::new(event_loop, receiver, Arc::clone(&shared), 64);
+        let (sink, events) = mpsc::sync_channel(1);
+        let member = Arc::new(MemberShared::default());
+        let endpoint = EndpointId(7);
+        let listener = Listener { sink: Sink::Blocking(sink), shared: Arc::clone(&member), overflow: VecDeque::new() };
+        thread.members.insert(endpoint, listener);
+        (thread, Handle { endpoint, shared, member }, events)
+    }
+
+    /// Fills the member's channel and one more: the member is behind, with one event in its
+    /// overflow.
+    fn fall_behind(thread: &mut LoopThread, endpoint: EndpointId) {
+        let listener = thread.members.get_mut(&endpoint).unwrap();
+        assert!(matches!(hand(listener, Event::Block), Handed::All));
+        assert!(matches!(hand(listener, Event::Block), Handed::Full));
+        thread.behind.insert(endpoint);
+    }
+
+    /// A member whose application has taken nothing since its channel refused an event is not
+    /// tried again (that would fail, and box the event twice) until the application takes one,
+    /// which wakes the loop.
+    #[test]
+    fn a_lagging_member_is_tried_again_only_once_its_application_took_an_event() {
+        let (mut thread, handle, events) = one_member();
+        fall_behind(&mut thread, handle.endpoint);
+        // Room in the channel, but the application did not say so (a raw receive, not `taken`).
+        assert_eq!(events.try_recv().unwrap(), Event::Block);
+        thread.catch_up();
+        assert_eq!(thread.members[&handle.endpoint].overflow.len(), 1, "not tried: nobody woke the loop");
+        assert!(thread.behind.contains(&handle.endpoint));
+        handle.taken(&Event::Block);
+        thread.catch_up();
+        assert!(thread.members[&handle.endpoint].overflow.is_empty(), "tried once woken");
+        assert!(thread.behind.is_empty(), "caught up");
+        assert_eq!(events.try_recv().unwrap(), Event::Block);
+    }
+
+    /// A lagging member whose receiver is dropped is forgotten: the guard dropped after the
+    /// receiver (`Unlistened`) has the loop try once more, and the closed channel says so. Without
+    /// it the member's overflow would stay for the runtime's life.
+    #[test]
+    fn a_lagging_member_whose_receiver_is_dropped_is_forgotten() {
+        let (mut thread, handle, events) = one_member();
+        fall_behind(&mut thread, handle.endpoint);
+        thread.catch_up();
+        assert!(thread.members.contains_key(&handle.endpoint), "still behind");
+        drop(events);
+        drop(Unlistened(handle.clone()));
+        thread.catch_up();
+        assert!(!thread.members.contains_key(&handle.endpoint), "forgotten");
+        assert!(thread.behind.is_empty());
     }
 }

@@ -1,6 +1,6 @@
 //! [`AsyncMember`]: a member whose events are an async stream (feature `tokio`).
 
-use crate::runtime::Handle;
+use crate::runtime::{Handle, Unlistened};
 use crate::{Error, Event};
 use bytes::Bytes;
 use motet_core::EndpointId;
@@ -13,11 +13,14 @@ use std::task::{Context, Poll};
 pub struct AsyncMember {
     handle: Handle,
     events: tokio::sync::mpsc::Receiver<Event>,
+    /// Last, so that it drops after `events` (`runtime::Unlistened`).
+    _unlistened: Unlistened,
 }
 
 impl AsyncMember {
     pub(crate) fn new(handle: Handle, events: tokio::sync::mpsc::Receiver<Event>) -> AsyncMember {
-        AsyncMember { handle, events }
+        let unlistened = Unlistened(handle.clone());
+        AsyncMember { handle, events, _unlistened: unlistened }
     }
 
     /// A handle for acting from other tasks or threads.
