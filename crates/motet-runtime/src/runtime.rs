@@ -280,7 +280,7 @@ pub(crate) struct Unlistened(pub(crate) Handle);
 
 impl Drop for Unlistened {
     fn drop(&mut self) {
-        self.0.member.want_wake.store(false, Ordering::SeqCst);
+        let _ = self.0.member.want_wake.swap(false, Ordering::SeqCst);
         let _ = self.0.shared.waker.wake();
     }
 }
@@ -771,7 +771,10 @@ fn hand(listener: &mut Listener, event: Event) -> Handed {
         // taken one between the refusal and the request, and would not wake it: so one more try
         // after the request.
         Err(Refused::Full(event)) => {
-            listener.shared.want_wake.store(true, Ordering::SeqCst);
+            // A swap, not a store: with the application's swap in `taken` (or the guard's store
+            // after its receiver is gone), one side sees the other's write, so either this retry
+            // sees the room (or the closed channel) or the application wakes the loop.
+            let _ = listener.shared.want_wake.swap(true, Ordering::SeqCst);
             listener.sink.try_send(*event)
         }
         other => other,
@@ -822,6 +825,21 @@ mod tests {
         thread.behind.insert(endpoint);
     }
 
+    /// Lets a fresh loop take what its first turns report (the socket's readiness), so that its
+    /// next wait lasts until it is woken.
+    fn settle(thread: &mut LoopThread) {
+        for _ in 0..3 {
+            thread.event_loop.poll(Some(Duration::from_millis(20))).unwrap();
+        }
+    }
+
+    /// The loop wakes within `limit` (it was woken), where it would otherwise wait 5 s.
+    fn woken(thread: &mut LoopThread, limit: Duration) -> bool {
+        let started = std::time::Instant::now();
+        thread.event_loop.poll(Some(Duration::from_secs(5))).unwrap();
+        started.elapsed() < limit
+    }
+
     /// A member whose application has taken nothing since its channel refused an event is not
     /// tried again (that would fail, and box the event twice) until the application takes one,
     /// which wakes the loop.
@@ -834,26 +852,55 @@ mod tests {
         thread.catch_up();
         assert_eq!(thread.members[&handle.endpoint].overflow.len(), 1, "not tried: nobody woke the loop");
         assert!(thread.behind.contains(&handle.endpoint));
+        settle(&mut thread);
         handle.taken(&Event::Block);
+        assert!(woken(&mut thread, Duration::from_secs(2)), "taking an event wakes the loop");
         thread.catch_up();
         assert!(thread.members[&handle.endpoint].overflow.is_empty(), "tried once woken");
         assert!(thread.behind.is_empty(), "caught up");
         assert_eq!(events.try_recv().unwrap(), Event::Block);
     }
 
-    /// A lagging member whose receiver is dropped is forgotten: the guard dropped after the
-    /// receiver (`Unlistened`) has the loop try once more, and the closed channel says so. Without
-    /// it the member's overflow would stay for the runtime's life.
+    /// A lagging member that is dropped is forgotten: its guard, dropped after its receiver
+    /// (`Unlistened`, the last field), wakes the loop, which tries once more and finds the channel
+    /// closed. Without it the member's overflow would stay for the runtime's life; with the guard
+    /// dropped before the receiver, the loop could find the channel full once more and never be
+    /// woken again.
     #[test]
-    fn a_lagging_member_whose_receiver_is_dropped_is_forgotten() {
+    fn a_lagging_member_that_is_dropped_is_forgotten() {
         let (mut thread, handle, events) = one_member();
         fall_behind(&mut thread, handle.endpoint);
         thread.catch_up();
         assert!(thread.members.contains_key(&handle.endpoint), "still behind");
-        drop(events);
-        drop(Unlistened(handle.clone()));
+        // Its leave goes into the command channel, which this test does not read.
+        let member = Member {
+            handle: handle.clone(),
+            events,
+            exited: AtomicBool::new(false),
+            _unlistened: Unlistened(handle.clone()),
+        };
+        settle(&mut thread);
+        drop(member);
+        assert!(woken(&mut thread, Duration::from_secs(2)), "dropping the member wakes the loop");
         thread.catch_up();
         assert!(!thread.members.contains_key(&handle.endpoint), "forgotten");
         assert!(thread.behind.is_empty());
+    }
+
+    /// The same for an async member.
+    #[cfg(feature = "tokio")]
+    #[test]
+    fn a_lagging_async_member_that_is_dropped_is_forgotten() {
+        let (mut thread, handle, _) = one_member();
+        let (sink, events) = tokio::sync::mpsc::channel(1);
+        thread.members.get_mut(&handle.endpoint).unwrap().sink = Sink::Async(sink);
+        fall_behind(&mut thread, handle.endpoint);
+        thread.catch_up();
+        let member = crate::AsyncMember::new(handle.clone(), events);
+        settle(&mut thread);
+        drop(member);
+        assert!(woken(&mut thread, Duration::from_secs(2)), "dropping the member wakes the loop");
+        thread.catch_up();
+        assert!(!thread.members.contains_key(&handle.endpoint), "forgotten");
     }
 }
