@@ -835,9 +835,10 @@ mod tests {
 
     /// The loop wakes within `limit` (it was woken), where it would otherwise wait 5 s.
     fn woken(thread: &mut LoopThread, limit: Duration) -> bool {
-        let started = std::time::Instant::now();
+        let clock = crate::clock::Clock::new();
+        let started = clock.now();
         thread.event_loop.poll(Some(Duration::from_secs(5))).unwrap();
-        started.elapsed() < limit
+        crate::clock::between(started, clock.now()) < limit
     }
 
     /// A member whose application has taken nothing since its channel refused an event is not
