@@ -421,7 +421,7 @@ impl EventLoop {
         let alone = Arc::strong_count(&self.waker) == 1;
         if !self.config.busy_poll && !self.readable && !lagging && watch_one && alone {
             let slack = Duration::from_millis(self.config.timer_slack_ms);
-            if let Some(timeout) = self.recv_timeout.for_wait(wait, slack) {
+            if let Some(timeout) = self.recv_timeout.for_wait(wait, slack, before, timeout) {
                 let arrived = self.receive_waiting(before, timeout);
                 return self.end_turn(arrived);
             }

@@ -44,6 +44,7 @@ impl EventLoop {
             let drained = match result {
                 Ok(batch) => {
                     *fresh = None;
+                    self.recv_timeout.arrived(now);
                     let n = batch.datagrams as u64;
                     self.stats.datagrams_in += n;
                     self.stats.recv_batches += 1;
@@ -75,6 +76,10 @@ impl EventLoop {
     }
 }
 
+/// Datagrams flow while one arrived within this: the loop then waits in the receive call even
+/// close to a deadline ([`RecvTimeout::for_wait`]).
+const FLOWING: Duration = Duration::from_millis(1);
+
 /// Waits in the receive call in a row that returned a datagram, after which the loop reads a
 /// batch instead, while receive offload is wanted and not yet on ([`RecvTimeout::returned`]).
 const PROBE_AFTER: u32 = 32;
@@ -93,11 +98,13 @@ pub(super) struct RecvTimeout {
     asked: Option<(motet_core::Instant, Duration)>,
     /// Waits in a row that returned a datagram.
     returned: u32,
+    /// When the loop last handled a datagram ([`RecvTimeout::arrived`]).
+    last_arrival: Option<motet_core::Instant>,
 }
 
 impl Default for RecvTimeout {
     fn default() -> RecvTimeout {
-        RecvTimeout { overshoot: Duration::from_millis(5), asked: None, returned: 0 }
+        RecvTimeout { overshoot: Duration::from_millis(5), asked: None, returned: 0, last_arrival: None }
     }
 }
 
@@ -115,17 +122,36 @@ const RECV_TIMEOUT_MAX: Duration = Duration::from_secs(86_400);
 impl RecvTimeout {
     /// The receive timeout for a loop whose next deadline is `wait` away (`None`: none) and that
     /// may fire its timers up to `slack` late, or `None` when it must not wait in the receive call
-    /// (a deadline too close: `epoll`, or due now): `Some(None)` waits for ever.
-    pub(super) fn for_wait(&self, wait: Option<Duration>, slack: Duration) -> Option<Option<Duration>> {
+    /// (a deadline too close: `epoll`, or due now): `Some(None)` waits for ever. `now` is the
+    /// turn's time, and `caller` the timeout the application gave `EventLoop::poll`, if any.
+    ///
+    /// A deadline too close for the kernel's coarse timeout is waited for in the receive call
+    /// all the same while datagrams flow (one arrived within [`FLOWING`]): the next one is
+    /// expected long before the deadline, and the loop checks its timers on every datagram, so a
+    /// timer is late only if the flow stops there, by at most the shortest receive timeout and
+    /// the kernel's overshoot (not with a `slack` of 0, which keeps timers exact). Without this,
+    /// a round trip near one of the protocol's periodic
+    /// sweeps (a quarter of them, with the sweeps of `vsync`) waited in `epoll` and then read:
+    /// two system calls instead of one. The application's own timeout is kept: a shorter one
+    /// than the receive call can honour waits in `epoll`.
+    pub(super) fn for_wait(
+        &self,
+        wait: Option<Duration>,
+        slack: Duration,
+        now: motet_core::Instant,
+        caller: Option<Duration>,
+    ) -> Option<Option<Duration>> {
         let Some(wait) = wait.filter(|w| !w.is_zero()) else {
             return wait.is_none().then_some(None);
         };
         // `EventLoop::poll(Some(Duration::MAX))` with no timer is a wait for ever: taken a day
         // at most at a time (the loop turns and waits again), so no sum or doubling overflows.
-        let room = wait.min(RECV_TIMEOUT_MAX).saturating_add(slack).checked_sub(self.overshoot)?;
-        if room < RECV_TIMEOUT_MIN {
-            return None;
-        }
+        let room = wait.min(RECV_TIMEOUT_MAX).saturating_add(slack).checked_sub(self.overshoot);
+        let Some(room) = room.filter(|&room| room >= RECV_TIMEOUT_MIN) else {
+            let flowing = self.last_arrival.is_some_and(|at| crate::clock::between(at, now) <= FLOWING);
+            let caller_allows = caller.is_none_or(|t| t >= RECV_TIMEOUT_MIN + self.overshoot);
+            return (flowing && caller_allows && !slack.is_zero()).then_some(Some(RECV_TIMEOUT_MIN));
+        };
         let mut timeout = RECV_TIMEOUT_MIN;
         while timeout * 2 <= room {
             timeout *= 2;
@@ -152,6 +178,11 @@ impl RecvTimeout {
         }
         self.returned = 0;
         true
+    }
+
+    /// The loop handled datagrams at `at` (see [`RecvTimeout::for_wait`]).
+    pub(super) fn arrived(&mut self, at: motet_core::Instant) {
+        self.last_arrival = Some(at);
     }
 
     /// A wait of `timeout` starts at `now`.
@@ -196,6 +227,9 @@ impl EventLoop {
         });
         match result {
             Ok(batch) => {
+                if let Some(at) = arrived {
+                    self.recv_timeout.arrived(at);
+                }
                 if self.recv_timeout.returned(self.io.offload_pending()) {
                     self.readable = true;
                 }
@@ -256,11 +290,12 @@ mod tests {
     fn receive_timeouts_climb_a_ladder_below_the_deadline_and_never_overflow() {
         let timeouts = RecvTimeout::default();
         let slack = Duration::from_millis(5);
-        assert_eq!(timeouts.for_wait(None, slack), Some(None), "no deadline: for ever");
-        assert_eq!(timeouts.for_wait(Some(Duration::ZERO), slack), None, "due now");
-        assert_eq!(timeouts.for_wait(Some(Duration::from_millis(3)), slack), None, "too close");
-        assert_eq!(timeouts.for_wait(Some(Duration::from_millis(100)), slack), Some(Some(Duration::from_millis(64))));
-        let longest = timeouts.for_wait(Some(Duration::MAX), slack).expect("waits").expect("a timeout");
+        let for_wait = |wait| timeouts.for_wait(wait, slack, motet_core::Instant(0), None);
+        assert_eq!(for_wait(None), Some(None), "no deadline: for ever");
+        assert_eq!(for_wait(Some(Duration::ZERO)), None, "due now");
+        assert_eq!(for_wait(Some(Duration::from_millis(3))), None, "too close");
+        assert_eq!(for_wait(Some(Duration::from_millis(100))), Some(Some(Duration::from_millis(64))));
+        let longest = for_wait(Some(Duration::MAX)).expect("waits").expect("a timeout");
         assert!(longest <= RECV_TIMEOUT_MAX && longest > RECV_TIMEOUT_MAX / 2, "{longest:?}");
     }
 
@@ -279,6 +314,32 @@ mod tests {
         assert_eq!(probes(&mut timeouts, true, PROBE_AFTER - 1), 0, "a wait that ran out starts the count again");
         assert_eq!(probes(&mut timeouts, true, 1), 1);
         assert_eq!(probes(&mut timeouts, true, 10 * PROBE_AFTER), 10);
+    }
+
+    /// Close to a deadline, a loop whose datagrams flow still waits in the receive call, with
+    /// the shortest timeout, unless the application's own timeout is shorter than the call can
+    /// honour; one whose last datagram is older than [`FLOWING`] waits in `epoll`.
+    #[test]
+    fn datagrams_that_flow_let_the_loop_wait_in_the_receive_call_close_to_a_deadline() {
+        let at = |us: u64| motet_core::Instant(us * 1_000);
+        let slack = Duration::from_millis(5);
+        let close = Some(Duration::from_millis(2));
+        let mut timeouts = RecvTimeout::default();
+        assert_eq!(timeouts.for_wait(close, slack, at(10_000), None), None, "nothing arrived yet");
+        timeouts.arrived(at(10_000));
+        let shortest = Some(Some(RECV_TIMEOUT_MIN));
+        assert_eq!(timeouts.for_wait(close, slack, at(10_014), None), shortest, "a datagram 14 µs ago");
+        assert_eq!(timeouts.for_wait(close, slack, at(10_014), Some(Duration::from_secs(5))), shortest);
+        assert_eq!(timeouts.for_wait(close, slack, at(10_014), close), None, "the application's timeout is close");
+        assert_eq!(timeouts.for_wait(Some(Duration::ZERO), slack, at(10_014), None), None, "due now");
+        assert_eq!(
+            timeouts.for_wait(close, slack, at(10_000 + 2 * FLOWING.as_micros() as u64), None),
+            None,
+            "the flow stopped"
+        );
+        assert_eq!(timeouts.for_wait(close, Duration::ZERO, at(10_014), None), None, "no slack: exact timers");
+        let far = Some(Duration::from_millis(100));
+        assert_eq!(timeouts.for_wait(far, slack, at(10_014), None), Some(Some(Duration::from_millis(64))), "unchanged");
     }
 
     /// A wait the kernel ended late teaches the overshoot (a 100 Hz kernel); one that ended very
