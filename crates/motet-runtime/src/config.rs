@@ -86,11 +86,13 @@ pub struct RuntimeConfig {
     /// The slack lets a loop that watches one socket wait in the receive call, whose timeout the
     /// kernel keeps in whole jiffies, rather than in `epoll` then a read: one system call per
     /// datagram instead of two (docs/runtime.md, "Waiting"). A timer due now is never delayed, and
-    /// a loop that receives datagrams checks its timers on every one; while they flow (one within
-    /// the last millisecond) it waits in the receive call even closer to a deadline, so a timer
-    /// is later than the slack only if the flow stops just then, and by at most one short receive
-    /// timeout (about 8 ms here). 0: timers fire on time and the loop waits in `epoll` near them.
-    /// Default 5.
+    /// a loop that receives datagrams checks its timers on every one. While they flow (one within
+    /// the last millisecond), it waits in the receive call even closer to a periodic sweep's
+    /// deadline (not one that an arrival or an action brought nearer, such as a gap's NAK): a
+    /// sweep is then late beyond the slack only if the flow stops just before it, by at most the
+    /// shortest receive timeout and the kernel's overshoot, counted from the deadline (about 8 ms
+    /// at 250 Hz, 20 ms at 100 Hz; docs/runtime.md, "Timers"). 0: timers fire on time and the
+    /// loop waits in `epoll` near them. Default 5.
     pub timer_slack_ms: u64,
     /// After a migration ([`crate::Runtime::migrate`]), how long the old socket is still read once
     /// every endpoint's view has the new address, in milliseconds: datagrams peers sent to the

@@ -392,6 +392,7 @@ impl EventLoop {
         // One clock read serves every deadline of the wait (each read costs about as much as a
         // protocol layer's work on a message).
         let before = self.clock.now();
+        self.recv_timeout.note_alarm(self.node.poll_alarm(), before);
         let mut wait = self.node.poll_timeout().map(|at| crate::clock::between(before, at));
         if let Some(timeout) = timeout {
             wait = Some(wait.map_or(timeout, |w| w.min(timeout)));

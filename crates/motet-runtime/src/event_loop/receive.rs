@@ -100,11 +100,23 @@ pub(super) struct RecvTimeout {
     returned: u32,
     /// When the loop last handled a datagram ([`RecvTimeout::arrived`]).
     last_arrival: Option<motet_core::Instant>,
+    /// The node's next alarm at the start of the last turn ([`RecvTimeout::note_alarm`]).
+    alarm: Option<motet_core::Instant>,
+    /// A pending alarm that something other than a timer brought nearer (an arrival, an action),
+    /// until it passes.
+    fresh: Option<motet_core::Instant>,
 }
 
 impl Default for RecvTimeout {
     fn default() -> RecvTimeout {
-        RecvTimeout { overshoot: Duration::from_millis(5), asked: None, returned: 0, last_arrival: None }
+        RecvTimeout {
+            overshoot: Duration::from_millis(5),
+            asked: None,
+            returned: 0,
+            last_arrival: None,
+            alarm: None,
+            fresh: None,
+        }
     }
 }
 
@@ -129,8 +141,12 @@ impl RecvTimeout {
     /// all the same while datagrams flow (one arrived within [`FLOWING`]): the next one is
     /// expected long before the deadline, and the loop checks its timers on every datagram, so a
     /// timer is late only if the flow stops there, by at most the shortest receive timeout and
-    /// the kernel's overshoot (not with a `slack` of 0, which keeps timers exact). Without this,
-    /// a round trip near one of the protocol's periodic
+    /// the kernel's overshoot, counted from the deadline (about 8 ms at 250 Hz, 20 ms at 100 Hz).
+    /// Only for a deadline the protocol's timers set (a periodic sweep): not while one that an
+    /// arrival or an action brought nearer is pending ([`RecvTimeout::note_alarm`]), such as the
+    /// short delay before a gap is NAKed, since the flow may stop just because that timer has not
+    /// fired. Not with a `slack` of 0 either, which keeps timers exact. Without this, a round trip
+    /// near one of the protocol's periodic
     /// sweeps (a quarter of them, with the sweeps of `vsync`) waited in `epoll` and then read:
     /// two system calls instead of one. The application's own timeout is kept: a shorter one
     /// than the receive call can honour waits in `epoll`.
@@ -146,11 +162,13 @@ impl RecvTimeout {
         };
         // `EventLoop::poll(Some(Duration::MAX))` with no timer is a wait for ever: taken a day
         // at most at a time (the loop turns and waits again), so no sum or doubling overflows.
-        let room = wait.min(RECV_TIMEOUT_MAX).saturating_add(slack).checked_sub(self.overshoot);
-        let Some(room) = room.filter(|&room| room >= RECV_TIMEOUT_MIN) else {
+        // The slack is the protocol's: the application's own timeout bounds the wait as asked.
+        let late = wait.min(RECV_TIMEOUT_MAX).saturating_add(slack).min(caller.unwrap_or(Duration::MAX));
+        let Some(room) = late.checked_sub(self.overshoot).filter(|&room| room >= RECV_TIMEOUT_MIN) else {
             let flowing = self.last_arrival.is_some_and(|at| crate::clock::between(at, now) <= FLOWING);
             let caller_allows = caller.is_none_or(|t| t >= RECV_TIMEOUT_MIN + self.overshoot);
-            return (flowing && caller_allows && !slack.is_zero()).then_some(Some(RECV_TIMEOUT_MIN));
+            let sweep = self.fresh.is_none();
+            return (flowing && sweep && caller_allows && !slack.is_zero()).then_some(Some(RECV_TIMEOUT_MIN));
         };
         let mut timeout = RECV_TIMEOUT_MIN;
         while timeout * 2 <= room {
@@ -178,6 +196,21 @@ impl RecvTimeout {
         }
         self.returned = 0;
         true
+    }
+
+    /// The node's next alarm at the start of a turn at `now`. An alarm nearer than the one at the
+    /// start of the last turn was set during that turn by an arrival or an action: it stays
+    /// `fresh` until it passes. (The turn's timers run at its end, after this, and what they set
+    /// is what the next turn starts with; so a sweep that rearms itself is never fresh, and the
+    /// next sweep that becomes the nearest alarm is later, not nearer.)
+    pub(super) fn note_alarm(&mut self, alarm: Option<motet_core::Instant>, now: motet_core::Instant) {
+        if self.fresh.is_some_and(|f| f <= now) {
+            self.fresh = None;
+        }
+        if let Some(at) = alarm.filter(|&at| self.alarm.is_none_or(|before| at < before)) {
+            self.fresh = Some(self.fresh.map_or(at, |f| f.min(at)));
+        }
+        self.alarm = alarm;
     }
 
     /// The loop handled datagrams at `at` (see [`RecvTimeout::for_wait`]).
@@ -325,6 +358,10 @@ mod tests {
         let slack = Duration::from_millis(5);
         let close = Some(Duration::from_millis(2));
         let mut timeouts = RecvTimeout::default();
+        // The first alarm is fresh until it passes (nothing to compare it with); the sweep after
+        // it is later, set by the timers: not fresh.
+        timeouts.note_alarm(Some(at(2_000)), at(0));
+        timeouts.note_alarm(Some(at(12_014)), at(9_000));
         assert_eq!(timeouts.for_wait(close, slack, at(10_000), None), None, "nothing arrived yet");
         timeouts.arrived(at(10_000));
         let shortest = Some(Some(RECV_TIMEOUT_MIN));
@@ -338,6 +375,17 @@ mod tests {
             "the flow stopped"
         );
         assert_eq!(timeouts.for_wait(close, Duration::ZERO, at(10_014), None), None, "no slack: exact timers");
+        // An arrival brings an alarm nearer (a gap's NAK, 2 ms away): exact until it passes.
+        timeouts.note_alarm(Some(at(12_000)), at(10_000));
+        assert_eq!(timeouts.for_wait(close, slack, at(10_014), None), None, "a fresh alarm");
+        timeouts.note_alarm(Some(at(12_000)), at(11_000));
+        assert_eq!(timeouts.for_wait(close, slack, at(11_014), None), None, "still pending, still fresh");
+        timeouts.note_alarm(Some(at(12_014)), at(12_001));
+        timeouts.arrived(at(12_001));
+        assert_eq!(timeouts.for_wait(close, slack, at(12_001), None), shortest, "passed: the sweep again");
+        // The application's own timeout bounds a wait in the receive call as asked.
+        let far = Some(Duration::from_millis(100));
+        assert_eq!(timeouts.for_wait(far, slack, at(200_000), Some(Duration::from_millis(8))), None);
         let far = Some(Duration::from_millis(100));
         assert_eq!(timeouts.for_wait(far, slack, at(10_014), None), Some(Some(Duration::from_millis(64))), "unchanged");
     }
