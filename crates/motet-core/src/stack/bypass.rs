@@ -510,6 +510,14 @@ impl Stack {
                 let Some(send) = self.plans[Trace::SendDn as usize].map(|p| p.active) else {
                     return self.trace_up(now, origin, cast, msg, qos, top, span(top, n), span(top, n), true);
                 };
+                // Most messages take the express trace; the rest the general one.
+                let msg = match self.express_up(now, origin, cast, msg, qos, plan.active) {
+                    Ok(took) => {
+                        self.bypass_stats.compiled += 1;
+                        return Ok(took);
+                    }
+                    Err(msg) => msg,
+                };
                 let took = self.trace_up(now, origin, cast, msg, qos, top, plan.active, send, true)?;
                 self.bypass_stats.compiled += u64::from(took == Took::Hit);
                 Ok(took)
@@ -834,6 +842,8 @@ impl Stack {
         self.merge_alarm(index, alarm);
     }
 }
+
+mod express;
 
 #[cfg(test)]
 mod tests;
