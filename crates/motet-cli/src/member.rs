@@ -84,6 +84,10 @@ pub(crate) struct MemberArgs {
     /// Join as a client (client/server groups): casts to servers only do not reach it.
     #[arg(long)]
     client: bool,
+    /// Do not deliver this member's own casts back to it (RMP's Message Bus `loop-back` flag;
+    /// the other members see no difference).
+    #[arg(long)]
+    no_loopback: bool,
     /// Read commands on stdin: a line `/switch SPEC` asks the group to switch stacks,
     /// `/migrate IP:PORT [ADVERTISE]` moves this member to a new socket (endpoint migration; the
     /// views then carry the new address), `/leave` leaves; every other line is cast as usual.
@@ -228,6 +232,7 @@ fn configure(args: &MemberArgs) -> Result<(RuntimeConfig, GroupConfig), String> 
     }
     group.peers.extend(args.peers.iter().cloned());
     group.client |= args.client;
+    group.loopback &= !args.no_loopback;
     Ok((runtime, group))
 }
 

@@ -60,6 +60,10 @@ pub(crate) struct LatencyArgs {
     /// peer to CPU 1, `none` leaves it to the scheduler.
     #[arg(long, default_value = "none")]
     pin: String,
+    /// Whether each process gets its own casts back (`GroupConfig::loopback`): `on` (the default,
+    /// as every member does unless it says otherwise) or `off` (an echo needs only the other's).
+    #[arg(long, value_parser = on_off, default_value = "on", action = clap::ArgAction::Set)]
+    loopback: bool,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -122,6 +126,9 @@ pub(crate) struct PeerArgs {
     /// Pin this process to this CPU.
     #[arg(long)]
     cpu: Option<usize>,
+    /// Whether this process gets its own casts back.
+    #[arg(long, value_parser = on_off, default_value = "on", action = clap::ArgAction::Set)]
+    loopback: bool,
 }
 
 /// `on` or `off`.
@@ -222,9 +229,10 @@ fn join(
     group: &str,
     stack: &str,
     peers: &[SocketAddr],
+    loopback: bool,
 ) -> Result<(EventLoop, EndpointId), String> {
     let mut event_loop = EventLoop::new(config).map_err(|e| e.to_string())?;
-    let config = GroupConfig::new(group).stack(stack).peers(peers.iter().map(|p| p.to_string()));
+    let config = GroupConfig::new(group).stack(stack).peers(peers.iter().map(|p| p.to_string())).loopback(loopback);
     let me = event_loop.join(&config).map_err(|e| e.to_string())?;
     Ok((event_loop, me))
 }
@@ -349,6 +357,7 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
         my_udp.to_string(),
     ];
     peer_args.extend(mode_args(args.busy_poll, args.receive_offload));
+    peer_args.extend(["--loopback".into(), if args.loopback { "on" } else { "off" }.into()]);
     if let Some(cpu) = their_cpu {
         peer_args.extend(["--cpu".into(), cpu.to_string()]);
     }
@@ -360,7 +369,7 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
     let mut buf = vec![0u8; 65536];
     let config = runtime_config(mine, args.busy_poll, args.receive_offload);
     let offload = config.receive_offload_on();
-    let (mut event_loop, me) = join(config, &group, &args.stack, &[theirs])?;
+    let (mut event_loop, me) = join(config, &group, &args.stack, &[theirs], args.loopback)?;
     wait_for_view(&mut event_loop, 2, Duration::from_secs(30))?;
 
     // Blocks take turns, raw first in even rounds and Motet first in odd ones (raw, Motet, Motet,
@@ -446,6 +455,7 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
         "busy_poll": args.busy_poll,
         "receive_offload": offload,
         "receive_offload_on": event_loop.runtime_stats().receive_offload,
+        "loopback": args.loopback,
         "pin": args.pin,
         "rtt_us_p50": round(p50),
         "rtt_us_p99": round(p99),
@@ -540,7 +550,7 @@ fn throughput(args: &ThroughputArgs) -> Result<(), String> {
 
     let config = runtime_config(members[0], args.busy_poll, args.receive_offload);
     let offload = config.receive_offload_on();
-    let (mut event_loop, me) = join(config, &group, &args.stack, &members[1..])?;
+    let (mut event_loop, me) = join(config, &group, &args.stack, &members[1..], true)?;
     wait_for_view(&mut event_loop, args.members, Duration::from_secs(60))?;
     let (mut delivered, mut from_others, mut bytes, mut seq) = (0u64, 0u64, 0u64, 0u64);
     let begin = Instant::now();
@@ -614,7 +624,8 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
     let raw = UdpSocket::bind(args.udp_bind).map_err(|e| e.to_string())?;
     let config = runtime_config(args.bind, args.busy_poll, args.receive_offload);
     let mut event_loop = EventLoop::new(config).map_err(|e| e.to_string())?;
-    let config = GroupConfig::new(&args.group).stack(&args.stack).peers(args.peers.iter().cloned());
+    let config =
+        GroupConfig::new(&args.group).stack(&args.stack).peers(args.peers.iter().cloned()).loopback(args.loopback);
     println!("ready");
     match args.role.as_str() {
         "echo" => {

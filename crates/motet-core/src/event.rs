@@ -338,6 +338,13 @@ pub enum Action {
     /// withheld credit (not the refusal) for the rest of the view. No effect on the credit of a
     /// stack without flow control.
     Lagging(bool),
+    /// Whether this member's application gets its own casts back (`true`, the default) or not:
+    /// RMP's Message Bus `loop-back` flag, JGroups' `discardOwnMessages`, Spread's
+    /// `SELF_DISCARD`. Off, `appl` delivers every cast but this member's own; its own still take
+    /// their place in the order below `appl` (a sequencer orders them, the flush counts them),
+    /// so the other members see no difference. A setting of this member, not of the group: the
+    /// node carries it to the stacks of its later views.
+    Loopback(bool),
     /// Ask the whole group to run this stack from the next view on (protocol switching; the stack
     /// must have the `Switch` property, and so must the new one).
     Switch(crate::spec::StackSpec),

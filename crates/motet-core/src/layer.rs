@@ -114,6 +114,13 @@ pub trait Layer: core::fmt::Debug {
         let _ = trace;
         false
     }
+    /// Fast path: whether, in its current state, this layer has nothing to do with this
+    /// endpoint's own casts coming back up the loop-back branch (no action, no delivery, the
+    /// guarantee unchanged) until its next layered-path handler. A compiled cast going down whose
+    /// branch crosses only such layers takes no branch at all. Default: no.
+    fn fast_loopback_inert(&self) -> bool {
+        false
+    }
     /// Header compression: for the layer whose header carries a trace's sequence number, the
     /// number the next cast (or send) from `origin` is expected to carry, from which a compressed
     /// datagram's low 16 bits are expanded. `None` (the default): the layer numbers nothing.

@@ -569,7 +569,7 @@ impl Node {
                 TopOutput::NewView(view) => {
                     entry.replaced = true;
                     let endpoint = entry.stack.view().members[usize::from(entry.stack.rank())];
-                    next_view = Some((view, endpoint, entry.stack.leaving()));
+                    next_view = Some((view, endpoint, entry.stack.leaving(), entry.stack.loopback()));
                 }
                 TopOutput::Exit => exited = true,
             }
@@ -582,12 +582,18 @@ impl Node {
             }
             self.remove(id);
         }
-        if let Some((view, endpoint, leaving)) = next_view {
+        if let Some((view, endpoint, leaving, loopback)) = next_view {
             match view.rank_of(endpoint) {
                 Some(rank) => {
                     let now = self.now;
-                    // The successor stack uses the same, already validated, spec and parameters.
-                    match self.join(now, view, rank) {
+                    // The successor stack uses the same, already validated, spec and parameters,
+                    // and this member's own setting of the loop-back.
+                    let joined = self.join(now, view, rank);
+                    if let (Ok(next), false) = (&joined, loopback) {
+                        let set = self.handle_action(now, *next, Action::Loopback(false));
+                        debug_assert!(set.is_ok(), "a new stack takes the loop-back setting: {set:?}");
+                    }
+                    match joined {
                         // The application asked to leave, and the view changed before the request
                         // was granted (it reached the coordinator after its round's cut, or the
                         // round was a merge): it goes on in the new view, or the member would stay
@@ -717,6 +723,29 @@ mod tests {
         assert!(node.stack(*current).is_some());
         group.act(0, Action::Cast(b"after".as_slice().into())).unwrap();
         assert_eq!(group.delivered[1], 1, "the current stack still works");
+    }
+
+    /// A member's loop-back setting is its own and outlives its views: the node gives it to the
+    /// stack of every next view (here, through protocol switches). Its casts reach the others
+    /// all along, and never itself.
+    #[test]
+    fn the_loopback_setting_is_carried_to_the_next_views() {
+        let mut group = crate::testkit::Group::new(2, "vsync");
+        group.act(0, Action::Loopback(false)).unwrap();
+        for (round, target) in ["total", "vsync"].into_iter().enumerate() {
+            group.act(0, Action::Cast(b"before".as_slice().into())).unwrap();
+            let (own, other) = (group.delivered[0], group.delivered[1]);
+            group.act(1, Action::Switch(crate::spec::StackSpec::parse(target).unwrap())).unwrap();
+            for _ in 0..20 {
+                group.tick(crate::time::Duration::from_millis(100));
+            }
+            assert_eq!(group.views[0].as_ref().unwrap().view_id.ltime, round as u64 + 1, "a new view");
+            group.act(0, Action::Cast(b"after".as_slice().into())).unwrap();
+            assert_eq!(group.delivered[0], own, "round {round}: rank 0 never gets its own casts");
+            assert_eq!(group.delivered[1], other + 1, "round {round}: rank 1 gets them");
+            group.act(1, Action::Cast(b"theirs".as_slice().into())).unwrap();
+            assert_eq!(group.delivered[0], own + 1, "round {round}: rank 0 gets the others' casts");
+        }
     }
 
     /// The alarm index answers what a visit of every stack would: two nodes sharing 40 groups,

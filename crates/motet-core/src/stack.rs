@@ -262,6 +262,13 @@ impl Stack {
         appl.has_left()
     }
 
+    /// Whether the application takes its own casts back (`Action::Loopback`; carried to the
+    /// stack of the next view).
+    pub(crate) fn loopback(&self) -> bool {
+        let AnyLayer::Appl(appl) = &self.layers[self.appl] else { unreachable!("appl index") };
+        appl.loopback()
+    }
+
     /// The context of what the layers report through `tracing` while this stack handles an
     /// input on the layered path or a timer: the group, the view (logical time and coordinator)
     /// and this member's rank. A `debug` span: without a subscriber listening at that level for

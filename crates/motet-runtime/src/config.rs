@@ -220,6 +220,11 @@ pub struct GroupConfig {
     /// This member joins as a client (client/server groups, Ensemble's `Cltsvr`): casts to the
     /// servers only (`cast_to_servers`) do not reach it. Default false (a server).
     pub client: bool,
+    /// This member's application gets its own casts back (the default), or not: RMP's Message
+    /// Bus `loop-back` flag (JGroups' `discardOwnMessages`, Spread's `SELF_DISCARD`). Off, its
+    /// casts still take their place in the group's order and the other members see no
+    /// difference; it only saves this member the delivery of what it sent.
+    pub loopback: bool,
 }
 
 impl GroupConfig {
@@ -232,12 +237,19 @@ impl GroupConfig {
             peers: Vec::new(),
             resolve_interval: Duration::from_secs(30),
             client: false,
+            loopback: true,
         }
     }
 
     /// Joins as a client (or a server, the default).
     pub fn client(mut self, client: bool) -> GroupConfig {
         self.client = client;
+        self
+    }
+
+    /// Whether the application gets its own casts back (default true).
+    pub fn loopback(mut self, loopback: bool) -> GroupConfig {
+        self.loopback = loopback;
         self
     }
 
@@ -307,12 +319,18 @@ struct GroupToml {
     resolve_interval_ms: Option<u64>,
     #[serde(default)]
     client: bool,
+    #[serde(default = "yes")]
+    loopback: bool,
     #[serde(default)]
     params: StackConfig,
 }
 
 fn vsync() -> String {
     "vsync".to_string()
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl FileConfig {
@@ -324,6 +342,7 @@ impl FileConfig {
             .stack(&file.group.stack)
             .peers(file.group.peers)
             .client(file.group.client)
+            .loopback(file.group.loopback)
             .params(file.group.params);
         if let Some(ms) = file.group.resolve_interval_ms {
             group.resolve_interval = Duration::from_millis(ms);
@@ -345,6 +364,9 @@ mod tests {
         assert!(config.runtime.busy_poll);
         assert_eq!(config.group.stack, "vsync");
         assert_eq!(config.group.peers, ["127.0.0.1:7002"]);
+        assert!(config.group.loopback, "a member gets its own casts back unless it says otherwise");
+        let off = FileConfig::from_toml("[group]\nname = \"g\"\nloopback = false\n").unwrap();
+        assert!(!off.group.loopback);
         let err = FileConfig::from_toml("[group]\nname = \"g\"\nstak = \"fifo\"\n").unwrap_err();
         assert!(err.to_string().contains("stak"), "{err}");
         let err = FileConfig::from_toml("[group]\nname = \"g\"\nstack = \"nosuch\"\n").unwrap_err();

@@ -306,6 +306,10 @@ impl EventLoop {
         }
         let now = self.clock.now();
         let stack = self.node.join(now, Arc::clone(&view), 0)?;
+        if !group.loopback {
+            // The node carries it to the stacks of the later views.
+            self.node.handle_action(now, stack, motet_core::Action::Loopback(false))?;
+        }
         self.owners.insert(stack, (endpoint, view));
         self.members.insert(
             endpoint,

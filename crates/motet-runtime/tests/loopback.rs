@@ -325,6 +325,45 @@ fn a_subcast_reaches_the_named_members_only() {
     }
 }
 
+/// A member that joins with the loop-back off (RMP's Message Bus `loop-back` flag) gets the others'
+/// casts and never its own, through the merges that built its view; the others get its casts.
+#[test]
+fn a_member_without_loopback_gets_only_the_others_casts() {
+    let (runtimes, addresses) = start(2);
+    let config = |on: bool| GroupConfig::new("no-loopback").peers(addresses.clone()).loopback(on);
+    let members = [runtimes[0].join(config(false)).unwrap(), runtimes[1].join(config(true)).unwrap()];
+    converge(&members, Duration::from_secs(30));
+    for (i, m) in members.iter().enumerate() {
+        m.cast(format!("from {i}")).unwrap();
+        m.cast("end").unwrap();
+    }
+    for (i, m) in members.iter().enumerate() {
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while got.iter().filter(|(from, text)| *from != m.id() && text == "end").count() == 0 {
+            assert!(Instant::now() < deadline, "member {i} got {got:?}");
+            if let Some(Event::Cast { from, data }) = m.recv_timeout(Duration::from_millis(100)).unwrap() {
+                got.push((from, String::from_utf8(data.to_vec()).unwrap()));
+            }
+        }
+        // Member 1 sees its own casts too, in its FIFO order, before or after the other's end.
+        std::thread::sleep(Duration::from_millis(200));
+        while let Some(event) = m.try_recv().unwrap() {
+            if let Event::Cast { from, data } = event {
+                got.push((from, String::from_utf8(data.to_vec()).unwrap()));
+            }
+        }
+        let own: Vec<&str> = got.iter().filter(|(from, _)| *from == m.id()).map(|(_, t)| t.as_str()).collect();
+        let theirs: Vec<&str> = got.iter().filter(|(from, _)| *from != m.id()).map(|(_, t)| t.as_str()).collect();
+        let other = 1 - i;
+        assert_eq!(theirs, [format!("from {other}").as_str(), "end"], "member {i}");
+        match i {
+            0 => assert!(own.is_empty(), "member 0 has the loop-back off: {own:?}"),
+            _ => assert_eq!(own, ["from 1", "end"], "member 1 has it on"),
+        }
+    }
+}
+
 /// Client/server groups (Ensemble's `Cltsvr`): the client role a member joins with is carried
 /// through the merges into every view, and casts can be addressed to servers or clients only.
 #[test]

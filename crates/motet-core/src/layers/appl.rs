@@ -57,6 +57,8 @@ pub struct Appl {
     /// to it, are refused with `FlowBlocked` until it catches up. (The layers' own casts, which
     /// pass through here, are not: an order, an acknowledgement or a leave must get out.)
     lagging: bool,
+    /// The application takes its own casts back (`Action::Loopback`).
+    loopback: bool,
     /// The guarantee the stack gives the application's casts: the strongest ordering a layer
     /// below provides.
     cast_qos: Qos,
@@ -66,6 +68,17 @@ impl Appl {
     /// Whether the application asked to leave through this stack.
     pub(crate) fn has_left(&self) -> bool {
         self.left
+    }
+
+    /// Whether the application takes its own casts back ([`Action::Loopback`]).
+    pub(crate) fn loopback(&self) -> bool {
+        self.loopback
+    }
+
+    /// Whether a cast from `origin` is delivered to the application: not this member's own when
+    /// its loop-back is off.
+    fn delivers(&self, origin: Rank) -> bool {
+        self.loopback || origin != self.rank
     }
 
     /// An `appl` for `view`.
@@ -79,6 +92,7 @@ impl Appl {
             send_blocked: RankSet::new(),
             blocked: false,
             lagging: false,
+            loopback: true,
             cast_qos: cast_qos(view),
         }
     }
@@ -89,8 +103,9 @@ impl Appl {
         if self.left {
             return Err(ApiError::Left);
         }
-        // `Lagging` is taken while blocked too: it concerns what arrives, not what is sent.
-        if self.blocked && !matches!(action, Action::Leave | Action::Lagging(_)) {
+        // `Lagging` and `Loopback` are taken while blocked too: they concern what arrives, not
+        // what is sent.
+        if self.blocked && !matches!(action, Action::Leave | Action::Lagging(_) | Action::Loopback(_)) {
             return Err(ApiError::Blocked);
         }
         match action {
@@ -178,6 +193,7 @@ impl Appl {
                 }
                 out.dn(Dn::Lagging(lagging));
             }
+            Action::Loopback(loopback) => self.loopback = loopback,
             Action::Leave => {
                 // Membership layers above handle the request; in a static stack `top` ends the
                 // stack at once. Either way the driver reports `Exit` when the stack ends.
@@ -222,8 +238,10 @@ impl Layer for Appl {
             // may miss this view's round and go on in the next view, and a member that moves to a
             // next view must have delivered what the others moving there did (virtual synchrony).
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
+                // Its own cast, with the loop-back off, or a subcast for others: it kept its place
+                // in the order; there is nothing to deliver.
+                Some(Header::Data | Header::Subset(_)) if !self.delivers(origin) => {}
                 Some(Header::Data) => out.deliver(AppEvent::Cast { origin, payload: msg.payload }),
-                // A subcast for others: it kept its place in the order; there is nothing to deliver.
                 Some(Header::Subset(ranks)) if !ranks.contains(&self.rank) => {}
                 Some(Header::Subset(_)) => out.deliver(AppEvent::Cast { origin, payload: msg.payload }),
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
@@ -300,12 +318,20 @@ impl Layer for Appl {
     }
 
     fn fast_up_apply(&mut self, up: &fast::Up<'_>, msg: &Msg, out: &mut Outbox<'_>) {
+        if up.cast && !self.delivers(up.origin) {
+            return;
+        }
         let payload = msg.payload.clone();
         out.deliver(if up.cast {
             AppEvent::Cast { origin: up.origin, payload }
         } else {
             AppEvent::Send { origin: up.origin, payload }
         });
+    }
+
+    fn fast_loopback_inert(&self) -> bool {
+        // Its own casts coming back are the application's only with the loop-back on.
+        !self.loopback
     }
 
     fn check_invariants(&self) {

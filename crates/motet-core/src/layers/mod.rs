@@ -135,6 +135,10 @@ macro_rules! registry {
             pub(crate) fn fast_loopback(&self, trace: crate::fast::Trace) -> bool {
                 match self { $(AnyLayer::$kind(layer) => layer.fast_loopback(trace),)* }
             }
+
+            pub(crate) fn fast_loopback_inert(&self) -> bool {
+                match self { $(AnyLayer::$kind(layer) => layer.fast_loopback_inert(),)* }
+            }
             pub(crate) fn fast_expected(&self, origin: Rank, cast: bool) -> Option<motet_wire::Seqno> {
                 match self { $(AnyLayer::$kind(layer) => layer.fast_expected(origin, cast),)* }
             }

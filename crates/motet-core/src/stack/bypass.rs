@@ -326,8 +326,17 @@ impl Stack {
                 msg.hdrs.push_template(template, depth);
             }
         }
-        if let Some((at, _, mut qos)) = loopback {
+        if let Some((at, _, _)) = loopback {
             let Some(back) = back else { return Err((msg.payload, at)) };
+            // A branch whose every layer has nothing to do with this endpoint's own casts (its
+            // application does not take them back: `Action::Loopback`) is not taken at all.
+            let branch = back & span(top, at);
+            if bottom_up(branch).all(|i| self.layers[i].fast_loopback_inert()) {
+                loopback = None;
+            }
+        }
+        if let Some((at, _, mut qos)) = loopback {
+            let back = back.expect("checked above");
             for i in bottom_up(back & span(top, at)) {
                 let header = msg.hdrs.get(i - top).expect("one header per layer above the loop-back");
                 let up = Up { origin: self.rank, cast: true, qos, header: &header };

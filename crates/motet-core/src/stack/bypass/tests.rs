@@ -43,3 +43,70 @@ fn the_diff_catches_a_bypass_that_skips_a_layers_bookkeeping() {
     assert!(cast(Bypass::On).is_ok());
     SKIP_ACTION.with(|s| s.set(None));
 }
+
+/// Rank 0's first cast, as `receiver` gets it from a compressed datagram: its headers rebuilt from
+/// the receiver's own template, as the node does.
+fn received_cast(receiver: &Stack) -> Msg {
+    let view = crate::testing::view_of("vsync", 3);
+    let mut sender = Stack::with_bypass(view, 0, Instant::ZERO, Bypass::On).unwrap();
+    sender.handle_action(Instant::ZERO, Action::Cast(b"y".as_slice().into())).unwrap();
+    let sent = sender.transmits.pop_front().expect("the cast").msg;
+    let low = sender.compress(&Transmit { mux: Mux::Cast, msg: sent.clone(), to: None }).expect("compressed");
+    Msg { hdrs: receiver.expand(0, true, low).expect("the receiver's template"), payload: sent.payload }
+}
+
+fn receive(bypass: Bypass) -> Result<Stack, String> {
+    let view = crate::testing::view_of("vsync", 3);
+    let mut stack = Stack::with_bypass(view, 1, Instant::ZERO, bypass).unwrap();
+    let msg = received_cast(&stack);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        stack.handle_recv(Instant::ZERO, 0, Mux::Cast, msg);
+        stack.settle();
+    }));
+    match result {
+        Ok(()) => Ok(stack),
+        Err(panic) => Err(panic.downcast_ref::<String>().cloned().unwrap_or_default()),
+    }
+}
+
+/// A received cast takes the express trace, and the diff still catches a layer's skipped
+/// action there (the express trace is checked like the general one).
+#[test]
+fn the_diff_catches_a_skipped_action_on_an_express_trace_going_up() {
+    let stack = receive(Bypass::Diff).unwrap();
+    assert_eq!((stack.bypass_stats().hits, stack.bypass_stats().compiled), (1, 1));
+    assert!(matches!(stack.app.back(), Some(crate::AppEvent::Cast { origin: 0, .. })), "delivered");
+    for layer in [LayerKind::Mnak, LayerKind::Mflow, LayerKind::Appl] {
+        SKIP_ACTION.with(|s| s.set(Some(layer)));
+        let caught = receive(Bypass::Diff).err();
+        SKIP_ACTION.with(|s| s.set(None));
+        let message = caught.unwrap_or_else(|| panic!("a skipped {layer:?} action went unnoticed"));
+        assert!(message.contains("differ"), "{message}");
+    }
+}
+
+/// With the loop-back off (`Action::Loopback(false)`), a cast is sent as before but not
+/// delivered to its sender, on the bypass (which then takes no loop-back branch) as on the
+/// layered path; the others' casts are still delivered.
+#[test]
+fn a_member_without_loopback_gets_the_others_casts_and_not_its_own() {
+    for bypass in [Bypass::Diff, Bypass::Off] {
+        let view = crate::testing::view_of("vsync", 3);
+        let mut stack = Stack::with_bypass(view, 1, Instant::ZERO, bypass).unwrap();
+        stack.handle_action(Instant::ZERO, Action::Loopback(false)).unwrap();
+        stack.app.clear();
+        stack.handle_action(Instant::ZERO, Action::Cast(b"x".as_slice().into())).unwrap();
+        stack.settle();
+        assert_eq!(stack.transmits.len(), 1, "{bypass:?}: the cast goes out");
+        assert!(stack.app.is_empty(), "{bypass:?}: not delivered to its sender: {:?}", stack.app);
+        if bypass == Bypass::Diff {
+            assert_eq!(stack.bypass_stats().hits, 1);
+        }
+        let msg = received_cast(&stack);
+        stack.handle_recv(Instant::ZERO, 0, Mux::Cast, msg);
+        assert!(matches!(stack.app.back(), Some(crate::AppEvent::Cast { origin: 0, .. })), "{bypass:?}");
+        stack.handle_action(Instant::ZERO, Action::Loopback(true)).unwrap();
+        stack.handle_action(Instant::ZERO, Action::Cast(b"z".as_slice().into())).unwrap();
+        assert!(matches!(stack.app.back(), Some(crate::AppEvent::Cast { origin: 1, .. })), "{bypass:?}: on again");
+    }
+}
