@@ -138,6 +138,8 @@ pub struct Stack {
     templates: [Option<Template>; 2],
     /// The compiled traces, by `Trace as usize`: `None` for a trace without a template.
     plans: [Option<Plan>; 4],
+    /// The compiled traces' fused handlers, by `Trace as usize`, where their shape has one.
+    fused: [Option<bypass::Fused>; 4],
     /// The layered path has run since the traces were compiled: recompile before the next
     /// bypass (a layer's inertness holds only until its next layered-path handler).
     plans_stale: bool,
@@ -227,6 +229,7 @@ impl Stack {
             twin: None,
             templates: [None, None],
             plans: [None; 4],
+            fused: [None; 4],
             plans_stale: true,
             delayed: VecDeque::new(),
         };

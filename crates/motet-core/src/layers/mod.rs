@@ -39,6 +39,18 @@ pub mod top;
 pub mod totem;
 pub mod xfer;
 
+/// A layer type of the registry, reached inside [`AnyLayer`] by its type: a fused trace
+/// (`stack::bypass::fused`), whose shape says which layer sits where, calls it without dispatch,
+/// so the compiler can inline its declarations into one handler.
+pub(crate) trait Typed: Layer + Sized {
+    /// The layer's kind.
+    const KIND: LayerKind;
+    /// The layer in `layer`, which must be of this kind.
+    fn typed(layer: &AnyLayer) -> &Self;
+    /// The layer in `layer`, which must be of this kind.
+    fn typed_mut(layer: &mut AnyLayer) -> &mut Self;
+}
+
 macro_rules! registry {
     ($($kind:ident => $module:ident :: $ty:ident),* $(,)?) => {
         /// A layer of the registry, by name.
@@ -79,6 +91,20 @@ macro_rules! registry {
         /// One instantiated layer (static dispatch over the closed registry).
         #[derive(Debug, PartialEq)]
         pub(crate) enum AnyLayer { $($kind($module::$ty),)* }
+
+        $(
+            impl Typed for $module::$ty {
+                const KIND: LayerKind = LayerKind::$kind;
+                #[inline(always)]
+                fn typed(layer: &AnyLayer) -> &Self {
+                    match layer { AnyLayer::$kind(layer) => layer, _ => unreachable!("a fused trace's shape is its stack's") }
+                }
+                #[inline(always)]
+                fn typed_mut(layer: &mut AnyLayer) -> &mut Self {
+                    match layer { AnyLayer::$kind(layer) => layer, _ => unreachable!("a fused trace's shape is its stack's") }
+                }
+            }
+        )*
 
         impl AnyLayer {
             pub(crate) fn new(kind: LayerKind, config: &StackConfig, view: &Arc<ViewState>, rank: Rank) -> AnyLayer {

@@ -221,7 +221,36 @@ impl Stack {
             }
             self.plans[trace as usize] = Some(plan);
         }
+        self.fuse();
         self.plans_stale = false;
+    }
+
+    /// Picks the compiled traces' fused handlers, where their shapes have one. Going down, a
+    /// loop-back must leave from an inert layer above every asked one (the branch then comes
+    /// first).
+    fn fuse(&mut self) {
+        for trace in Trace::ALL {
+            self.fused[trace as usize] = self.plans[trace as usize].and_then(|plan| {
+                let mut at = [0; fused::FUSED_MAX];
+                let mut kinds = [crate::LayerKind::Top; fused::FUSED_MAX];
+                let mut n = 0;
+                let order: &mut dyn Iterator<Item = usize> =
+                    if trace.is_down() { &mut top_down(plan.active) } else { &mut bottom_up(plan.active) };
+                for i in order {
+                    if n == fused::FUSED_MAX {
+                        return None;
+                    }
+                    (at[n], kinds[n]) = (i as u8, self.view.stack.layers()[i]);
+                    n += 1;
+                }
+                let handler = match trace.is_down() {
+                    true if plan.loopback.is_some_and(|l| n > 0 && l >= at[0]) => return None,
+                    true => fused::Handler::Dn(fused::dn_for(&kinds[..n])?),
+                    false => fused::Handler::Up(fused::up_for(&kinds[..n])?),
+                };
+                Some(Fused { handler, at })
+            });
+        }
     }
 
     /// Runs an application cast (`dest` `None`) or send down the bypass: compiled when it can,
@@ -231,7 +260,7 @@ impl Stack {
         &mut self,
         now: Instant,
         dest: Option<Rank>,
-        payload: Payload,
+        mut payload: Payload,
     ) -> Result<Took, (Payload, usize)> {
         // A send to a rank outside the view, or to this endpoint (delivered without the
         // network), is `appl`'s to refuse or handle: the layered path's, whether or not `appl`
@@ -240,6 +269,18 @@ impl Stack {
             return Err((payload, self.appl));
         }
         let trace = Trace::down(dest);
+        if let Some(plan) = self.plan(trace).filter(|plan| payload.len() <= plan.len_max) {
+            if let Some(Fused { handler: fused::Handler::Dn(dn), at }) = self.fused[trace as usize] {
+                let back = self.plans[Trace::CastUp as usize].filter(|p| payload.len() <= p.len_max).map(|p| p.active);
+                match dn(self, &at, now, dest, payload, plan.loopback.map(usize::from), back) {
+                    Ok(took) => {
+                        self.bypass_stats.compiled += 1;
+                        return Ok(took);
+                    }
+                    Err(back) => payload = back,
+                }
+            }
+        }
         match self.compiled(trace) {
             Some((plan, template)) if payload.len() <= plan.len_max => {
                 // The loop-back branch, if any, is a cast going up: its compiled trace, if the
@@ -519,8 +560,12 @@ impl Stack {
                 let Some(send) = self.plans[Trace::SendDn as usize].map(|p| p.active) else {
                     return self.trace_up(now, origin, cast, msg, qos, top, span(top, n), span(top, n), true);
                 };
-                // Most messages take the express trace; the rest the general one.
-                let msg = match self.express_up(now, origin, cast, msg, qos, plan.active) {
+                // Most messages take the fused or express trace; the rest the general one.
+                let fast = match self.fused[trace as usize] {
+                    Some(Fused { handler: fused::Handler::Up(up), at }) => up(self, &at, now, origin, cast, msg, qos),
+                    _ => self.express_up(now, origin, cast, msg, qos, plan.active),
+                };
+                let msg = match fast {
                     Ok(took) => {
                         self.bypass_stats.compiled += 1;
                         return Ok(took);
@@ -853,6 +898,9 @@ impl Stack {
 }
 
 mod express;
+mod fused;
+
+pub(crate) use fused::Fused;
 
 #[cfg(test)]
 mod tests;

@@ -69,10 +69,11 @@ fn receive(bypass: Bypass) -> Result<Stack, String> {
     }
 }
 
-/// A received cast takes the express trace, and the diff still catches a layer's skipped
-/// action there (the express trace is checked like the general one).
+/// A received cast takes the fused trace (`vsync`'s shape has one), and the diff still catches a
+/// layer's skipped action there (it is checked like the general handler). The same for a cast
+/// going down: `the_diff_catches_a_bypass_that_skips_a_layers_bookkeeping`.
 #[test]
-fn the_diff_catches_a_skipped_action_on_an_express_trace_going_up() {
+fn the_diff_catches_a_skipped_action_on_a_fused_trace_going_up() {
     let stack = receive(Bypass::Diff).unwrap();
     assert_eq!((stack.bypass_stats().hits, stack.bypass_stats().compiled), (1, 1));
     assert!(matches!(stack.app.back(), Some(crate::AppEvent::Cast { origin: 0, .. })), "delivered");

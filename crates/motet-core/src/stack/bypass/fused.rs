@@ -1,0 +1,446 @@
+//! Fused traces: a compiled trace's layers called by their types, so that the compiler inlines
+//! their declarations into one handler per trace shape (SOSP'99 §4: the optimizer emits one trace
+//! handler per stack, the layers' common-case code inlined and partially evaluated; HvR §4).
+//!
+//! A compiled trace asks a few layers (`vsync`'s application cast going up asks `mnak`, `mflow`
+//! and `appl`). The express trace ([`super::express`]) asks them through the registry's enum: a
+//! dispatch per call, and each step handed back through memory. Here the trace's *shape*, the
+//! kinds of the layers it asks in order, picks a handler instantiated for exactly those types
+//! ([`UpChain`] over a list of them): every call is static, and the compiler sees the layers'
+//! conditions and actions together with the code around them. The handler is the same code for
+//! every shape, generated from the layers' declarations; what a shape adds is one entry in
+//! [`up_for`]. A trace whose shape has no entry takes the express trace, as before.
+//!
+//! Semantics are the express trace's exactly: the same conditions in the same order, the same
+//! refusals (anything but a plain step gives the message back untouched, for the general handler),
+//! the same actions, alarms and delayed copies. `Bypass::Diff` checks it like every other path.
+
+use super::{bottom_up, pop_unpredicted, span, Steps, Took, UpAsked};
+use crate::event::{Msg, Qos};
+use crate::fast::{Down, Kept, Trace, Up};
+use crate::layer::Outbox;
+use crate::layers::appl::Appl;
+use crate::layers::mflow::Mflow;
+use crate::layers::mnak::Mnak;
+use crate::layers::pt2pt::Pt2pt;
+use crate::layers::pt2ptw::Pt2ptw;
+use crate::layers::{AnyLayer, LayerKind, Typed};
+use crate::stack::Transmit;
+use crate::stack::{merge_alarm, Delayed, Stack};
+use crate::time::Instant;
+use crate::{Payload, Rank};
+use motet_wire::{HeaderStack, Mux, Template};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// Layers a fused trace asks at most.
+pub(crate) const FUSED_MAX: usize = 4;
+
+/// A fused trace going up: the stack, the asked layers' indices bottom up, and the message (an
+/// application cast or send from `origin` in the compact form of its template, with the guarantee
+/// the network gave it). The message comes back untouched when a condition is not a plain step.
+pub(crate) type FusedUp = fn(&mut Stack, &[u8; FUSED_MAX], Instant, Rank, bool, Msg, Qos) -> Result<Took, Msg>;
+
+/// A fused trace going down: the stack, the asked layers' indices top down, and an application
+/// cast (`None`) or send with its payload; the inert layer the cast loops back from, above every
+/// asked layer, and the layers to ask on the loop-back branch. The payload comes back when a
+/// condition is not a plain step.
+pub(crate) type FusedDn = fn(
+    &mut Stack,
+    &[u8; FUSED_MAX],
+    Instant,
+    Option<Rank>,
+    Payload,
+    Option<usize>,
+    Option<u32>,
+) -> Result<Took, Payload>;
+
+/// A fused handler, going up or down.
+#[derive(Clone, Copy)]
+pub(crate) enum Handler {
+    Up(FusedUp),
+    Dn(FusedDn),
+}
+
+/// A compiled trace's fused handler, with the layers it asks.
+#[derive(Clone, Copy)]
+pub(crate) struct Fused {
+    pub(crate) handler: Handler,
+    /// The asked layers' indices, in the trace's order (bottom up going up, top down going down).
+    pub(crate) at: [u8; FUSED_MAX],
+}
+
+impl std::fmt::Debug for Fused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fused").field("at", &self.at).finish_non_exhaustive()
+    }
+}
+
+/// What the actions of a trace going up share: the outbox, where alarms and delayed copies go.
+struct ActUp<'a> {
+    out: Outbox<'a>,
+    alarms: &'a mut [Option<Instant>],
+    next_alarm: &'a mut Option<Instant>,
+    delayed: &'a mut VecDeque<Delayed>,
+    kept: Kept,
+    now: Instant,
+    /// The first layer that keeps a message in the compact form takes the message itself, after
+    /// the delivery (as `act_up` does): its index, and the headers the message had there.
+    keep_whole: Option<(u8, usize)>,
+    /// Testing the checker: a layer whose action is skipped (`SKIP_ACTION`).
+    skip: Option<LayerKind>,
+}
+
+/// A trace's layers as a list of types, bottom up: `(Mnak, (Mflow, (Appl, ())))`.
+trait UpChain {
+    /// The conditions from this layer on: false unless every one is a plain step (`steps` then
+    /// holds each layer's guarantee in and whether it keeps a copy).
+    fn cond(
+        layers: &[AnyLayer],
+        at: &[u8],
+        top: usize,
+        up: (Rank, bool, Qos),
+        msg: &Msg,
+        steps: &mut [(Qos, bool)],
+    ) -> bool;
+
+    /// The actions from this layer on, as `act_up` runs them.
+    fn act(
+        layers: &mut [AnyLayer],
+        at: &[u8],
+        top: usize,
+        origin: (Rank, bool),
+        msg: &mut Msg,
+        steps: &[(Qos, bool)],
+        cx: &mut ActUp<'_>,
+    );
+}
+
+impl UpChain for () {
+    #[inline(always)]
+    fn cond(_: &[AnyLayer], _: &[u8], _: usize, _: (Rank, bool, Qos), _: &Msg, _: &mut [(Qos, bool)]) -> bool {
+        true
+    }
+
+    #[inline(always)]
+    fn act(_: &mut [AnyLayer], _: &[u8], _: usize, _: (Rank, bool), _: &mut Msg, _: &[(Qos, bool)], _: &mut ActUp<'_>) {
+    }
+}
+
+impl<H: Typed, T: UpChain> UpChain for (H, T) {
+    #[inline(always)]
+    fn cond(
+        layers: &[AnyLayer],
+        at: &[u8],
+        top: usize,
+        (origin, cast, qos): (Rank, bool, Qos),
+        msg: &Msg,
+        steps: &mut [(Qos, bool)],
+    ) -> bool {
+        let i = usize::from(at[0]);
+        let step = {
+            let header = msg.hdrs.get(i - top).expect("one header per layer of the template");
+            H::typed(&layers[i]).fast_up(&Up { origin, cast, qos, header: &header })
+        };
+        match step {
+            Some(step) if step.reply.is_none() && !step.absorb && !step.join && !step.release => {
+                steps[0] = (qos, step.keep);
+                T::cond(layers, &at[1..], top, (origin, cast, step.qos), msg, &mut steps[1..])
+            }
+            _ => false,
+        }
+    }
+
+    #[inline(always)]
+    fn act(
+        layers: &mut [AnyLayer],
+        at: &[u8],
+        top: usize,
+        (origin, cast): (Rank, bool),
+        msg: &mut Msg,
+        steps: &[(Qos, bool)],
+        cx: &mut ActUp<'_>,
+    ) {
+        let (i, (qos, keep)) = (usize::from(at[0]), steps[0]);
+        let pos = i - top;
+        if cx.skip != Some(H::KIND) {
+            let popped = pop_unpredicted(&mut msg.hdrs, pos);
+            let header = popped.as_ref().unwrap_or_else(|| msg.hdrs.predicted(pos).expect("compact"));
+            let up = Up { origin, cast, qos, header };
+            H::typed_mut(&mut layers[i]).fast_up_apply(&up, msg, &mut cx.out);
+            if let Some(at) = cx.out.alarm.take() {
+                merge_alarm(cx.alarms, cx.next_alarm, i, at);
+            }
+        } else {
+            pop_unpredicted(&mut msg.hdrs, pos);
+        }
+        if keep {
+            if cx.keep_whole.is_none() && msg.hdrs.is_compact() {
+                cx.keep_whole = Some((at[0], msg.hdrs.len()));
+            } else {
+                cx.delayed.push_back(Delayed { layer: at[0], kept: cx.kept, now: cx.now, msg: msg.clone() });
+            }
+        }
+        T::act(layers, &at[1..], top, (origin, cast), msg, &steps[1..], cx);
+    }
+}
+
+/// The fused trace going up of the shape `C` (see [`FusedUp`]).
+fn fused_up<C: UpChain>(
+    stack: &mut Stack,
+    at: &[u8; FUSED_MAX],
+    now: Instant,
+    origin: Rank,
+    cast: bool,
+    mut msg: Msg,
+    qos: Qos,
+) -> Result<Took, Msg> {
+    let top = stack.appl;
+    let mut steps = [(Qos::Reliable, false); FUSED_MAX];
+    if !C::cond(&stack.layers, at, top, (origin, cast, qos), &msg, &mut steps) {
+        return Err(msg);
+    }
+    #[cfg(test)]
+    let skip = super::SKIP_ACTION.with(std::cell::Cell::get);
+    #[cfg(not(test))]
+    let skip = None;
+    let mut alarm = None;
+    let mut cx = ActUp {
+        out: Outbox {
+            now,
+            rank: stack.rank,
+            events: &mut stack.scratch,
+            alarm: &mut alarm,
+            app: &mut stack.app,
+            stats: &mut stack.stats,
+        },
+        alarms: &mut stack.alarms,
+        next_alarm: &mut stack.next_alarm,
+        delayed: &mut stack.delayed,
+        kept: Kept { trace: Trace::up(cast), peer: origin },
+        now,
+        keep_whole: None,
+        skip,
+    };
+    C::act(&mut stack.layers, at, top, (origin, cast), &mut msg, &steps, &mut cx);
+    debug_assert!(cx.out.events.is_empty(), "a fast-path action emitted events");
+    if let Some((layer, len)) = cx.keep_whole {
+        let regrown = msg.hdrs.regrow(len);
+        debug_assert!(regrown, "a compact stack grows back");
+        cx.delayed.push_back(Delayed { layer, kept: cx.kept, now, msg });
+    }
+    Ok(Took::Hit)
+}
+
+/// What the actions of a trace going down share.
+struct ActDn<'a> {
+    out: Outbox<'a>,
+    alarms: &'a mut [Option<Instant>],
+    next_alarm: &'a mut Option<Instant>,
+    delayed: &'a mut VecDeque<Delayed>,
+    kept: Kept,
+    now: Instant,
+    dest: Option<Rank>,
+    len: usize,
+    skip: Option<LayerKind>,
+}
+
+/// A trace's layers as a list of types, top down: `(Mflow, (Mnak, ()))`.
+trait DnChain {
+    /// The conditions from this layer on, building the message as they go (the headers of the
+    /// inert layers above each asked one from `template`): false unless every one is a plain
+    /// step (`steps` then holds each layer's guarantee in, the headers the message had when it
+    /// reached the layer, and whether it keeps a copy).
+    fn cond(
+        layers: &[AnyLayer],
+        at: &[u8],
+        top: usize,
+        template: &Arc<Template>,
+        down: Down,
+        msg: &mut Msg,
+        steps: &mut [(Qos, u8, bool)],
+    ) -> bool;
+
+    /// The actions from this layer on, as `act_dn` runs them.
+    fn act(layers: &mut [AnyLayer], at: &[u8], msg: &Msg, steps: &[(Qos, u8, bool)], cx: &mut ActDn<'_>);
+}
+
+impl DnChain for () {
+    #[inline(always)]
+    fn cond(
+        _: &[AnyLayer],
+        _: &[u8],
+        _: usize,
+        _: &Arc<Template>,
+        _: Down,
+        _: &mut Msg,
+        _: &mut [(Qos, u8, bool)],
+    ) -> bool {
+        true
+    }
+
+    #[inline(always)]
+    fn act(_: &mut [AnyLayer], _: &[u8], _: &Msg, _: &[(Qos, u8, bool)], _: &mut ActDn<'_>) {}
+}
+
+impl<H: Typed, T: DnChain> DnChain for (H, T) {
+    #[inline(always)]
+    fn cond(
+        layers: &[AnyLayer],
+        at: &[u8],
+        top: usize,
+        template: &Arc<Template>,
+        down: Down,
+        msg: &mut Msg,
+        steps: &mut [(Qos, u8, bool)],
+    ) -> bool {
+        let i = usize::from(at[0]);
+        msg.hdrs.push_template(template, i - top);
+        match H::typed(&layers[i]).fast_dn(&down) {
+            Some(step) if !step.loopback && step.parts <= 1 => {
+                steps[0] = (down.qos, msg.hdrs.len() as u8, step.keep);
+                msg.push(step.header);
+                T::cond(layers, &at[1..], top, template, Down { qos: step.qos, ..down }, msg, &mut steps[1..])
+            }
+            _ => false,
+        }
+    }
+
+    #[inline(always)]
+    fn act(layers: &mut [AnyLayer], at: &[u8], msg: &Msg, steps: &[(Qos, u8, bool)], cx: &mut ActDn<'_>) {
+        let (i, (qos, depth, keep)) = (usize::from(at[0]), steps[0]);
+        if cx.skip != Some(H::KIND) {
+            let down = Down { dest: cx.dest, qos, len: cx.len };
+            H::typed_mut(&mut layers[i]).fast_dn_apply(&down, &mut cx.out);
+            if let Some(at) = cx.out.alarm.take() {
+                merge_alarm(cx.alarms, cx.next_alarm, i, at);
+            }
+        }
+        if keep {
+            cx.delayed.push_back(Delayed {
+                layer: at[0],
+                kept: cx.kept,
+                now: cx.now,
+                msg: msg.reached(usize::from(depth)),
+            });
+        }
+        T::act(layers, &at[1..], msg, &steps[1..], cx);
+    }
+}
+
+/// The fused trace going down of the shape `C` (see [`FusedDn`]), as `trace_dn` and `act_dn`
+/// run a compiled trace whose only loop-back is an inert layer's above every asked one.
+fn fused_dn<C: DnChain>(
+    stack: &mut Stack,
+    at: &[u8; FUSED_MAX],
+    now: Instant,
+    dest: Option<Rank>,
+    payload: Payload,
+    inert_loopback: Option<usize>,
+    back: Option<u32>,
+) -> Result<Took, Payload> {
+    let top = stack.appl;
+    let template = &stack.templates[usize::from(dest.is_some())].as_ref().expect("a compiled trace's").hdrs;
+    let len = payload.len();
+    let mut msg = Msg { hdrs: HeaderStack::compact(template), payload };
+    let mut steps = [(Qos::Reliable, 0, false); FUSED_MAX];
+    let down = Down { dest, qos: Qos::Reliable, len };
+    if !C::cond(&stack.layers, at, top, template, down, &mut msg, &mut steps) {
+        return Err(msg.payload);
+    }
+    // The loop-back branch: the message as it reached the inert layer (above every asked one,
+    // so with the guarantee it started with), up the layers between `appl` and there, unless
+    // none of them has anything to do with this endpoint's own casts.
+    let mut branch = None;
+    if let Some(l) = inert_loopback {
+        let Some(back) = back else { return Err(msg.payload) };
+        let layers = back & span(top, l);
+        if !bottom_up(layers).all(|i| stack.layers[i].fast_loopback_inert()) {
+            let mut up_steps = Steps::<UpAsked>::new();
+            let mut qos = Qos::Reliable;
+            for i in bottom_up(layers) {
+                let header = msg.hdrs.get(i - top).expect("one header per layer above the loop-back");
+                let up = Up { origin: stack.rank, cast: true, qos, header: &header };
+                match stack.layers[i].fast_up(&up) {
+                    Some(step) if step.reply.is_none() && !step.join && !step.release => {
+                        up_steps.push(UpAsked { layer: i as u8, qos, keep: step.keep, join: false });
+                        qos = step.qos;
+                        if step.absorb {
+                            break;
+                        }
+                    }
+                    _ => return Err(msg.payload),
+                }
+            }
+            branch = Some((l - top, up_steps));
+        }
+    }
+    // The actions: the branch first (it leaves above every asked layer), then the asked layers'.
+    if let Some((depth, up_steps)) = branch {
+        stack.loop_back(now, &mut msg, depth, &up_steps);
+    }
+    #[cfg(test)]
+    let skip = super::SKIP_ACTION.with(std::cell::Cell::get);
+    #[cfg(not(test))]
+    let skip = None;
+    let mut alarm = None;
+    let mut cx = ActDn {
+        out: Outbox {
+            now,
+            rank: stack.rank,
+            events: &mut stack.scratch,
+            alarm: &mut alarm,
+            app: &mut stack.app,
+            stats: &mut stack.stats,
+        },
+        alarms: &mut stack.alarms,
+        next_alarm: &mut stack.next_alarm,
+        delayed: &mut stack.delayed,
+        kept: Kept { trace: Trace::down(dest), peer: dest.unwrap_or(stack.rank) },
+        now,
+        dest,
+        len,
+        skip,
+    };
+    C::act(&mut stack.layers, at, &msg, &steps, &mut cx);
+    debug_assert!(cx.out.events.is_empty(), "a fast-path action emitted events");
+    let template = &stack.templates[usize::from(dest.is_some())].as_ref().expect("a compiled trace's").hdrs;
+    msg.hdrs.push_template(template, stack.layers.len() - top);
+    let mux = match dest {
+        None => Mux::Cast,
+        Some(dest) => Mux::Send { dest },
+    };
+    stack.transmits.push_back(Transmit { mux, msg, to: None });
+    Ok(Took::Hit)
+}
+
+/// A list of layer types, bottom up, as an [`UpChain`].
+macro_rules! chain {
+    () => { () };
+    ($head:ty $(, $tail:ty)*) => { ($head, chain!($($tail),*)) };
+}
+
+/// The fused handler of a trace going up that asks layers of `kinds`, bottom up, if its shape has
+/// one: the shapes of the application's casts and sends on the reliable stacks (`fifo`, `vsync`
+/// and every property set without an ordering layer). An ordering layer's step is seldom plain
+/// (it holds a cast until its turn), so a shape with one would ask its conditions twice as often
+/// as it saved a dispatch; those take the express trace.
+pub(crate) fn up_for(kinds: &[LayerKind]) -> Option<FusedUp> {
+    use LayerKind as K;
+    Some(match kinds {
+        [K::Mnak, K::Mflow, K::Appl] => fused_up::<chain!(Mnak, Mflow, Appl)>,
+        [K::Pt2pt, K::Pt2ptw, K::Appl] => fused_up::<chain!(Pt2pt, Pt2ptw, Appl)>,
+        _ => return None,
+    })
+}
+
+/// The fused handler of a trace going down that asks layers of `kinds`, top down, if its shape
+/// has one: likewise the reliable stacks' casts and sends.
+pub(crate) fn dn_for(kinds: &[LayerKind]) -> Option<FusedDn> {
+    use LayerKind as K;
+    Some(match kinds {
+        [K::Mflow, K::Mnak] => fused_dn::<chain!(Mflow, Mnak)>,
+        [K::Pt2ptw, K::Pt2pt] => fused_dn::<chain!(Pt2ptw, Pt2pt)>,
+        _ => return None,
+    })
+}
