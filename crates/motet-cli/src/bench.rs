@@ -134,7 +134,7 @@ struct Report {
 struct Breakdown {
     /// The stack, a cast going down (`Stack::handle_action`).
     down_stack: f64,
-    /// The stack, a message coming up (`Stack::handle_recv`): the cast, and the credit reports
+    /// The stack, a message coming up (`Stack::handle_recv`, `Stack::handle_recv_compressed`): the cast, and the credit reports
     /// and stability gossip it causes.
     up_stack: f64,
     /// The stack's timers (`Stack::handle_timeout`): stability rounds, early reports.
@@ -360,8 +360,11 @@ impl Measure {
     /// Where the `total` instructions per message of `path` go (2 members, 4 B).
     fn breakdown(&self, path: Path, stack: &str, total: f64) -> Breakdown {
         let inside = |function: &str| per_msg(path, stack, 2, 4, self.count, Some(function));
-        let (down_stack, up_stack, timers) =
-            (inside("*Stack::handle_action"), inside("*Stack::handle_recv"), inside("*Stack::handle_timeout"));
+        let (down_stack, up_stack, timers) = (
+            inside("*Stack::handle_action"),
+            inside("*Stack::handle_recv") + inside("*Stack::handle_recv_compressed"),
+            inside("*Stack::handle_timeout"),
+        );
         let idle_settle = inside("*Node::settle");
         let node = inside("*Node::handle_action") + inside("*Node::handle_datagram") + inside("*Node::handle_timeout");
         Breakdown {

@@ -306,14 +306,15 @@ impl Node {
                 stack.count_drop(DropReason::NotForMe);
                 continue;
             }
-            let Some(hdrs) = stack.expand(head.origin, head.mux == Mux::Cast, head.seqno) else {
-                stack.count_drop(DropReason::Malformed);
-                continue;
-            };
-            self.stats.count(crate::Counter::CompressedIn);
             // The last stack takes the payload itself (no reference-count traffic).
             let payload = if i + 1 == ids.len() { payload.take() } else { payload.clone() }.expect("present");
-            stack.handle_recv(now, head.origin, head.mux, Msg { hdrs, payload });
+            match stack.handle_recv_compressed(now, head.origin, head.mux, head.seqno, payload) {
+                Ok(()) => self.stats.count(crate::Counter::CompressedIn),
+                Err(_) => {
+                    stack.count_drop(DropReason::Malformed);
+                    continue;
+                }
+            }
             self.collect(id);
         }
     }

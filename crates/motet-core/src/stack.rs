@@ -382,6 +382,39 @@ impl Stack {
         self.run(now);
     }
 
+    /// A compressed cast or send from the network: the low 16 bits `low` of its sequence number
+    /// and its payload, its headers this stack's template of the trace. It takes the trace's
+    /// fused handler when it can, with nothing built but the compact form of its headers and no
+    /// hop through the general entry points; else its headers are rebuilt and it is handled like
+    /// any other message ([`Stack::handle_recv`]). The payload comes back when this stack has no
+    /// template for it (the node counts the datagram as malformed).
+    #[inline(never)] // an entry point, counted by name (`motet bench stack`)
+    pub(crate) fn handle_recv_compressed(
+        &mut self,
+        now: Instant,
+        origin: Rank,
+        mux: Mux,
+        low: u16,
+        payload: crate::Payload,
+    ) -> Result<(), crate::Payload> {
+        let cast = mux == Mux::Cast;
+        let Some(hdrs) = self.expand(origin, cast, low) else { return Err(payload) };
+        let msg = Msg { hdrs, payload };
+        if self.twin.is_some() {
+            self.handle_recv(now, origin, mux, msg);
+            return Ok(());
+        }
+        let msg = match self.bypass {
+            Bypass::On => match self.recv_fused(now, origin, cast, msg) {
+                Ok(()) => return Ok(()),
+                Err(msg) => msg,
+            },
+            _ => msg,
+        };
+        self.recv(now, origin, mux, msg);
+        Ok(())
+    }
+
     /// Marks `ranks` failed, from the top down (as a membership layer would).
     pub fn handle_fail(&mut self, now: Instant, ranks: RankSet) {
         let _span = self.span();

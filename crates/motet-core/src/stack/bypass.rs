@@ -536,6 +536,25 @@ impl Stack {
         Ok(took)
     }
 
+    /// A received application cast or send on its compiled trace's fused handler, if the trace
+    /// has one and the message is within its reach (as [`Stack::bypass_up`] would run it, when
+    /// that is where it would go); else the message comes back untouched.
+    pub(super) fn recv_fused(&mut self, now: Instant, origin: Rank, cast: bool, msg: Msg) -> Result<(), Msg> {
+        let trace = Trace::up(cast);
+        let Some(plan) = self.plan(trace) else { return Err(msg) };
+        let Some(Fused { handler: fused::Handler::Up(up), at }) = self.fused[trace as usize] else { return Err(msg) };
+        let template = self.templates[usize::from(!cast)].as_ref();
+        let whole = template.is_some_and(|t| msg.hdrs.compact_seqno(&t.hdrs).is_some());
+        if !whole || msg.payload.len() > plan.len_max || self.plans[Trace::SendDn as usize].is_none() {
+            return Err(msg);
+        }
+        let qos = if cast { Qos::Unreliable } else { Qos::Reliable };
+        let took = up(self, &at, now, origin, cast, msg, qos)?;
+        self.bypass_stats.compiled += 1;
+        self.bypass_stats.took(took, self.view.stack.layers());
+        Ok(())
+    }
+
     /// [`Stack::bypass_up`]'s trace: compiled or interpreted.
     fn trace_up_from_network(
         &mut self,
