@@ -171,6 +171,9 @@ pub struct Node {
     bypass: crate::stack::Bypass,
     /// Bypass counts of stacks that have exited.
     bypass_done: crate::stack::BypassStats,
+    /// While [`Node::handle_datagrams`] runs: the stack whose outputs wait to be collected until
+    /// an input for another stack, or the end of the batch (`Some(None)`: batching, none waits).
+    batched: Option<Option<StackId>>,
     /// Where heads are encoded before they are copied into their (inline) `DatagramHead`.
     head_buf: Vec<u8>,
     /// Stacks holding delayed processing, each once ([`Node::settle`] visits only these).
@@ -253,6 +256,21 @@ impl Node {
             let msg = if i + 1 == ids.len() { msg.take().expect("last use") } else { msg.clone().expect("present") };
             stack.handle_recv(now, head.origin, head.mux, msg);
             self.collect(id);
+        }
+    }
+
+    /// Decodes and routes several datagrams, in order, as [`Node::handle_datagram`] does each
+    /// (the parts of one bundle): a run of them to one stack has that stack's outputs moved into
+    /// the node's queues once, after the run, instead of after each (their order is the same).
+    /// A stack that leaves its view (a new view to build, an exit) is collected at once, so the
+    /// datagrams after it find the new view's stack routed.
+    pub fn handle_datagrams(&mut self, now: Instant, datagrams: impl IntoIterator<Item = Bytes>) {
+        self.batched = Some(None);
+        for datagram in datagrams {
+            self.handle_datagram(now, datagram);
+        }
+        if let Some(Some(id)) = self.batched.take() {
+            self.collect_now(id);
         }
     }
 
@@ -533,9 +551,27 @@ impl Node {
         live_mut(&mut self.stacks, id).ok_or(ApiError::NoSuchStack)
     }
 
+    /// After an input to stack `id`: its outputs moved into the node's queues now, or, while a
+    /// batch of datagrams runs ([`Node::handle_datagrams`]), once the batch moves on to another
+    /// stack or ends (unless it left its view: then at once).
+    #[inline]
+    fn collect(&mut self, id: StackId) {
+        let Some(batched) = &mut self.batched else { return self.collect_now(id) };
+        let previous = batched.replace(id);
+        let leaving = self.live(id).is_some_and(|e| e.stack.has_top_output());
+        match previous {
+            Some(previous) if previous != id => self.collect_now(previous),
+            _ => {}
+        }
+        if leaving {
+            self.batched = Some(None);
+            self.collect_now(id);
+        }
+    }
+
     /// Moves stack `id`'s outputs into the node's queues, encoding datagrams; builds the stack of
     /// a new view (thesis §2.3.4) and removes a stack that exits.
-    fn collect(&mut self, id: StackId) {
+    fn collect_now(&mut self, id: StackId) {
         let Some(entry) = live_mut(&mut self.stacks, id) else { return };
         if entry.stack.unsettled() && !entry.unsettled {
             entry.unsettled = true;
@@ -677,6 +713,128 @@ mod tests {
         let stats = node.stats();
         assert_eq!(stats.drops(DropReason::OtherVersion), 3);
         assert_eq!(stats.drops(DropReason::Malformed), 3, "truncated, too short for a head, and noise");
+    }
+
+    /// A batch of datagrams (a bundle's parts) gives what handling them one by one gives: the
+    /// same events and datagrams, in the same order, for datagrams of two groups interleaved.
+    #[test]
+    fn a_batch_of_datagrams_equals_them_one_by_one() {
+        let groups: Vec<Arc<ViewState>> = ["vsync", "total"]
+            .iter()
+            .enumerate()
+            .map(|(g, stack)| {
+                Arc::new(ViewState::initial(
+                    crate::view::GroupName::new(&format!("batch{g}")),
+                    crate::StackSpec::parse(stack).unwrap(),
+                    crate::StackConfig::default(),
+                    vec![crate::EndpointId(0), crate::EndpointId(1)],
+                    vec![Address::Sim(0), Address::Sim(1)],
+                ))
+            })
+            .collect();
+        let now = Instant::ZERO;
+        let mut sender = Node::new();
+        let ids: Vec<StackId> = groups.iter().map(|v| sender.join(now, Arc::clone(v), 0).unwrap()).collect();
+        let receivers = || {
+            let mut node = Node::new();
+            for v in &groups {
+                node.join(now, Arc::clone(v), 1).unwrap();
+            }
+            while node.poll_transmit().is_some() {}
+            while node.poll_event().is_some() {}
+            node
+        };
+        let (mut batched, mut single) = (receivers(), receivers());
+        while sender.poll_transmit().is_some() {}
+        for k in 0..12u8 {
+            sender.handle_action(now, ids[usize::from(k % 2)], Action::Cast(vec![k].into())).unwrap();
+        }
+        sender.handle_action(now, ids[0], Action::send(1, b"to one".as_slice().into())).unwrap();
+        let datagrams: Vec<Bytes> = std::iter::from_fn(|| sender.poll_transmit()).map(|o| o.to_bytes()).collect();
+        assert!(datagrams.len() >= 13, "{}", datagrams.len());
+        batched.handle_datagrams(now, datagrams.iter().cloned());
+        for datagram in &datagrams {
+            single.handle_datagram(now, datagram.clone());
+        }
+        let drain = |node: &mut Node| {
+            let events: Vec<String> = std::iter::from_fn(|| node.poll_event()).map(|e| format!("{e:?}")).collect();
+            let sent: Vec<Bytes> = std::iter::from_fn(|| node.poll_transmit()).map(|o| o.to_bytes()).collect();
+            (events, sent, node.stats())
+        };
+        let (got, expected) = (drain(&mut batched), drain(&mut single));
+        // `vsync`'s casts and the send at once; `total`'s wait for the sequencer's order.
+        assert_eq!(got.0.iter().filter(|e| e.contains("Cast") || e.contains("Send")).count(), 7, "{:?}", got.0);
+        assert_eq!(got, expected);
+    }
+
+    /// The view change and the new view's first cast in one batch (a bundle the coordinator packed
+    /// in the turn it installed the view): the receiver installs the view at the first, so the
+    /// second finds the new view's stack routed and is delivered, not dropped for an unknown
+    /// connection.
+    #[test]
+    fn a_batch_that_changes_the_view_routes_the_rest_to_the_new_views_stack() {
+        let (mut nodes, now) = pair();
+        let spec = crate::spec::StackSpec::parse("total").unwrap();
+        let (a, id) = &mut nodes[0];
+        a.handle_action(now, *id, Action::Switch(spec)).unwrap();
+        let mut cast_sent = false;
+        for _ in 0..100 {
+            for from in 0..2 {
+                // The coordinator casts in its new view as soon as it has one, before its queue
+                // reaches the other member.
+                if from == 0 && !cast_sent {
+                    let installed = std::iter::from_fn(|| nodes[0].0.poll_event())
+                        .find_map(|(stack, e)| matches!(e, AppEvent::View { .. }).then_some(stack));
+                    if let Some(stack) = installed {
+                        nodes[0].0.handle_action(now, stack, Action::Cast(b"first".as_slice().into())).unwrap();
+                        cast_sent = true;
+                    }
+                }
+                let batch: Vec<Bytes> =
+                    std::iter::from_fn(|| nodes[from].0.poll_transmit()).map(|o| o.to_bytes()).collect();
+                nodes[1 - from].0.handle_datagrams(now, batch);
+            }
+            if cast_sent {
+                break;
+            }
+        }
+        assert!(cast_sent, "the coordinator installed the new view");
+        let b = &mut nodes[1].0;
+        assert_eq!(b.stats().drops(DropReason::UnknownConn), 0, "the cast found its stack");
+        assert!(b.stacks().any(|(_, s)| s.view().stack.layers().contains(&crate::LayerKind::Sequencer)));
+    }
+
+    /// Groups whose members take each other's datagrams in batches run as those taking them one
+    /// by one, through casts, sends and view changes (protocol switches, each a new view whose
+    /// stack must be routed before the batch's next datagram reaches it): the same views, the
+    /// same deliveries, the same counters.
+    #[test]
+    fn members_taking_batches_run_as_members_taking_datagrams_one_by_one() {
+        let run = |batches: bool| {
+            let mut group = crate::testkit::Group::new(3, "vsync");
+            group.batches = batches;
+            for round in 0..6u8 {
+                for rank in 0..3 {
+                    group.act(rank, Action::Cast(vec![round].into())).unwrap();
+                    let dest = ((rank + 1) % 3) as Rank;
+                    group.act(rank, Action::send(dest, vec![round].into())).unwrap();
+                }
+                if round % 2 == 1 {
+                    let target = ["total", "vsync"][usize::from(round / 2 % 2)];
+                    group.act(0, Action::Switch(crate::spec::StackSpec::parse(target).unwrap())).unwrap();
+                }
+                for _ in 0..20 {
+                    group.tick(crate::time::Duration::from_millis(50));
+                }
+            }
+            let views: Vec<_> =
+                group.views.iter().map(|v| v.as_ref().map(|v| (v.view_id, v.stack.to_string()))).collect();
+            let stats: Vec<_> = group.nodes.iter().map(|(n, _)| n.stats()).collect();
+            (views, group.delivered.clone(), stats)
+        };
+        let (batched, single) = (run(true), run(false));
+        assert_eq!(batched.0[0].as_ref().map(|v| v.0.ltime), Some(3), "three switches, three views");
+        assert_eq!(batched, single);
     }
 
     /// Two nodes, one endpoint each, in one `vsync` view.

@@ -33,6 +33,10 @@ pub struct Group {
     /// When set, every datagram the network carries is recorded here too (a corpus for tests
     /// that replay or alter real traffic).
     pub tap: Option<Vec<bytes::Bytes>>,
+    /// Each member's datagrams queued at the moment reach each receiver as one batch
+    /// ([`Node::handle_datagrams`], as the runtime hands over a bundle's parts) instead of one by
+    /// one. Off by default.
+    pub batches: bool,
 }
 
 impl Group {
@@ -75,6 +79,7 @@ impl Group {
             routes: Default::default(),
             settle: true,
             tap: None,
+            batches: false,
         };
         group.pump();
         group
@@ -102,6 +107,7 @@ impl Group {
         loop {
             let mut moved = false;
             for from in 0..self.nodes.len() {
+                let mut batches: Vec<Vec<bytes::Bytes>> = vec![Vec::new(); self.nodes.len()];
                 while let Some(out) = self.nodes[from].0.poll_transmit() {
                     moved = true;
                     let datagram = out.to_bytes();
@@ -119,8 +125,14 @@ impl Group {
                         if self.partition.as_ref().is_some_and(|side| side.contains(&from) != side.contains(&to)) {
                             continue;
                         }
-                        self.nodes[to].0.handle_datagram(self.now, datagram.clone());
+                        match self.batches {
+                            true => batches[to].push(datagram.clone()),
+                            false => self.nodes[to].0.handle_datagram(self.now, datagram.clone()),
+                        }
                     }
+                }
+                for (to, batch) in batches.into_iter().enumerate().filter(|(_, b)| !b.is_empty()) {
+                    self.nodes[to].0.handle_datagrams(self.now, batch);
                 }
                 while let Some((stack, event)) = self.nodes[from].0.poll_event() {
                     match event {

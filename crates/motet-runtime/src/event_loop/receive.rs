@@ -305,7 +305,7 @@ fn handle(node: &mut Node, stats: &mut RuntimeStats, now: motet_core::Instant, l
         stats.injected_loss += 1;
     } else if motet_wire::bundle::is_bundle(&datagram) {
         match motet_wire::bundle::decode(&datagram) {
-            Ok(parts) => parts.into_iter().for_each(|part| node.handle_datagram(now, part)),
+            Ok(parts) => node.handle_datagrams(now, parts),
             Err(_) => stats.malformed_bundles += 1,
         }
     } else {
