@@ -265,6 +265,8 @@ impl Node {
     /// A stack that leaves its view (a new view to build, an exit) is collected at once, so the
     /// datagrams after it find the new view's stack routed.
     pub fn handle_datagrams(&mut self, now: Instant, datagrams: impl IntoIterator<Item = Bytes>) {
+        // (A handler that panicked mid-batch would leave this set; the node is not used after a
+        // panic: a stack's invariants would no longer hold.)
         self.batched = Some(None);
         for datagram in datagrams {
             self.handle_datagram(now, datagram);

@@ -345,18 +345,21 @@ impl Stack {
     /// A message from the network, injected at the bottom.
     #[inline(never)] // an entry point, counted by name (`motet bench stack`)
     pub fn handle_recv(&mut self, now: Instant, origin: Rank, mux: Mux, msg: Msg) {
-        let Some(mut twin) = self.twin.take() else { return self.recv(now, origin, mux, msg) };
+        let Some(mut twin) = self.twin.take() else { return self.recv(now, origin, mux, msg, true) };
         let mark = self.mark();
-        twin.recv(now, origin, mux, msg.clone());
-        self.recv(now, origin, mux, msg);
+        twin.recv(now, origin, mux, msg.clone(), true);
+        self.recv(now, origin, mux, msg, true);
         self.diff(&mut twin, mark, "a received message");
         self.twin = Some(twin);
     }
 
-    fn recv(&mut self, now: Instant, origin: Rank, mux: Mux, msg: Msg) {
+    /// A message from the network: on the bypass if it takes it, else the layered path. `fast`:
+    /// its compiled trace's fused or express handler may be asked (false when the fused handler
+    /// has just refused it).
+    fn recv(&mut self, now: Instant, origin: Rank, mux: Mux, msg: Msg, fast: bool) {
         let msg = match mux {
             Mux::Cast | Mux::Send { .. } if self.bypass != Bypass::Off => {
-                match self.bypass_up(now, origin, matches!(mux, Mux::Cast), msg) {
+                match self.bypass_up(now, origin, matches!(mux, Mux::Cast), msg, fast) {
                     Ok(took) => {
                         self.bypass_stats.took(took, self.view.stack.layers());
                         return;
@@ -383,11 +386,13 @@ impl Stack {
     }
 
     /// A compressed cast or send from the network: the low 16 bits `low` of its sequence number
-    /// and its payload, its headers this stack's template of the trace. It takes the trace's
-    /// fused handler when it can, with nothing built but the compact form of its headers and no
-    /// hop through the general entry points; else its headers are rebuilt and it is handled like
-    /// any other message ([`Stack::handle_recv`]). The payload comes back when this stack has no
-    /// template for it (the node counts the datagram as malformed).
+    /// and its payload, whose headers are this stack's template of the trace. Its headers are
+    /// rebuilt in the template's compact form, and it takes the trace's fused handler when that
+    /// takes it, with no hop through the general entry points; else it goes on as any other
+    /// message does ([`Stack::handle_recv`]). With `Bypass::Diff` this very path is checked
+    /// against the layered twin. The payload comes back when this stack has no template for it,
+    /// or no expected sequence number to expand it with (the node counts the datagram as
+    /// malformed).
     #[inline(never)] // an entry point, counted by name (`motet bench stack`)
     pub(crate) fn handle_recv_compressed(
         &mut self,
@@ -400,19 +405,29 @@ impl Stack {
         let cast = mux == Mux::Cast;
         let Some(hdrs) = self.expand(origin, cast, low) else { return Err(payload) };
         let msg = Msg { hdrs, payload };
-        if self.twin.is_some() {
-            self.handle_recv(now, origin, mux, msg);
+        let Some(mut twin) = self.twin.take() else {
+            self.recv_compressed(now, origin, mux, msg);
             return Ok(());
-        }
-        let msg = match self.bypass {
-            Bypass::On => match self.recv_fused(now, origin, cast, msg) {
-                Ok(()) => return Ok(()),
-                Err(msg) => msg,
-            },
-            _ => msg,
         };
-        self.recv(now, origin, mux, msg);
+        let mark = self.mark();
+        twin.recv(now, origin, mux, msg.clone(), true);
+        self.recv_compressed(now, origin, mux, msg);
+        self.diff(&mut twin, mark, "a received message");
+        self.twin = Some(twin);
         Ok(())
+    }
+
+    /// [`Stack::handle_recv_compressed`] past the expansion: the fused handler first, then the
+    /// rest of the receive path without asking it again.
+    fn recv_compressed(&mut self, now: Instant, origin: Rank, mux: Mux, msg: Msg) {
+        let msg = match self.bypass {
+            Bypass::Off => msg,
+            _ => match self.recv_fused(now, origin, mux == Mux::Cast, msg) {
+                Ok(()) => return,
+                Err((msg, refused)) => return self.recv(now, origin, mux, msg, !refused),
+            },
+        };
+        self.recv(now, origin, mux, msg, true);
     }
 
     /// Marks `ranks` failed, from the top down (as a membership layer would).

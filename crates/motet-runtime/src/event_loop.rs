@@ -307,8 +307,9 @@ impl EventLoop {
         let now = self.clock.now();
         let stack = self.node.join(now, Arc::clone(&view), 0)?;
         if !group.loopback {
-            // The node carries it to the stacks of the later views.
-            self.node.handle_action(now, stack, motet_core::Action::Loopback(false))?;
+            // The node carries it to the stacks of the later views. A fresh stack takes it.
+            let set = self.node.handle_action(now, stack, motet_core::Action::Loopback(false));
+            set.expect("a new stack takes the loop-back setting");
         }
         self.owners.insert(stack, (endpoint, view));
         self.members.insert(

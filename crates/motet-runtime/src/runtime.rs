@@ -261,7 +261,8 @@ impl StatsHandle {
 /// One endpoint in one group: receive its events here; act through it or through [`Handle`]s
 /// (cloneable, for other threads). Dropping the member leaves the group.
 ///
-/// Read its events, even when only casting (its own casts are delivered to it too): a member
+/// Read its events, even when only casting (its own casts are delivered to it too, unless it
+/// joined with `GroupConfig::loopback(false)`): a member
 /// whose channel is full lags, its own casts are refused (parked) and its group's senders wait
 /// for it until it reads again (docs/runtime.md, "Back-pressure, end to end").
 pub struct Member {

@@ -524,10 +524,11 @@ impl Stack {
         origin: Rank,
         cast: bool,
         msg: Msg,
+        fast: bool,
     ) -> Result<Took, (Msg, Option<usize>)> {
         let trace = Trace::up(cast);
         let qos = if cast { Qos::Unreliable } else { Qos::Reliable };
-        let took = self.trace_up_from_network(now, origin, cast, msg, qos, trace)?;
+        let took = self.trace_up_from_network(now, origin, cast, msg, qos, trace, fast)?;
         // What went on up on the layered path, mid-trace (`go_on_up`), runs now.
         if !self.queue.is_empty() {
             self.settle_for_input();
@@ -537,25 +538,39 @@ impl Stack {
     }
 
     /// A received application cast or send on its compiled trace's fused handler, if the trace
-    /// has one and the message is within its reach (as [`Stack::bypass_up`] would run it, when
-    /// that is where it would go); else the message comes back untouched.
-    pub(super) fn recv_fused(&mut self, now: Instant, origin: Rank, cast: bool, msg: Msg) -> Result<(), Msg> {
+    /// has one and the message is within the compiled trace's reach, as [`Stack::bypass_up`]
+    /// would first run it. Else the message comes back untouched, saying whether the fused
+    /// handler refused it (then the rest of the path need not ask it again).
+    pub(super) fn recv_fused(&mut self, now: Instant, origin: Rank, cast: bool, msg: Msg) -> Result<(), (Msg, bool)> {
         let trace = Trace::up(cast);
-        let Some(plan) = self.plan(trace) else { return Err(msg) };
-        let Some(Fused { handler: fused::Handler::Up(up), at }) = self.fused[trace as usize] else { return Err(msg) };
-        let template = self.templates[usize::from(!cast)].as_ref();
-        let whole = template.is_some_and(|t| msg.hdrs.compact_seqno(&t.hdrs).is_some());
-        if !whole || msg.payload.len() > plan.len_max || self.plans[Trace::SendDn as usize].is_none() {
-            return Err(msg);
-        }
+        // The plan first: it compiles the traces, and picks their fused handlers, if stale.
+        let Some((_, Some(_))) = self.compiled_up(trace, &msg) else { return Err((msg, false)) };
+        let Some(Fused { handler: fused::Handler::Up(up), at }) = self.fused[trace as usize] else {
+            return Err((msg, false));
+        };
         let qos = if cast { Qos::Unreliable } else { Qos::Reliable };
-        let took = up(self, &at, now, origin, cast, msg, qos)?;
+        let took = up(self, &at, now, origin, cast, msg, qos).map_err(|msg| (msg, true))?;
         self.bypass_stats.compiled += 1;
         self.bypass_stats.took(took, self.view.stack.layers());
         Ok(())
     }
 
-    /// [`Stack::bypass_up`]'s trace: compiled or interpreted.
+    /// The compiled trace of a message going up, if the message is within its reach (a whole
+    /// message in the compact form of the trace's template, no larger than every inert layer
+    /// passes), with the layers a reply branch asks (a send going down's compiled trace, if
+    /// there is one).
+    fn compiled_up(&mut self, trace: Trace, msg: &Msg) -> Option<(Plan, Option<u32>)> {
+        // Compared by reference: no copy of the template's handle.
+        let plan = self.plan(trace).filter(|plan| {
+            let template = self.templates[usize::from(!trace.is_cast())].as_ref();
+            msg.payload.len() <= plan.len_max && template.is_some_and(|t| msg.hdrs.compact_seqno(&t.hdrs).is_some())
+        })?;
+        Some((plan, self.plans[Trace::SendDn as usize].map(|p| p.active)))
+    }
+
+    /// [`Stack::bypass_up`]'s trace: compiled or interpreted. `fast`: the compiled trace's
+    /// fused or express handler may be asked first.
+    #[allow(clippy::too_many_arguments)]
     fn trace_up_from_network(
         &mut self,
         now: Instant,
@@ -564,32 +579,34 @@ impl Stack {
         msg: Msg,
         qos: Qos,
         trace: Trace,
+        fast: bool,
     ) -> Result<Took, (Msg, Option<usize>)> {
         let (top, n) = (self.appl, self.layers.len());
-        // A whole message of the template: its headers are in the compact form of the trace's
-        // template (compared by reference, no copy of the template's handle).
-        let plan = self.plan(trace).filter(|plan| {
-            let template = self.templates[usize::from(!trace.is_cast())].as_ref();
-            msg.payload.len() <= plan.len_max && template.is_some_and(|t| msg.hdrs.compact_seqno(&t.hdrs).is_some())
-        });
-        match plan {
-            Some(plan) => {
+        match self.compiled_up(trace, &msg) {
+            Some((plan, send)) => {
                 // A whole message of the template: every inert layer's header is its template
                 // header. A reply branch is a send going down: its compiled trace.
-                let Some(send) = self.plans[Trace::SendDn as usize].map(|p| p.active) else {
+                let Some(send) = send else {
                     return self.trace_up(now, origin, cast, msg, qos, top, span(top, n), span(top, n), true);
                 };
                 // Most messages take the fused or express trace; the rest the general one.
-                let fast = match self.fused[trace as usize] {
-                    Some(Fused { handler: fused::Handler::Up(up), at }) => up(self, &at, now, origin, cast, msg, qos),
-                    _ => self.express_up(now, origin, cast, msg, qos, plan.active),
-                };
                 let msg = match fast {
-                    Ok(took) => {
-                        self.bypass_stats.compiled += 1;
-                        return Ok(took);
+                    false => msg,
+                    true => {
+                        let taken = match self.fused[trace as usize] {
+                            Some(Fused { handler: fused::Handler::Up(up), at }) => {
+                                up(self, &at, now, origin, cast, msg, qos)
+                            }
+                            _ => self.express_up(now, origin, cast, msg, qos, plan.active),
+                        };
+                        match taken {
+                            Ok(took) => {
+                                self.bypass_stats.compiled += 1;
+                                return Ok(took);
+                            }
+                            Err(msg) => msg,
+                        }
                     }
-                    Err(msg) => msg,
                 };
                 let took = self.trace_up(now, origin, cast, msg, qos, top, plan.active, send, true)?;
                 self.bypass_stats.compiled += u64::from(took == Took::Hit);

@@ -365,7 +365,7 @@ fn the_token_holders_casts_take_the_bypass_and_the_others_ask_on_the_layered_pat
 /// trace unseen. Their casts and sends then take them, equal to the layered path.
 #[test]
 fn the_reliable_stacks_traces_are_fused_and_equal_the_layered_path() {
-    for preset in ["fifo", "vsync", "Frag+Flow+Local"] {
+    for preset in ["fifo", "vsync", "Frag+Flow+Local", "Local", "Frag"] {
         let spec = crate::StackSpec::parse(preset).unwrap().to_string();
         let mut stack = Stack::new(crate::testing::view_of(&spec, 3), 1, Instant::ZERO).unwrap();
         stack.compile();
@@ -373,11 +373,13 @@ fn the_reliable_stacks_traces_are_fused_and_equal_the_layered_path() {
             assert!(stack.fused[trace as usize].is_some(), "{preset}: {trace:?} {:?}", names(&stack, trace));
         }
     }
-    let mut group = Group::with_bypass(3, "vsync", Bypass::Diff);
-    for round in 0..50u8 {
-        group.act(usize::from(round % 3), Action::Cast(vec![round].into())).unwrap();
-        group.act(usize::from(round % 3), Action::send(Rank::from((round + 1) % 3), vec![round].into())).unwrap();
+    for stack in ["vsync", "Local"] {
+        let mut group = Group::with_bypass(3, stack, Bypass::Diff);
+        for round in 0..50u8 {
+            group.act(usize::from(round % 3), Action::Cast(vec![round].into())).unwrap();
+            group.act(usize::from(round % 3), Action::send(Rank::from((round + 1) % 3), vec![round].into())).unwrap();
+        }
+        let stats = group.nodes[0].0.bypass_stats();
+        assert!(stats.hits > 80 && stats.compiled == stats.hits && stats.misses == 0, "{stack}: {stats:?}");
     }
-    let stats = group.nodes[0].0.bypass_stats();
-    assert!(stats.hits > 80 && stats.compiled == stats.hits && stats.misses == 0, "{stats:?}");
 }

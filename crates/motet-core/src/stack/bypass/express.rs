@@ -38,7 +38,8 @@ const NOBODY: Asked = Asked { layer: 0, qos: Qos::Reliable, keep: false };
 
 impl Stack {
     /// A compiled trace going up with an application message in the compact form of its template
-    /// (`first` is `appl`): the layers of `active`, bottom up, each in its plain common case. The
+    /// (whose first header is `appl`'s): the layers of `active`, bottom up, each in its plain
+    /// common case. The
     /// message comes back untouched if any condition refuses it or declares more than a plain
     /// step (see the module documentation).
     pub(super) fn express_up(

@@ -9,7 +9,8 @@
 //! ([`UpChain`] over a list of them): every call is static, and the compiler sees the layers'
 //! conditions and actions together with the code around them. The handler is the same code for
 //! every shape, generated from the layers' declarations; what a shape adds is one entry in
-//! [`up_for`]. A trace whose shape has no entry takes the express trace, as before.
+//! [`up_for`] or [`dn_for`]. A trace whose shape has no entry takes the express trace going up,
+//! the general handler going down, as before.
 //!
 //! Semantics are the express trace's exactly: the same conditions in the same order, the same
 //! refusals (anything but a plain step gives the message back untouched, for the general handler),
@@ -422,14 +423,17 @@ macro_rules! chain {
 
 /// The fused handler of a trace going up that asks layers of `kinds`, bottom up, if its shape has
 /// one: the shapes of the application's casts and sends on the reliable stacks (`fifo`, `vsync`
-/// and every property set without an ordering layer). An ordering layer's step is seldom plain
-/// (it holds a cast until its turn), so a shape with one would ask its conditions twice as often
-/// as it saved a dispatch; those take the express trace.
+/// and every property set without an ordering layer, with flow control or without). An ordering
+/// layer's step is seldom plain (it holds a cast until its turn), so a shape with one would ask
+/// its conditions twice as often as it saved a dispatch; those take the express trace.
 pub(crate) fn up_for(kinds: &[LayerKind]) -> Option<FusedUp> {
     use LayerKind as K;
     Some(match kinds {
         [K::Mnak, K::Mflow, K::Appl] => fused_up::<chain!(Mnak, Mflow, Appl)>,
         [K::Pt2pt, K::Pt2ptw, K::Appl] => fused_up::<chain!(Pt2pt, Pt2ptw, Appl)>,
+        // Without flow control (no `Flow` property).
+        [K::Mnak, K::Appl] => fused_up::<chain!(Mnak, Appl)>,
+        [K::Pt2pt, K::Appl] => fused_up::<chain!(Pt2pt, Appl)>,
         _ => return None,
     })
 }
@@ -441,6 +445,8 @@ pub(crate) fn dn_for(kinds: &[LayerKind]) -> Option<FusedDn> {
     Some(match kinds {
         [K::Mflow, K::Mnak] => fused_dn::<chain!(Mflow, Mnak)>,
         [K::Pt2ptw, K::Pt2pt] => fused_dn::<chain!(Pt2ptw, Pt2pt)>,
+        [K::Mnak] => fused_dn::<chain!(Mnak)>,
+        [K::Pt2pt] => fused_dn::<chain!(Pt2pt)>,
         _ => return None,
     })
 }
