@@ -10,7 +10,7 @@
 
 use crate::error::ApiError;
 use crate::event::{Action, AppEvent, Dn, Msg, Up};
-use crate::layer::{Ev, Outbox, Stats};
+use crate::layer::{Ev, Stats};
 use crate::layers::{AnyLayer, LayerKind};
 use crate::time::Instant;
 use crate::view::{RankSet, ViewState};
@@ -18,6 +18,22 @@ use crate::{Rank, StackSpecError};
 use motet_wire::Mux;
 use std::collections::VecDeque;
 use std::sync::Arc;
+
+/// An outbox over stack `$stack`'s queues for a handler or action at `$now`, its alarm request
+/// going into `$alarm` (a macro rather than a method, so that the stack's other fields, a layer
+/// and the alarms, stay free to borrow beside it).
+macro_rules! outbox {
+    ($stack:expr, $now:expr, $alarm:expr) => {
+        crate::layer::Outbox {
+            now: $now,
+            rank: $stack.rank,
+            events: &mut $stack.scratch,
+            alarm: $alarm,
+            app: &mut $stack.app,
+            stats: &mut $stack.stats,
+        }
+    };
+}
 
 mod bypass;
 
@@ -328,14 +344,7 @@ impl Stack {
         self.plans_stale = true;
         let AnyLayer::Appl(appl) = &mut self.layers[self.appl] else { unreachable!("appl index") };
         let mut alarm = None;
-        let mut out = Outbox {
-            now,
-            rank: self.rank,
-            events: &mut self.scratch,
-            alarm: &mut alarm,
-            app: &mut self.app,
-            stats: &mut self.stats,
-        };
+        let mut out = outbox!(self, now, &mut alarm);
         let result = appl.handle_action(action, &mut out);
         self.after_handler(self.appl, alarm);
         self.run(now);
@@ -507,14 +516,7 @@ impl Stack {
         // One outbox serves the whole batch; each copy goes with the time of the input that
         // carried it. The queue keeps its capacity (no allocation per message).
         let mut alarm = None;
-        let mut out = Outbox {
-            now: Instant::ZERO,
-            rank: self.rank,
-            events: &mut self.scratch,
-            alarm: &mut alarm,
-            app: &mut self.app,
-            stats: &mut self.stats,
-        };
+        let mut out = outbox!(self, Instant::ZERO, &mut alarm);
         while let Some(Delayed { layer, kept, now, msg }) = self.delayed.pop_front() {
             let layer = usize::from(layer);
             out.now = now;
@@ -717,14 +719,7 @@ impl Stack {
         while let Some((index, ev)) = self.queue.pop_front() {
             self.plans_stale = true;
             let mut alarm = None;
-            let mut out = Outbox {
-                now,
-                rank: self.rank,
-                events: &mut self.scratch,
-                alarm: &mut alarm,
-                app: &mut self.app,
-                stats: &mut self.stats,
-            };
+            let mut out = outbox!(self, now, &mut alarm);
             let layer = &mut self.layers[index];
             match ev {
                 Ev::Up(up) => layer.handle_up(up, &mut out),

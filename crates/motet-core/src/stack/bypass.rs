@@ -367,34 +367,45 @@ impl Stack {
                 msg.hdrs.push_template(template, depth);
             }
         }
-        if let Some((at, _, _)) = loopback {
+        if let Some((at, _, qos)) = loopback {
             let Some(back) = back else { return Err((msg.payload, at)) };
-            // A branch whose every layer has nothing to do with this endpoint's own casts (its
-            // application does not take them back: `Action::Loopback`) is not taken at all.
-            let branch = back & span(top, at);
-            if bottom_up(branch).all(|i| self.layers[i].fast_loopback_inert()) {
-                loopback = None;
-            }
-        }
-        if let Some((at, _, mut qos)) = loopback {
-            let back = back.expect("checked above");
-            for i in bottom_up(back & span(top, at)) {
-                let header = msg.hdrs.get(i - top).expect("one header per layer above the loop-back");
-                let up = Up { origin: self.rank, cast: true, qos, header: &header };
-                match self.layers[i].fast_up(&up) {
-                    // A reply, a join or a release on the loop-back branch: the layered path's.
-                    Some(step) if step.reply.is_none() && !step.join && !step.release => {
-                        up_steps.push(UpAsked { layer: i as u8, qos, keep: step.keep, join: false });
-                        qos = step.qos;
-                        if step.absorb {
-                            break;
-                        }
-                    }
-                    _ => return Err((msg.payload, i)),
-                }
+            match self.loopback_branch(&msg, at, back, qos) {
+                Ok(Some(steps)) => up_steps = steps,
+                Ok(None) => loopback = None,
+                Err(i) => return Err((msg.payload, i)),
             }
         }
         Ok(self.act_dn(now, dest, msg, template.as_ref(), &steps, loopback, &up_steps, split))
+    }
+
+    /// The conditions of a cast's loop-back branch: the message going down `msg`, as it reached
+    /// the layer at `at` that loops it back with the guarantee `qos`, up the layers of `back`
+    /// between `appl` and there, as this endpoint's own cast. `None` when every one of them has
+    /// nothing to do with it (its application does not take its casts back,
+    /// `Action::Loopback`): then no branch is taken at all. The layer that refuses it (a
+    /// reply, a join or a release on the branch is the layered path's), if one does.
+    #[inline]
+    fn loopback_branch(&self, msg: &Msg, at: usize, back: u32, mut qos: Qos) -> Result<Option<Steps<UpAsked>>, usize> {
+        let (top, branch) = (self.appl, back & span(self.appl, at));
+        if bottom_up(branch).all(|i| self.layers[i].fast_loopback_inert()) {
+            return Ok(None);
+        }
+        let mut steps = Steps::<UpAsked>::new();
+        for i in bottom_up(branch) {
+            let header = msg.hdrs.get(i - top).expect("one header per layer above the loop-back");
+            let up = Up { origin: self.rank, cast: true, qos, header: &header };
+            match self.layers[i].fast_up(&up) {
+                Some(step) if step.reply.is_none() && !step.join && !step.release => {
+                    steps.push(UpAsked { layer: i as u8, qos, keep: step.keep, join: false });
+                    qos = step.qos;
+                    if step.absorb {
+                        break;
+                    }
+                }
+                _ => return Err(i),
+            }
+        }
+        Ok(Some(steps))
     }
 
     /// The parts of a message that layer `at` split (a one-to-many trace, `frag`), each asked
@@ -919,14 +930,7 @@ impl Stack {
             return;
         }
         let mut alarm = None;
-        let mut out = Outbox {
-            now,
-            rank: self.rank,
-            events: &mut self.scratch,
-            alarm: &mut alarm,
-            app: &mut self.app,
-            stats: &mut self.stats,
-        };
+        let mut out = outbox!(self, now, &mut alarm);
         f(&mut self.layers[index], &mut out);
         debug_assert!(self.scratch.is_empty(), "a fast-path action emitted events");
         self.merge_alarm(index, alarm);

@@ -16,7 +16,6 @@
 use super::{bottom_up, pop_unpredicted, Took};
 use crate::event::{Msg, Qos};
 use crate::fast::{Kept, Trace, Up};
-use crate::layer::Outbox;
 use crate::stack::{merge_alarm, Delayed, Stack};
 use crate::time::Instant;
 use crate::Rank;
@@ -78,14 +77,7 @@ impl Stack {
         let mut keep_whole = None;
         let mut alarm = None;
         {
-            let mut out = Outbox {
-                now,
-                rank: self.rank,
-                events: &mut self.scratch,
-                alarm: &mut alarm,
-                app: &mut self.app,
-                stats: &mut self.stats,
-            };
+            let mut out = outbox!(self, now, &mut alarm);
             for a in &asked[..n] {
                 let (i, at) = (usize::from(a.layer), usize::from(a.layer) - top);
                 let popped = pop_unpredicted(&mut msg.hdrs, at);

@@ -16,7 +16,7 @@
 //! refusals (anything but a plain step gives the message back untouched, for the general handler),
 //! the same actions, alarms and delayed copies. `Bypass::Diff` checks it like every other path.
 
-use super::{bottom_up, pop_unpredicted, span, Steps, Took, UpAsked};
+use super::{pop_unpredicted, Took};
 use crate::event::{Msg, Qos};
 use crate::fast::{Down, Kept, Trace, Up};
 use crate::layer::Outbox;
@@ -77,19 +77,60 @@ impl std::fmt::Debug for Fused {
     }
 }
 
-/// What the actions of a trace going up share: the outbox, where alarms and delayed copies go.
-struct ActUp<'a> {
+/// What the actions of a fused trace share: the outbox, where alarms and delayed copies go.
+struct Act<'a> {
     out: Outbox<'a>,
     alarms: &'a mut [Option<Instant>],
     next_alarm: &'a mut Option<Instant>,
     delayed: &'a mut VecDeque<Delayed>,
     kept: Kept,
     now: Instant,
-    /// The first layer that keeps a message in the compact form takes the message itself, after
-    /// the delivery (as `act_up` does): its index, and the headers the message had there.
+    /// Going up: the first layer that keeps a message in the compact form takes the message
+    /// itself, after the delivery (as `act_up` does): its index, and the headers it had there.
     keep_whole: Option<(u8, usize)>,
+    /// Going down: the destination and the payload's length (what each layer's `Down` says).
+    dest: Option<Rank>,
+    len: usize,
     /// Testing the checker: a layer whose action is skipped (`SKIP_ACTION`).
     skip: Option<LayerKind>,
+}
+
+impl Stack {
+    /// The stack's layers, and the context of a fused trace's actions over its other fields.
+    fn act<'a>(
+        &'a mut self,
+        now: Instant,
+        kept: Kept,
+        alarm: &'a mut Option<Instant>,
+    ) -> (&'a mut [AnyLayer], Act<'a>) {
+        #[cfg(test)]
+        let skip = super::SKIP_ACTION.with(std::cell::Cell::get);
+        #[cfg(not(test))]
+        let skip = None;
+        let act = Act {
+            out: outbox!(self, now, alarm),
+            alarms: &mut self.alarms,
+            next_alarm: &mut self.next_alarm,
+            delayed: &mut self.delayed,
+            kept,
+            now,
+            keep_whole: None,
+            dest: None,
+            len: 0,
+            skip,
+        };
+        (&mut self.layers, act)
+    }
+}
+
+impl Act<'_> {
+    /// Files the alarm the action of the layer at `index` asked for, if any.
+    #[inline(always)]
+    fn alarm(&mut self, index: usize) {
+        if let Some(at) = self.out.alarm.take() {
+            merge_alarm(self.alarms, self.next_alarm, index, at);
+        }
+    }
 }
 
 /// A trace's layers as a list of types, bottom up: `(Mnak, (Mflow, (Appl, ())))`.
@@ -113,7 +154,7 @@ trait UpChain {
         origin: (Rank, bool),
         msg: &mut Msg,
         steps: &[(Qos, bool)],
-        cx: &mut ActUp<'_>,
+        cx: &mut Act<'_>,
     );
 }
 
@@ -124,8 +165,7 @@ impl UpChain for () {
     }
 
     #[inline(always)]
-    fn act(_: &mut [AnyLayer], _: &[u8], _: usize, _: (Rank, bool), _: &mut Msg, _: &[(Qos, bool)], _: &mut ActUp<'_>) {
-    }
+    fn act(_: &mut [AnyLayer], _: &[u8], _: usize, _: (Rank, bool), _: &mut Msg, _: &[(Qos, bool)], _: &mut Act<'_>) {}
 }
 
 impl<H: Typed, T: UpChain> UpChain for (H, T) {
@@ -160,7 +200,7 @@ impl<H: Typed, T: UpChain> UpChain for (H, T) {
         (origin, cast): (Rank, bool),
         msg: &mut Msg,
         steps: &[(Qos, bool)],
-        cx: &mut ActUp<'_>,
+        cx: &mut Act<'_>,
     ) {
         let (i, (qos, keep)) = (usize::from(at[0]), steps[0]);
         let pos = i - top;
@@ -169,9 +209,7 @@ impl<H: Typed, T: UpChain> UpChain for (H, T) {
             let header = popped.as_ref().unwrap_or_else(|| msg.hdrs.predicted(pos).expect("compact"));
             let up = Up { origin, cast, qos, header };
             H::typed_mut(&mut layers[i]).fast_up_apply(&up, msg, &mut cx.out);
-            if let Some(at) = cx.out.alarm.take() {
-                merge_alarm(cx.alarms, cx.next_alarm, i, at);
-            }
+            cx.alarm(i);
         } else {
             pop_unpredicted(&mut msg.hdrs, pos);
         }
@@ -201,29 +239,9 @@ fn fused_up<C: UpChain>(
     if !C::cond(&stack.layers, at, top, (origin, cast, qos), &msg, &mut steps) {
         return Err(msg);
     }
-    #[cfg(test)]
-    let skip = super::SKIP_ACTION.with(std::cell::Cell::get);
-    #[cfg(not(test))]
-    let skip = None;
     let mut alarm = None;
-    let mut cx = ActUp {
-        out: Outbox {
-            now,
-            rank: stack.rank,
-            events: &mut stack.scratch,
-            alarm: &mut alarm,
-            app: &mut stack.app,
-            stats: &mut stack.stats,
-        },
-        alarms: &mut stack.alarms,
-        next_alarm: &mut stack.next_alarm,
-        delayed: &mut stack.delayed,
-        kept: Kept { trace: Trace::up(cast), peer: origin },
-        now,
-        keep_whole: None,
-        skip,
-    };
-    C::act(&mut stack.layers, at, top, (origin, cast), &mut msg, &steps, &mut cx);
+    let (layers, mut cx) = stack.act(now, Kept { trace: Trace::up(cast), peer: origin }, &mut alarm);
+    C::act(layers, at, top, (origin, cast), &mut msg, &steps, &mut cx);
     debug_assert!(cx.out.events.is_empty(), "a fast-path action emitted events");
     if let Some((layer, len)) = cx.keep_whole {
         let regrown = msg.hdrs.regrow(len);
@@ -231,19 +249,6 @@ fn fused_up<C: UpChain>(
         cx.delayed.push_back(Delayed { layer, kept: cx.kept, now, msg });
     }
     Ok(Took::Hit)
-}
-
-/// What the actions of a trace going down share.
-struct ActDn<'a> {
-    out: Outbox<'a>,
-    alarms: &'a mut [Option<Instant>],
-    next_alarm: &'a mut Option<Instant>,
-    delayed: &'a mut VecDeque<Delayed>,
-    kept: Kept,
-    now: Instant,
-    dest: Option<Rank>,
-    len: usize,
-    skip: Option<LayerKind>,
 }
 
 /// A trace's layers as a list of types, top down: `(Mflow, (Mnak, ()))`.
@@ -263,7 +268,7 @@ trait DnChain {
     ) -> bool;
 
     /// The actions from this layer on, as `act_dn` runs them.
-    fn act(layers: &mut [AnyLayer], at: &[u8], msg: &Msg, steps: &[(Qos, u8, bool)], cx: &mut ActDn<'_>);
+    fn act(layers: &mut [AnyLayer], at: &[u8], msg: &Msg, steps: &[(Qos, u8, bool)], cx: &mut Act<'_>);
 }
 
 impl DnChain for () {
@@ -281,7 +286,7 @@ impl DnChain for () {
     }
 
     #[inline(always)]
-    fn act(_: &mut [AnyLayer], _: &[u8], _: &Msg, _: &[(Qos, u8, bool)], _: &mut ActDn<'_>) {}
+    fn act(_: &mut [AnyLayer], _: &[u8], _: &Msg, _: &[(Qos, u8, bool)], _: &mut Act<'_>) {}
 }
 
 impl<H: Typed, T: DnChain> DnChain for (H, T) {
@@ -308,14 +313,12 @@ impl<H: Typed, T: DnChain> DnChain for (H, T) {
     }
 
     #[inline(always)]
-    fn act(layers: &mut [AnyLayer], at: &[u8], msg: &Msg, steps: &[(Qos, u8, bool)], cx: &mut ActDn<'_>) {
+    fn act(layers: &mut [AnyLayer], at: &[u8], msg: &Msg, steps: &[(Qos, u8, bool)], cx: &mut Act<'_>) {
         let (i, (qos, depth, keep)) = (usize::from(at[0]), steps[0]);
         if cx.skip != Some(H::KIND) {
             let down = Down { dest: cx.dest, qos, len: cx.len };
             H::typed_mut(&mut layers[i]).fast_dn_apply(&down, &mut cx.out);
-            if let Some(at) = cx.out.alarm.take() {
-                merge_alarm(cx.alarms, cx.next_alarm, i, at);
-            }
+            cx.alarm(i);
         }
         if keep {
             cx.delayed.push_back(Delayed {
@@ -350,60 +353,24 @@ fn fused_dn<C: DnChain>(
         return Err(msg.payload);
     }
     // The loop-back branch: the message as it reached the inert layer (above every asked one,
-    // so with the guarantee it started with), up the layers between `appl` and there, unless
-    // none of them has anything to do with this endpoint's own casts.
+    // so with the guarantee it started with).
     let mut branch = None;
     if let Some(l) = inert_loopback {
         let Some(back) = back else { return Err(msg.payload) };
-        let layers = back & span(top, l);
-        if !bottom_up(layers).all(|i| stack.layers[i].fast_loopback_inert()) {
-            let mut up_steps = Steps::<UpAsked>::new();
-            let mut qos = Qos::Reliable;
-            for i in bottom_up(layers) {
-                let header = msg.hdrs.get(i - top).expect("one header per layer above the loop-back");
-                let up = Up { origin: stack.rank, cast: true, qos, header: &header };
-                match stack.layers[i].fast_up(&up) {
-                    Some(step) if step.reply.is_none() && !step.join && !step.release => {
-                        up_steps.push(UpAsked { layer: i as u8, qos, keep: step.keep, join: false });
-                        qos = step.qos;
-                        if step.absorb {
-                            break;
-                        }
-                    }
-                    _ => return Err(msg.payload),
-                }
-            }
-            branch = Some((l - top, up_steps));
+        match stack.loopback_branch(&msg, l, back, Qos::Reliable) {
+            Ok(steps) => branch = steps.map(|steps| (l - top, steps)),
+            Err(_) => return Err(msg.payload),
         }
     }
     // The actions: the branch first (it leaves above every asked layer), then the asked layers'.
     if let Some((depth, up_steps)) = branch {
         stack.loop_back(now, &mut msg, depth, &up_steps);
     }
-    #[cfg(test)]
-    let skip = super::SKIP_ACTION.with(std::cell::Cell::get);
-    #[cfg(not(test))]
-    let skip = None;
     let mut alarm = None;
-    let mut cx = ActDn {
-        out: Outbox {
-            now,
-            rank: stack.rank,
-            events: &mut stack.scratch,
-            alarm: &mut alarm,
-            app: &mut stack.app,
-            stats: &mut stack.stats,
-        },
-        alarms: &mut stack.alarms,
-        next_alarm: &mut stack.next_alarm,
-        delayed: &mut stack.delayed,
-        kept: Kept { trace: Trace::down(dest), peer: dest.unwrap_or(stack.rank) },
-        now,
-        dest,
-        len,
-        skip,
-    };
-    C::act(&mut stack.layers, at, &msg, &steps, &mut cx);
+    let kept = Kept { trace: Trace::down(dest), peer: dest.unwrap_or(stack.rank) };
+    let (layers, mut cx) = stack.act(now, kept, &mut alarm);
+    (cx.dest, cx.len) = (dest, len);
+    C::act(layers, at, &msg, &steps, &mut cx);
     debug_assert!(cx.out.events.is_empty(), "a fast-path action emitted events");
     let template = &stack.templates[usize::from(dest.is_some())].as_ref().expect("a compiled trace's").hdrs;
     msg.hdrs.push_template(template, stack.layers.len() - top);
