@@ -570,6 +570,7 @@ impl Stack {
     /// message in the compact form of the trace's template, no larger than every inert layer
     /// passes), with the layers a reply branch asks (a send going down's compiled trace, if
     /// there is one).
+    #[inline]
     fn compiled_up(&mut self, trace: Trace, msg: &Msg) -> Option<(Plan, Option<u32>)> {
         // Compared by reference: no copy of the template's handle.
         let plan = self.plan(trace).filter(|plan| {

@@ -97,6 +97,7 @@ struct Act<'a> {
 
 impl Stack {
     /// The stack's layers, and the context of a fused trace's actions over its other fields.
+    #[inline(always)]
     fn act<'a>(
         &'a mut self,
         now: Instant,
