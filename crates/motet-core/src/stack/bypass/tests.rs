@@ -5,18 +5,23 @@ use crate::event::Action;
 use crate::stack::Bypass;
 use crate::LayerKind;
 
-fn cast(bypass: Bypass) -> Result<Stack, String> {
+/// Rank 1's stack of a 3-member `vsync` view after `input` and delayed processing (the layers'
+/// states are compared once it is done), or what the diff's panic said.
+fn after(bypass: Bypass, input: impl FnOnce(&mut Stack)) -> Result<Stack, String> {
     let view = crate::testing::view_of("vsync", 3);
     let mut stack = Stack::with_bypass(view, 1, Instant::ZERO, bypass).unwrap();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        stack.handle_action(Instant::ZERO, Action::Cast(b"x".as_slice().into())).unwrap();
-        // The layers' states are compared once delayed processing is done.
+        input(&mut stack);
         stack.settle();
     }));
     match result {
         Ok(()) => Ok(stack),
         Err(panic) => Err(panic.downcast_ref::<String>().cloned().unwrap_or_default()),
     }
+}
+
+fn cast(bypass: Bypass) -> Result<Stack, String> {
+    after(bypass, |stack| stack.handle_action(Instant::ZERO, Action::Cast(b"x".as_slice().into())).unwrap())
 }
 
 #[test]
@@ -56,17 +61,10 @@ fn received_cast(receiver: &Stack) -> Msg {
 }
 
 fn receive(bypass: Bypass) -> Result<Stack, String> {
-    let view = crate::testing::view_of("vsync", 3);
-    let mut stack = Stack::with_bypass(view, 1, Instant::ZERO, bypass).unwrap();
-    let msg = received_cast(&stack);
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    after(bypass, |stack| {
+        let msg = received_cast(stack);
         stack.handle_recv(Instant::ZERO, 0, Mux::Cast, msg);
-        stack.settle();
-    }));
-    match result {
-        Ok(()) => Ok(stack),
-        Err(panic) => Err(panic.downcast_ref::<String>().cloned().unwrap_or_default()),
-    }
+    })
 }
 
 /// A received cast takes the fused trace (`vsync`'s shape has one), and the diff still catches a

@@ -1,0 +1,326 @@
+//! The node: routing, slots, alarms, batches and the loop-back setting across views.
+
+use super::*;
+use crate::{Action, Counter, Duration, Payload};
+
+/// A datagram of another wire version is counted as such, apart from malformed ones, and is
+/// said once in the log.
+#[test]
+fn datagrams_of_another_wire_version_are_counted_apart() {
+    let (mut nodes, now) = pair();
+    let node = &mut nodes[0].0;
+    let older = motet_wire::VERSION - 1;
+    for _ in 0..3 {
+        node.handle_datagram(now, Bytes::from(vec![older, 1, 2, 3, 4, 0, 0, 0]));
+    }
+    node.handle_datagram(now, Bytes::from(vec![motet_wire::VERSION, 1]));
+    node.handle_datagram(now, Bytes::from(vec![older, 1]));
+    node.handle_datagram(now, Bytes::from(vec![0x3f; 40]));
+    let stats = node.stats();
+    assert_eq!(stats.drops(DropReason::OtherVersion), 3);
+    assert_eq!(stats.drops(DropReason::Malformed), 3, "truncated, too short for a head, and noise");
+}
+
+/// A batch of datagrams (a bundle's parts) gives what handling them one by one gives: the
+/// same events and datagrams, in the same order, for datagrams of two groups interleaved.
+#[test]
+fn a_batch_of_datagrams_equals_them_one_by_one() {
+    let groups: Vec<Arc<ViewState>> = ["vsync", "total"]
+        .iter()
+        .enumerate()
+        .map(|(g, stack)| {
+            Arc::new(ViewState::initial(
+                crate::view::GroupName::new(&format!("batch{g}")),
+                crate::StackSpec::parse(stack).unwrap(),
+                crate::StackConfig::default(),
+                vec![crate::EndpointId(0), crate::EndpointId(1)],
+                vec![Address::Sim(0), Address::Sim(1)],
+            ))
+        })
+        .collect();
+    let now = Instant::ZERO;
+    let mut sender = Node::new();
+    let ids: Vec<StackId> = groups.iter().map(|v| sender.join(now, Arc::clone(v), 0).unwrap()).collect();
+    let receivers = || {
+        let mut node = Node::new();
+        for v in &groups {
+            node.join(now, Arc::clone(v), 1).unwrap();
+        }
+        while node.poll_transmit().is_some() {}
+        while node.poll_event().is_some() {}
+        node
+    };
+    let (mut batched, mut single) = (receivers(), receivers());
+    while sender.poll_transmit().is_some() {}
+    for k in 0..12u8 {
+        sender.handle_action(now, ids[usize::from(k % 2)], Action::Cast(vec![k].into())).unwrap();
+    }
+    sender.handle_action(now, ids[0], Action::send(1, b"to one".as_slice().into())).unwrap();
+    let datagrams: Vec<Bytes> = std::iter::from_fn(|| sender.poll_transmit()).map(|o| o.to_bytes()).collect();
+    assert!(datagrams.len() >= 13, "{}", datagrams.len());
+    batched.handle_datagrams(now, datagrams.iter().cloned());
+    for datagram in &datagrams {
+        single.handle_datagram(now, datagram.clone());
+    }
+    let drain = |node: &mut Node| {
+        let events: Vec<String> = std::iter::from_fn(|| node.poll_event()).map(|e| format!("{e:?}")).collect();
+        let sent: Vec<Bytes> = std::iter::from_fn(|| node.poll_transmit()).map(|o| o.to_bytes()).collect();
+        (events, sent, node.stats())
+    };
+    let (got, expected) = (drain(&mut batched), drain(&mut single));
+    // `vsync`'s casts and the send at once; `total`'s wait for the sequencer's order.
+    assert_eq!(got.0.iter().filter(|e| e.contains("Cast") || e.contains("Send")).count(), 7, "{:?}", got.0);
+    assert_eq!(got, expected);
+}
+
+/// The view change and the new view's first cast in one batch (a bundle the coordinator packed
+/// in the turn it installed the view): the receiver installs the view at the first, so the
+/// second finds the new view's stack routed and is delivered, not dropped for an unknown
+/// connection.
+#[test]
+fn a_batch_that_changes_the_view_routes_the_rest_to_the_new_views_stack() {
+    let (mut nodes, now) = pair();
+    let spec = crate::spec::StackSpec::parse("total").unwrap();
+    let (a, id) = &mut nodes[0];
+    a.handle_action(now, *id, Action::Switch(spec)).unwrap();
+    let mut cast_sent = false;
+    for _ in 0..100 {
+        for from in 0..2 {
+            // The coordinator casts in its new view as soon as it has one, before its queue
+            // reaches the other member.
+            if from == 0 && !cast_sent {
+                let installed = std::iter::from_fn(|| nodes[0].0.poll_event())
+                    .find_map(|(stack, e)| matches!(e, AppEvent::View { .. }).then_some(stack));
+                if let Some(stack) = installed {
+                    nodes[0].0.handle_action(now, stack, Action::Cast(b"first".as_slice().into())).unwrap();
+                    cast_sent = true;
+                }
+            }
+            let batch: Vec<Bytes> =
+                std::iter::from_fn(|| nodes[from].0.poll_transmit()).map(|o| o.to_bytes()).collect();
+            nodes[1 - from].0.handle_datagrams(now, batch);
+        }
+        if cast_sent {
+            break;
+        }
+    }
+    assert!(cast_sent, "the coordinator installed the new view");
+    let b = &mut nodes[1].0;
+    assert_eq!(b.stats().drops(DropReason::UnknownConn), 0, "the cast found its stack");
+    assert!(b.stacks().any(|(_, s)| s.view().stack.layers().contains(&crate::LayerKind::Sequencer)));
+}
+
+/// Groups whose members take each other's datagrams in batches run as those taking them one
+/// by one, through casts, sends and view changes (protocol switches, each a new view whose
+/// stack must be routed before the batch's next datagram reaches it): the same views, the
+/// same deliveries, the same counters.
+#[test]
+fn members_taking_batches_run_as_members_taking_datagrams_one_by_one() {
+    let run = |batches: bool| {
+        let mut group = crate::testkit::Group::new(3, "vsync");
+        group.batches = batches;
+        for round in 0..6u8 {
+            for rank in 0..3 {
+                group.act(rank, Action::Cast(vec![round].into())).unwrap();
+                let dest = ((rank + 1) % 3) as Rank;
+                group.act(rank, Action::send(dest, vec![round].into())).unwrap();
+            }
+            if round % 2 == 1 {
+                let target = ["total", "vsync"][usize::from(round / 2 % 2)];
+                group.act(0, Action::Switch(crate::spec::StackSpec::parse(target).unwrap())).unwrap();
+            }
+            for _ in 0..20 {
+                group.tick(crate::time::Duration::from_millis(50));
+            }
+        }
+        let views: Vec<_> = group.views.iter().map(|v| v.as_ref().map(|v| (v.view_id, v.stack.to_string()))).collect();
+        let stats: Vec<_> = group.nodes.iter().map(|(n, _)| n.stats()).collect();
+        (views, group.delivered.clone(), stats)
+    };
+    let (batched, single) = (run(true), run(false));
+    assert_eq!(batched.0[0].as_ref().map(|v| v.0.ltime), Some(3), "three switches, three views");
+    assert_eq!(batched, single);
+}
+
+/// Two nodes, one endpoint each, in one `vsync` view.
+fn pair() -> (Vec<(Node, StackId)>, Instant) {
+    let view = crate::testing::view_of("vsync", 2);
+    let now = Instant::ZERO;
+    let nodes = (0..2)
+        .map(|rank| {
+            let mut node = Node::new();
+            let id = node.join(now, Arc::clone(&view), rank).unwrap();
+            while node.poll_transmit().is_some() {}
+            while node.poll_event().is_some() {}
+            (node, id)
+        })
+        .collect();
+    (nodes, now)
+}
+
+/// A long-lived process goes through many views: each builds a stack, and the slot of the one
+/// it replaces is reused once that one has exited, so the node's slots stay bounded by the
+/// stacks live at once. A handle kept from an exited stack names nothing, not the stack that
+/// took its slot.
+#[test]
+fn slots_of_exited_stacks_are_reused_and_their_old_handles_name_nothing() {
+    let mut group = crate::testkit::Group::new(2, "vsync");
+    let first = group.nodes[0].1;
+    let targets = ["total", "vsync"];
+    for round in 0..40 {
+        group.act(round % 2, Action::Switch(crate::spec::StackSpec::parse(targets[round % 2]).unwrap())).unwrap();
+        for _ in 0..20 {
+            group.tick(crate::time::Duration::from_millis(100));
+        }
+        let view = group.views[0].as_ref().unwrap();
+        assert_eq!(view.view_id.ltime, round as u64 + 1, "every switch installs a view");
+        for (node, _) in &group.nodes {
+            assert_eq!(node.stacks().count(), 1, "the replaced stack has exited");
+            assert!(node.slots() <= 2, "round {round}: {} slots for 1 live stack", node.slots());
+        }
+    }
+    let (node, current) = &mut group.nodes[0];
+    assert_ne!(first, *current);
+    assert!(node.stack(first).is_none(), "an old handle names nothing");
+    let now = group.now;
+    assert_eq!(node.handle_action(now, first, Action::Cast(Payload::new())), Err(ApiError::NoSuchStack));
+    assert!(node.stack(*current).is_some());
+    group.act(0, Action::Cast(b"after".as_slice().into())).unwrap();
+    assert_eq!(group.delivered[1], 1, "the current stack still works");
+}
+
+/// A member's loop-back setting is its own and outlives its views: the node gives it to the
+/// stack of every next view (here, through protocol switches). Its casts reach the others
+/// all along, and never itself.
+#[test]
+fn the_loopback_setting_is_carried_to_the_next_views() {
+    let mut group = crate::testkit::Group::new(2, "vsync");
+    group.act(0, Action::Loopback(false)).unwrap();
+    for (round, target) in ["total", "vsync"].into_iter().enumerate() {
+        group.act(0, Action::Cast(b"before".as_slice().into())).unwrap();
+        let (own, other) = (group.delivered[0], group.delivered[1]);
+        group.act(1, Action::Switch(crate::spec::StackSpec::parse(target).unwrap())).unwrap();
+        for _ in 0..20 {
+            group.tick(crate::time::Duration::from_millis(100));
+        }
+        assert_eq!(group.views[0].as_ref().unwrap().view_id.ltime, round as u64 + 1, "a new view");
+        group.act(0, Action::Cast(b"after".as_slice().into())).unwrap();
+        assert_eq!(group.delivered[0], own, "round {round}: rank 0 never gets its own casts");
+        assert_eq!(group.delivered[1], other + 1, "round {round}: rank 1 gets them");
+        group.act(1, Action::Cast(b"theirs".as_slice().into())).unwrap();
+        assert_eq!(group.delivered[0], own + 1, "round {round}: rank 0 gets the others' casts");
+    }
+}
+
+/// The alarm index answers what a visit of every stack would: two nodes sharing 40 groups,
+/// casts and sends on random groups, datagrams carried both ways, time advancing by random
+/// steps and alarms fired when due, and after every step `poll_alarm` and `poll_timeout`
+/// equal the minimum over the stacks.
+#[test]
+fn the_alarm_index_equals_a_visit_of_every_stack() {
+    let groups = 40;
+    let mut nodes = [Node::new(), Node::new()];
+    let mut ids = [Vec::new(), Vec::new()];
+    for g in 0..groups {
+        let view = Arc::new(ViewState::initial(
+            crate::view::GroupName::new(&format!("g{g}")),
+            crate::StackSpec::parse("vsync").unwrap(),
+            crate::StackConfig::default(),
+            vec![crate::EndpointId(0), crate::EndpointId(1)],
+            vec![Address::Sim(0), Address::Sim(1)],
+        ));
+        for (rank, node) in nodes.iter_mut().enumerate() {
+            ids[rank].push(node.join(Instant::ZERO, Arc::clone(&view), rank as Rank).unwrap());
+        }
+    }
+    let brute = |node: &Node| {
+        let alarm = node.stacks().filter_map(|(_, s)| s.poll_alarm()).min();
+        let timeout = node.stacks().filter_map(|(_, s)| s.poll_timeout()).min();
+        (alarm, timeout)
+    };
+    let (mut now, mut seed) = (Instant::ZERO, 0x9e37_79b9_7f4a_7c15u64);
+    let mut random = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for step in 0..3_000 {
+        let (from, g) = (random(2) as usize, random(groups) as usize);
+        let payload = Payload::from(vec![step as u8; 16]);
+        let action = if random(3) == 0 { Action::send(1 - from as Rank, payload) } else { Action::Cast(payload) };
+        // Flow control may refuse for a while: that is the test's business only as an input.
+        let _ = nodes[from].handle_action(now, ids[from][g], action);
+        if random(4) == 0 {
+            nodes[random(2) as usize].settle();
+        }
+        now = now + Duration::from_micros(random(20_000));
+        for n in 0..2 {
+            while let Some(out) = nodes[n].poll_transmit() {
+                if random(10) != 0 {
+                    nodes[1 - n].handle_datagram(now, out.to_bytes());
+                }
+            }
+            while nodes[n].poll_event().is_some() {}
+            if nodes[n].poll_timeout().is_some_and(|at| at <= now) {
+                nodes[n].handle_timeout(now);
+            }
+        }
+        for node in &nodes {
+            assert_eq!((node.poll_alarm(), node.poll_timeout()), brute(node), "step {step}");
+        }
+    }
+    assert!(nodes.iter().all(|n| n.poll_alarm().is_some()), "sweeps are armed");
+}
+
+#[test]
+fn common_casts_and_sends_leave_with_at_most_8_bytes_of_head_and_arrive_whole() {
+    let (mut nodes, now) = pair();
+    for k in 0..300u32 {
+        let payload = Payload::from(k.to_le_bytes().to_vec());
+        let action = if k % 2 == 0 { Action::Cast(payload) } else { Action::send(1, payload) };
+        let (node, id) = &mut nodes[0];
+        node.handle_action(now, *id, action).unwrap();
+        let mut datagrams = Vec::new();
+        while let Some(out) = node.poll_transmit() {
+            if out.payload.len() == 4 {
+                assert!(out.head.len() <= 8, "message {k}: {} bytes of head", out.head.len());
+                assert!(datagram::is_compressed(&out.head));
+            }
+            datagrams.push(out.to_bytes());
+        }
+        let (peer, _) = &mut nodes[1];
+        for datagram in datagrams {
+            peer.handle_datagram(now, datagram);
+        }
+        let back: Vec<Bytes> = std::iter::from_fn(|| peer.poll_transmit().map(|o| o.to_bytes())).collect();
+        back.into_iter().for_each(|bytes| nodes[0].0.handle_datagram(now, bytes));
+        let got: Vec<AppEvent> = std::iter::from_fn(|| nodes[1].0.poll_event().map(|(_, e)| e)).collect();
+        let want = Bytes::copy_from_slice(&k.to_le_bytes());
+        match &got[..] {
+            [AppEvent::Cast { origin: 0, payload }] | [AppEvent::Send { origin: 0, payload }] => {
+                assert_eq!(payload.to_bytes(), want, "message {k}")
+            }
+            other => panic!("message {k}: {other:?}"),
+        }
+    }
+    // Past 256 per trace, so the sequence numbers' low bytes wrapped at least once.
+    assert!(nodes[0].0.stats().counter(Counter::CompressedOut) >= 300);
+    assert!(nodes[1].0.stats().counter(Counter::CompressedIn) >= 300);
+}
+
+#[test]
+fn a_compressed_datagram_nobody_can_expand_is_dropped_and_counted() {
+    let (mut nodes, now) = pair();
+    let conn = conn_id(nodes[1].0.stack(nodes[1].1).unwrap().view());
+    let mut head = Vec::new();
+    // A send to a rank outside the view, and a truncated one.
+    let bad = datagram::Compressed { conn, mux: Mux::Send { dest: 9 }, origin: 0, seqno: 0 };
+    datagram::encode_compressed(&bad, &mut head).unwrap();
+    nodes[1].0.handle_datagram(now, Bytes::from(head.clone()));
+    nodes[1].0.handle_datagram(now, Bytes::from(head[..3].to_vec()));
+    let stats = nodes[1].0.stats();
+    assert_eq!(stats.drops(DropReason::NotForMe), 1);
+    assert_eq!(stats.drops(DropReason::Malformed), 1);
+    assert!(nodes[1].0.poll_event().is_none());
+}
