@@ -75,6 +75,14 @@ pub(crate) struct SimArgs {
     /// input through both, any difference in outputs or layer states is a violation).
     #[arg(long, default_value = "on", value_parser = parse_bypass)]
     bypass: motet_core::Bypass,
+    /// Nodes whose application does not take its own casts back (`--no-loopback 0,2`; swarm runs
+    /// draw some).
+    #[arg(long, value_delimiter = ',', value_name = "NODES", conflicts_with = "swarm")]
+    no_loopback: Vec<usize>,
+    /// Each node's datagrams of one turn to one destination travel as one bundle, read as one
+    /// batch (as the runtime packs them; swarm runs draw it).
+    #[arg(long, conflicts_with = "swarm")]
+    bundles: bool,
 }
 
 fn parse_bypass(text: &str) -> Result<motet_core::Bypass, String> {
@@ -170,6 +178,8 @@ impl SimArgs {
             options.crashes = self.crashes;
             options.restart = self.restart;
             options.payload_max = self.payload_max;
+            options.no_loopback.clone_from(&self.no_loopback);
+            options.bundles = self.bundles;
         }
         options.casts = self.casts;
         options.sends = self.sends;
@@ -188,6 +198,10 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(node) = args.no_loopback.iter().find(|&&n| n >= usize::from(args.nodes)) {
+        eprintln!("motet sim: --no-loopback {node}: there are only nodes 0 to {}", args.nodes - 1);
+        return ExitCode::from(2);
+    }
     if args.diagram.is_some() && args.seeds.is_some() {
         eprintln!("motet sim: --diagram draws one run: give a single --seed, not --seeds");
         return ExitCode::from(2);

@@ -83,6 +83,39 @@ fn bad_arguments_are_refused_with_a_reason() {
     let (code, _, stderr) = motet(&["sim", "--stack", "top:appl:frag:bottom"]);
     assert_eq!(code, 2);
     assert!(stderr.contains("`frag` requires reliable FIFO"), "{stderr}");
+    let (code, _, stderr) = motet(&["sim", "--nodes", "3", "--no-loopback", "1,3"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--no-loopback 3: there are only nodes 0 to 2"), "{stderr}");
+}
+
+/// Members that discard their own casts, and bundles: a replay command names them.
+#[test]
+fn sim_runs_members_without_loop_back_and_bundles_and_replays_them() {
+    let args = ["sim", "--nodes", "4", "--seeds", "1..2", "--stack", "vsync", "--loss", "0.3"];
+    let (code, stdout, _) = motet(&[&args[..], &["--no-loopback", "0,2", "--bundles", "--json"]].concat());
+    let report = json(&stdout);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["violations"], 0);
+    // Lossy enough that the reliable stack must retransmit, with a stack that cannot: the
+    // replay command carries the settings.
+    let (code, stdout, _) = motet(&[
+        "sim",
+        "--nodes",
+        "3",
+        "--seeds",
+        "1..3",
+        "--loss",
+        "0.3",
+        "--stack",
+        "top:appl:local:bottom",
+        "--no-loopback",
+        "1",
+        "--bundles",
+        "--json",
+    ]);
+    assert_ne!(code, 0);
+    let replay = json(&stdout)["failures"][0]["replay"].as_str().expect("a replay command").to_string();
+    assert!(replay.contains("--no-loopback 1") && replay.contains("--bundles"), "{replay}");
 }
 
 #[test]

@@ -130,6 +130,15 @@ pub struct SimOptions {
     /// Whether the nodes run the bypass (`On`, as the runtime does), only the layered path
     /// (`Off`), or both, compared on every input (`Diff`: a difference is a violation).
     pub bypass: motet_core::Bypass,
+    /// Nodes whose application does not take its own casts back (`Action::Loopback(false)`, the
+    /// Message Bus `loop-back` off): their stacks deliver them nowhere at home, and the oracles
+    /// hold them to everything but their own casts. A node restarted keeps its setting.
+    pub no_loopback: Vec<usize>,
+    /// A node's datagrams of one turn (one simulated event) to one destination travel as one
+    /// bundle: one fate on the network, and one batch at the receiver
+    /// (`Node::handle_datagrams`), as the runtime packs and reads them (docs/runtime.md,
+    /// "Packing").
+    pub bundles: bool,
 }
 
 impl SimOptions {
@@ -157,6 +166,8 @@ impl SimOptions {
             time_max_ms: 120_000,
             record_datagrams: false,
             bypass: motet_core::Bypass::On,
+            no_loopback: Vec::new(),
+            bundles: false,
         }
     }
 
@@ -248,6 +259,18 @@ impl SimOptions {
                 options.script.push((at + rng.gen_range(10..2_000), ScriptAction::Lag(node, false)));
             }
         }
+        // Applications that discard their own casts, and bundles (drawn last, likewise): the
+        // loop-back's fast and layered branches skipped, and a turn's datagrams handled as one
+        // batch, under every fault above.
+        if rng.gen_bool(0.25) {
+            for _ in 0..rng.gen_range(1..=2) {
+                let node = rng.gen_range(0..nodes);
+                if !options.no_loopback.contains(&node) {
+                    options.no_loopback.push(node);
+                }
+            }
+        }
+        options.bundles = rng.gen_bool(0.5);
         options
     }
 
@@ -270,6 +293,13 @@ impl SimOptions {
             }
         }
         cmd.push_str(&format!(" --casts {} --sends {}", self.casts, self.sends));
+        if !swarm && !self.no_loopback.is_empty() {
+            let nodes: Vec<String> = self.no_loopback.iter().map(usize::to_string).collect();
+            cmd.push_str(&format!(" --no-loopback {}", nodes.join(",")));
+        }
+        if !swarm && self.bundles {
+            cmd.push_str(" --bundles");
+        }
         if self.bypass != motet_core::Bypass::On {
             cmd.push_str(&format!(" --bypass {}", format!("{:?}", self.bypass).to_lowercase()));
         }

@@ -3,8 +3,9 @@
 //! saw and what the layers still hold at the end.
 //!
 //! - **exactly once at every correct destination**: every cast from a correct (never crashed)
-//!   sender is delivered once at every correct node, the sender included; every send from a
-//!   correct sender to a correct destination is delivered once there;
+//!   sender is delivered once at every correct node, the sender included unless its application
+//!   discards its own casts (then never there); every send from a correct sender to a correct
+//!   destination is delivered once there;
 //! - **per-sender FIFO**: on each channel (origin → node, casts; origin → dest, sends) the
 //!   delivered messages are exactly the first k sent, in order, for some k;
 //! - **no creation**: everything delivered was sent, by the origin it is attributed to, on the
@@ -72,6 +73,9 @@ pub fn check(trace: &Trace) -> Vec<Violation> {
         if sent_view.get(&id) != Some(&d.view) {
             violations.push(Violation::SendingView { id, node: d.node });
         }
+        if trace.discarded(d.node, id) {
+            violations.push(Violation::OwnCast { id, node: d.node });
+        }
         if !delivered.insert((d.node, id)) {
             violations.push(Violation::Duplicate { id, node: d.node });
             continue;
@@ -105,7 +109,8 @@ pub fn check(trace: &Trace) -> Vec<Violation> {
             let in_view = members.get(&s.view).is_none_or(|m| m.contains(&node));
             let together =
                 successor.get(&(node, s.view)) == next && (next.is_some() || !exited(node) && !exited(s.id.origin));
-            if correct(node) && in_view && together && !delivered.contains(&(node, s.id)) {
+            let owed = !trace.discarded(node, s.id);
+            if correct(node) && in_view && together && owed && !delivered.contains(&(node, s.id)) {
                 violations.push(Violation::Lost { id: s.id, node });
             }
         };

@@ -38,6 +38,9 @@ pub struct SimReport {
     pub datagrams: u64,
     /// Datagrams the network lost (including partitions and crashed receivers).
     pub datagrams_lost: u64,
+    /// Datagrams that arrived in a bundle of two or more (`SimOptions::bundles`), handed to
+    /// their node as one batch.
+    pub bundled: u64,
     /// Virtual time at the end of the run.
     pub end: Instant,
     /// Drops and protocol counters summed over nodes.
@@ -61,10 +64,11 @@ pub struct SimReport {
 /// A scheduled event. `Deliver::record` indexes `datagrams_log` when datagrams are recorded.
 #[derive(Debug)]
 enum Event {
+    /// One datagram, or a bundle of them (`SimOptions::bundles`) read as one batch.
     Deliver {
         from: usize,
         to: usize,
-        datagram: Bytes,
+        datagrams: Vec<Bytes>,
         record: Option<usize>,
     },
     Submit {
@@ -154,9 +158,41 @@ struct SimNode {
     staging: Vec<u8>,
     /// The application lags its events (`Action::Lagging`): said again to each new stack.
     lagging: bool,
+    /// The application takes its own casts back (`SimOptions::no_loopback`).
+    loopback: bool,
 }
 
 impl SimNode {
+    /// A node with no stack yet, its application as `loopback` says.
+    fn idle(node: Node, loopback: bool) -> SimNode {
+        SimNode {
+            node,
+            stack: StackId::NONE,
+            views: BTreeMap::new(),
+            alive: false,
+            backlog: VecDeque::new(),
+            clock: Vec::new(),
+            blocked: Default::default(),
+            state: Default::default(),
+            xfer_out: Default::default(),
+            staging: Default::default(),
+            lagging: false,
+            loopback,
+        }
+    }
+
+    /// Joins the node's endpoint to `view` at `rank`; an application that discards its own casts
+    /// says so to the stack at once (the node carries the setting on to each next view's).
+    fn join(&mut self, now: Instant, view: &Arc<ViewState>, rank: u16) {
+        self.stack = self.node.join(now, Arc::clone(view), rank).expect("the stack spec was validated");
+        self.views.insert(self.stack, Arc::clone(view));
+        self.alive = true;
+        if !self.loopback {
+            let set = self.node.handle_action(now, self.stack, Action::Loopback(false));
+            assert!(set.is_ok(), "a new stack takes the loop-back setting: {set:?}");
+        }
+    }
+
     fn view(&self) -> &Arc<ViewState> {
         &self.views[&self.stack]
     }
@@ -191,6 +227,7 @@ struct World<'a> {
     hasher: blake3::Hasher,
     datagrams: u64,
     datagrams_lost: u64,
+    bundled: u64,
     story: Vec<(Instant, String)>,
     /// Endpoint id → node index.
     endpoints: BTreeMap<EndpointId, usize>,
@@ -239,6 +276,7 @@ pub fn run(options: &SimOptions) -> SimReport {
                 send_deliveries: 0,
                 datagrams: 0,
                 datagrams_lost: 0,
+                bundled: 0,
                 end: Instant::ZERO,
                 stats: Stats::default(),
                 story: Vec::new(),
@@ -278,37 +316,12 @@ impl<'a> World<'a> {
                 node.set_bypass(options.bypass);
                 // Discovery: every node knows every address (a seed list), for partition healing.
                 node.set_peers(group.clone(), all_addresses.clone());
-                let (Some(rank), Some(view)) = (initial.iter().position(|&i| i == index), view.as_ref()) else {
-                    // Not started yet: no stack until a scripted `Start`.
-                    return SimNode {
-                        node,
-                        stack: StackId::NONE,
-                        views: BTreeMap::new(),
-                        alive: false,
-                        backlog: VecDeque::new(),
-                        clock: Vec::new(),
-                        blocked: Default::default(),
-                        state: Default::default(),
-                        xfer_out: Default::default(),
-                        staging: Default::default(),
-                        lagging: false,
-                    };
-                };
-                let stack = node.join(now, Arc::clone(view), rank as u16).expect("the stack spec was validated");
-                let views = [(stack, Arc::clone(view))].into_iter().collect();
-                SimNode {
-                    node,
-                    stack,
-                    views,
-                    alive: true,
-                    backlog: VecDeque::new(),
-                    clock: Vec::new(),
-                    blocked: Default::default(),
-                    state: Default::default(),
-                    xfer_out: Default::default(),
-                    staging: Default::default(),
-                    lagging: false,
+                let mut sim = SimNode::idle(node, !options.no_loopback.contains(&index));
+                // Not in the initial view: no stack until a scripted `Start`.
+                if let (Some(rank), Some(view)) = (initial.iter().position(|&i| i == index), view.as_ref()) {
+                    sim.join(now, view, rank as u16);
                 }
+                sim
             })
             .collect();
         let mut world = World {
@@ -326,12 +339,14 @@ impl<'a> World<'a> {
                 crashed: vec![None; n],
                 left: vec![false; n],
                 exited: vec![false; n],
+                no_loopback: (0..n).map(|i| options.no_loopback.contains(&i)).collect(),
                 membership: options.stack.layers().contains(&LayerKind::Intra),
                 ..Trace::default()
             },
             hasher: blake3::Hasher::new(),
             datagrams: 0,
             datagrams_lost: 0,
+            bundled: 0,
             story: Vec::new(),
             endpoints,
             membership: options.stack.layers().contains(&LayerKind::Intra),
@@ -484,7 +499,7 @@ impl<'a> World<'a> {
             self.faults_left -= 1;
         }
         match event {
-            Event::Deliver { from, to, datagram, record } => {
+            Event::Deliver { from, to, mut datagrams, record } => {
                 self.in_flight -= 1;
                 let record = record.map(|index| &mut self.datagrams_log[index]);
                 if !self.nodes[to].alive {
@@ -499,7 +514,13 @@ impl<'a> World<'a> {
                 }
                 self.hasher.update(&self.now.0.to_le_bytes());
                 self.hasher.update(&[b'r', from as u8, to as u8]);
-                self.nodes[to].node.handle_datagram(self.now, datagram);
+                match datagrams.len() {
+                    1 => self.nodes[to].node.handle_datagram(self.now, datagrams.pop().expect("one")),
+                    n => {
+                        self.bundled += n as u64;
+                        self.nodes[to].node.handle_datagrams(self.now, datagrams);
+                    }
+                }
                 self.flush(to);
             }
             Event::Submit { node, id } => {
@@ -663,6 +684,7 @@ impl<'a> World<'a> {
             send_deliveries,
             datagrams: self.datagrams,
             datagrams_lost: self.datagrams_lost,
+            bundled: self.bundled,
             end: self.now,
             stats,
             story: self.story,

@@ -78,6 +78,7 @@ fn many_datagrams_are_left_out_and_the_caption_says_so() {
         send_deliveries: 0,
         datagrams: records,
         datagrams_lost: records / 10,
+        bundled: 0,
         end: Instant(records * 1_000 + 1_000),
         stats: Stats::default(),
         story: Vec::new(),

@@ -46,8 +46,13 @@ pub(super) fn check_total(
             continue;
         }
         for pair in nodes.windows(2) {
-            let a = sequences.get(&(pair[0], view)).unwrap_or(&empty);
-            let b = sequences.get(&(pair[1], view)).unwrap_or(&empty);
+            // Both without what either's application discards (its own casts; one delivered
+            // anyway is an `OwnCast` violation of its own).
+            let owed = |id: &MsgId| !trace.discarded(pair[0], *id) && !trace.discarded(pair[1], *id);
+            let seen = |at: usize| -> Vec<MsgId> {
+                sequences.get(&(at, view)).unwrap_or(&empty).iter().copied().filter(owed).collect()
+            };
+            let (a, b) = (&seen(pair[0]), &seen(pair[1]));
             let common = a.len().min(b.len());
             let differs = (0..common).find(|&i| a[i] != b[i]);
             let unequal = next.is_some() || trace.quiesced;
@@ -94,7 +99,9 @@ pub(super) fn check_causal(
                 let missing = MsgId { origin, channel: Channel::Cast, index };
                 // Casts of one origin are delivered in FIFO order (checked elsewhere), so the
                 // latest dependency on each origin stands for the earlier ones.
-                if sent_view.get(&missing) == Some(&d.view) && !delivered.contains(&(d.node, missing)) {
+                // A node's own cast that its application discards was known there at its sending.
+                let known = delivered.contains(&(d.node, missing)) || trace.discarded(d.node, missing);
+                if sent_view.get(&missing) == Some(&d.view) && !known {
                     violations.push(Violation::Causal { id, node: d.node, missing });
                 }
             }
@@ -135,7 +142,7 @@ pub(super) fn check_safe(
             continue;
         }
         for &id in anywhere.get(&view).into_iter().flatten() {
-            if !at.contains(&(node, view, id)) {
+            if !at.contains(&(node, view, id)) && !trace.discarded(node, id) {
                 violations.push(Violation::Safe { id, view, node });
             }
         }

@@ -372,3 +372,36 @@ fn catches_buffers_left_after_quiescence_and_lack_of_quiescence() {
     assert!(violations.contains(&Violation::NotQuiescent { node: 2, layer: "pt2pt", held: 3 }));
     assert!(violations.iter().any(|v| matches!(v, Violation::Liveness { .. })));
 }
+
+/// `trace` with node `node`'s application discarding its own casts: its deliveries of them gone.
+fn discarding_own_casts(mut trace: Trace, node: usize) -> Trace {
+    trace.no_loopback = (0..trace.nodes).map(|n| n == node).collect();
+    trace.deliveries.retain(|d| !(d.node == node && d.cast && d.origin == node));
+    trace
+}
+
+#[test]
+fn a_member_that_discards_its_own_casts_is_held_to_everything_else() {
+    // Every guarantee checked, across a view change: nothing is missing but its own casts.
+    let mut trace = discarding_own_casts(with_view_change(), 1);
+    (trace.total, trace.causal, trace.safe) = (true, true, true);
+    assert_eq!(check(&trace), vec![]);
+    // The same trace with the setting off: its own casts are lost there.
+    let mut taken_back = trace.clone();
+    taken_back.no_loopback.clear();
+    let own = MsgId { origin: 1, channel: Channel::Cast, index: 0 };
+    assert!(check(&taken_back).contains(&Violation::Lost { id: own, node: 1 }));
+    // Delivering one of them is caught.
+    let mut delivered = trace.clone();
+    let at_zero = trace.deliveries.iter().find(|d| d.node == 0 && d.origin == 1 && d.cast).unwrap().clone();
+    delivered.deliveries.push(Delivery { node: 1, ..at_zero });
+    assert_eq!(check(&delivered), vec![Violation::OwnCast { id: own, node: 1 }]);
+    // Missing another's cast is still caught, by virtual synchrony and total order too.
+    let mut missing = trace.clone();
+    missing.deliveries.retain(|d| !(d.node == 1 && d.origin == 0 && d.cast));
+    let violations = check(&missing);
+    let other = MsgId { origin: 0, channel: Channel::Cast, index: 0 };
+    assert!(violations.contains(&Violation::Lost { id: other, node: 1 }), "{violations:?}");
+    assert!(violations.contains(&Violation::VirtualSynchrony { view: (0, 0), nodes: (0, 1) }), "{violations:?}");
+    assert!(violations.iter().any(|v| matches!(v, Violation::TotalOrder { .. })), "{violations:?}");
+}

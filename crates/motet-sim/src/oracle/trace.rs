@@ -182,12 +182,31 @@ pub struct Trace {
     pub transfers: Vec<Transfer>,
     /// Endpoint migrations asked for, in order: (node, the address it moved to).
     pub migrations: Vec<(usize, u32)>,
+    /// For each node, whether its application discards its own casts (`Action::Loopback(false)`;
+    /// a node missing here takes them back): it must never deliver one, and is held to every
+    /// other guarantee on the rest.
+    pub no_loopback: Vec<bool>,
+}
+
+impl Trace {
+    /// Whether `id` is a cast of `node`'s own that its application discards: not delivered
+    /// there, by design, so left out of what `node` is held to.
+    pub fn discarded(&self, node: usize, id: MsgId) -> bool {
+        id.origin == node && id.channel == Channel::Cast && self.no_loopback.get(node).copied().unwrap_or(false)
+    }
 }
 
 /// A broken guarantee.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind")]
 pub enum Violation {
+    /// A node whose application discards its own casts delivered one.
+    OwnCast {
+        /// Which message.
+        id: MsgId,
+        /// The node (its origin).
+        node: usize,
+    },
     /// A message a correct node should have delivered was not.
     Lost {
         /// Which message.

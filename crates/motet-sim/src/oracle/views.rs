@@ -58,7 +58,8 @@ pub(super) fn check_views(
             }
         }
     }
-    // Virtual synchrony: members moving from V to the same V' delivered the same casts in V.
+    // Virtual synchrony: members moving from V to the same V' delivered the same casts in V (but
+    // for a member's own casts, where its application discards them).
     let mut casts_in: BTreeMap<(usize, ViewKey), BTreeSet<MsgId>> = BTreeMap::new();
     for d in trace.deliveries.iter().filter(|d| d.cast) {
         if let Some(id) = MsgId::parse(&d.payload) {
@@ -76,9 +77,13 @@ pub(super) fn check_views(
     // view id a leaver's round cast) would let this check hold leavers to their round.
     for ((from, _), nodes) in groups {
         for pair in nodes.windows(2) {
-            let a = casts_in.get(&(pair[0], from)).unwrap_or(&empty);
-            let b = casts_in.get(&(pair[1], from)).unwrap_or(&empty);
-            if a != b {
+            // Both without what either's application discards (its own casts; one delivered
+            // anyway is an `OwnCast` violation of its own).
+            let owed = |id: &MsgId| !trace.discarded(pair[0], *id) && !trace.discarded(pair[1], *id);
+            let seen = |at: usize| -> BTreeSet<MsgId> {
+                casts_in.get(&(at, from)).unwrap_or(&empty).iter().copied().filter(owed).collect()
+            };
+            if seen(pair[0]) != seen(pair[1]) {
                 violations.push(Violation::VirtualSynchrony { view: from, nodes: (pair[0], pair[1]) });
             }
         }

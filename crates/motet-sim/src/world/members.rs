@@ -7,7 +7,6 @@ use crate::oracle::{self, Channel, Delivery, Installed, MsgId, Sent, Transfer};
 use bytes::Bytes;
 use motet_core::{Action, Address, ApiError, AppEvent, EndpointId, GroupName, Node, StackId, ViewState};
 use rand::{Rng, RngCore};
-use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 impl World<'_> {
@@ -29,24 +28,15 @@ impl World<'_> {
         let mut node = Node::new();
         node.set_bypass(self.options.bypass);
         self.address.push(index as u32);
-        self.nodes.push(SimNode {
-            node,
-            stack: StackId::NONE,
-            views: BTreeMap::new(),
-            alive: false,
-            backlog: VecDeque::new(),
-            clock: Vec::new(),
-            blocked: Default::default(),
-            state: Default::default(),
-            xfer_out: Default::default(),
-            staging: Default::default(),
-            lagging: false,
-        });
+        // The same application, restarted: it discards its own casts if it did.
+        let loopback = self.nodes[old].loopback;
+        self.nodes.push(SimNode::idle(node, loopback));
         self.endpoints.insert(endpoint, index);
         self.trace.nodes += 1;
         self.trace.crashed.push(None);
         self.trace.left.push(false);
         self.trace.exited.push(false);
+        self.trace.no_loopback.push(!loopback);
         self.refresh_peers();
         self.note(format!("node {old} restarts as a new endpoint, node {index}"));
         self.bring_up_alone(index, endpoint);
@@ -72,10 +62,7 @@ impl World<'_> {
         );
         alone.primary = false;
         let view = Arc::new(alone);
-        let sim = &mut self.nodes[index];
-        sim.stack = sim.node.join(self.now, Arc::clone(&view), 0).expect("the stack spec was validated");
-        sim.views.insert(sim.stack, view);
-        sim.alive = true;
+        self.nodes[index].join(self.now, &view, 0);
         self.flush(index);
     }
 
@@ -127,6 +114,10 @@ impl World<'_> {
             match sim.node.handle_action(self.now, sim.stack, action) {
                 Ok(()) => {
                     sim.backlog.pop_front();
+                    if !sim.loopback && id.channel == Channel::Cast {
+                        // An application that discards its own casts knows them as it sends.
+                        sim.know(id);
+                    }
                     self.trace.sent.push(Sent { id, time: self.now, digest: oracle::digest(&payload), view });
                     self.flush(node);
                 }
@@ -143,12 +134,18 @@ impl World<'_> {
     /// Sends the node's datagrams into the network and hands its events to the application.
     pub(super) fn flush(&mut self, index: usize) {
         self.nodes[index].node.check_invariants();
+        // With bundles, each destination's datagrams of this turn, in order of first use.
+        let mut bundles: Vec<(usize, Vec<Bytes>)> = Vec::new();
         while let Some(out) = self.nodes[index].node.poll_transmit() {
             let datagram = out.to_bytes();
             for address in out.to.addresses() {
                 let Address::Sim(to) = address else { unreachable!("simulated addresses only") };
                 match self.route(to) {
-                    Ok(to) => self.transmit(index, to, datagram.clone()),
+                    Ok(to) if self.options.bundles => match bundles.iter_mut().find(|(t, _)| *t == to) {
+                        Some((_, parts)) => parts.push(datagram.clone()),
+                        None => bundles.push((to, vec![datagram.clone()])),
+                    },
+                    Ok(to) => self.transmit(index, to, vec![datagram.clone()]),
                     // A closed socket: the datagram is lost.
                     Err(owner) => {
                         self.hasher.update(&[b'r', index as u8]);
@@ -167,6 +164,9 @@ impl World<'_> {
                     }
                 }
             }
+        }
+        for (to, parts) in bundles {
+            self.transmit(index, to, parts);
         }
         let mut released = false;
         while let Some((stack, event)) = self.nodes[index].node.poll_event() {
@@ -289,14 +289,21 @@ impl World<'_> {
         self.hasher.update(&[b'd', node as u8, origin as u8, cast as u8]);
         self.hasher.update(&oracle::digest(&payload).to_le_bytes());
         if let Some(id) = MsgId::parse(&payload).filter(|_| cast) {
-            self.nodes[node].state.insert(id);
-            let clock = &mut self.nodes[node].clock;
-            if clock.len() <= id.origin {
-                clock.resize(id.origin + 1, 0);
-            }
-            clock[id.origin] = clock[id.origin].max(id.index + 1);
+            self.nodes[node].know(id);
         }
         let blocked = self.nodes[node].blocked.contains(&stack);
         self.trace.deliveries.push(Delivery { time: self.now, node, origin, cast, payload, view, blocked });
+    }
+}
+
+impl SimNode {
+    /// The application has cast `id` in its state, and in the vector clock it writes into its
+    /// casts.
+    fn know(&mut self, id: MsgId) {
+        self.state.insert(id);
+        if self.clock.len() <= id.origin {
+            self.clock.resize(id.origin + 1, 0);
+        }
+        self.clock[id.origin] = self.clock[id.origin].max(id.index + 1);
     }
 }

@@ -26,8 +26,9 @@ impl World<'_> {
         }
     }
 
-    /// The network: loss, partitions, delay (minimum plus exponential), reordering, duplication.
-    pub(super) fn transmit(&mut self, from: usize, to: usize, datagram: Bytes) {
+    /// The network: loss, partitions, delay (minimum plus exponential), reordering, duplication,
+    /// of one datagram or of a bundle of them (one fate for all).
+    pub(super) fn transmit(&mut self, from: usize, to: usize, datagrams: Vec<Bytes>) {
         let net = &self.options.net;
         self.datagrams += 1;
         // One draw, whatever the partitions: recording must not change the run.
@@ -73,7 +74,7 @@ impl World<'_> {
                 });
                 self.datagrams_log.len() - 1
             });
-            self.schedule(at, Event::Deliver { from, to, datagram: datagram.clone(), record });
+            self.schedule(at, Event::Deliver { from, to, datagrams: datagrams.clone(), record });
         }
     }
 }
