@@ -16,7 +16,7 @@
 //! refusals (anything but a plain step gives the message back untouched, for the general handler),
 //! the same actions, alarms and delayed copies. `Bypass::Diff` checks it like every other path.
 
-use super::{pop_unpredicted, Took};
+use super::{pop_unpredicted, span, Took};
 use crate::event::{Msg, Qos};
 use crate::fast::{Down, Kept, Trace, Up};
 use crate::layer::Outbox;
@@ -356,16 +356,54 @@ fn fused_dn<C: DnChain>(
     // The loop-back branch: the message as it reached the inert layer (above every asked one,
     // so with the guarantee it started with).
     let mut branch = None;
+    let mut appl_branch = None;
     if let Some(l) = inert_loopback {
         let Some(back) = back else { return Err(msg.payload) };
-        match stack.loopback_branch(&msg, l, back, Qos::Reliable) {
-            Ok(steps) => branch = steps.map(|steps| (l - top, steps)),
-            Err(_) => return Err(msg.payload),
+        if back & span(top, l) == 1 << top && msg.hdrs.is_compact() {
+            // A branch that asks `appl` alone (every stack whose loop-back sits under it), on the
+            // message itself: `appl` called by its type, as a fused trace going up calls it, in
+            // place of `Stack::loopback_branch` and `Stack::loop_back`. A step that keeps a copy
+            // (which those make from the message as it reached the branch) is theirs.
+            let appl = &stack.layers[top];
+            if !crate::layer::Layer::fast_loopback_inert(Appl::typed(appl)) {
+                let mut steps = [(Qos::Reliable, false)];
+                let up = (stack.rank, true, Qos::Reliable);
+                if !<(Appl, ()) as UpChain>::cond(&stack.layers, &[top as u8], top, up, &msg, &mut steps) || steps[0].1
+                {
+                    return Err(msg.payload);
+                }
+                appl_branch = Some(l - top);
+            }
+        } else {
+            match stack.loopback_branch(&msg, l, back, Qos::Reliable) {
+                Ok(steps) => branch = steps.map(|steps| (l - top, steps)),
+                Err(_) => return Err(msg.payload),
+            }
         }
     }
     // The actions: the branch first (it leaves above every asked layer), then the asked layers'.
     if let Some((depth, up_steps)) = branch {
         stack.loop_back(now, &mut msg, depth, &up_steps);
+    }
+    if let Some(depth) = appl_branch {
+        // On the message as it reached the branch (`depth` headers), whose length is then
+        // restored, as `Stack::act_up_in_place` does.
+        let (rank, len) = (stack.rank, msg.hdrs.len());
+        msg.hdrs.truncate(depth);
+        let mut alarm = None;
+        let (layers, mut cx) = stack.act(now, Kept { trace: Trace::up(true), peer: rank }, &mut alarm);
+        <(Appl, ()) as UpChain>::act(
+            layers,
+            &[top as u8],
+            top,
+            (rank, true),
+            &mut msg,
+            &[(Qos::Reliable, false)],
+            &mut cx,
+        );
+        debug_assert!(cx.out.events.is_empty(), "a fast-path action emitted events");
+        let regrown = msg.hdrs.regrow(len);
+        debug_assert!(regrown, "a compact stack grows back");
     }
     let mut alarm = None;
     let kept = Kept { trace: Trace::down(dest), peer: dest.unwrap_or(stack.rank) };
