@@ -87,6 +87,11 @@ pub(crate) struct ThroughputArgs {
     /// this shows whether throughput levels off.
     #[arg(long, default_value_t = 0)]
     rate: u64,
+    /// CPU placement: `none` (the scheduler's), or `split`: this process (the one measured, and
+    /// the raw baseline's receiver) on CPU 0 and every other member on CPU 1, the same for the
+    /// raw phase and Motet's (a receiver that shares a CPU with a sender halves the raw rate).
+    #[arg(long, default_value = "none")]
+    pin: String,
     /// Spin instead of sleeping.
     #[arg(long)]
     busy_poll: bool,
@@ -497,6 +502,12 @@ fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         return Err("--members must be at least 2".into());
     }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (my_cpu, their_cpu) = match args.pin.as_str() {
+        "none" => (None, None),
+        "split" if cpus >= 2 => (Some(0), Some(1)),
+        "split" => return Err(format!("--pin split needs two CPUs; this machine has {cpus}")),
+        other => return Err(format!("--pin {other}: expected none or split")),
+    };
     if args.busy_poll && args.members > cpus {
         eprintln!(
             "motet perf: warning: {} spinning processes on {cpus} CPUs starve each other; busy-poll figures here measure the scheduler, not Motet",
@@ -531,8 +542,12 @@ fn throughput(args: &ThroughputArgs) -> Result<(), String> {
             args.rate.to_string(),
         ];
         peer_args.extend(mode_args(args.busy_poll, args.receive_offload));
+        if let Some(cpu) = their_cpu {
+            peer_args.extend(["--cpu".into(), cpu.to_string()]);
+        }
         peers.push(PeerProcess::spawn(&peer_args)?);
     }
+    pin(my_cpu)?;
     // Raw UDP first: the peers blast datagrams at our raw socket until they see a view (they
     // join the group only when told by our first group message; see `peer`).
     raw.set_read_timeout(Some(Duration::from_millis(200))).map_err(|e| e.to_string())?;
@@ -592,6 +607,7 @@ fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         "receive_offload": offload,
         "receive_offload_on": event_loop.runtime_stats().receive_offload,
         "offered_per_member": args.rate,
+        "pin": args.pin,
         "msgs_per_s": rate.round(),
         "mb_per_s": round(mb),
         "msgs_per_s_from_others": others.round(),
@@ -666,6 +682,7 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
             }
         }
         "blast" => {
+            pin(args.cpu)?;
             let target = args.udp_target.ok_or("--udp-target is required for blast")?;
             raw.connect(target).map_err(|e| e.to_string())?;
             let data = stamp(args.size, 0);

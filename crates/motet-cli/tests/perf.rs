@@ -33,6 +33,19 @@ fn refused(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Pinned, the measured process and the others keep their CPUs in both phases.
+#[test]
+fn throughput_pinned_runs_both_phases_on_the_same_cpus() {
+    assert!(refused(&["throughput", "--pin", "same"]).contains("expected none or split"));
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("skipping the pinned run: it needs two CPUs");
+        return;
+    }
+    let report = perf(&["throughput", "--members", "2", "--size", "64", "--seconds", "1", "--pin", "split", "--json"]);
+    assert_eq!(report["pin"], "split");
+    assert!(report["msgs_per_s"].as_f64().unwrap() > 0.0 && report["udp_msgs_per_s"].as_f64().unwrap() > 0.0);
+}
+
 #[test]
 fn busy_poll_on_one_cpu_is_refused_with_a_reason() {
     assert!(refused(&["latency", "--busy-poll", "--pin", "same"]).contains("--pin split"));
