@@ -508,10 +508,11 @@ fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         "split" => return Err(format!("--pin split needs two CPUs; this machine has {cpus}")),
         other => return Err(format!("--pin {other}: expected none or split")),
     };
-    if args.busy_poll && args.members > cpus {
+    // Pinned, the other members all spin on CPU 1.
+    let (spinning, on) = if their_cpu.is_some() { (args.members - 1, 1) } else { (args.members, cpus) };
+    if args.busy_poll && spinning > on {
         eprintln!(
-            "motet perf: warning: {} spinning processes on {cpus} CPUs starve each other; busy-poll figures here measure the scheduler, not Motet",
-            args.members
+            "motet perf: warning: {spinning} spinning processes on {on} CPUs starve each other; busy-poll figures here measure the scheduler, not Motet"
         );
     }
     let addresses = free_addresses(2 * args.members)?;

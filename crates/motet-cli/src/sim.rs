@@ -130,6 +130,8 @@ struct Summary {
     send_deliveries: u64,
     datagrams: u64,
     datagrams_lost: u64,
+    /// Datagrams that arrived in a bundle of two or more (`--bundles`; swarm runs draw it).
+    bundled: u64,
     retransmissions: u64,
     naks: u64,
     liveness_failures: usize,
@@ -227,6 +229,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         send_deliveries: 0,
         datagrams: 0,
         datagrams_lost: 0,
+        bundled: 0,
         retransmissions: 0,
         naks: 0,
         liveness_failures: 0,
@@ -263,6 +266,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         summary.send_deliveries += report.send_deliveries;
         summary.datagrams += report.datagrams;
         summary.datagrams_lost += report.datagrams_lost;
+        summary.bundled += report.bundled;
         summary.retransmissions += report.stats.counter(motet_core::Counter::Retransmit);
         summary.naks += report.stats.counter(motet_core::Counter::NakSent);
         if !report.violations.is_empty() {

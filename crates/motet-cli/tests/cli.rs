@@ -90,6 +90,9 @@ fn sim_runs_members_without_loop_back_and_bundles() {
     let report = json(&stdout);
     assert_eq!(code, 0, "{report}");
     assert_eq!(report["violations"], 0);
+    assert!(report["bundled"].as_u64().unwrap() > 0, "no datagram arrived in a bundle: {report}");
+    let (_, stdout, _) = motet(&[&args[..], &["--json"]].concat());
+    assert_eq!(json(&stdout)["bundled"], 0, "bundles only when asked for");
 }
 
 #[test]

@@ -134,10 +134,12 @@ pub struct SimOptions {
     /// Message Bus `loop-back` off): their stacks deliver them nowhere at home, and the oracles
     /// hold them to everything but their own casts. A node restarted keeps its setting.
     pub no_loopback: Vec<usize>,
-    /// A node's datagrams of one turn (one simulated event) to one destination travel as one
-    /// bundle: one fate on the network, and one batch at the receiver
-    /// (`Node::handle_datagrams`), as the runtime packs and reads them (docs/runtime.md,
-    /// "Packing").
+    /// A node's datagrams of one flush (what one input, or one application action, produced)
+    /// to one destination travel as one bundle: one fate on the network, and one batch at the
+    /// receiver (`Node::handle_datagrams`), as the runtime packs and reads a loop turn's
+    /// (docs/runtime.md, "Packing"). The simulated application's casts are flushed one by one,
+    /// so a bundle holds what one input caused (acknowledgements, retransmissions, a view
+    /// change's messages), not several of its casts.
     pub bundles: bool,
 }
 

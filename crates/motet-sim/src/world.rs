@@ -61,7 +61,8 @@ pub struct SimReport {
     pub datagrams_log: Vec<DatagramRecord>,
 }
 
-/// A scheduled event. `Deliver::record` indexes `datagrams_log` when datagrams are recorded.
+/// A scheduled event. `Deliver::record`: the datagrams' indices in `datagrams_log`, when
+/// datagrams are recorded.
 #[derive(Debug)]
 enum Event {
     /// One datagram, or a bundle of them (`SimOptions::bundles`) read as one batch.
@@ -69,7 +70,7 @@ enum Event {
         from: usize,
         to: usize,
         datagrams: Vec<Bytes>,
-        record: Option<usize>,
+        record: Option<std::ops::Range<usize>>,
     },
     Submit {
         node: usize,
@@ -501,17 +502,13 @@ impl<'a> World<'a> {
         match event {
             Event::Deliver { from, to, mut datagrams, record } => {
                 self.in_flight -= 1;
-                let record = record.map(|index| &mut self.datagrams_log[index]);
+                let records = &mut self.datagrams_log[record.unwrap_or_default()];
                 if !self.nodes[to].alive {
-                    if let Some(record) = record {
-                        record.lost = Some(Lost::ReceiverDown { at: self.now });
-                    }
-                    self.datagrams_lost += 1;
+                    records.iter_mut().for_each(|r| r.lost = Some(Lost::ReceiverDown { at: self.now }));
+                    self.datagrams_lost += datagrams.len() as u64;
                     return;
                 }
-                if let Some(record) = record {
-                    record.delivered = Some(self.now);
-                }
+                records.iter_mut().for_each(|r| r.delivered = Some(self.now));
                 self.hasher.update(&self.now.0.to_le_bytes());
                 self.hasher.update(&[b'r', from as u8, to as u8]);
                 match datagrams.len() {

@@ -55,3 +55,19 @@ fn own_casts_delivered_against_the_setting_are_caught() {
         "{violations:?}"
     );
 }
+
+/// A crashed process restarts as a new node with its application's setting: the restarted
+/// endpoint discards its own casts too, and the oracles hold it to that.
+#[test]
+fn a_restarted_member_keeps_its_setting() {
+    for (discards, seed) in [(true, 1), (true, 2), (false, 1)] {
+        let mut options = options(seed, "vsync", if discards { vec![1] } else { vec![] });
+        (options.crashes, options.crash_nodes) = (0, vec![1]);
+        let report = motet_sim::run(&options);
+        assert!(report.violations.is_empty(), "seed {seed}: {:?}", report.violations);
+        assert_eq!(report.trace.nodes, 6, "seed {seed}: node 1 restarted as node 5");
+        assert_eq!(report.trace.no_loopback.get(5).copied(), Some(discards), "seed {seed}");
+        let merged = report.trace.views.iter().any(|v| v.node == 5 && v.members.len() > 1);
+        assert!(merged, "seed {seed}: the restarted member merged back");
+    }
+}

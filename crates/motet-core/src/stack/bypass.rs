@@ -115,6 +115,9 @@ thread_local! {
     static SKIP_RELEASE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Testing the checker: the bypass passes a released run up in reverse order.
     static REVERSE_RELEASE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Loop-back branches the fused trace going down ran by `appl`'s type (a test sees the path
+    /// it checks was taken).
+    static APPL_BRANCHES: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// The layers of `mask`, top down.

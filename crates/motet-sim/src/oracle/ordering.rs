@@ -45,20 +45,20 @@ pub(super) fn check_total(
         if !checked.contains(&view) {
             continue;
         }
-        for pair in nodes.windows(2) {
+        for (p, q) in trace.pairs(&nodes) {
             // Both without what either's application discards (its own casts; one delivered
             // anyway is an `OwnCast` violation of its own).
-            let owed = |id: &MsgId| !trace.discarded(pair[0], *id) && !trace.discarded(pair[1], *id);
+            let owed = |id: &MsgId| !trace.discarded(p, *id) && !trace.discarded(q, *id);
             let seen = |at: usize| -> Vec<MsgId> {
                 sequences.get(&(at, view)).unwrap_or(&empty).iter().copied().filter(owed).collect()
             };
-            let (a, b) = (&seen(pair[0]), &seen(pair[1]));
+            let (a, b) = (&seen(p), &seen(q));
             let common = a.len().min(b.len());
             let differs = (0..common).find(|&i| a[i] != b[i]);
             let unequal = next.is_some() || trace.quiesced;
             let position = differs.or((unequal && a.len() != b.len()).then_some(common));
             if let Some(position) = position {
-                violations.push(Violation::TotalOrder { view, nodes: (pair[0], pair[1]), position });
+                violations.push(Violation::TotalOrder { view, nodes: (p, q), position });
             }
         }
     }

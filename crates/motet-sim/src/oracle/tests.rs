@@ -405,3 +405,31 @@ fn a_member_that_discards_its_own_casts_is_held_to_everything_else() {
     assert!(violations.contains(&Violation::VirtualSynchrony { view: (0, 0), nodes: (0, 1) }), "{violations:?}");
     assert!(violations.iter().any(|v| matches!(v, Violation::TotalOrder { .. })), "{violations:?}");
 }
+
+/// A member that discards its own casts, between two that disagree on them: every pair is
+/// compared (a comparison leaving out the middle member's casts does not carry from pair to
+/// pair).
+#[test]
+fn members_on_either_side_of_one_that_discards_its_casts_are_compared() {
+    let mut trace = discarding_own_casts(good(), 1);
+    trace.membership = true;
+    trace.total = true;
+    for node in 0..3 {
+        trace.views.push(installed(node, (1, 7), vec![0, 1, 2]));
+    }
+    assert_eq!(check(&trace), vec![]);
+    // Node 2 moves on without node 1's first cast, which node 0 delivered.
+    let c1 = MsgId { origin: 1, channel: Channel::Cast, index: 0 };
+    let mut missing = trace.clone();
+    missing.deliveries.retain(|d| !(d.node == 2 && MsgId::parse(&d.payload) == Some(c1)));
+    let violations = check(&missing);
+    assert!(violations.contains(&Violation::VirtualSynchrony { view: (0, 0), nodes: (0, 2) }), "{violations:?}");
+    // Node 2 delivers node 1's casts in another order than node 0 (both delivered).
+    let mut swapped = trace.clone();
+    let at_two: Vec<usize> = (0..swapped.deliveries.len())
+        .filter(|&i| swapped.deliveries[i].node == 2 && swapped.deliveries[i].origin == 1)
+        .collect();
+    swapped.deliveries.swap(at_two[0], at_two[1]);
+    let violations = check(&swapped);
+    assert!(violations.iter().any(|v| matches!(v, Violation::TotalOrder { nodes: (0, 2), .. })), "{violations:?}");
+}

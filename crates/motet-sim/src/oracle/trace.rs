@@ -194,6 +194,18 @@ impl Trace {
     pub fn discarded(&self, node: usize, id: MsgId) -> bool {
         id.origin == node && id.channel == Channel::Cast && self.no_loopback.get(node).copied().unwrap_or(false)
     }
+
+    /// The pairs of `nodes` whose deliveries a check compares: each with the next, which covers
+    /// them all while equality carries from pair to pair; every pair once one of them discards
+    /// its own casts, since each comparison then leaves out that member's casts and no longer
+    /// carries (a member between two others would hide their disagreeing on its casts).
+    pub fn pairs(&self, nodes: &[usize]) -> Vec<(usize, usize)> {
+        let discards = nodes.iter().any(|&n| self.no_loopback.get(n).copied().unwrap_or(false));
+        match discards {
+            false => nodes.windows(2).map(|w| (w[0], w[1])).collect(),
+            true => nodes.iter().enumerate().flat_map(|(i, &a)| nodes[i + 1..].iter().map(move |&b| (a, b))).collect(),
+        }
+    }
 }
 
 /// A broken guarantee.

@@ -76,15 +76,15 @@ pub(super) fn check_views(
     // leaver may rightly have delivered what no member that went on did. Recording it (the next
     // view id a leaver's round cast) would let this check hold leavers to their round.
     for ((from, _), nodes) in groups {
-        for pair in nodes.windows(2) {
+        for (a, b) in trace.pairs(&nodes) {
             // Both without what either's application discards (its own casts; one delivered
             // anyway is an `OwnCast` violation of its own).
-            let owed = |id: &MsgId| !trace.discarded(pair[0], *id) && !trace.discarded(pair[1], *id);
+            let owed = |id: &MsgId| !trace.discarded(a, *id) && !trace.discarded(b, *id);
             let seen = |at: usize| -> BTreeSet<MsgId> {
                 casts_in.get(&(at, from)).unwrap_or(&empty).iter().copied().filter(owed).collect()
             };
-            if seen(pair[0]) != seen(pair[1]) {
-                violations.push(Violation::VirtualSynchrony { view: from, nodes: (pair[0], pair[1]) });
+            if seen(a) != seen(b) {
+                violations.push(Violation::VirtualSynchrony { view: from, nodes: (a, b) });
             }
         }
     }

@@ -30,7 +30,9 @@ impl World<'_> {
     /// of one datagram or of a bundle of them (one fate for all).
     pub(super) fn transmit(&mut self, from: usize, to: usize, datagrams: Vec<Bytes>) {
         let net = &self.options.net;
-        self.datagrams += 1;
+        // Counted and recorded per datagram, a bundle's parts each (with the bundle's fate).
+        let parts = datagrams.len() as u64;
+        self.datagrams += parts;
         // One draw, whatever the partitions: recording must not change the run.
         let now_ms = self.now.0 / 1_000_000;
         let burst = self.options.loss_bursts.iter().find(|b| b.start_ms <= now_ms && now_ms < b.end_ms);
@@ -42,16 +44,11 @@ impl World<'_> {
         if lost {
             if record {
                 let cause = if partitioned { Lost::Partition } else { Lost::Network };
-                self.datagrams_log.push(DatagramRecord {
-                    from,
-                    to,
-                    sent: self.now,
-                    delivered: None,
-                    duplicate: false,
-                    lost: Some(cause),
-                });
+                let lost =
+                    DatagramRecord { from, to, sent: self.now, delivered: None, duplicate: false, lost: Some(cause) };
+                self.datagrams_log.extend(std::iter::repeat_n(lost, datagrams.len()));
             }
-            self.datagrams_lost += 1;
+            self.datagrams_lost += parts;
             return;
         }
         let copies = if self.rng.gen_bool(net.dup) { 2 } else { 1 };
@@ -64,15 +61,11 @@ impl World<'_> {
             self.in_flight += 1;
             let at = self.now + Duration::from_micros(delay_us);
             let record = record.then(|| {
-                self.datagrams_log.push(DatagramRecord {
-                    from,
-                    to,
-                    sent: self.now,
-                    delivered: None,
-                    duplicate: copy > 0,
-                    lost: None,
-                });
-                self.datagrams_log.len() - 1
+                let sent =
+                    DatagramRecord { from, to, sent: self.now, delivered: None, duplicate: copy > 0, lost: None };
+                let first = self.datagrams_log.len();
+                self.datagrams_log.extend(std::iter::repeat_n(sent, datagrams.len()));
+                first..self.datagrams_log.len()
             });
             self.schedule(at, Event::Deliver { from, to, datagrams: datagrams.clone(), record });
         }

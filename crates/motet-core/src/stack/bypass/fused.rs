@@ -386,6 +386,8 @@ fn fused_dn<C: DnChain>(
         stack.loop_back(now, &mut msg, depth, &up_steps);
     }
     if let Some(depth) = appl_branch {
+        #[cfg(test)]
+        super::APPL_BRANCHES.with(|n| n.set(n.get() + 1));
         // On the message as it reached the branch (`depth` headers), whose length is then
         // restored, as `Stack::act_up_in_place` does.
         let (rank, len) = (stack.rank, msg.hdrs.len());

@@ -43,10 +43,13 @@ fn the_diff_catches_a_bypass_that_skips_a_layers_bookkeeping() {
         let message = caught.unwrap_or_else(|| panic!("a skipped {layer:?} action went unnoticed"));
         assert!(message.contains(&format!("layer {} differs", layer.name())), "{message}");
     }
-    // `appl`'s action on the loop-back branch (the cast's delivery to its sender).
+    // `appl`'s action on the loop-back branch (the cast's delivery to its sender), which the
+    // fused trace runs by `appl`'s type.
+    let before = APPL_BRANCHES.with(std::cell::Cell::get);
     SKIP_ACTION.with(|s| s.set(Some(LayerKind::Appl)));
     let caught = cast(Bypass::Diff).err();
     SKIP_ACTION.with(|s| s.set(None));
+    assert_eq!(APPL_BRANCHES.with(std::cell::Cell::get), before + 1, "the typed branch ran");
     let message = caught.expect("a skipped delivery to the sender went unnoticed");
     assert!(message.contains("differ"), "{message}");
     // The same bug with the bypass on and no check: nothing notices.
