@@ -399,9 +399,6 @@ impl EventLoop {
         let before = self.clock.now();
         self.recv_timeout.note_alarm(self.node.poll_alarm(), before);
         let mut wait = self.node.poll_timeout().map(|at| crate::clock::between(before, at));
-        if let Some(timeout) = timeout {
-            wait = Some(wait.map_or(timeout, |w| w.min(timeout)));
-        }
         let closing = self.retired.iter().filter_map(|r| r.close_at);
         // A group whose lookup is in flight waits for its answer (which wakes the loop), not for
         // its interval: a lookup that outlasts the interval would otherwise make every wait zero.
@@ -410,10 +407,16 @@ impl EventLoop {
             let next = next.from(before);
             wait = Some(wait.map_or(next, |w| w.min(next)));
         }
+        let retired_readable = self.retired.iter().any(|r| r.readable);
+        // The loop's own reasons not to wait: something is due, or a socket has more to read.
+        let due = wait.is_some_and(|w| w.is_zero())
+            || ((self.readable || self.multicast_readable || retired_readable) && !lagging);
+        if let Some(timeout) = timeout {
+            wait = Some(wait.map_or(timeout, |w| w.min(timeout)));
+        }
         // Nothing is due, and the caller lets the loop wait.
         let idle = wait.is_none_or(|w| !w.is_zero());
-        let retired_readable = self.retired.iter().any(|r| r.readable);
-        if self.config.busy_poll || ((self.readable || self.multicast_readable || retired_readable) && !lagging) {
+        if self.config.busy_poll || due {
             wait = Some(Duration::ZERO);
         }
         // A quiet loop that watches nothing but its one socket waits in the receive call itself:
@@ -454,13 +457,11 @@ impl EventLoop {
         // command channel without a system call, so readiness is only needed for a send backlog
         // (writable) and, now and then, the rest. Skipping `epoll_wait` on the other turns halves
         // the system calls per spin: a datagram is seen sooner.
-        // Likewise a turn that must not wait (a timer is due, or a socket has more to read) asks
-        // `epoll` nothing: what arrives meanwhile is read on the next turn.
-        let skip = if self.config.busy_poll {
-            !self.stats.turns.is_multiple_of(BUSY_POLL_EPOLL_EVERY)
-        } else {
-            wait == Some(Duration::ZERO)
-        };
+        // Likewise a turn that must not wait for the loop's own reasons (a timer is due, or a
+        // socket has more to read) asks `epoll` nothing: what arrives meanwhile is read on the
+        // next turn. A turn the caller asked not to wait (a zero timeout) does ask, without
+        // waiting: a caller that only ever polls so would otherwise never hear of a datagram.
+        let skip = if self.config.busy_poll { !self.stats.turns.is_multiple_of(BUSY_POLL_EPOLL_EVERY) } else { due };
         // A turn that does not wait in `epoll` keeps the time read at its start (a busy-polling
         // spin that finds nothing then reads the clock once, not three times: each read is about
         // a tenth of the spin).

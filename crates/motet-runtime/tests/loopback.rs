@@ -627,6 +627,47 @@ fn event_loops_busy_polling_or_waiting_in_the_receive_call_deliver_everything() 
     }
 }
 
+/// A loop that its application only ever polls without waiting (`poll(Some(Duration::ZERO))`, as
+/// a game loop or another event loop checks it once per tick) still reads its socket: such a turn
+/// asks `epoll` without waiting. Before, a zero timeout skipped `epoll` altogether (the turn
+/// "must not wait"), so a loop polled that way never learnt that datagrams had come, and never
+/// formed a view (found by `perf throughput`'s raw blocks, whose processes poll so).
+#[test]
+fn event_loops_polled_only_without_waiting_still_receive() {
+    use motet_runtime::EventLoop;
+    let mut loops: Vec<(EventLoop, EndpointId)> = Vec::new();
+    for _ in 0..2 {
+        let mut event_loop = EventLoop::new(RuntimeConfig::default()).unwrap();
+        let peers: Vec<String> = loops.iter().map(|(l, _)| l.local_addr().to_string()).collect();
+        let me = event_loop.join(&GroupConfig::new("zero-timeouts").peers(peers)).unwrap();
+        loops.push((event_loop, me));
+    }
+    let mut got = [0usize; 2];
+    let mut cast = false;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.iter().any(|&n| n < 10) {
+        assert!(
+            Instant::now() < deadline,
+            "stuck: views {:?}, casts {got:?}",
+            loops.iter().map(|(l, me)| l.view(*me).map(|v| v.members.len())).collect::<Vec<_>>()
+        );
+        let merged = loops.iter().all(|(l, me)| l.view(*me).is_some_and(|v| v.members.len() == 2));
+        if merged && !cast {
+            let (event_loop, me) = &mut loops[0];
+            (0..10u8).for_each(|k| event_loop.cast(*me, vec![k].into()).unwrap());
+            cast = true;
+        }
+        for (k, (event_loop, _)) in loops.iter_mut().enumerate() {
+            event_loop.poll(Some(Duration::ZERO)).unwrap();
+            while let Some((_, event)) = event_loop.next_event() {
+                got[k] += usize::from(matches!(event, Event::Cast { .. }));
+            }
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    assert_eq!(got, [10, 10], "every cast once at each member");
+}
+
 /// Members whose parameters differ run the group's: those of the view they are in, which a merge
 /// takes from the granting partition, not each its own (before, each ran its own and this test
 /// stalled at 8 casts). A sender whose own `mflow` window is 8, in a group whose window
