@@ -6,9 +6,9 @@
 //! `--busy-poll`, spinning. The raw baseline does the same with a bare socket: blocking `recv`, or
 //! spinning on a non-blocking one.
 //!
-//! `perf latency` interleaves the two: blocks of raw round trips and blocks of Motet round trips
-//! take turns (raw, Motet, Motet, raw, ...), and each ratio compares all of one with all of the
-//! other. The machine's speed drifts (on these VMs the busy-polling raw round trip was 5.9 µs in
+//! Both commands interleave the two: blocks of raw round trips (or raw datagrams) and blocks of
+//! Motet round trips (or casts) take turns (raw, Motet, Motet, raw, ...), and each ratio compares
+//! all of one with all of the other. The machine's speed drifts (on these VMs the busy-polling raw round trip was 5.9 µs in
 //! some runs and 7.4 µs in others of the same hour): measured one after the other, a drift between
 //! the two phases showed up as Motet's cost (one busy-polling run gave 1.64 where the runs around
 //! it gave 1.27-1.37). In each phase only one socket is served, by one thread, as before.
@@ -17,6 +17,7 @@
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
 use clap::{Args, Subcommand};
+use motet_core::StackConfig;
 use motet_runtime::{EndpointId, Event, EventLoop, GroupConfig, RuntimeConfig};
 use serde_json::json;
 use std::io::{BufRead, BufReader};
@@ -80,9 +81,13 @@ pub(crate) struct ThroughputArgs {
     /// The stack.
     #[arg(long, default_value = "vsync")]
     stack: String,
-    /// Seconds measured (after a one-second warm-up).
+    /// Seconds measured of each path, raw and Motet (after a one-second warm-up of each).
     #[arg(long, default_value_t = 3)]
     seconds: u64,
+    /// Blocks each of raw and of Motet throughput, taking turns (`seconds` in all, each; a
+    /// quarter of a second at the start of each later block is not counted).
+    #[arg(long, default_value_t = 3)]
+    blocks: u32,
     /// Casts each member offers per second (0: as fast as flow control allows). Beyond saturation
     /// this shows whether throughput levels off.
     #[arg(long, default_value_t = 0)]
@@ -235,9 +240,14 @@ fn join(
     stack: &str,
     peers: &[SocketAddr],
     loopback: bool,
+    params: Option<StackConfig>,
 ) -> Result<(EventLoop, EndpointId), String> {
     let mut event_loop = EventLoop::new(config).map_err(|e| e.to_string())?;
     let config = GroupConfig::new(group).stack(stack).peers(peers.iter().map(|p| p.to_string())).loopback(loopback);
+    let config = match params {
+        Some(params) => config.params(params),
+        None => config,
+    };
     let me = event_loop.join(&config).map_err(|e| e.to_string())?;
     Ok((event_loop, me))
 }
@@ -295,10 +305,12 @@ fn seq_of(data: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(data.get(..8)?.try_into().ok()?))
 }
 
-/// Cast by the measuring process: the echo peer is to serve its raw socket alone now (it answers
-/// with an empty datagram on that socket). Shorter than any stamp (8 bytes), so never echoed.
+/// Cast by the measuring process: the peers are to serve their raw sockets now (an echo peer
+/// answers with an empty datagram on that socket; blasting peers blast). Shorter than any stamp
+/// (8 bytes), so never echoed or counted.
 const TO_RAW: &[u8] = b"raw";
-/// Cast by the echo peer once an empty raw datagram has sent it back to its event loop.
+/// Cast by the echo peer once an empty raw datagram has sent it back to its event loop; by the
+/// measuring process of `perf throughput` to end a raw block.
 const TO_MOTET: &[u8] = b"mot";
 
 /// Round trips discarded at the start of each block: the first after a switch finds the caches
@@ -374,7 +386,7 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
     let mut buf = vec![0u8; 65536];
     let config = runtime_config(mine, args.busy_poll, args.receive_offload);
     let offload = config.receive_offload_on();
-    let (mut event_loop, me) = join(config, &group, &args.stack, &[theirs], args.loopback)?;
+    let (mut event_loop, me) = join(config, &group, &args.stack, &[theirs], args.loopback, None)?;
     wait_for_view(&mut event_loop, 2, Duration::from_secs(30))?;
 
     // Blocks take turns, raw first in even rounds and Motet first in odd ones (raw, Motet, Motet,
@@ -501,6 +513,9 @@ fn throughput(args: &ThroughputArgs) -> Result<(), String> {
     if args.members < 2 {
         return Err("--members must be at least 2".into());
     }
+    if args.blocks == 0 || args.seconds == 0 {
+        return Err("--blocks and --seconds must be at least 1: a ratio needs a block of each path".into());
+    }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (my_cpu, their_cpu) = match args.pin.as_str() {
         "none" => (None, None),
@@ -518,8 +533,12 @@ fn throughput(args: &ThroughputArgs) -> Result<(), String> {
     let addresses = free_addresses(2 * args.members)?;
     let (members, udps) = addresses.split_at(args.members);
     let group = format!("perf-throughput-{}", std::process::id());
-    // Bound before the peers start: they blast at it until it closes.
     let raw = UdpSocket::bind(udps[0]).map_err(|e| e.to_string())?;
+    match args.busy_poll {
+        true => raw.set_nonblocking(true),
+        false => raw.set_read_timeout(Some(Duration::from_millis(1))),
+    }
+    .map_err(|e| e.to_string())?;
     let mut peers = Vec::new();
     for i in 1..args.members {
         let mut peer_args = vec![
@@ -549,57 +568,40 @@ fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         peers.push(PeerProcess::spawn(&peer_args)?);
     }
     pin(my_cpu)?;
-    // Raw UDP first: the peers blast datagrams at our raw socket until they see a view (they
-    // join the group only when told by our first group message; see `peer`).
-    raw.set_read_timeout(Some(Duration::from_millis(200))).map_err(|e| e.to_string())?;
-    let mut buf = vec![0u8; 65536];
-    let (mut udp_msgs, mut udp_start) = (0u64, None);
-    let measure = Duration::from_secs(args.seconds);
-    let warm = Duration::from_secs(1);
-    let begin = Instant::now();
-    while begin.elapsed() < warm + measure {
-        if raw.recv(&mut buf).is_ok() && begin.elapsed() >= warm {
-            udp_start.get_or_insert_with(Instant::now);
-            udp_msgs += 1;
-        }
-    }
-    let udp_rate = udp_msgs as f64 / udp_start.map_or(1.0, |s| s.elapsed().as_secs_f64());
-    drop(raw); // the peers' blasts now fail (connection refused) and they move on to the group
-
     let config = runtime_config(members[0], args.busy_poll, args.receive_offload);
     let offload = config.receive_offload_on();
-    let (mut event_loop, me) = join(config, &group, &args.stack, &members[1..], true)?;
+    let (mut event_loop, me) = join(config, &group, &args.stack, &members[1..], true, Some(throughput_params()))?;
     wait_for_view(&mut event_loop, args.members, Duration::from_secs(60))?;
-    let (mut delivered, mut from_others, mut bytes, mut seq) = (0u64, 0u64, 0u64, 0u64);
-    let begin = Instant::now();
-    let mut start: Option<Instant> = None;
-    let interval = (args.rate > 0).then(|| Duration::from_secs_f64(1.0 / args.rate as f64));
-    let mut next_cast = Instant::now();
-    while begin.elapsed() < warm + measure {
-        // Offer casts: at the given rate, or keep just ahead of flow control.
-        while event_loop.parked(me) < 64 && interval.is_none_or(|_| Instant::now() >= next_cast) {
-            event_loop.cast(me, stamp(args.size, seq).into()).map_err(|e| e.to_string())?;
-            seq += 1;
-            if let Some(interval) = interval {
-                next_cast += interval;
+    // Blocks take turns as in `perf latency` (raw, Motet, Motet, raw, ...), so that a drift of
+    // the machine's speed, or a placement the scheduler keeps for a while, weighs on both paths
+    // alike: measured one after the other, the raw rate moved by half between runs. The first
+    // block of each path also warms it up.
+    let length = Duration::from_secs_f64(args.seconds as f64 / args.blocks as f64);
+    let (mut udp, mut motet) = (Tally::default(), Tally::default());
+    let mut seq = 0u64;
+    let mut buf = vec![0u8; 65536];
+    let raw_at = |block: u32| block.is_multiple_of(4) || block % 4 == 3;
+    for block in 0..2 * args.blocks {
+        let is_raw = raw_at(block);
+        let first = if is_raw { udp.blocks.is_empty() } else { motet.blocks.is_empty() };
+        let settle = if first { Duration::from_secs(1) } else { BLOCK_SETTLE };
+        if is_raw {
+            // The peers blast raw datagrams at our raw socket until we say otherwise (two raw
+            // blocks in a row need no switch between them); we stop casting meanwhile.
+            if block == 0 || !raw_at(block - 1) {
+                event_loop.cast(me, TO_RAW.into()).map_err(|e| e.to_string())?;
             }
-        }
-        event_loop.poll(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
-        while let Some((_, event)) = event_loop.next_event() {
-            if let Event::Cast { from, data } = event {
-                if begin.elapsed() >= warm {
-                    start.get_or_insert_with(Instant::now);
-                    delivered += 1;
-                    from_others += u64::from(from != me);
-                    bytes += data.len() as u64;
-                }
+            udp.add(raw_block(&raw, &mut event_loop, me, settle, length, &mut buf)?);
+            if block + 1 < 2 * args.blocks && !raw_at(block + 1) {
+                event_loop.cast(me, TO_MOTET.into()).map_err(|e| e.to_string())?;
             }
+        } else {
+            motet.add(motet_block(&mut event_loop, me, args, settle, length, &mut seq)?);
         }
     }
-    let secs = start.map_or(1.0, |s| s.elapsed().as_secs_f64());
-    let (rate, mb) = (delivered as f64 / secs, bytes as f64 / secs / 1e6);
-    let others = from_others as f64 / secs;
     drop(peers);
+    let (rate, udp_rate) = (motet.rate(), udp.rate());
+    let (mb, others) = (motet.bytes as f64 / motet.secs / 1e6, motet.from_others as f64 / motet.secs);
     let report = json!({
         "stack": args.stack,
         "members": args.members,
@@ -609,18 +611,21 @@ fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         "receive_offload_on": event_loop.runtime_stats().receive_offload,
         "offered_per_member": args.rate,
         "pin": args.pin,
+        "blocks": args.blocks,
         "msgs_per_s": rate.round(),
         "mb_per_s": round(mb),
         "msgs_per_s_from_others": others.round(),
         "udp_msgs_per_s": udp_rate.round(),
         "ratio": round(rate / udp_rate),
         "ratio_from_others": round(others / udp_rate),
+        "msgs_per_s_blocks": motet.blocks.iter().map(|r| r.round()).collect::<Vec<_>>(),
+        "udp_msgs_per_s_blocks": udp.blocks.iter().map(|r| r.round()).collect::<Vec<_>>(),
     });
     if args.json {
         println!("{report}");
     } else {
         println!(
-            "throughput at one member, {} members casting {} B on `{}`: {:.0} msgs/s ({:.2} MB/s), {:.0} of them from the others; raw UDP from {} senders: {:.0} msgs/s; ratio {:.2} ({:.2} from the others)",
+            "throughput at one member, {} members casting {} B on `{}`: {:.0} msgs/s ({:.2} MB/s), {:.0} of them from the others; raw UDP from {} senders: {:.0} msgs/s; ratio {:.2} ({:.2} from the others), {} blocks of each",
             args.members,
             args.size,
             args.stack,
@@ -630,15 +635,176 @@ fn throughput(args: &ThroughputArgs) -> Result<(), String> {
             args.members - 1,
             udp_rate,
             rate / udp_rate,
-            others / udp_rate
+            others / udp_rate,
+            args.blocks
         );
     }
     Ok(())
 }
 
+/// At the start of each throughput block after a path's first, time not counted: the other
+/// path's traffic drains and this one's ramps up (the peers hear of the switch by a cast).
+const BLOCK_SETTLE: Duration = Duration::from_millis(250);
+
+/// A process serving its raw socket checks the clock once per this many datagrams (or empty
+/// reads) ...
+const RAW_CHECK_EVERY: u32 = 64;
+/// ... and serves its event loop (heartbeats, the switch back) once per this long: one clock
+/// read per 64 datagrams and one loop turn per 5 ms cost the raw baseline nothing measurable,
+/// and the group does not suspect a member that serves it that often.
+const RAW_LOOP_EVERY: Duration = Duration::from_millis(5);
+
+/// Casts a throughput process offers between two turns of its loop.
+const CASTS_PER_TURN: usize = 1024;
+
+/// The protocol parameters of the throughput group: a raw block floods the loopback device, whose
+/// backlog then drops the group's own datagrams as well (heartbeats included), so the failure
+/// detector waits 30 s instead of 1 s before it suspects a member; otherwise each raw block
+/// split the group into singletons, and a singleton's window never closes.
+fn throughput_params() -> StackConfig {
+    let mut params = StackConfig::default();
+    params.suspect.timeout = motet_core::Duration::from_millis(30_000);
+    params
+}
+
+/// What one path delivered, over all its blocks.
+#[derive(Default)]
+struct Tally {
+    msgs: u64,
+    from_others: u64,
+    bytes: u64,
+    secs: f64,
+    /// Each block's rate, msgs/s.
+    blocks: Vec<f64>,
+}
+
+impl Tally {
+    fn add(&mut self, block: Tally) {
+        self.blocks.push(block.msgs as f64 / block.secs);
+        self.msgs += block.msgs;
+        self.from_others += block.from_others;
+        self.bytes += block.bytes;
+        self.secs += block.secs;
+    }
+
+    fn rate(&self) -> f64 {
+        self.msgs as f64 / self.secs
+    }
+}
+
+/// Serves the event loop once without waiting, dropping what it delivers. Returns the last switch
+/// (`TO_RAW`: true, `TO_MOTET`: false) cast by a member other than `me`, if any came.
+fn turn(event_loop: &mut EventLoop, me: EndpointId) -> Result<Option<bool>, String> {
+    event_loop.poll(Some(Duration::ZERO)).map_err(|e| e.to_string())?;
+    let mut switch = None;
+    while let Some((_, event)) = event_loop.next_event() {
+        if let Event::Cast { from, data } = event {
+            if from != me && (data[..] == *TO_RAW || data[..] == *TO_MOTET) {
+                switch = Some(data[..] == *TO_RAW);
+            }
+        }
+    }
+    Ok(switch)
+}
+
+/// One raw block: datagrams received on `raw` during `length` after `settle`, one `recv` each.
+fn raw_block(
+    raw: &UdpSocket,
+    event_loop: &mut EventLoop,
+    me: EndpointId,
+    settle: Duration,
+    length: Duration,
+    buf: &mut [u8],
+) -> Result<Tally, String> {
+    let begin = Instant::now();
+    let (mut last_turn, mut start) = (begin, None::<Instant>);
+    let (mut msgs, mut reads) = (0u64, 0u32);
+    loop {
+        match raw.recv(buf) {
+            Ok(_) => msgs += u64::from(start.is_some()),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                reads = RAW_CHECK_EVERY - 1; // nothing came: look at the clock now
+            }
+            Err(e) => return Err(format!("raw UDP receive: {e}")),
+        }
+        reads += 1;
+        if reads < RAW_CHECK_EVERY {
+            continue;
+        }
+        reads = 0;
+        let now = Instant::now();
+        match start {
+            None if now - begin >= settle => start = Some(now),
+            Some(at) if now - at >= length => {
+                return Ok(Tally { msgs, bytes: 0, from_others: msgs, secs: (now - at).as_secs_f64(), blocks: vec![] });
+            }
+            _ => {}
+        }
+        if now - last_turn >= RAW_LOOP_EVERY {
+            // The group's heartbeats; the peers' last casts before the switch are dropped.
+            turn(event_loop, me)?;
+            last_turn = now;
+        }
+    }
+}
+
+/// One Motet block: casts offered (at `args.rate`, or just ahead of flow control) and deliveries
+/// counted during `length` after `settle`.
+fn motet_block(
+    event_loop: &mut EventLoop,
+    me: EndpointId,
+    args: &ThroughputArgs,
+    settle: Duration,
+    length: Duration,
+    seq: &mut u64,
+) -> Result<Tally, String> {
+    let mut tally = Tally::default();
+    let begin = Instant::now();
+    let mut start: Option<Instant> = None;
+    let interval = (args.rate > 0).then(|| Duration::from_secs_f64(1.0 / args.rate as f64));
+    let mut next_cast = Instant::now();
+    loop {
+        let now = Instant::now();
+        match start {
+            None if now - begin >= settle => start = Some(now),
+            Some(at) if now - at >= length => {
+                tally.secs = (now - at).as_secs_f64();
+                return Ok(tally);
+            }
+            _ => {}
+        }
+        // Offer casts: at the given rate, or keep just ahead of flow control; at most
+        // `CASTS_PER_TURN` before the loop gets a turn (a member alone in its view has no window
+        // to stop it).
+        let mut offered = 0;
+        while offered < CASTS_PER_TURN
+            && event_loop.parked(me) < 64
+            && interval.is_none_or(|_| Instant::now() >= next_cast)
+        {
+            offered += 1;
+            event_loop.cast(me, stamp(args.size, *seq).into()).map_err(|e| e.to_string())?;
+            *seq += 1;
+            if let Some(interval) = interval {
+                next_cast += interval;
+            }
+        }
+        event_loop.poll(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
+        while let Some((_, event)) = event_loop.next_event() {
+            // Stamps only: the switches between the paths are shorter.
+            if let Event::Cast { from, data } = event {
+                if start.is_some() && data.len() >= 8 {
+                    tally.msgs += 1;
+                    tally.from_others += u64::from(from != me);
+                    tally.bytes += data.len() as u64;
+                }
+            }
+        }
+    }
+}
+
 /// The other process: `echo` answers each cast (and each raw datagram) with the same bytes;
-/// `blast` first sends raw datagrams to `udp_target` as fast as it can until they are refused,
-/// then joins the group and casts as fast as flow control allows (or at `rate`).
+/// `blast` casts as fast as flow control allows (or at `rate`), and in the raw blocks sends raw
+/// datagrams to `udp_target` as fast as it can.
 fn peer(args: &PeerArgs) -> Result<(), String> {
     let raw = UdpSocket::bind(args.udp_bind).map_err(|e| e.to_string())?;
     let config = runtime_config(args.bind, args.busy_poll, args.receive_offload);
@@ -684,19 +850,41 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
         }
         "blast" => {
             pin(args.cpu)?;
+            let config = config.params(throughput_params());
+            // Casts, or raw datagrams to `udp_target`, at the measuring process's word (`TO_RAW`,
+            // `TO_MOTET`): the two paths take turns in blocks. Raw, it sends as fast as it can
+            // (`rate` is the casts' alone) and serves its event loop every few milliseconds.
             let target = args.udp_target.ok_or("--udp-target is required for blast")?;
             raw.connect(target).map_err(|e| e.to_string())?;
             let data = stamp(args.size, 0);
-            // Until the measuring process closes its raw socket: the kernel then reports the
-            // ICMP refusal on a later send.
-            while raw.send(&data).is_ok() {}
             let me = event_loop.join(&config).map_err(|e| e.to_string())?;
             let interval = (args.rate > 0).then(|| Duration::from_secs_f64(1.0 / args.rate as f64));
             let mut next_cast = Instant::now();
             let mut seq = 0u64;
-            let mut formed = false;
+            let (mut formed, mut to_raw) = (false, false);
             loop {
-                while formed && event_loop.parked(me) < 64 && interval.is_none_or(|_| Instant::now() >= next_cast) {
+                if to_raw {
+                    let mut last_turn = Instant::now();
+                    while to_raw {
+                        for _ in 0..RAW_CHECK_EVERY {
+                            // A refusal (the measuring process gone) is reported on a later
+                            // send; the process is killed then anyway.
+                            let _ = raw.send(&data);
+                        }
+                        if last_turn.elapsed() >= RAW_LOOP_EVERY {
+                            to_raw = turn(&mut event_loop, me)?.unwrap_or(true);
+                            last_turn = Instant::now();
+                        }
+                    }
+                    next_cast = Instant::now(); // offer the rate from now, not since the switch
+                }
+                let mut offered = 0;
+                while formed
+                    && offered < CASTS_PER_TURN
+                    && event_loop.parked(me) < 64
+                    && interval.is_none_or(|_| Instant::now() >= next_cast)
+                {
+                    offered += 1;
                     event_loop.cast(me, stamp(args.size, seq).into()).map_err(|e| e.to_string())?;
                     seq += 1;
                     if let Some(interval) = interval {
@@ -705,11 +893,15 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
                 }
                 event_loop.poll(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
                 while let Some((_, event)) = event_loop.next_event() {
-                    if let Event::View(view) = event {
-                        if !formed && view.members.len() > 1 {
-                            next_cast = Instant::now(); // offer the rate from now, not since start
+                    match event {
+                        Event::View(view) => {
+                            if !formed && view.members.len() > 1 {
+                                next_cast = Instant::now(); // offer the rate from now, not since start
+                            }
+                            formed = view.members.len() > 1;
                         }
-                        formed = view.members.len() > 1;
+                        Event::Cast { from, data } if from != me && data[..] == *TO_RAW => to_raw = true,
+                        _ => {}
                     }
                 }
             }

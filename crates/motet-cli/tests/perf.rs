@@ -18,12 +18,22 @@ fn latency_reports_the_contract_keys() {
     assert_eq!(report["receive_offload_on"], false, "round trips keep the cheaper read: {report}");
 }
 
+/// The contract's keys, and blocks of both paths taking turns, each of which measured something
+/// (a raw block after a raw block, and a Motet block after a switch back, included: four blocks
+/// of each run raw, Motet, Motet, raw, raw, Motet, Motet, raw).
 #[test]
-fn throughput_reports_the_contract_keys() {
-    let report = perf(&["throughput", "--members", "2", "--size", "100", "--seconds", "1", "--json"]);
+fn throughput_reports_the_contract_keys_from_interleaved_blocks() {
+    let report = perf(&["throughput", "--members", "2", "--size", "100", "--seconds", "1", "--blocks", "4", "--json"]);
     for key in ["msgs_per_s", "mb_per_s", "udp_msgs_per_s"] {
         assert!(report[key].as_f64().unwrap() > 0.0, "{key}: {report}");
     }
+    assert_eq!(report["blocks"], 4);
+    for key in ["msgs_per_s_blocks", "udp_msgs_per_s_blocks"] {
+        let blocks = report[key].as_array().unwrap();
+        assert_eq!(blocks.len(), 4, "{key}: {report}");
+        assert!(blocks.iter().all(|b| b.as_f64().unwrap() > 0.0), "{key}: every block measured something: {report}");
+    }
+    assert!(refused(&["throughput", "--blocks", "0"]).contains("at least 1"));
 }
 
 /// The stderr of a `motet perf` run that must fail.
