@@ -484,6 +484,7 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
         "ratio_p50": round(p50 / udp50),
         "blocks": blocks,
         "loop_turns_per_rtt": round(turns),
+        "bypass_hit_rate": event_loop.bypass_stats().hit_rate().map(round),
         "recv_waits_per_rtt": round(recv_waits),
     });
     if args.json {
@@ -618,6 +619,8 @@ fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         "udp_msgs_per_s": udp_rate.round(),
         "ratio": round(rate / udp_rate),
         "ratio_from_others": round(others / udp_rate),
+        "bypass_hit_rate": event_loop.bypass_stats().hit_rate().map(round),
+        "bypass_refused_by": event_loop.bypass_stats().refused_by,
         "msgs_per_s_blocks": motet.blocks.iter().map(|r| r.round()).collect::<Vec<_>>(),
         "udp_msgs_per_s_blocks": udp.blocks.iter().map(|r| r.round()).collect::<Vec<_>>(),
     });

@@ -15,6 +15,7 @@ fn latency_reports_the_contract_keys() {
         assert!(report[key].as_f64().unwrap() > 0.0, "{key}: {report}");
     }
     assert_eq!(report["samples"], 200);
+    assert!(report["bypass_hit_rate"].as_f64().unwrap() > 0.9, "the echoes took the bypass: {report}");
     assert_eq!(report["receive_offload_on"], false, "round trips keep the cheaper read: {report}");
 }
 
@@ -28,6 +29,7 @@ fn throughput_reports_the_contract_keys_from_interleaved_blocks() {
         assert!(report[key].as_f64().unwrap() > 0.0, "{key}: {report}");
     }
     assert_eq!(report["blocks"], 4);
+    assert!(report["bypass_hit_rate"].as_f64().unwrap() > 0.5, "{report}");
     for key in ["msgs_per_s_blocks", "udp_msgs_per_s_blocks"] {
         let blocks = report[key].as_array().unwrap();
         assert_eq!(blocks.len(), 4, "{key}: {report}");

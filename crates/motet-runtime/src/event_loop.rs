@@ -583,6 +583,12 @@ impl EventLoop {
         self.node.stats()
     }
 
+    /// How the process's messages took the bypass (docs/bypass.md): hits, misses and, per layer,
+    /// the misses it caused, summed over every stack it has run.
+    pub fn bypass_stats(&self) -> motet_core::BypassStats {
+        self.node.bypass_stats()
+    }
+
     /// Actions of `endpoint` parked until flow control or a view change lets them go (a sender
     /// that wants to stay just ahead of the protocol casts while this is small).
     pub fn parked(&self, endpoint: EndpointId) -> usize {
