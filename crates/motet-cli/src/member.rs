@@ -190,6 +190,8 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
         "connected_sockets": rt.connected_sockets,
         "connected_fallbacks": rt.connected_fallbacks,
         "receive_offload": rt.receive_offload,
+        "bypass_hits": rt.bypass_hits,
+        "bypass_misses": rt.bypass_misses,
         "counters": counters,
         "drops": drops,
     }))

@@ -249,9 +249,12 @@ fn member_serves_prometheus_metrics_and_prints_stats() {
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
-    for needle in
-        ["motet_datagrams_sent_total", "motet_views_installed_total 1", "motet_drops_total{reason=\"Malformed\"}"]
-    {
+    for needle in [
+        "motet_datagrams_sent_total",
+        "motet_views_installed_total 1",
+        "motet_drops_total{reason=\"Malformed\"}",
+        "motet_bypass_hits_total",
+    ] {
         assert!(response.contains(needle), "missing {needle} in {response}");
     }
     // --stats prints a stats object on stdout within its interval.
@@ -261,7 +264,10 @@ fn member_serves_prometheus_metrics_and_prints_stats() {
         let mut line = String::new();
         assert!(stdout.read_line(&mut line).unwrap() > 0 && std::time::Instant::now() < deadline);
         if line.contains("\"type\":\"stats\"") {
-            assert!(line.contains("\"counters\"") && line.contains("\"drops\""), "{line}");
+            assert!(
+                line.contains("\"counters\"") && line.contains("\"drops\"") && line.contains("\"bypass_hits\""),
+                "{line}"
+            );
             break;
         }
     }

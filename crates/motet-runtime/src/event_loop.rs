@@ -123,6 +123,12 @@ pub struct RuntimeStats {
     /// (`RuntimeConfig::receive_offload`) and the socket has been busy (docs/runtime.md,
     /// "Receive offload"). A socket bound by a migration starts without it again.
     pub receive_offload: bool,
+    /// Application messages (casts and sends, going down or arriving) that took the bypass, over
+    /// every stack the process has run ([`EventLoop::bypass_stats`] says more).
+    pub bypass_hits: u64,
+    /// Application messages that took the layered path because a layer's fast-path condition
+    /// did not hold (a window full, a message out of order, a view change).
+    pub bypass_misses: u64,
 }
 
 /// DNS names among a group's peers, re-resolved periodically, off the loop thread
@@ -569,7 +575,10 @@ impl EventLoop {
     /// The runtime's counters.
     pub fn runtime_stats(&self) -> RuntimeStats {
         let (open, fallbacks) = self.io.connected_stats();
+        let bypass = self.node.bypass_stats();
         RuntimeStats {
+            bypass_hits: bypass.hits,
+            bypass_misses: bypass.misses,
             connected_sockets: open as u64,
             connected_fallbacks: fallbacks,
             receive_offload: self.io.offload_on(),

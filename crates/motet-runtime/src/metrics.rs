@@ -42,6 +42,16 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
     );
     counter("views_installed_total", "views installed by this process's endpoints", runtime.views_installed);
     counter(
+        "bypass_hits_total",
+        "application messages that took the bypass (fused trace handlers)",
+        runtime.bypass_hits,
+    );
+    counter(
+        "bypass_misses_total",
+        "application messages that took the layered path (a layer's fast-path condition failed)",
+        runtime.bypass_misses,
+    );
+    counter(
         "actions_refused_total",
         "application actions refused after they were queued (see the log)",
         runtime.actions_refused,
@@ -112,12 +122,18 @@ mod tests {
 
     #[test]
     fn renders_every_counter_and_drop_reason() {
-        let stats =
-            RuntimeStats { datagrams_in: 7, connected_sockets: 2, connected_fallbacks: 3, ..RuntimeStats::default() };
+        let stats = RuntimeStats {
+            datagrams_in: 7,
+            connected_sockets: 2,
+            connected_fallbacks: 3,
+            bypass_hits: 5,
+            ..RuntimeStats::default()
+        };
         let text = render(&stats, &Stats::default());
         assert!(text.contains("motet_datagrams_received_total 7"));
         assert!(text.contains("# TYPE motet_connected_sockets gauge\nmotet_connected_sockets 2"));
         assert!(text.contains("motet_connected_fallbacks_total 3"));
+        assert!(text.contains("motet_bypass_hits_total 5\n") && text.contains("motet_bypass_misses_total 0\n"));
         assert!(text.contains("motet_protocol_events_total{kind=\"Retransmit\"} 0"));
         assert!(text.contains("motet_drops_total{reason=\"Malformed\"} 0"));
         assert_eq!(text.lines().filter(|l| l.starts_with("motet_drops_total")).count(), DropReason::ALL.len());

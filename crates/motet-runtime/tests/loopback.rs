@@ -666,6 +666,8 @@ fn event_loops_polled_only_without_waiting_still_receive() {
         std::thread::sleep(Duration::from_micros(200));
     }
     assert_eq!(got, [10, 10], "every cast once at each member");
+    let stats: Vec<_> = loops.iter().map(|(l, _)| l.runtime_stats()).collect();
+    assert!(stats.iter().all(|s| s.bypass_hits >= 10), "the casts took the bypass, going down and arriving: {stats:?}");
 }
 
 /// Members whose parameters differ run the group's: those of the view they are in, which a merge
