@@ -188,6 +188,10 @@ pub struct EventLoop {
     next_token: usize,
     /// How long a wait in the receive call may be asked to last ([`receive::RecvTimeout`]).
     recv_timeout: receive::RecvTimeout,
+    /// A waker has been lent out (by [`EventLoop::waker`], or to a DNS lookup) since a turn last
+    /// asked `epoll`: a wake-up its holder made before dropping it waits there, unseen by a wait
+    /// in the receive call.
+    waker_lent: std::cell::Cell<bool>,
     stats: RuntimeStats,
 }
 
@@ -246,6 +250,7 @@ impl EventLoop {
             retired: Vec::new(),
             next_token: RETIRED_FIRST,
             recv_timeout: receive::RecvTimeout::default(),
+            waker_lent: std::cell::Cell::new(false),
             stats: RuntimeStats::default(),
         })
     }
@@ -262,6 +267,7 @@ impl EventLoop {
 
     /// A handle that interrupts a blocking [`EventLoop::poll`] from another thread.
     pub fn waker(&self) -> Arc<mio::Waker> {
+        self.waker_lent.set(true);
         Arc::clone(&self.waker)
     }
 
@@ -432,8 +438,13 @@ impl EventLoop {
         // given the timer slack (`RuntimeConfig::timer_slack_ms`). Nobody else may hold the waker
         // (a blocked receive does not see it), and multicast, retired sockets or a send backlog
         // need `epoll`.
-        let watch_one = self.multicast.is_none() && self.retired.is_empty() && self.backlog.is_empty();
-        let alone = Arc::strong_count(&self.waker) == 1;
+        let one_socket = self.multicast.is_none() && self.retired.is_empty();
+        let watch_one = one_socket && self.backlog.is_empty();
+        // Nobody else holds the waker, and nobody did since `epoll` was last asked: a holder that
+        // woke the loop and then dropped its handle left the wake-up in `epoll`, which this turn
+        // must then ask (the first turn after the last holder is gone does).
+        let lent = Arc::strong_count(&self.waker) > 1;
+        let alone = !lent && !self.waker_lent.replace(lent);
         if !self.config.busy_poll && !self.readable && !lagging && watch_one && alone {
             let slack = Duration::from_millis(self.config.timer_slack_ms);
             if let Some(timeout) = self.recv_timeout.for_wait(wait, slack, before, timeout) {
@@ -467,7 +478,15 @@ impl EventLoop {
         // socket has more to read) asks `epoll` nothing: what arrives meanwhile is read on the
         // next turn. A turn the caller asked not to wait (a zero timeout) does ask, without
         // waiting: a caller that only ever polls so would otherwise never hear of a datagram.
-        let skip = if self.config.busy_poll { !self.stats.turns.is_multiple_of(BUSY_POLL_EPOLL_EVERY) } else { due };
+        // With other sockets to watch (multicast, retired ones), a turn asks `epoll` even when
+        // due: their readiness is learnt only there, and a unicast socket that always has more
+        // to read (a flood, a burst of retransmissions) would otherwise keep every turn due and
+        // leave them unread for good.
+        let skip = if self.config.busy_poll {
+            !self.stats.turns.is_multiple_of(BUSY_POLL_EPOLL_EVERY)
+        } else {
+            due && one_socket
+        };
         // A turn that does not wait in `epoll` keeps the time read at its start (a busy-polling
         // spin that finds nothing then reads the clock once, not three times: each read is about
         // a tenth of the spin).
@@ -612,10 +631,12 @@ impl EventLoop {
     /// Takes the answers of seed lookups, and asks again for the seeds whose interval has
     /// passed (one lookup in flight per group; the interval counts from the asking).
     fn reresolve(&mut self, now: motet_core::Instant) {
-        if self.seeds.is_empty() {
+        if self.seeds.is_empty() && self.resolver.idle() {
             return;
         }
-        let answers: Vec<resolve::Answer> = self.resolver.answers().collect();
+        // Read even when no group is left to take them: an answer holds a waker, and a loop
+        // whose waker someone holds never waits in the receive call.
+        let answers = self.resolver.answers();
         for answer in answers {
             // The seeds of an endpoint that has exited since are gone: nothing to update.
             let Some(seeds) = self.seeds.iter_mut().find(|s| s.id == answer.id) else { continue };
@@ -746,6 +767,78 @@ mod tests {
         let expected: Vec<Address> =
             ["127.0.0.1:7998", "127.0.0.1:7999"].iter().map(|a| Address::Inet(a.parse().unwrap())).collect();
         assert_eq!(peers(&event_loop), expected, "the name's address once the lookup answered");
+    }
+
+    /// A wake-up made by a handle that was then dropped, before the loop's next turn, still ends
+    /// that turn at once. The turn saw nobody holding the waker and waited in the receive call,
+    /// which does not see a wake-up: for its whole timeout (about 4 s of the 5 asked here).
+    #[test]
+    #[allow(clippy::disallowed_types, clippy::disallowed_methods)] // a wall-clock bound; another thread wakes
+    fn a_wake_up_from_a_handle_dropped_since_ends_the_next_wait() {
+        let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+        for _ in 0..3 {
+            event_loop.poll(Some(Duration::from_millis(1))).unwrap();
+        }
+        let waker = event_loop.waker();
+        std::thread::spawn(move || waker.wake().unwrap()).join().unwrap();
+        let started = std::time::Instant::now();
+        event_loop.poll(Some(Duration::from_secs(5))).unwrap();
+        assert!(started.elapsed() < Duration::from_secs(1), "the wake-up was missed: {:?}", started.elapsed());
+        // Once it has been seen, the loop waits in the receive call again.
+        let waits = event_loop.stats.recv_waits;
+        event_loop.poll(Some(Duration::from_millis(20))).unwrap();
+        assert_eq!(event_loop.stats.recv_waits, waits + 1);
+    }
+
+    fn lookup_300ms(_name: &str) -> io::Result<Vec<SocketAddr>> {
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(vec!["127.0.0.1:7996".parse().unwrap()])
+    }
+
+    /// The answer to a lookup of a group that has gone meanwhile is still read, and the waker it
+    /// holds let go: held, it kept the loop out of the receive-call wait for good.
+    #[test]
+    #[allow(clippy::disallowed_types)] // waits for the stand-in lookup
+    fn an_answer_for_a_group_gone_meanwhile_is_read_and_its_waker_let_go() {
+        let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+        event_loop.resolver = resolve::Resolver::with_lookup(lookup_300ms);
+        let mut group = GroupConfig::new("gone-before-the-answer");
+        group.peers = vec!["seed.invalid:7996".into()];
+        let endpoint = event_loop.join(&group).unwrap();
+        event_loop.poll(Some(Duration::from_millis(1))).unwrap();
+        assert!(!event_loop.resolver.idle(), "the lookup is in flight");
+        event_loop.leave(endpoint).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !event_loop.seeds.is_empty() {
+            assert!(std::time::Instant::now() < deadline, "the endpoint never exited");
+            event_loop.poll(Some(Duration::from_millis(10))).unwrap();
+            while event_loop.next_event().is_some() {}
+        }
+        std::thread::sleep(Duration::from_millis(400));
+        for _ in 0..3 {
+            event_loop.poll(Some(Duration::from_millis(1))).unwrap();
+        }
+        assert!(event_loop.resolver.idle(), "the answer was read");
+        assert_eq!(Arc::strong_count(&event_loop.waker), 1, "and its waker dropped");
+    }
+
+    /// A unicast socket that has more to read at every turn (a flood, a burst of retransmissions)
+    /// does not keep the loop from the others: a socket given up by a migration is still read.
+    /// Before, such a turn skipped `epoll`, where only the others' readiness is learnt.
+    #[test]
+    fn a_unicast_socket_that_always_has_more_does_not_starve_a_retired_one() {
+        let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+        let old = event_loop.local_addr();
+        event_loop.migrate("127.0.0.1:0".parse().unwrap(), None).unwrap();
+        event_loop.poll(Some(Duration::ZERO)).unwrap();
+        assert_eq!(event_loop.retired.len(), 1, "the old socket is read for a while");
+        let sender = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        sender.send_to(b"late", old).unwrap();
+        for _ in 0..50 {
+            event_loop.readable = true; // as if the unicast socket had more every turn
+            event_loop.poll(Some(Duration::ZERO)).unwrap();
+        }
+        assert_eq!(event_loop.runtime_stats().datagrams_in_retired, 1);
     }
 
     fn slow_lookup(_name: &str) -> io::Result<Vec<SocketAddr>> {

@@ -71,6 +71,10 @@ pub(crate) const MEDIUM: usize = 1536;
 /// At worst one medium buffer held alone pins this much.
 const MEDIUM_CHUNK: usize = 8192;
 
+/// The UDP payload of one packet on an Ethernet path (MTU 1500, IPv4: 1500 - 20 - 8): a
+/// segment up to this size that the kernel refuses means it refuses offload, not the size.
+const ETHERNET_PAYLOAD: usize = 1472;
+
 /// Copies small and medium buffers side by side into shared chunks ([`SMALL`], [`MEDIUM`]).
 #[derive(Default)]
 pub(crate) struct Chunks {
@@ -105,6 +109,10 @@ pub(crate) struct UdpIo {
     /// Datagrams one segmented send may carry: 1 where the kernel has no `UDP_SEGMENT`, or once
     /// it refused it.
     max_segments: usize,
+    /// The largest segment the kernel has taken in a segmented send: one it refused as larger
+    /// than the path allows (`EMSGSIZE`, `EINVAL`) lowers it to below that size, and larger
+    /// segments go one datagram per call from then on (the kernel fragments a single datagram).
+    segment_max: usize,
     /// The receive timeout now set on the socket (`SO_RCVTIMEO`; `None`: wait for ever).
     timeout: Option<Duration>,
     /// Room for the receive-offload control message of one datagram ([`UdpIo::recv_wait`]).
@@ -146,6 +154,7 @@ impl UdpIo {
             offload_wanted: offload,
             busy_reads: 0,
             max_segments: if gso_supported(&socket) { GSO_SEGMENTS } else { 1 },
+            segment_max: usize::from(u16::MAX),
             socket,
             slots: (0..BATCH_SIZE).map(|_| vec![0; SLOT]).collect(),
             batch: BATCH_SIZE,
@@ -391,10 +400,16 @@ impl UdpIo {
 
     /// Sends `contents` to `to` as datagrams of `segment` bytes each (the last may be shorter) in
     /// one system call, with UDP generic segmentation offload (`UDP_SEGMENT`): the kernel cuts
-    /// the buffer into packets. A device or kernel that refuses it (`EIO`, `EINVAL`) turns it off
-    /// for this socket ([`UdpIo::max_segments`] becomes 1) and the error is returned.
-    pub(crate) fn send_segments(&mut self, to: SocketAddr, contents: &[u8], segment: usize) -> io::Result<()> {
-        let segment = u16::try_from(segment).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    /// the buffer into packets. A device or kernel that refuses it (`EIO`, or `EINVAL` for a
+    /// segment that fits an Ethernet packet) turns it off for this socket
+    /// ([`UdpIo::max_segments`] becomes 1); a segment larger than the path takes (`EMSGSIZE`,
+    /// `EINVAL`) lowers [`UdpIo::segment_max`] below its size. Either way the error is returned
+    /// and the caller sends the datagrams one per call.
+    pub(crate) fn send_segments(&mut self, to: SocketAddr, contents: &[u8], segment_len: usize) -> io::Result<()> {
+        if segment_len > self.segment_max {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        let segment = u16::try_from(segment_len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let cmsgs = [ControlMessage::UdpGsoSegments(&segment)];
         let iov = [IoSlice::new(contents)];
         if let Some(connected) = self.connected.as_mut() {
@@ -413,12 +428,25 @@ impl UdpIo {
         let sent = sock::sendmsg(self.socket.as_raw_fd(), &iov, &cmsgs, MsgFlags::MSG_DONTWAIT, Some(&address));
         match sent {
             Ok(_) => Ok(()),
+            // Larger than the path's packets (an MTU of 1500 takes 1472 bytes of UDP payload over
+            // IPv4): offload stays on for segments that fit.
+            Err(errno @ (nix::errno::Errno::EMSGSIZE | nix::errno::Errno::EINVAL))
+                if segment_len > ETHERNET_PAYLOAD =>
+            {
+                self.segment_max = segment_len - 1;
+                Err(io::Error::from(errno))
+            }
             Err(errno @ (nix::errno::Errno::EIO | nix::errno::Errno::EINVAL)) => {
                 self.max_segments = 1;
                 Err(io::Error::from(errno))
             }
             Err(errno) => Err(io::Error::from(errno)),
         }
+    }
+
+    /// The largest segment [`UdpIo::send_segments`] still tries.
+    pub(crate) fn segment_max(&self) -> usize {
+        self.segment_max
     }
 
     /// Sends `head` then `payload` as one datagram to `to`, without waiting (`WouldBlock` when the
@@ -793,6 +821,49 @@ mod tests {
             };
             let expected: Vec<Vec<u8>> = contents.chunks(100).map(<[u8]>::to_vec).collect();
             assert_eq!(got.iter().map(|d| d.to_vec()).collect::<Vec<_>>(), expected, "round {round}");
+        }
+    }
+
+    /// On a path whose packets are smaller than the segments (an MTU of 1500, segments of 2000
+    /// bytes), the kernel refuses the segmented send (`EMSGSIZE` here); the caller then sends the
+    /// datagrams one per call, and offload stays on for segments that fit. Before, the refusal
+    /// dropped the run (or, as `EINVAL`, turned offload off for good). It needs a network
+    /// namespace of its own, where the loopback device gets that MTU: root.
+    #[test]
+    #[allow(clippy::disallowed_methods)] // a thread of its own moves to a network namespace
+    fn segments_larger_than_the_path_fall_back_without_turning_offload_off() {
+        let tried = std::thread::spawn(|| {
+            // This thread alone moves to a namespace of its own, and the `ip` it runs with it.
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).ok()?;
+            let up = std::process::Command::new("ip").args(["link", "set", "lo", "up", "mtu", "1500"]).status();
+            if !up.is_ok_and(|s| s.success()) {
+                return None;
+            }
+            let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
+            let (mut a, b) =
+                (UdpIo::bind(localhost, 1 << 20, false).unwrap(), UdpIo::bind(localhost, 1 << 20, false).unwrap());
+            if a.max_segments() == 1 {
+                return None;
+            }
+            let to = b.local_addr().unwrap();
+            let refused = a.send_segments(to, &[1u8; 4000], 2000).expect_err("segments over the MTU");
+            assert_eq!((a.max_segments(), a.segment_max()), (GSO_SEGMENTS, 1999), "{refused}");
+            assert_eq!(
+                a.send_segments(to, &[1u8; 4000], 2000).unwrap_err().kind(),
+                io::ErrorKind::InvalidInput,
+                "not tried again"
+            );
+            a.send_segments(to, &[2u8; 2800], 1400).expect("segments that fit still go in one call");
+            Some(refused)
+        });
+        match tried.join().unwrap() {
+            None => eprintln!(
+                "io test: skipped: a network namespace of its own needs root (and `ip`, and a kernel with UDP_SEGMENT)"
+            ),
+            Some(refused) => assert!(
+                matches!(refused.raw_os_error(), Some(e) if e == nix::errno::Errno::EMSGSIZE as i32 || e == nix::errno::Errno::EINVAL as i32),
+                "{refused}"
+            ),
         }
     }
 

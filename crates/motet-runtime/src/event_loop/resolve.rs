@@ -60,6 +60,8 @@ pub(super) struct Resolver {
     started: bool,
     answers_in: mpsc::Sender<Answer>,
     answers: mpsc::Receiver<Answer>,
+    /// Requests asked and neither answered (the answer read) nor withdrawn.
+    outstanding: usize,
 }
 
 impl Default for Resolver {
@@ -84,12 +86,13 @@ impl Drop for Resolver {
 impl Resolver {
     pub(super) fn with_lookup(lookup: Lookup) -> Resolver {
         let (answers_in, answers) = mpsc::channel();
-        Resolver { lookup, wanted: Arc::default(), started: false, answers_in, answers }
+        Resolver { lookup, wanted: Arc::default(), started: false, answers_in, answers, outstanding: 0 }
     }
 
     /// Asks for the addresses of `names`, answered later under `id` ([`Resolver::answers`]). If
     /// the thread cannot be started, the names are looked up here, at once, as a last resort.
     pub(super) fn ask(&mut self, id: u64, names: Vec<String>, waker: Arc<mio::Waker>) {
+        self.outstanding += 1;
         if !self.started {
             let (wanted, answers, lookup) = (Arc::clone(&self.wanted), self.answers_in.clone(), self.lookup);
             let spawned = std::thread::Builder::new()
@@ -111,7 +114,17 @@ impl Resolver {
 
     /// Withdraws the request of `id` if it has not started (its group is gone).
     pub(super) fn forget(&mut self, id: u64) {
-        self.lock().requests.retain(|(waiting, _)| *waiting != id);
+        let mut wanted = self.lock();
+        let before = wanted.requests.len();
+        wanted.requests.retain(|(waiting, _)| *waiting != id);
+        let withdrawn = before - wanted.requests.len();
+        drop(wanted);
+        self.outstanding -= withdrawn;
+    }
+
+    /// No request is outstanding: nothing will come back ([`Resolver::answers`] has nothing).
+    pub(super) fn idle(&self) -> bool {
+        self.outstanding == 0
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Wanted> {
@@ -119,8 +132,10 @@ impl Resolver {
     }
 
     /// The answers that have come back since the last call.
-    pub(super) fn answers(&self) -> impl Iterator<Item = Answer> + '_ {
-        self.answers.try_iter()
+    pub(super) fn answers(&mut self) -> Vec<Answer> {
+        let answers: Vec<Answer> = self.answers.try_iter().collect();
+        self.outstanding -= answers.len();
+        answers
     }
 }
 

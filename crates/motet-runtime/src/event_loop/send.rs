@@ -199,9 +199,11 @@ impl EventLoop {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     now.iter().for_each(|(head, payload)| self.backlog_push(to, head, payload));
                 }
-                // The kernel or device refused segmentation offload (`max_segments` is now 1):
-                // send the run one datagram per call.
-                Err(_) if self.io.max_segments() == 1 => {
+                // The kernel or device refused segmentation offload (`max_segments` is now 1),
+                // or segments of this size (larger than the path's packets): send the run one
+                // datagram per call (before, a refused size dropped the run, for retransmission
+                // to recover).
+                Err(_) if self.io.max_segments() == 1 || segment > self.io.segment_max() => {
                     now.iter().for_each(|(head, payload)| self.transmit(to, head, payload));
                 }
                 Err(e) => {
