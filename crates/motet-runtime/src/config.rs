@@ -38,7 +38,9 @@ pub struct RuntimeConfig {
     /// Spin on the socket instead of sleeping in `epoll` (lowest latency; burns a CPU).
     pub busy_poll: bool,
     /// Events held for the application, per process, before the runtime stops reading the
-    /// network (back-pressure: the senders' flow control then holds their messages).
+    /// network (back-pressure: the senders' flow control then holds their messages) and parks
+    /// the process's own actions (a member's own casts come back to it as events) until the
+    /// application catches up.
     pub event_queue: usize,
     /// Actions (casts, sends) the application may queue to the event-loop thread before `cast`
     /// blocks.

@@ -170,6 +170,10 @@ pub struct EventLoop {
     packing: Packings,
     /// Some member may have parked actions that can now go (its `retry` is set).
     retry_any: bool,
+    /// An action was parked because `ready` held `event_queue` events: the application is
+    /// behind on its events, and the actions of this process (whose own casts come back as
+    /// events) wait until it catches up, as the network's do.
+    parked_for_events: bool,
     /// Where the application's small payloads are copied ([`Op::copy_small`]).
     chunks: Chunks,
     writable_interest: bool,
@@ -239,6 +243,7 @@ impl EventLoop {
             backlog: VecDeque::new(),
             packing: Packings::default(),
             retry_any: false,
+            parked_for_events: false,
             chunks: Chunks::default(),
             writable_interest: false,
             readable: true,
@@ -550,7 +555,22 @@ impl EventLoop {
 
     /// The next event for the application, with the endpoint it is for.
     pub fn next_event(&mut self) -> Option<(EndpointId, Event)> {
-        self.ready.pop_front()
+        let next = self.ready.pop_front();
+        if self.parked_for_events && self.ready.len() < self.config.event_queue / 2 {
+            self.resume_parked_for_events();
+        }
+        next
+    }
+
+    /// The application has caught up on its events: actions parked because it was behind are
+    /// taken at the next turn (half the queue's room first, so they go in bursts, not one by one).
+    #[cold]
+    fn resume_parked_for_events(&mut self) {
+        self.parked_for_events = false;
+        for member in self.members.values_mut().filter(|m| !m.parked.is_empty()) {
+            member.retry = true;
+            self.retry_any = true;
+        }
     }
 
     /// Says that the application of `endpoint` is behind on its events (`true`: its queue is
@@ -788,6 +808,42 @@ mod tests {
         let waits = event_loop.stats.recv_waits;
         event_loop.poll(Some(Duration::from_millis(20))).unwrap();
         assert_eq!(event_loop.stats.recv_waits, waits + 1);
+    }
+
+    /// An application that casts without taking its events (its own casts come back to it) does
+    /// not grow them without bound: past `event_queue`, its casts are parked, in order, and go
+    /// once it catches up; every one is delivered, once, in order. Before, only the network was
+    /// held back, and the loop-back events of the process's own casts piled up.
+    #[test]
+    fn own_casts_wait_while_the_application_is_behind_on_its_events() {
+        let mut config = RuntimeConfig::bind("127.0.0.1:0".parse().unwrap());
+        config.event_queue = 8;
+        let mut event_loop = EventLoop::new(config).unwrap();
+        let me = event_loop.join(&GroupConfig::new("behind")).unwrap();
+        while event_loop.view(me).is_none() {
+            event_loop.poll(Some(Duration::from_millis(1))).unwrap();
+        }
+        while event_loop.next_event().is_some() {}
+        for k in 0..100u8 {
+            event_loop.cast(me, vec![k].into()).unwrap();
+            event_loop.poll(Some(Duration::ZERO)).unwrap();
+        }
+        assert!(event_loop.pending_events() <= 8, "{} events held", event_loop.pending_events());
+        assert!(event_loop.parked(me) >= 90, "{} parked", event_loop.parked(me));
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            event_loop.poll(Some(Duration::ZERO)).unwrap();
+            while let Some((_, event)) = event_loop.next_event() {
+                if let Event::Cast { data, .. } = event {
+                    got.push(data[0]);
+                }
+            }
+            if got.len() == 100 {
+                break;
+            }
+        }
+        assert_eq!(got, (0..100).collect::<Vec<u8>>(), "every cast once, in order");
+        assert_eq!(event_loop.parked(me), 0);
     }
 
     fn lookup_300ms(_name: &str) -> io::Result<Vec<SocketAddr>> {

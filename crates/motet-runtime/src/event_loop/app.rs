@@ -109,7 +109,13 @@ impl EventLoop {
         }
         // A leave taken or parked is under way: a stopping runtime waits for it.
         let leave = matches!(op, Op::Leave);
-        if !member.parked.is_empty() {
+        // The application is behind on its events: this action (a cast comes back to its own
+        // member as an event) waits with the others, in order, until it catches up
+        // ([`EventLoop::next_event`]). Without this, events made by actions grew without bound
+        // while the loop had stopped reading the network for the same reason.
+        let behind = self.ready.len() >= self.config.event_queue;
+        self.parked_for_events |= behind;
+        if behind || !member.parked.is_empty() {
             if member.parked.len() >= PARKED_MAX {
                 return Err(Error::QueueFull("parked actions"));
             }
@@ -252,6 +258,7 @@ impl EventLoop {
             return false;
         }
         let mut progress = false;
+        let mut taken = 0;
         // Read only when some member has parked actions to retry (rarely).
         let mut now = None;
         for member in self.members.values_mut() {
@@ -270,6 +277,14 @@ impl EventLoop {
                 }
             }
             while let Some(op) = member.parked.pop_front() {
+                // Not beyond the events' bound (the events of the actions taken in this pass are
+                // collected after it: each is counted as one).
+                if self.ready.len() + taken >= self.config.event_queue {
+                    member.parked.push_front(op);
+                    self.parked_for_events = true;
+                    break;
+                }
+                taken += 1;
                 match take(&mut self.node, now, member, &op, &mut self.stats) {
                     Err(Error::Api(ApiError::FlowBlocked { .. } | ApiError::Blocked | ApiError::NoSuchStack)) => {
                         member.parked.push_front(op);
