@@ -265,14 +265,23 @@ impl Node {
     /// A stack that leaves its view (a new view to build, an exit) is collected at once, so the
     /// datagrams after it find the new view's stack routed.
     pub fn handle_datagrams(&mut self, now: Instant, datagrams: impl IntoIterator<Item = Bytes>) {
-        // (A handler that panicked mid-batch would leave this set; the node is not used after a
-        // panic: a stack's invariants would no longer hold.)
         self.batched = Some(None);
-        for datagram in datagrams {
-            self.handle_datagram(now, datagram);
+        // However the batch ends: a caller's iterator that panicked, and a caller that caught it,
+        // left the batch open, and from then on a node of one stack held every output of that
+        // stack back (until another stack had an input). The outputs of the stack the batch was
+        // deferring stay in its queues and go with its next input.
+        struct Open<'a>(&'a mut Node);
+        impl Drop for Open<'_> {
+            fn drop(&mut self) {
+                self.0.batched = None;
+            }
         }
-        if let Some(Some(id)) = self.batched.take() {
-            self.collect_now(id);
+        let batch = Open(self);
+        for datagram in datagrams {
+            batch.0.handle_datagram(now, datagram);
+        }
+        if let Some(Some(id)) = batch.0.batched.take() {
+            batch.0.collect_now(id);
         }
     }
 

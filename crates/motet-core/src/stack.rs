@@ -152,6 +152,9 @@ pub struct Stack {
     twin: Option<Box<Stack>>,
     /// Header compression: the headers of the common cast and send traces (index 0 and 1).
     templates: [Option<Template>; 2],
+    /// Flow control bounds how far this stack's casts and sends (index 0 and 1) run ahead of
+    /// their receivers (`mflow`, `pt2ptw`): only then do they go compressed ([`Stack::compress`]).
+    bounded: [bool; 2],
     /// The compiled traces, by `Trace as usize`: `None` for a trace without a template.
     plans: [Option<Plan>; 4],
     /// The compiled traces' fused handlers, by `Trace as usize`, where their shape has one.
@@ -227,6 +230,7 @@ impl Stack {
         assert!(kinds.len() <= 32, "a compiled trace names its layers in a u32");
         let layers: Vec<AnyLayer> = kinds.iter().map(|&kind| AnyLayer::new(kind, &view.params, &view, rank)).collect();
         let appl = kinds.iter().position(|&k| k == LayerKind::Appl).expect("StackSpec guarantees one appl");
+        let bounded = [LayerKind::Mflow, LayerKind::Pt2ptw].map(|kind| kinds.contains(&kind));
         let mut stack = Stack {
             alarms: vec![None; layers.len()],
             next_alarm: None,
@@ -244,6 +248,7 @@ impl Stack {
             bypass_stats: BypassStats::default(),
             twin: None,
             templates: [None, None],
+            bounded,
             plans: [None; 4],
             fused: [None; 4],
             plans_stale: true,
@@ -627,11 +632,17 @@ impl Stack {
     /// Header compression, at the sender: the low 16 bits of the sequence number of a transmit
     /// whose headers are its trace's template, or `None` (it goes in the full form).
     pub(crate) fn compress(&self, transmit: &Transmit) -> Option<u16> {
-        let template = match transmit.mux {
-            Mux::Cast => self.templates[0].as_ref()?,
-            Mux::Send { .. } => self.templates[1].as_ref()?,
+        // A compressed datagram carries the low 16 bits of its sequence number, which the
+        // receiver expands to the nearest of what it expects next: right only while the sender is
+        // less than 2^15 ahead of it. Flow control bounds that gap by its window (at most 2^14,
+        // `StackConfig::validate`); without it (a stack without `mflow` for casts, `pt2ptw` for
+        // sends), a receiver that missed 65,536 casts took the next for the first it missed.
+        let trace = match transmit.mux {
+            Mux::Cast => 0,
+            Mux::Send { .. } => 1,
             Mux::Gossip => return None,
         };
+        let template = self.templates[trace].as_ref().filter(|_| self.bounded[trace])?;
         // A message of the bypass is in the compact form of this template: nothing to compare.
         // The layered path builds the same headers in the full form.
         let hdrs = &transmit.msg.hdrs;

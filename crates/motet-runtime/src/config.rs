@@ -410,6 +410,8 @@ mod tests {
         assert!(err("[group.params.mnak]\nnak_delay_ms = -1\n").contains("nak_delay_ms"));
         assert!(err("[group.params.mnak]\nnak_delay_ms = 18446744073710\n").contains("longer than Motet's clock"));
         assert!(err("[group.params.mflow]\nwindow = 1\n").contains("mflow.window must be at least 2"));
+        assert!(err("[group.params.pt2ptw]\nwindow = 16385\n").contains("pt2ptw.window must be at most 16384"));
+        assert!(err("[group.params.frag]\nfrag_size = 65000\n").contains("frag.frag_size must be between 1 and 61411"));
         assert!(err("[group.params.stable]\nsweep_interval_ms = 0\n")
             .contains("stable.sweep_interval_ms must be at least 1 ms"));
         assert!(err("[group.params.suspect]\ntimeout_ms = 100\n").contains("longer than suspect.sweep_interval_ms"));

@@ -23,9 +23,19 @@ use std::sync::Arc;
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Largest application message accepted, in bytes. Default 1 MiB. Larger messages fail with
-    /// [`ApiError::TooLarge`]; send large state in chunks.
+    /// [`ApiError::TooLarge`]; send large state in chunks. A stack without `frag` sends each
+    /// message as one datagram, and takes at most [`UNFRAGMENTED_MAX`] whatever this says.
     pub message_size_max: usize,
 }
+
+/// Room left in a datagram for the heads and headers of a message in the full form (the
+/// largest is a few hundred bytes; `causal`'s vector grows with the group).
+pub const HEAD_ROOM: usize = 4096;
+
+/// The largest message a stack without `frag` accepts: one datagram, less [`HEAD_ROOM`]. A
+/// larger one was numbered, then dropped at the node as too large to send (and again at each
+/// retransmission), and its sender's stream stopped there for good.
+pub const UNFRAGMENTED_MAX: usize = motet_wire::DATAGRAM_SIZE_MAX - HEAD_ROOM;
 
 impl Default for Config {
     fn default() -> Config {
@@ -86,7 +96,10 @@ impl Appl {
         Appl {
             view: Arc::clone(view),
             rank,
-            message_size_max: config.message_size_max,
+            message_size_max: match view.stack.layers().contains(&crate::layers::LayerKind::Frag) {
+                true => config.message_size_max,
+                false => config.message_size_max.min(UNFRAGMENTED_MAX),
+            },
             left: false,
             cast_blocked: false,
             send_blocked: RankSet::new(),
@@ -343,6 +356,20 @@ impl Layer for Appl {
 mod tests {
     use super::*;
     use crate::layer::harness::{Harness, Out};
+
+    /// A stack without `frag` refuses a message too large for one datagram, before any layer has
+    /// numbered it; with `frag`, the configured maximum holds.
+    #[test]
+    fn without_frag_a_message_must_fit_one_datagram() {
+        let too_large = UNFRAGMENTED_MAX + 1;
+        let view = crate::testing::view_of("top:stable:appl:local:pt2pt:mnak:bottom", 2);
+        let appl = Appl::new(&Config::default(), &view, 0);
+        assert_eq!(appl.check_size(too_large), Err(ApiError::TooLarge { size: too_large, max: UNFRAGMENTED_MAX }));
+        assert_eq!(appl.check_size(UNFRAGMENTED_MAX), Ok(()));
+        let view = crate::testing::view(2);
+        assert!(view.stack.layers().contains(&crate::layers::LayerKind::Frag));
+        assert_eq!(Appl::new(&Config::default(), &view, 0).check_size(too_large), Ok(()));
+    }
 
     #[test]
     fn a_member_that_asked_to_leave_delivers_until_it_is_excluded() {

@@ -9,6 +9,11 @@ use crate::view::ViewState;
 use crate::{Rank, StackSpecError};
 use std::sync::Arc;
 
+/// The largest flow-control window (`mflow.window`, `pt2ptw.window`): half the range of a
+/// compressed datagram's 16-bit sequence number, which the receiver expands correctly only while
+/// the sender is less than 2^15 ahead of it.
+pub const WINDOW_MAX: u64 = 1 << 14;
+
 pub mod appl;
 pub mod bottom;
 pub mod causal;
@@ -311,8 +316,11 @@ impl StackConfig {
         if let Some((name, _)) = counts.iter().find(|(_, n)| *n == 0) {
             return bad(format!("{name} must be at least 1"));
         }
-        if self.frag.frag_size == 0 {
-            return bad("frag.frag_size must be at least 1 byte".into());
+        if self.frag.frag_size == 0 || self.frag.frag_size > appl::UNFRAGMENTED_MAX {
+            return bad(format!(
+                "frag.frag_size must be between 1 and {} bytes (a fragment and its headers fit one datagram)",
+                appl::UNFRAGMENTED_MAX
+            ));
         }
         let fragments = self.appl.message_size_max.div_ceil(self.frag.frag_size).max(1);
         for (name, pending_max) in [("mflow", self.mflow.pending_max), ("pt2ptw", self.pt2ptw.pending_max)] {
@@ -326,6 +334,13 @@ impl StackConfig {
         for (name, window) in [("mflow", self.mflow.window), ("pt2ptw", self.pt2ptw.window)] {
             if window < 2 {
                 return bad(format!("{name}.window must be at least 2"));
+            }
+            // The window bounds how far a sender runs ahead of a receiver, which a compressed
+            // datagram's 16-bit sequence number relies on (`Stack::compress`).
+            if window > WINDOW_MAX {
+                return bad(format!(
+                    "{name}.window must be at most {WINDOW_MAX} (compressed datagrams carry 16 bits of the sequence number)"
+                ));
             }
         }
         Ok(())

@@ -142,6 +142,23 @@ fn members_taking_batches_run_as_members_taking_datagrams_one_by_one() {
     assert_eq!(batched, single);
 }
 
+/// A batch whose iterator panics (the caller's code), caught by the caller, leaves the node
+/// working: a later cast's datagram is there to send at once. Before, the batch stayed open and
+/// a node of one stack held its outputs back for good.
+#[test]
+fn a_batch_whose_iterator_panics_leaves_the_node_working() {
+    let (mut nodes, now) = pair();
+    let (node, id) = &mut nodes[1];
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let datagrams =
+            (0..2).map(|k| if k == 0 { Bytes::from_static(b"noise") } else { panic!("the caller's iterator") });
+        node.handle_datagrams(now, datagrams);
+    }));
+    assert!(caught.is_err());
+    node.handle_action(now, *id, Action::Cast(Payload::from(vec![1]))).unwrap();
+    assert!(node.poll_transmit().is_some(), "the cast's datagram is out");
+}
+
 /// Two nodes, one endpoint each, in one `vsync` view.
 fn pair() -> (Vec<(Node, StackId)>, Instant) {
     let view = crate::testing::view_of("vsync", 2);
@@ -307,6 +324,37 @@ fn common_casts_and_sends_leave_with_at_most_8_bytes_of_head_and_arrive_whole() 
     // Past 256 per trace, so the sequence numbers' low bytes wrapped at least once.
     assert!(nodes[0].0.stats().counter(Counter::CompressedOut) >= 300);
     assert!(nodes[1].0.stats().counter(Counter::CompressedIn) >= 300);
+}
+
+/// Without flow control nothing bounds how far a sender runs ahead of a receiver, so the 16 bits
+/// of sequence number a compressed datagram carries could be expanded to the wrong message (a
+/// receiver that missed 65,536 casts took the next one for the first it missed): such a stack's
+/// casts go in the full form, its full sequence number on the wire, and arrive whole.
+#[test]
+fn casts_of_a_stack_without_flow_control_go_in_the_full_form() {
+    let view = crate::testing::view_of("top:stable:appl:local:pt2pt:mnak:bottom", 2);
+    let now = Instant::ZERO;
+    let mut nodes: Vec<(Node, StackId)> = (0..2)
+        .map(|rank| {
+            let mut node = Node::new();
+            let id = node.join(now, Arc::clone(&view), rank).unwrap();
+            while node.poll_transmit().is_some() {}
+            while node.poll_event().is_some() {}
+            (node, id)
+        })
+        .collect();
+    for k in 0..3u32 {
+        let (node, id) = &mut nodes[0];
+        node.handle_action(now, *id, Action::Cast(Payload::from(k.to_le_bytes().to_vec()))).unwrap();
+        let out = node.poll_transmit().expect("the cast");
+        assert!(!datagram::is_compressed(&out.head), "cast {k}: {} bytes of head", out.head.len());
+        nodes[1].0.handle_datagram(now, out.to_bytes());
+        match nodes[1].0.poll_event() {
+            Some((_, AppEvent::Cast { origin: 0, payload })) => assert_eq!(payload.to_bytes()[..], k.to_le_bytes()),
+            other => panic!("cast {k}: {other:?}"),
+        }
+    }
+    assert_eq!(nodes[0].0.stats().counter(Counter::CompressedOut), 0);
 }
 
 #[test]

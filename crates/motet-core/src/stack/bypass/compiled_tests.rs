@@ -380,6 +380,13 @@ fn the_reliable_stacks_traces_are_fused_and_equal_the_layered_path() {
             group.act(usize::from(round % 3), Action::send(Rank::from((round + 1) % 3), vec![round].into())).unwrap();
         }
         let stats = group.nodes[0].0.bypass_stats();
-        assert!(stats.hits > 80 && stats.compiled == stats.hits && stats.misses == 0, "{stack}: {stats:?}");
+        assert!(stats.hits > 80 && stats.misses == 0, "{stack}: {stats:?}");
+        // `Local` has no flow control, so its messages travel in the full form (`Stack::compress`:
+        // nothing bounds the gap a 16-bit sequence number needs) and arrive interpreted; going
+        // down (34 casts and sends at this member) they take the compiled traces as `vsync`'s do.
+        match stack {
+            "vsync" => assert_eq!(stats.compiled, stats.hits, "{stack}: {stats:?}"),
+            _ => assert_eq!(stats.compiled, 34, "{stack}: {stats:?}"),
+        }
     }
 }
