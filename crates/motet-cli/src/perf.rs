@@ -755,6 +755,30 @@ fn raw_block(
     }
 }
 
+/// Offers casts of `payload`: one per `interval` from `next_cast` on, or, without a rate, as
+/// long as fewer than 64 wait parked (just ahead of flow control); at most `CASTS_PER_TURN`
+/// before the loop gets a turn (a member alone in its view has no window to stop it).
+fn offer(
+    event_loop: &mut EventLoop,
+    me: EndpointId,
+    payload: &Bytes,
+    interval: Option<Duration>,
+    next_cast: &mut Instant,
+) -> Result<(), String> {
+    let mut offered = 0;
+    while offered < CASTS_PER_TURN
+        && event_loop.parked(me) < 64
+        && interval.is_none_or(|_| Instant::now() >= *next_cast)
+    {
+        offered += 1;
+        event_loop.cast(me, payload.clone()).map_err(|e| e.to_string())?;
+        if let Some(interval) = interval {
+            *next_cast += interval;
+        }
+    }
+    Ok(())
+}
+
 /// One Motet block: casts offered (at `args.rate`, or just ahead of flow control) and deliveries
 /// counted during `length` after `settle`.
 fn motet_block(
@@ -780,20 +804,7 @@ fn motet_block(
             }
             _ => {}
         }
-        // Offer casts: at the given rate, or keep just ahead of flow control; at most
-        // `CASTS_PER_TURN` before the loop gets a turn (a member alone in its view has no window
-        // to stop it).
-        let mut offered = 0;
-        while offered < CASTS_PER_TURN
-            && event_loop.parked(me) < 64
-            && interval.is_none_or(|_| Instant::now() >= next_cast)
-        {
-            offered += 1;
-            event_loop.cast(me, payload.clone()).map_err(|e| e.to_string())?;
-            if let Some(interval) = interval {
-                next_cast += interval;
-            }
-        }
+        offer(event_loop, me, payload, interval, &mut next_cast)?;
         event_loop.poll(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
         while let Some((_, event)) = event_loop.next_event() {
             // Stamps only: the switches between the paths are shorter.
@@ -884,17 +895,8 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
                     }
                     next_cast = Instant::now(); // offer the rate from now, not since the switch
                 }
-                let mut offered = 0;
-                while formed
-                    && offered < CASTS_PER_TURN
-                    && event_loop.parked(me) < 64
-                    && interval.is_none_or(|_| Instant::now() >= next_cast)
-                {
-                    offered += 1;
-                    event_loop.cast(me, payload.clone()).map_err(|e| e.to_string())?;
-                    if let Some(interval) = interval {
-                        next_cast += interval;
-                    }
+                if formed {
+                    offer(&mut event_loop, me, &payload, interval, &mut next_cast)?;
                 }
                 event_loop.poll(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
                 while let Some((_, event)) = event_loop.next_event() {

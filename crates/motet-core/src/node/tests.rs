@@ -161,7 +161,12 @@ fn a_batch_whose_iterator_panics_leaves_the_node_working() {
 
 /// Two nodes, one endpoint each, in one `vsync` view.
 fn pair() -> (Vec<(Node, StackId)>, Instant) {
-    let view = crate::testing::view_of("vsync", 2);
+    pair_of("vsync")
+}
+
+/// Two nodes, one endpoint each, in one view of the stack `spec`.
+fn pair_of(spec: &str) -> (Vec<(Node, StackId)>, Instant) {
+    let view = crate::testing::view_of(spec, 2);
     let now = Instant::ZERO;
     let nodes = (0..2)
         .map(|rank| {
@@ -332,17 +337,7 @@ fn common_casts_and_sends_leave_with_at_most_8_bytes_of_head_and_arrive_whole() 
 /// casts go in the full form, its full sequence number on the wire, and arrive whole.
 #[test]
 fn casts_of_a_stack_without_flow_control_go_in_the_full_form() {
-    let view = crate::testing::view_of("top:stable:appl:local:pt2pt:mnak:bottom", 2);
-    let now = Instant::ZERO;
-    let mut nodes: Vec<(Node, StackId)> = (0..2)
-        .map(|rank| {
-            let mut node = Node::new();
-            let id = node.join(now, Arc::clone(&view), rank).unwrap();
-            while node.poll_transmit().is_some() {}
-            while node.poll_event().is_some() {}
-            (node, id)
-        })
-        .collect();
+    let (mut nodes, now) = pair_of("top:stable:appl:local:pt2pt:mnak:bottom");
     for k in 0..3u32 {
         let (node, id) = &mut nodes[0];
         node.handle_action(now, *id, Action::Cast(Payload::from(k.to_le_bytes().to_vec()))).unwrap();
