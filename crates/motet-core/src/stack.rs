@@ -155,6 +155,8 @@ pub struct Stack {
     /// Flow control bounds how far this stack's casts and sends (index 0 and 1) run ahead of
     /// their receivers (`mflow`, `pt2ptw`): only then do they go compressed ([`Stack::compress`]).
     bounded: [bool; 2],
+    /// Where `mflow` is, if the stack has it ([`Stack::compress`]).
+    mflow: Option<usize>,
     /// The compiled traces, by `Trace as usize`: `None` for a trace without a template.
     plans: [Option<Plan>; 4],
     /// The compiled traces' fused handlers, by `Trace as usize`, where their shape has one.
@@ -231,6 +233,7 @@ impl Stack {
         let layers: Vec<AnyLayer> = kinds.iter().map(|&kind| AnyLayer::new(kind, &view.params, &view, rank)).collect();
         let appl = kinds.iter().position(|&k| k == LayerKind::Appl).expect("StackSpec guarantees one appl");
         let bounded = [LayerKind::Mflow, LayerKind::Pt2ptw].map(|kind| kinds.contains(&kind));
+        let mflow = kinds.iter().position(|&k| k == LayerKind::Mflow);
         let mut stack = Stack {
             alarms: vec![None; layers.len()],
             next_alarm: None,
@@ -249,6 +252,7 @@ impl Stack {
             twin: None,
             templates: [None, None],
             bounded,
+            mflow,
             plans: [None; 4],
             fused: [None; 4],
             plans_stale: true,
@@ -643,6 +647,13 @@ impl Stack {
             Mux::Gossip => return None,
         };
         let template = self.templates[trace].as_ref().filter(|_| self.bounded[trace])?;
+        // A member this sender has marked failed is outside the window until the view change
+        // excludes it, and still receives its casts meanwhile: the full form until then.
+        if let Some(i) = self.mflow.filter(|_| trace == 0) {
+            if !<crate::layers::mflow::Mflow as crate::layers::Typed>::typed(&self.layers[i]).bounds_every_receiver() {
+                return None;
+            }
+        }
         // A message of the bypass is in the compact form of this template: nothing to compare.
         // The layered path builds the same headers in the full form.
         let hdrs = &transmit.msg.hdrs;

@@ -88,6 +88,13 @@ impl Mflow {
         }
     }
 
+    /// Every receiver of the view is within the window of this sender: none is marked failed
+    /// (a failed member no longer holds the window back, so the gap to it is unbounded until the
+    /// view change excludes it). `Stack::compress` relies on the bound.
+    pub(crate) fn bounds_every_receiver(&self) -> bool {
+        self.failed.is_empty()
+    }
+
     /// What the slowest live receiver consumed (everything we sent, if we are alone).
     fn consumed(&self) -> u64 {
         let live = (0..self.credit.len() as Rank).filter(|&r| r != self.rank && !self.failed.contains(r));

@@ -390,3 +390,25 @@ fn the_reliable_stacks_traces_are_fused_and_equal_the_layered_path() {
         }
     }
 }
+
+/// A member this sender has marked failed stays in the view until the view change excludes it,
+/// and gets the sender's casts meanwhile, but no longer holds the sender's window back: nothing
+/// bounds how far behind it falls, which a compressed datagram's 16-bit sequence number needs. So
+/// the casts go in the full form, their whole sequence number on the wire, until the next view.
+#[test]
+fn casts_go_in_the_full_form_while_a_member_is_marked_failed() {
+    let mut stack = Stack::new(crate::testing::view_of("vsync", 3), 0, Instant::ZERO).unwrap();
+    let cast = |stack: &mut Stack| {
+        stack.handle_action(Instant::ZERO, Action::Cast(vec![7].into())).unwrap();
+        let transmits: Vec<Transmit> = std::iter::from_fn(|| stack.poll_transmit()).collect();
+        let cast = transmits.iter().find(|t| t.mux == Mux::Cast && t.msg.payload.len() == 1).expect("the cast");
+        stack.compress(cast)
+    };
+    assert!(cast(&mut stack).is_some(), "compressed while every receiver is within the window");
+    let mut failed = RankSet::new();
+    failed.insert(2);
+    let mflow = stack.mflow.expect("vsync has mflow");
+    stack.queue.push_back((mflow, Ev::Dn(Dn::Fail(failed))));
+    stack.run(Instant::ZERO);
+    assert!(cast(&mut stack).is_none(), "rank 2 is marked failed: the full form");
+}
