@@ -1,0 +1,185 @@
+use super::*;
+use std::sync::{Condvar, Mutex};
+
+/// Opened by the test: until then, the stand-in lookup waits, as for a DNS server that does
+/// not answer.
+static GATE: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+fn gated_lookup(_name: &str) -> io::Result<Vec<SocketAddr>> {
+    let (lock, opened) = &GATE;
+    let open = opened.wait_timeout_while(lock.lock().unwrap(), Duration::from_secs(20), |open| !*open).unwrap().0;
+    match *open {
+        true => Ok(vec!["127.0.0.1:7999".parse().unwrap()]),
+        false => Err(io::Error::other("the test never opened the gate")),
+    }
+}
+
+/// A DNS lookup that takes long holds up neither the join nor the loop: the member gets its
+/// first view and the IP literals among its seeds while the lookup waits, and the name's
+/// addresses once it answers. (On the loop thread, a lookup blocked every group of the
+/// process: a server that does not answer takes 10 s with glibc's defaults.)
+#[test]
+fn a_slow_seed_lookup_holds_up_neither_the_join_nor_the_loop() {
+    let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+    event_loop.resolver = resolve::Resolver::with_lookup(gated_lookup);
+    let mut group = GroupConfig::new("slow-dns");
+    group.peers = vec!["127.0.0.1:7998".into(), "seed.invalid:7999".into()];
+    let endpoint = event_loop.join(&group).unwrap();
+    let name = GroupName(group.name.as_str().into());
+    let peers = |l: &EventLoop| l.node.peers(&name).to_vec();
+    for _ in 0..200 {
+        if event_loop.view(endpoint).is_some() {
+            break;
+        }
+        event_loop.poll(Some(Duration::from_millis(10))).unwrap();
+    }
+    assert!(event_loop.view(endpoint).is_some(), "the loop turned and installed the first view");
+    assert_eq!(peers(&event_loop), [Address::Inet("127.0.0.1:7998".parse().unwrap())], "the literal, at once");
+    assert!(!*GATE.0.lock().unwrap(), "all this while the lookup was waiting");
+    *GATE.0.lock().unwrap() = true;
+    GATE.1.notify_all();
+    for _ in 0..500 {
+        if peers(&event_loop).len() == 2 {
+            break;
+        }
+        event_loop.poll(Some(Duration::from_millis(10))).unwrap();
+    }
+    let expected: Vec<Address> =
+        ["127.0.0.1:7998", "127.0.0.1:7999"].iter().map(|a| Address::Inet(a.parse().unwrap())).collect();
+    assert_eq!(peers(&event_loop), expected, "the name's address once the lookup answered");
+}
+
+/// A wake-up made by a handle that was then dropped, before the loop's next turn, still ends
+/// that turn at once. The turn saw nobody holding the waker and waited in the receive call,
+/// which does not see a wake-up: for its whole timeout (about 4 s of the 5 asked here).
+#[test]
+#[allow(clippy::disallowed_types, clippy::disallowed_methods)] // a wall-clock bound; another thread wakes
+fn a_wake_up_from_a_handle_dropped_since_ends_the_next_wait() {
+    let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+    for _ in 0..3 {
+        event_loop.poll(Some(Duration::from_millis(1))).unwrap();
+    }
+    let waker = event_loop.waker();
+    std::thread::spawn(move || waker.wake().unwrap()).join().unwrap();
+    let started = std::time::Instant::now();
+    event_loop.poll(Some(Duration::from_secs(5))).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(1), "the wake-up was missed: {:?}", started.elapsed());
+    // Once it has been seen, the loop waits in the receive call again.
+    let waits = event_loop.stats.recv_waits;
+    event_loop.poll(Some(Duration::from_millis(20))).unwrap();
+    assert_eq!(event_loop.stats.recv_waits, waits + 1);
+}
+
+/// An application that casts without taking its events (its own casts come back to it) does
+/// not grow them without bound: past `event_queue`, its casts are parked, in order, and go
+/// once it catches up; every one is delivered, once, in order. Before, only the network was
+/// held back, and the loop-back events of the process's own casts piled up.
+#[test]
+fn own_casts_wait_while_the_application_is_behind_on_its_events() {
+    let mut config = RuntimeConfig::bind("127.0.0.1:0".parse().unwrap());
+    config.event_queue = 8;
+    let mut event_loop = EventLoop::new(config).unwrap();
+    let me = event_loop.join(&GroupConfig::new("behind")).unwrap();
+    while event_loop.view(me).is_none() {
+        event_loop.poll(Some(Duration::from_millis(1))).unwrap();
+    }
+    while event_loop.next_event().is_some() {}
+    for k in 0..100u8 {
+        event_loop.cast(me, vec![k].into()).unwrap();
+        event_loop.poll(Some(Duration::ZERO)).unwrap();
+    }
+    assert!(event_loop.pending_events() <= 8, "{} events held", event_loop.pending_events());
+    assert!(event_loop.parked(me) >= 90, "{} parked", event_loop.parked(me));
+    let mut got = Vec::new();
+    for _ in 0..1000 {
+        event_loop.poll(Some(Duration::ZERO)).unwrap();
+        while let Some((_, event)) = event_loop.next_event() {
+            if let Event::Cast { data, .. } = event {
+                got.push(data[0]);
+            }
+        }
+        if got.len() == 100 {
+            break;
+        }
+    }
+    assert_eq!(got, (0..100).collect::<Vec<u8>>(), "every cast once, in order");
+    assert_eq!(event_loop.parked(me), 0);
+}
+
+fn lookup_300ms(_name: &str) -> io::Result<Vec<SocketAddr>> {
+    std::thread::sleep(Duration::from_millis(300));
+    Ok(vec!["127.0.0.1:7996".parse().unwrap()])
+}
+
+/// The answer to a lookup of a group that has gone meanwhile is still read, and the waker it
+/// holds let go: held, it kept the loop out of the receive-call wait for good.
+#[test]
+#[allow(clippy::disallowed_types)] // waits for the stand-in lookup
+fn an_answer_for_a_group_gone_meanwhile_is_read_and_its_waker_let_go() {
+    let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+    event_loop.resolver = resolve::Resolver::with_lookup(lookup_300ms);
+    let mut group = GroupConfig::new("gone-before-the-answer");
+    group.peers = vec!["seed.invalid:7996".into()];
+    let endpoint = event_loop.join(&group).unwrap();
+    event_loop.poll(Some(Duration::from_millis(1))).unwrap();
+    assert!(!event_loop.resolver.idle(), "the lookup is in flight");
+    event_loop.leave(endpoint).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !event_loop.seeds.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the endpoint never exited");
+        event_loop.poll(Some(Duration::from_millis(10))).unwrap();
+        while event_loop.next_event().is_some() {}
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    for _ in 0..3 {
+        event_loop.poll(Some(Duration::from_millis(1))).unwrap();
+    }
+    assert!(event_loop.resolver.idle(), "the answer was read");
+    assert_eq!(Arc::strong_count(&event_loop.waker), 1, "and its waker dropped");
+}
+
+/// A unicast socket that has more to read at every turn (a flood, a burst of retransmissions)
+/// does not keep the loop from the others: a socket given up by a migration is still read.
+/// Before, such a turn skipped `epoll`, where only the others' readiness is learnt.
+#[test]
+fn a_unicast_socket_that_always_has_more_does_not_starve_a_retired_one() {
+    let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+    let old = event_loop.local_addr();
+    event_loop.migrate("127.0.0.1:0".parse().unwrap(), None).unwrap();
+    event_loop.poll(Some(Duration::ZERO)).unwrap();
+    assert_eq!(event_loop.retired.len(), 1, "the old socket is read for a while");
+    let sender = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sender.send_to(b"late", old).unwrap();
+    for _ in 0..50 {
+        event_loop.readable = true; // as if the unicast socket had more every turn
+        event_loop.poll(Some(Duration::ZERO)).unwrap();
+    }
+    assert_eq!(event_loop.runtime_stats().datagrams_in_retired, 1);
+}
+
+fn slow_lookup(_name: &str) -> io::Result<Vec<SocketAddr>> {
+    std::thread::sleep(Duration::from_millis(1_500));
+    Ok(vec!["127.0.0.1:7997".parse().unwrap()])
+}
+
+/// A lookup that outlasts `resolve_interval` does not make the loop spin: the group waits for
+/// the answer, not for its interval. (Counting the interval's deadline while the lookup was in
+/// flight made every wait zero until the answer came.)
+#[test]
+fn a_lookup_that_outlasts_the_interval_does_not_make_the_loop_spin() {
+    let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+    event_loop.resolver = resolve::Resolver::with_lookup(slow_lookup);
+    let mut group = GroupConfig::new("slower-than-the-interval");
+    group.peers = vec!["seed.invalid:7997".into()];
+    group.resolve_interval = Duration::from_secs(1);
+    event_loop.join(&group).unwrap();
+    let name = GroupName(group.name.as_str().into());
+    let mut polls = 0;
+    while event_loop.node.peers(&name).is_empty() {
+        assert!(polls < 2_000, "the loop spun while the lookup was in flight");
+        event_loop.poll(Some(Duration::from_millis(100))).unwrap();
+        polls += 1;
+    }
+    // About 15 waits of up to 100 ms (fewer when an alarm ends one sooner).
+    assert!(polls < 200, "{polls} turns for a 1.5 s lookup");
+}
