@@ -105,11 +105,12 @@ impl Consumer {
         None
     }
 
-    /// The cumulative count to report now if any message is unreported, marked reported.
-    fn owed(&mut self) -> Option<u64> {
+    /// The cumulative count to report now if any message is unreported, at most `cap` beyond
+    /// the last report, marked reported.
+    fn owed(&mut self, cap: u64) -> Option<u64> {
         (self.consumed > self.reported).then(|| {
-            self.reported = self.consumed;
-            self.consumed
+            self.reported = self.consumed.min(self.reported.saturating_add(cap));
+            self.reported
         })
     }
 
@@ -123,7 +124,10 @@ impl Consumer {
 /// The receiving side of a flow-control layer: what this member consumed of each origin, and
 /// whether its application lags its events (`Dn::Lagging`). While it lags, counts are withheld,
 /// and reported only at the layer's timer (every `lag_report_interval`: the layers' own messages
-/// held at the senders behind the application's must get out), so the senders wait for it. A
+/// held at the senders behind the application's must get out), at most `lag_trickle` beyond the
+/// last report each time, so the senders wait for it. The trickle is its own parameter rather
+/// than the window: reporting all that is owed would let a full window through per interval,
+/// which would tie a lagging member's intake to the window that throughput wants large. A
 /// flush (`Block`) lifts the lag for the rest of the view: the others' flushes wait for their
 /// held messages, which need this member's reports.
 #[derive(Debug, PartialEq)]
@@ -181,7 +185,7 @@ impl Receivers {
         let was = std::mem::replace(&mut self.lagging, lagging && !self.flushed);
         match (was, self.lagging) {
             (false, true) => out.alarm(out.now() + interval),
-            (true, false) => self.report_owed(failed, out, report),
+            (true, false) => self.report_owed(u64::MAX, failed, out, report),
             _ => {}
         }
     }
@@ -190,33 +194,41 @@ impl Receivers {
     pub(crate) fn flush<H: Into<Header>>(&mut self, failed: &RankSet, out: &mut Outbox<'_>, report: impl Fn(u64) -> H) {
         self.flushed = true;
         if std::mem::take(&mut self.lagging) {
-            self.report_owed(failed, out, report);
+            self.report_owed(u64::MAX, failed, out, report);
         }
     }
 
-    /// The layer's timer: while the application lags, what it owes trickles out, and again an
-    /// `interval` later.
+    /// The layer's timer: while the application lags, what it owes trickles out, at most
+    /// `trickle` messages per origin, and again an `interval` later.
     pub(crate) fn tick<H: Into<Header>>(
         &mut self,
         interval: Duration,
+        trickle: u64,
         failed: &RankSet,
         out: &mut Outbox<'_>,
         report: impl Fn(u64) -> H,
     ) {
         if self.lagging {
-            self.report_owed(failed, out, report);
+            self.report_owed(trickle, failed, out, report);
             out.alarm(out.now() + interval);
         }
     }
 
-    /// Reports the counts not yet reported to each live origin, point-to-point.
-    fn report_owed<H: Into<Header>>(&mut self, failed: &RankSet, out: &mut Outbox<'_>, report: impl Fn(u64) -> H) {
+    /// Reports the counts not yet reported to each live origin, point-to-point, each at most
+    /// `cap` beyond its last report.
+    fn report_owed<H: Into<Header>>(
+        &mut self,
+        cap: u64,
+        failed: &RankSet,
+        out: &mut Outbox<'_>,
+        report: impl Fn(u64) -> H,
+    ) {
         for (origin, consumer) in self.consumers.iter_mut().enumerate() {
             let origin = origin as Rank;
             if failed.contains(origin) {
                 continue;
             }
-            if let Some(count) = consumer.owed() {
+            if let Some(count) = consumer.owed(cap) {
                 send_report(out, origin, report(count));
             }
         }

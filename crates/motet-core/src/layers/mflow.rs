@@ -7,7 +7,9 @@
 //! goes up. Unreliable casts (gossip) are not flow controlled.
 //!
 //! While the application lags its events (`Dn::Lagging`), credit is counted but reported only
-//! every `lag_report_interval`, so the senders' windows close and their casts wait at them
+//! every `lag_report_interval`, at most `lag_trickle` casts beyond the last report each time (not
+//! all that is owed: that would let a whole window through per interval, and the window is sized
+//! for throughput), so the senders' windows close and their casts wait at them
 //! (Ensemble test 26: a slow receiver throttles its senders, with bounded buffering); `appl`
 //! refuses the member's own application casts meanwhile, since they come back to it. The trickle
 //! exists for the layers' own casts, which queue behind the application's at a sender (a flush's
@@ -28,25 +30,33 @@ use motet_wire::hdr::mflow::Header;
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Casts (fragments) a sender may be ahead of its slowest live receiver. Default 64.
+    /// Casts (fragments) a sender may be ahead of its slowest live receiver. Default 256: with
+    /// 64, three members casting 64 B messages on loopback spent a third of their time waiting
+    /// for credit (docs/PERFORMANCE.md, "The flow-control window"); a receiver buffers at most a
+    /// window per live sender.
     pub window: u64,
     /// Casts queued while blocked. Default 2048; must hold the fragments of the largest message.
     pub pending_max: usize,
     /// While the application lags ([`Dn::Lagging`]), credit is still reported this often, so
     /// the layers' own messages held at their senders behind the application's (a view change's
     /// flush among them) get out at the next report, and an application that stopped reading
-    /// receives at most a window from each sender per interval. Default 500 ms.
+    /// receives at most `lag_trickle` from each sender per interval. Default 500 ms.
     #[serde(
         rename = "lag_report_interval_ms",
         deserialize_with = "crate::time::millis",
         serialize_with = "crate::time::ser_millis"
     )]
     pub lag_report_interval: Duration,
+    /// While the application lags, the casts (fragments) each sender may send it per
+    /// `lag_report_interval`, beyond the window that was in flight when the lag began. Default
+    /// 64: a stopped application takes in little, and a view change's flush, queued at a sender
+    /// behind at most one message's fragments, gets out within a few intervals.
+    pub lag_trickle: u64,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { window: 64, pending_max: 2048, lag_report_interval: Duration::from_millis(500) }
+        Config { window: 256, pending_max: 2048, lag_report_interval: Duration::from_millis(500), lag_trickle: 64 }
     }
 }
 
@@ -188,7 +198,7 @@ impl Layer for Mflow {
 
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
         // While the application lags, what it owes trickles out (`Config::lag_report_interval`).
-        self.receivers.tick(self.config.lag_report_interval, &self.failed, out, credit);
+        self.receivers.tick(self.config.lag_report_interval, self.config.lag_trickle, &self.failed, out, credit);
     }
 
     // Fast path: a reliable cast the window admits (counted); a reliable cast received
@@ -299,6 +309,26 @@ mod tests {
         assert!(credits(&h.timer(at + config.lag_report_interval)).is_empty(), "nothing more owed");
         h.dn(Dn::Lagging(false));
         assert!(credits(&h.timer(at + config.lag_report_interval + config.lag_report_interval)).is_empty());
+    }
+
+    #[test]
+    fn each_interval_lets_through_at_most_a_trickle_not_a_window() {
+        let (config, mut h) = lagging();
+        assert!(config.lag_trickle < config.window, "the defaults decouple the two");
+        let mut at = h.alarm.expect("the lag's timer");
+        (0..config.window + 2).for_each(|_| drop(h.up(cast())));
+        let mut reported = Vec::new();
+        for _ in 0..5 {
+            reported.extend(credits(&h.timer(at)));
+            at = at + config.lag_report_interval;
+        }
+        let trickle = config.lag_trickle;
+        let mut expected: Vec<_> = (1..=5).map(|k| (0, (k * trickle).min(config.window + 2))).collect();
+        expected.dedup();
+        assert_eq!(reported, expected, "a trickle per interval, until all that is owed is reported");
+        // A flush, or the lag's end, reports the rest at once.
+        (0..3).for_each(|_| drop(h.up(cast())));
+        assert_eq!(credits(&h.dn(Dn::Lagging(false))), vec![(0, config.window + 5)]);
     }
 
     #[test]

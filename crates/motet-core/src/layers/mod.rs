@@ -310,6 +310,10 @@ impl StackConfig {
             ("pt2pt.recv_window_max", self.pt2pt.recv_window_max),
             ("pt2pt.retransmit_max", self.pt2pt.retransmit_max as u64),
             ("pt2pt.ack_batch", self.pt2pt.ack_batch),
+            // A trickle of nothing would hold a lagging member's senders, and the view change
+            // their flushes wait in, until the application catches up.
+            ("mflow.lag_trickle", self.mflow.lag_trickle),
+            ("pt2ptw.lag_trickle", self.pt2ptw.lag_trickle),
             ("totem.pending_max", self.totem.pending_max as u64),
             ("appl.message_size_max", self.appl.message_size_max as u64),
         ];

@@ -28,18 +28,23 @@ pub struct Config {
     /// While the application lags ([`Dn::Lagging`]), credit is still reported this often, so
     /// the layers' own messages held at their senders behind the application's (a view change's
     /// flush among them) get out at the next report, and an application that stopped reading
-    /// receives at most a window from each sender per interval. Default 500 ms.
+    /// receives at most `lag_trickle` from each sender per interval. Default 500 ms.
     #[serde(
         rename = "lag_report_interval_ms",
         deserialize_with = "crate::time::millis",
         serialize_with = "crate::time::ser_millis"
     )]
     pub lag_report_interval: Duration,
+    /// While the application lags, the messages (fragments) each sender may send it per
+    /// `lag_report_interval`, beyond the window that was in flight when the lag began. Default
+    /// 64: a stopped application takes in little, and a view change's flush, queued at a sender
+    /// behind at most one message's fragments, gets out within a few intervals.
+    pub lag_trickle: u64,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { window: 64, pending_max: 2048, lag_report_interval: Duration::from_millis(500) }
+        Config { window: 64, pending_max: 2048, lag_report_interval: Duration::from_millis(500), lag_trickle: 64 }
     }
 }
 
@@ -171,7 +176,7 @@ impl Layer for Pt2ptw {
 
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
         // While the application lags, what it owes trickles out (`Config::lag_report_interval`).
-        self.receivers.tick(self.config.lag_report_interval, &self.failed, out, ack);
+        self.receivers.tick(self.config.lag_report_interval, self.config.lag_trickle, &self.failed, out, ack);
     }
 
     // Fast path: a send the window admits (counted); a send received (consumed, with an `Ack`
@@ -263,7 +268,8 @@ mod tests {
             crate::fast::Up { origin: 0, cast: false, qos: crate::event::Qos::Reliable, header: &Header::NoHdr.into() };
         let step = h.layer.fast_up(&fast).expect("the fast path takes a send during a lag");
         assert_eq!(step.reply, None, "and, as the layered path, counts it with no acknowledgement");
-        assert_eq!(acks(&h.timer(at)), vec![(0, config.window + 1)], "what is owed trickles out");
+        let trickle = config.lag_trickle.min(config.window + 1);
+        assert_eq!(acks(&h.timer(at)), vec![(0, trickle)], "what is owed trickles out, a trickle at a time");
         h.up(send());
         assert_eq!(acks(&h.dn(Dn::Block)), vec![(0, config.window + 2)], "a flush reports the rest");
         h.dn(Dn::Lagging(true));
