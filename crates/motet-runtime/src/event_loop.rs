@@ -577,9 +577,10 @@ impl EventLoop {
     /// full) or has caught up (`false`). Meanwhile the group's flow control holds the other
     /// members' casts and sends to it at their senders instead of piling events up here, and its
     /// own casts are refused (parked) until it catches up. A view change lifts the withheld credit
-    /// for the rest of that view, and a window per sender trickles through every
-    /// `lag_report_interval` (docs/runtime.md, "Back-pressure, end to end"). The threaded [`crate::Runtime`] says it for each member whose event channel
-    /// is full; a driver that keeps per-member event queues of its own may say it likewise.
+    /// for the rest of that view, and `lag_trickle` messages per sender trickle through every
+    /// `lag_report_interval` (docs/runtime.md, "Back-pressure, end to end"). The threaded
+    /// [`crate::Runtime`] says it for each member whose event channel is full; a driver that
+    /// keeps per-member event queues of its own may say it likewise.
     pub fn set_lagging(&mut self, endpoint: EndpointId, lagging: bool) -> Result<(), Error> {
         let member = self.members.get_mut(&endpoint).ok_or(Error::Left)?;
         if member.left {

@@ -27,8 +27,11 @@ use std::time::Duration;
 const LEAVE_GRACE: Duration = Duration::from_secs(5);
 
 /// The least a member's overflow holds before the loop's last resort (it stops reading): a
-/// lagging member still receives a window per sender every `lag_report_interval`.
-const OVERFLOW_MIN: usize = 16_384;
+/// lagging member still receives the window in flight when it began to lag (256 casts per sender
+/// by default), and then `lag_trickle` (64) per sender every `lag_report_interval`. 65,536 holds
+/// a 100-member group's windows and a few seconds of its trickles; a longer lag meets the last
+/// resort, which loses nothing (the senders retransmit).
+const OVERFLOW_MIN: usize = 65_536;
 
 /// What the application's threads ask of the loop.
 enum Command {
