@@ -42,6 +42,11 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
     );
     counter("views_installed_total", "views installed by this process's endpoints", runtime.views_installed);
     counter(
+        "busy_yields_total",
+        "times a busy-polling loop found nothing to read and yielded its CPU",
+        runtime.busy_yields,
+    );
+    counter(
         "bypass_hits_total",
         "application messages that took the bypass (fused trace handlers)",
         runtime.bypass_hits,

@@ -557,7 +557,8 @@ fn common_path_datagrams_on_the_wire_carry_at_most_8_bytes_of_head() {
 /// Two event loops driven on this thread (as `motet perf` drives them): round trips and bursts
 /// of casts, with both loops busy-polling (a spin reads one datagram; two in a row switch to
 /// batches) and with both waiting in the receive call (one `recvmsg` per wait). Every cast
-/// arrives, in order, and the waiting loops did wait in the receive call.
+/// arrives, in order, the waiting loops did wait in the receive call, and the busy-polling ones
+/// yielded their CPU after empty spins.
 #[test]
 fn event_loops_busy_polling_or_waiting_in_the_receive_call_deliver_everything() {
     use motet_runtime::EventLoop;
@@ -624,6 +625,10 @@ fn event_loops_busy_polling_or_waiting_in_the_receive_call_deliver_everything() 
         }
         let waits: u64 = loops.iter().map(|(l, _)| l.runtime_stats().recv_waits).sum();
         assert_eq!(waits > 0, !busy_poll, "busy_poll {busy_poll}: {waits} waits in the receive call");
+        // A spin that found nothing gave the CPU up (more spinners than CPUs would otherwise
+        // each hold theirs for a time slice); a loop that waits never spins.
+        let yields: u64 = loops.iter().map(|(l, _)| l.runtime_stats().busy_yields).sum();
+        assert_eq!(yields > 0, busy_poll, "busy_poll {busy_poll}: {yields} yields");
     }
 }
 

@@ -20,10 +20,11 @@ use motet_wire::datagram::{self, Compressed};
 use motet_wire::{ConnId, Mux};
 use std::collections::VecDeque;
 
-/// Casts a receiver takes before it reports credit (as `mflow`'s default).
-const CREDIT_BATCH: u64 = 32;
-/// Casts in flight a sender may have before it waits for credit.
+/// Casts in flight a sender may have before it waits for credit (`mflow`'s default window; a
+/// test below keeps the two equal).
 const WINDOW: u64 = 256;
+/// Casts a receiver takes before it reports credit (`mflow` reports every half window).
+const CREDIT_BATCH: u64 = WINDOW / 2;
 
 /// One member of a hand-written `fifo` group.
 pub(crate) struct Member {
@@ -223,5 +224,6 @@ mod tests {
         let mut a = Member::new(0, 2);
         let sent = (0..WINDOW + 10).take_while(|_| a.cast(Payload::new()).is_some()).count();
         assert_eq!(sent as u64, WINDOW);
+        assert_eq!(WINDOW, motet_core::StackConfig::default().mflow.window, "the yardstick does the stack's work");
     }
 }
