@@ -49,13 +49,6 @@ const BUSY_POLL_EPOLL_EVERY: u64 = 64;
 /// here): timers and the application get a turn at least that often.
 const BUSY_SPIN_READS: usize = 32;
 
-/// Empty spins in a row after which a busy-polling loop yields its CPU (`sched_yield`) once: the
-/// back-off of Aeron's idle strategies. More spinning processes than CPUs (three members on two
-/// vCPUs) otherwise each keep their CPU for a whole time slice while the one descheduled holds
-/// the others' credit: 3 members casting 64 B fell from 780 k to 128 k msgs/s. With a CPU of
-/// its own, a yield finds nothing else to run and returns at once.
-const BUSY_YIELD_AFTER: u32 = 1;
-
 /// Counters of the runtime itself (the protocol's are in [`motet_core::layer::Stats`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RuntimeStats {
@@ -206,8 +199,8 @@ pub struct EventLoop {
     /// asked `epoll`: a wake-up its holder made before dropping it waits there, unseen by a wait
     /// in the receive call.
     waker_lent: std::cell::Cell<bool>,
-    /// Busy-polling spins in a row that found nothing (`BUSY_YIELD_AFTER`).
-    empty_spins: u32,
+    /// Busy-polling turns in a row, outside a spin, that read nothing.
+    empty_turns: usize,
     stats: RuntimeStats,
 }
 
@@ -268,7 +261,7 @@ impl EventLoop {
             next_token: RETIRED_FIRST,
             recv_timeout: receive::RecvTimeout::default(),
             waker_lent: std::cell::Cell::new(false),
-            empty_spins: 0,
+            empty_turns: 0,
             stats: RuntimeStats::default(),
         })
     }
@@ -486,15 +479,15 @@ impl EventLoop {
                     break;
                 }
             }
+            // A spin that found nothing yields the CPU (`sched_yield`), the back-off of Aeron's
+            // idle strategies: with more spinning processes than CPUs (three members on two
+            // vCPUs), each kept its CPU for a whole time slice while the one descheduled held the
+            // others' credit, and 3 members casting 64 B fell from 780 k to 128 k msgs/s. With a
+            // CPU of its own, the loop gets it straight back. The turn's time may then be a
+            // time slice old (the next turn reads the clock again).
             if self.stats.datagrams_in == seen {
-                self.empty_spins += 1;
-                if self.empty_spins >= BUSY_YIELD_AFTER {
-                    self.empty_spins = 0;
-                    self.stats.busy_yields += 1;
-                    std::thread::yield_now();
-                }
-            } else {
-                self.empty_spins = 0;
+                self.stats.busy_yields += 1;
+                std::thread::yield_now();
             }
             return self.end_turn(fresh);
         }
@@ -510,6 +503,7 @@ impl EventLoop {
         // due: their readiness is learnt only there, and a unicast socket that always has more
         // to read (a flood, a burst of retransmissions) would otherwise keep every turn due and
         // leave them unread for good.
+        let seen = self.stats.datagrams_in;
         let skip = if self.config.busy_poll {
             !self.stats.turns.is_multiple_of(BUSY_POLL_EPOLL_EVERY)
         } else {
@@ -556,6 +550,20 @@ impl EventLoop {
                 if self.retired[index].readable || self.config.busy_poll {
                     self.receive(Source::Retired(index), &mut fresh);
                 }
+            }
+        }
+        // Busy-polling turns of one read each (the threaded runtime's, whose handles hold the
+        // waker): as many empty ones in a row as a spin's reads yield the CPU, as a spin does.
+        if self.config.busy_poll {
+            if self.stats.datagrams_in == seen {
+                self.empty_turns += 1;
+                if self.empty_turns >= BUSY_SPIN_READS {
+                    self.empty_turns = 0;
+                    self.stats.busy_yields += 1;
+                    std::thread::yield_now();
+                }
+            } else {
+                self.empty_turns = 0;
             }
         }
         self.end_turn(fresh)

@@ -27,10 +27,12 @@ use std::time::Duration;
 const LEAVE_GRACE: Duration = Duration::from_secs(5);
 
 /// The least a member's overflow holds before the loop's last resort (it stops reading): a
-/// lagging member still receives the window in flight when it began to lag (256 casts per sender
-/// by default), and then `lag_trickle` (64) per sender every `lag_report_interval`. 65,536 holds
-/// a 100-member group's windows and a few seconds of its trickles; a longer lag meets the last
-/// resort, which loses nothing (the senders retransmit).
+/// lagging member still receives the windows in flight when it began to lag (256 casts and 64
+/// sends per sender by default), and then `lag_trickle` casts and as many sends (64 each) per
+/// sender every `lag_report_interval`. In a 100-member group that is about 32,000 events at once
+/// and 12,800 per half second: 65,536 holds about 1.3 s of such a lag, a longer one meets the
+/// last resort, which loses nothing (the senders retransmit). It counts events, not bytes: a
+/// stack without flow control may hold this many messages of any size.
 const OVERFLOW_MIN: usize = 65_536;
 
 /// What the application's threads ask of the loop.

@@ -678,8 +678,8 @@ fn event_loops_polled_only_without_waiting_still_receive() {
 /// Members whose parameters differ run the group's: those of the view they are in, which a merge
 /// takes from the granting partition, not each its own (before, each ran its own and this test
 /// stalled at 8 casts). A sender whose own `mflow` window is 8, in a group whose window
-/// is the default 64 (receivers report credit every 32 casts), is not held after 8 casts waiting
-/// for a report that its receivers, counting to 32, would never send.
+/// is the default (256: receivers report credit every 128 casts), is not held after 8 casts
+/// waiting for a report that its receivers, counting to 128, would never send.
 #[test]
 fn members_run_the_parameters_of_their_view() {
     let (runtimes, addresses) = start(2);
@@ -981,4 +981,23 @@ fn receive_offload_goes_on_when_batches_keep_finding_several_datagrams_queued() 
     let stats = event_loop.runtime_stats();
     assert_eq!(stats.recv_waits, 0, "the loop waited in epoll: {stats:?}");
     assert!(stats.receive_offload, "several at a time: {stats:?}");
+}
+
+/// The threaded runtime's loop busy-polls in turns of one read each (its handles hold the
+/// waker, so it never spins within a turn): idle, it still yields its CPU now and then, so that
+/// more spinning processes than CPUs share them instead of each holding one for a time slice.
+#[test]
+fn a_busy_polling_runtime_that_reads_nothing_yields_its_cpu() {
+    let runtime = Runtime::start(RuntimeConfig::default().busy_poll(true)).unwrap();
+    let member = runtime.join(GroupConfig::new("alone")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (stats, _) = runtime.stats().unwrap();
+        if stats.busy_yields > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no yield in 10 s of an idle busy-polling loop: {stats:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(member);
 }
