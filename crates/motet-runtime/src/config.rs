@@ -418,6 +418,7 @@ mod tests {
         assert!(err("[group.params.intra]\ncommit_timeout_ms = 3500\n")
             .contains("must be at least 1000 ms longer than merge.merge_timeout_ms (3000 ms)"));
         assert!(err("[group.params.mnak]\nretransmit_max = 0\n").contains("mnak.retransmit_max must be at least 1"));
+        assert!(err("[group.params.mflow]\nlag_trickle = 0\n").contains("mflow.lag_trickle must be at least 1"));
     }
 
     #[test]
