@@ -92,3 +92,31 @@ fn long_lags_under_every_stack_keep_every_guarantee() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A member of a `total` group lags for seconds while the others keep casting. The sequencer's
+/// orders are the layers' own casts: they pass `appl`'s refusal and queue at the sequencer's
+/// `mflow` behind the lagging member's credit, which trickles `lag_trickle` per interval, while
+/// the casts to order arrive from every sender. Its queue grows past `pending_max` (16 here, valid
+/// for messages of one fragment; the default 2,048 did not overflow in this run): counted
+/// (`FlowQueueOver`), where it was a panic (seed 1 failed so before the fix), and every guarantee
+/// holds once the lag ends.
+#[test]
+fn orders_queued_behind_a_long_lag_past_pending_max_are_counted_not_a_panic() {
+    use motet_core::{Counter, StackSpec};
+    use motet_sim::options::SimOptions;
+    let mut over = 0;
+    for seed in 1..=3 {
+        let mut options = SimOptions::new(seed, 5, StackSpec::parse("total").unwrap());
+        options.casts = 3_000;
+        options.workload_ms = 3_000;
+        options.payload_max = 64;
+        options.config.mflow.pending_max = 16;
+        options.config.appl.message_size_max = 1024;
+        options.config.frag.frag_size = 1024;
+        options.script = vec![(100, ScriptAction::Lag(4, true)), (8_000, ScriptAction::Lag(4, false))];
+        let report = motet_sim::run(&options);
+        assert!(report.violations.is_empty(), "seed {seed}: {:?}", report.violations);
+        over += report.stats.counter(Counter::FlowQueueOver);
+    }
+    assert!(over > 0, "the orders never queued past pending_max");
+}

@@ -7,9 +7,9 @@
 //! `pending_max`. The layers' own casts (a sequencer's orders, `safe`'s acknowledgements, a
 //! flush) still queue behind them: few, and bounded by the casts they answer, but not by
 //! `pending_max`, so a queue past it is counted (`Counter::FlowQueueOver`), not a panic (it was
-//! one until the fourteenth session: by a review's reckoning, not seen in a run, a sequencer
-//! behind a member that lagged long enough, in a group of more than `lag_trickle` members, could
-//! order faster than the trickle let it send).
+//! one until the fourteenth session: a sequencer behind a member that lags for long orders the
+//! casts of every sender, and the trickle lets it send `lag_trickle` per interval;
+//! `motet-sim/tests/lag.rs` shows it with a `pending_max` of 16).
 //!
 //! Receivers report cumulative counts every `window / 2` messages, which keeps the protocol live:
 //! a blocked sender has `window` messages outstanding, so each receiver eventually crosses a
