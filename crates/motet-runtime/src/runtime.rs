@@ -31,9 +31,14 @@ const LEAVE_GRACE: Duration = Duration::from_secs(5);
 /// sends per sender by default), and then `lag_trickle` casts and as many sends (64 each) per
 /// sender every `lag_report_interval`. In a 100-member group that is about 32,000 events at once
 /// and 12,800 per half second: 65,536 holds about 1.3 s of such a lag, a longer one meets the
-/// last resort, which loses nothing (the senders retransmit). It counts events, not bytes: a
-/// stack without flow control may hold this many messages of any size.
+/// last resort, which loses nothing (the senders retransmit).
 const OVERFLOW_MIN: usize = 65_536;
+
+/// The most payload bytes a member's overflow holds before the last resort (one more message may
+/// pass it). With flow control the windows bound it already (a window counts fragments: 256 KiB
+/// per sender at the default 1 KiB fragments, 25 MiB for 100 senders), but a stack without flow
+/// control could otherwise hold [`OVERFLOW_MIN`] messages of any size, a megabyte each.
+const OVERFLOW_BYTES_MAX: usize = 64 << 20;
 
 /// What the application's threads ask of the loop.
 enum Command {
@@ -546,7 +551,8 @@ struct LoopThread {
     members: BTreeMap<EndpointId, Listener>,
     /// Members with events in their overflow, visited every turn.
     behind: BTreeSet<EndpointId>,
-    /// The bound of each member's overflow (`event_queue`, at least [`OVERFLOW_MIN`]).
+    /// The bound of each member's overflow (`event_queue`, at least [`OVERFLOW_MIN`], and
+    /// [`OVERFLOW_BYTES_MAX`]).
     overflow_max: usize,
     /// An event whose member's overflow is full, held (with everything after it) until it has
     /// room: the loop's last resort, which stops it reading the socket.
@@ -558,7 +564,49 @@ struct Listener {
     sink: Sink,
     shared: Arc<MemberShared>,
     /// Events its full channel refused, in order, waiting for room (at most `overflow_max`).
-    overflow: VecDeque<Event>,
+    overflow: Overflow,
+}
+
+/// A member's overflow: its events in order, and the payload bytes they carry.
+#[derive(Default)]
+struct Overflow {
+    events: VecDeque<Event>,
+    bytes: usize,
+}
+
+impl Overflow {
+    fn payload(event: &Event) -> usize {
+        match event {
+            Event::Cast { data, .. } | Event::Send { data, .. } => data.len(),
+            _ => 0,
+        }
+    }
+
+    fn push_back(&mut self, event: Event) {
+        self.bytes += Overflow::payload(&event);
+        self.events.push_back(event);
+    }
+
+    fn push_front(&mut self, event: Event) {
+        self.bytes += Overflow::payload(&event);
+        self.events.push_front(event);
+    }
+
+    fn pop_front(&mut self) -> Option<Event> {
+        let event = self.events.pop_front()?;
+        self.bytes -= Overflow::payload(&event);
+        Some(event)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// Holds `events` events or [`OVERFLOW_BYTES_MAX`] bytes: the next event waits (the loop's
+    /// last resort).
+    fn is_full(&self, events: usize) -> bool {
+        self.events.len() >= events || self.bytes >= OVERFLOW_BYTES_MAX
+    }
 }
 
 impl LoopThread {
@@ -657,7 +705,7 @@ impl LoopThread {
                     let member = Arc::new(MemberShared::default());
                     // Until its first view, the member's own limit (its view, alone, has it).
                     member.message_size_max.store(config.params.appl.message_size_max, Ordering::Relaxed);
-                    let listener = Listener { sink, shared: Arc::clone(&member), overflow: VecDeque::new() };
+                    let listener = Listener { sink, shared: Arc::clone(&member), overflow: Overflow::default() };
                     self.members.insert(endpoint, listener);
                     Joined { endpoint, member }
                 });
@@ -692,9 +740,10 @@ impl LoopThread {
             let Some((endpoint, event)) = self.held.take().or_else(|| self.event_loop.next_event()) else { return };
             let Some(listener) = self.members.get_mut(&endpoint) else { continue };
             if !listener.overflow.is_empty() {
-                if listener.overflow.len() >= self.overflow_max {
+                if listener.overflow.is_full(self.overflow_max) {
                     // Its senders did not wait (a stack without flow control, or a lag long
-                    // enough for what trickles to fill the overflow): the last resort.
+                    // enough for what trickles to fill the overflow), or its messages are large
+                    // (`OVERFLOW_BYTES_MAX`): the last resort.
                     self.held = Some((endpoint, event));
                     return;
                 }
@@ -817,9 +866,35 @@ mod tests {
         let (sink, events) = mpsc::sync_channel(1);
         let member = Arc::new(MemberShared::default());
         let endpoint = EndpointId(7);
-        let listener = Listener { sink: Sink::Blocking(sink), shared: Arc::clone(&member), overflow: VecDeque::new() };
+        let listener =
+            Listener { sink: Sink::Blocking(sink), shared: Arc::clone(&member), overflow: Overflow::default() };
         thread.members.insert(endpoint, listener);
         (thread, Handle { endpoint, shared, member }, events)
+    }
+
+    /// An overflow is full at its count of events or at [`OVERFLOW_BYTES_MAX`] of payload,
+    /// whichever comes first: 64 messages of 1 MiB fill it though far fewer than its count (a
+    /// stack without flow control could otherwise hold 65,536 of them), and its bytes follow
+    /// what leaves it.
+    #[test]
+    fn an_overflow_is_full_at_its_count_or_its_bytes() {
+        let mut overflow = Overflow::default();
+        let big = || Event::Cast { from: EndpointId(1), data: bytes::Bytes::from(vec![0u8; 1 << 20]) };
+        for _ in 0..OVERFLOW_BYTES_MAX >> 20 {
+            assert!(!overflow.is_full(OVERFLOW_MIN));
+            overflow.push_back(big());
+        }
+        assert!(overflow.is_full(OVERFLOW_MIN), "{} events, {} bytes", overflow.events.len(), overflow.bytes);
+        let first = overflow.pop_front().unwrap();
+        assert!(!overflow.is_full(OVERFLOW_MIN));
+        overflow.push_front(first);
+        overflow.push_back(Event::Block);
+        assert_eq!(overflow.bytes, OVERFLOW_BYTES_MAX, "events without payload weigh nothing");
+        while overflow.pop_front().is_some() {}
+        assert_eq!(overflow.bytes, 0);
+        // The count alone, for small events.
+        (0..3).for_each(|_| overflow.push_back(Event::Block));
+        assert!(overflow.is_full(3) && !overflow.is_full(4));
     }
 
     /// Fills the member's channel and one more: the member is behind, with one event in its
@@ -857,7 +932,7 @@ mod tests {
         // Room in the channel, but the application did not say so (a raw receive, not `taken`).
         assert_eq!(events.try_recv().unwrap(), Event::Block);
         thread.catch_up();
-        assert_eq!(thread.members[&handle.endpoint].overflow.len(), 1, "not tried: nobody woke the loop");
+        assert_eq!(thread.members[&handle.endpoint].overflow.events.len(), 1, "not tried: nobody woke the loop");
         assert!(thread.behind.contains(&handle.endpoint));
         settle(&mut thread);
         handle.taken(&Event::Block);
