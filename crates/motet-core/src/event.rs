@@ -473,7 +473,7 @@ counters! {
     NakSent: "negative acknowledgements sent",
     AckSent: "acknowledgements sent",
     FlowBlocked: "times a flow-control layer blocked its sender",
-    FlowQueueOver: "messages a blocked flow-control layer queued beyond `pending_max` (the layers' own casts, such as a sequencer's orders, behind a lagging member)",
+    FlowQueueOver: "messages a blocked flow-control layer queued past `pending_max` (the layers' own messages, such as a sequencer's orders, pass `appl`'s refusal; behind a lagging member they may exceed it)",
     Gossip: "stability gossip messages sent",
     Fragmented: "messages split into fragments",
     Suspected: "members newly suspected by the failure detector",

@@ -199,7 +199,7 @@ pub struct EventLoop {
     /// asked `epoll`: a wake-up its holder made before dropping it waits there, unseen by a wait
     /// in the receive call.
     waker_lent: std::cell::Cell<bool>,
-    /// Busy-polling turns in a row, outside a spin, that read nothing.
+    /// Busy-polling turns in a row, outside a spin, that were idle (read nothing, nothing due).
     empty_turns: usize,
     stats: RuntimeStats,
 }
@@ -483,13 +483,15 @@ impl EventLoop {
             // idle strategies: with more spinning processes than CPUs (three members on two
             // vCPUs), each kept its CPU for a whole time slice while the one descheduled held the
             // others' credit, and 3 members casting 64 B fell from 780 k to 128 k msgs/s. With a
-            // CPU of its own, the loop gets it straight back. The turn's time may then be a
-            // time slice old (the next turn reads the clock again).
-            if self.stats.datagrams_in == seen {
-                self.stats.busy_yields += 1;
-                std::thread::yield_now();
+            // CPU of its own, the loop gets it straight back. After the turn's alarms, which
+            // would otherwise wait behind it.
+            let empty = self.stats.datagrams_in == seen;
+            self.empty_turns = 0;
+            let result = self.end_turn(fresh);
+            if empty {
+                self.busy_yield();
             }
-            return self.end_turn(fresh);
+            return result;
         }
         // Busy-polling tries every socket each turn anyway, and the threaded runtime checks its
         // command channel without a system call, so readiness is only needed for a send backlog
@@ -553,20 +555,24 @@ impl EventLoop {
             }
         }
         // Busy-polling turns of one read each (the threaded runtime's, whose handles hold the
-        // waker): as many empty ones in a row as a spin's reads yield the CPU, as a spin does.
-        if self.config.busy_poll {
-            if self.stats.datagrams_in == seen {
-                self.empty_turns += 1;
-                if self.empty_turns >= BUSY_SPIN_READS {
-                    self.empty_turns = 0;
-                    self.stats.busy_yields += 1;
-                    std::thread::yield_now();
-                }
-            } else {
-                self.empty_turns = 0;
-            }
+        // waker): as many idle ones in a row as a spin's reads yield the CPU, as a spin does. A
+        // turn is idle when it read nothing, nothing was due, the caller let it wait (the
+        // threaded runtime passes a zero timeout when it has handled a command) and no backlog
+        // was sent.
+        let idle_turn = self.config.busy_poll && idle && !writable && self.stats.datagrams_in == seen;
+        self.empty_turns = if idle_turn { self.empty_turns + 1 } else { 0 };
+        let result = self.end_turn(fresh);
+        if self.empty_turns >= BUSY_SPIN_READS {
+            self.empty_turns = 0;
+            self.busy_yield();
         }
-        self.end_turn(fresh)
+        result
+    }
+
+    /// Gives the CPU up once (see the spin in [`EventLoop::poll`]).
+    fn busy_yield(&mut self) {
+        self.stats.busy_yields += 1;
+        std::thread::yield_now();
     }
 
     /// The end of a turn of [`EventLoop::poll`]: due alarms, DNS, migrations, then what they

@@ -35,9 +35,10 @@ const LEAVE_GRACE: Duration = Duration::from_secs(5);
 const OVERFLOW_MIN: usize = 65_536;
 
 /// The most payload bytes a member's overflow holds before the last resort (one more message may
-/// pass it). With flow control the windows bound it already (a window counts fragments: 256 KiB
-/// per sender at the default 1 KiB fragments, 25 MiB for 100 senders), but a stack without flow
-/// control could otherwise hold [`OVERFLOW_MIN`] messages of any size, a megabyte each.
+/// pass it): a stack without flow control could otherwise hold [`OVERFLOW_MIN`] messages of any
+/// size, a megabyte each. With flow control and 1 KiB fragments, a 100-member group reaches it
+/// in about the time it reaches the count (its windows, about 31 MiB, then 12.5 MiB per
+/// half-second trickle). The member's own channel (`event_queue` events) has no such bound.
 const OVERFLOW_BYTES_MAX: usize = 64 << 20;
 
 /// What the application's threads ask of the loop.
@@ -551,8 +552,8 @@ struct LoopThread {
     members: BTreeMap<EndpointId, Listener>,
     /// Members with events in their overflow, visited every turn.
     behind: BTreeSet<EndpointId>,
-    /// The bound of each member's overflow (`event_queue`, at least [`OVERFLOW_MIN`], and
-    /// [`OVERFLOW_BYTES_MAX`]).
+    /// The bound of each member's overflow in events (`event_queue`, at least [`OVERFLOW_MIN`]);
+    /// its bytes are bounded by [`OVERFLOW_BYTES_MAX`].
     overflow_max: usize,
     /// An event whose member's overflow is full, held (with everything after it) until it has
     /// room: the loop's last resort, which stops it reading the socket.
@@ -563,7 +564,8 @@ struct LoopThread {
 struct Listener {
     sink: Sink,
     shared: Arc<MemberShared>,
-    /// Events its full channel refused, in order, waiting for room (at most `overflow_max`).
+    /// Events its full channel refused, in order, waiting for room (at most `overflow_max` events
+    /// or [`OVERFLOW_BYTES_MAX`] bytes, and one more message).
     overflow: Overflow,
 }
 
@@ -577,7 +579,7 @@ struct Overflow {
 impl Overflow {
     fn payload(event: &Event) -> usize {
         match event {
-            Event::Cast { data, .. } | Event::Send { data, .. } => data.len(),
+            Event::Cast { data, .. } | Event::Send { data, .. } | Event::XferChunk { data, .. } => data.len(),
             _ => 0,
         }
     }
@@ -891,6 +893,12 @@ mod tests {
         overflow.push_back(Event::Block);
         assert_eq!(overflow.bytes, OVERFLOW_BYTES_MAX, "events without payload weigh nothing");
         while overflow.pop_front().is_some() {}
+        assert_eq!(overflow.bytes, 0);
+        // State-transfer chunks weigh their bytes too.
+        let view = motet_core::ViewId { ltime: 1, coord: EndpointId(1) };
+        overflow.push_back(Event::XferChunk { view, data: bytes::Bytes::from(vec![0u8; 100]), last: true });
+        assert_eq!(overflow.bytes, 100);
+        overflow.pop_front();
         assert_eq!(overflow.bytes, 0);
         // The count alone, for small events.
         (0..3).for_each(|_| overflow.push_back(Event::Block));
