@@ -16,11 +16,15 @@ fn receive(io: &mut UdpIo, n: usize) -> (Vec<Bytes>, Vec<Batch>) {
     (got, batches)
 }
 
+/// Two sockets on loopback, the second with receive offload wanted or not.
+fn pair(offload: bool) -> (UdpIo, UdpIo) {
+    let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
+    (UdpIo::bind(localhost, 1 << 20, true).unwrap(), UdpIo::bind(localhost, 1 << 20, offload).unwrap())
+}
+
 #[test]
 fn small_and_medium_datagrams_share_chunks_and_stay_intact_and_large_ones_are_whole() {
-    let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
-    let (mut a, mut b) =
-        (UdpIo::bind(localhost, 1 << 20, true).unwrap(), UdpIo::bind(localhost, 1 << 20, true).unwrap());
+    let (mut a, mut b) = pair(true);
     let to = b.local_addr().unwrap();
     // 300 datagrams: enough small and medium ones to fill several chunks, and some larger.
     let size = |k: usize| match k {
@@ -161,9 +165,7 @@ fn multicast_destinations_use_the_shared_socket() {
 
 #[test]
 fn a_batch_that_is_not_full_says_the_socket_is_drained() {
-    let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
-    let (mut a, mut b) =
-        (UdpIo::bind(localhost, 1 << 20, true).unwrap(), UdpIo::bind(localhost, 1 << 20, true).unwrap());
+    let (mut a, mut b) = pair(true);
     let to = b.local_addr().unwrap();
     a.send(to, b"x", &Payload::new()).unwrap();
     let (got, batches) = receive(&mut b, 1);
@@ -187,9 +189,7 @@ fn a_batch_that_is_not_full_says_the_socket_is_drained() {
 /// segment size and handed the run over as one datagram).
 #[test]
 fn coalesced_runs_are_split_after_single_datagrams_in_batches_and_waits() {
-    let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
-    let (mut a, mut b) =
-        (UdpIo::bind(localhost, 1 << 20, true).unwrap(), UdpIo::bind(localhost, 1 << 20, true).unwrap());
+    let (mut a, mut b) = pair(true);
     if a.max_segments() == 1 || !gro_supported() {
         eprintln!("io test: this kernel has no UDP segmentation or receive offload; runs are not tested");
         return;
@@ -300,9 +300,7 @@ fn wanted_receive_offload_goes_on_when_reads_keep_finding_more_queued() {
         eprintln!("io test: this kernel has no UDP receive offload (UDP_GRO); not tested");
         return;
     }
-    let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
-    let (mut a, mut b) =
-        (UdpIo::bind(localhost, 1 << 20, true).unwrap(), UdpIo::bind(localhost, 1 << 20, true).unwrap());
+    let (mut a, mut b) = pair(true);
     let to = b.local_addr().unwrap();
     assert!(!b.offload_on(), "off until the socket is busy");
     let contents: Vec<u8> = (0..5).flat_map(|k| vec![k; 100]).collect();
@@ -352,9 +350,7 @@ fn receive_after(a: &mut UdpIo, b: &mut UdpIo, n: usize) -> (usize, Vec<Batch>) 
 /// whole and in order.
 #[test]
 fn without_receive_offload_runs_arrive_as_their_datagrams_in_spins_waits_and_batches() {
-    let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
-    let (mut a, mut b) =
-        (UdpIo::bind(localhost, 1 << 20, true).unwrap(), UdpIo::bind(localhost, 1 << 20, false).unwrap());
+    let (mut a, mut b) = pair(false);
     assert!(!b.offload);
     let to = b.local_addr().unwrap();
     for round in 0..3u8 {
@@ -389,9 +385,7 @@ fn without_receive_offload_runs_arrive_as_their_datagrams_in_spins_waits_and_bat
 
 #[test]
 fn a_wait_in_the_receive_call_returns_a_datagram_or_runs_out() {
-    let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
-    let (mut a, mut b) =
-        (UdpIo::bind(localhost, 1 << 20, true).unwrap(), UdpIo::bind(localhost, 1 << 20, true).unwrap());
+    let (mut a, mut b) = pair(true);
     let to = b.local_addr().unwrap();
     let clock = crate::clock::Clock::new();
     let started = clock.now();
