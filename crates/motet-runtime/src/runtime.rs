@@ -14,7 +14,7 @@ use crate::event_loop::{EventLoop, Op, RuntimeStats};
 use crate::{Error, Event};
 use bytes::Bytes;
 use motet_core::{EndpointId, ViewId};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
@@ -34,12 +34,8 @@ const LEAVE_GRACE: Duration = Duration::from_secs(5);
 /// last resort, which loses nothing (the senders retransmit).
 const OVERFLOW_MIN: usize = 65_536;
 
-/// The most payload bytes a member's overflow holds before the last resort (one more message may
-/// pass it): a stack without flow control could otherwise hold [`OVERFLOW_MIN`] messages of any
-/// size, a megabyte each. With flow control and 1 KiB fragments, a 100-member group reaches it
-/// in about the time it reaches the count (its windows, about 31 MiB, then 12.5 MiB per
-/// half-second trickle). The member's own channel (`event_queue` events) has no such bound.
-const OVERFLOW_BYTES_MAX: usize = 64 << 20;
+mod overflow;
+use overflow::Overflow;
 
 /// What the application's threads ask of the loop.
 enum Command {
@@ -179,7 +175,7 @@ impl Runtime {
     }
 
     /// Like [`Runtime::join`], for async code: the member's events are a [`futures_core::Stream`]
-    /// (and [`AsyncMember::recv`]), and nothing blocks a runtime thread.
+    /// (and [`crate::AsyncMember::recv`]), and nothing blocks a runtime thread.
     #[cfg(feature = "tokio")]
     pub fn join_async(&self, config: GroupConfig) -> Result<crate::AsyncMember, Error> {
         let (sink, events) = tokio::sync::mpsc::channel(self.event_queue);
@@ -553,7 +549,7 @@ struct LoopThread {
     /// Members with events in their overflow, visited every turn.
     behind: BTreeSet<EndpointId>,
     /// The bound of each member's overflow in events (`event_queue`, at least [`OVERFLOW_MIN`]);
-    /// its bytes are bounded by [`OVERFLOW_BYTES_MAX`].
+    /// its bytes are bounded by [`overflow::OVERFLOW_BYTES_MAX`].
     overflow_max: usize,
     /// An event whose member's overflow is full, held (with everything after it) until it has
     /// room: the loop's last resort, which stops it reading the socket.
@@ -565,50 +561,8 @@ struct Listener {
     sink: Sink,
     shared: Arc<MemberShared>,
     /// Events its full channel refused, in order, waiting for room (at most `overflow_max` events
-    /// or [`OVERFLOW_BYTES_MAX`] bytes, and one more message).
+    /// or [`overflow::OVERFLOW_BYTES_MAX`] bytes, and one more message).
     overflow: Overflow,
-}
-
-/// A member's overflow: its events in order, and the payload bytes they carry.
-#[derive(Default)]
-struct Overflow {
-    events: VecDeque<Event>,
-    bytes: usize,
-}
-
-impl Overflow {
-    fn payload(event: &Event) -> usize {
-        match event {
-            Event::Cast { data, .. } | Event::Send { data, .. } | Event::XferChunk { data, .. } => data.len(),
-            _ => 0,
-        }
-    }
-
-    fn push_back(&mut self, event: Event) {
-        self.bytes += Overflow::payload(&event);
-        self.events.push_back(event);
-    }
-
-    fn push_front(&mut self, event: Event) {
-        self.bytes += Overflow::payload(&event);
-        self.events.push_front(event);
-    }
-
-    fn pop_front(&mut self) -> Option<Event> {
-        let event = self.events.pop_front()?;
-        self.bytes -= Overflow::payload(&event);
-        Some(event)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.events.is_empty()
-    }
-
-    /// Holds `events` events or [`OVERFLOW_BYTES_MAX`] bytes: the next event waits (the loop's
-    /// last resort).
-    fn is_full(&self, events: usize) -> bool {
-        self.events.len() >= events || self.bytes >= OVERFLOW_BYTES_MAX
-    }
 }
 
 impl LoopThread {
@@ -872,37 +826,6 @@ mod tests {
             Listener { sink: Sink::Blocking(sink), shared: Arc::clone(&member), overflow: Overflow::default() };
         thread.members.insert(endpoint, listener);
         (thread, Handle { endpoint, shared, member }, events)
-    }
-
-    /// An overflow is full at its count of events or at [`OVERFLOW_BYTES_MAX`] of payload,
-    /// whichever comes first: 64 messages of 1 MiB fill it though far fewer than its count (a
-    /// stack without flow control could otherwise hold 65,536 of them), and its bytes follow
-    /// what leaves it.
-    #[test]
-    fn an_overflow_is_full_at_its_count_or_its_bytes() {
-        let mut overflow = Overflow::default();
-        let big = || Event::Cast { from: EndpointId(1), data: bytes::Bytes::from(vec![0u8; 1 << 20]) };
-        for _ in 0..OVERFLOW_BYTES_MAX >> 20 {
-            assert!(!overflow.is_full(OVERFLOW_MIN));
-            overflow.push_back(big());
-        }
-        assert!(overflow.is_full(OVERFLOW_MIN), "{} events, {} bytes", overflow.events.len(), overflow.bytes);
-        let first = overflow.pop_front().unwrap();
-        assert!(!overflow.is_full(OVERFLOW_MIN));
-        overflow.push_front(first);
-        overflow.push_back(Event::Block);
-        assert_eq!(overflow.bytes, OVERFLOW_BYTES_MAX, "events without payload weigh nothing");
-        while overflow.pop_front().is_some() {}
-        assert_eq!(overflow.bytes, 0);
-        // State-transfer chunks weigh their bytes too.
-        let view = motet_core::ViewId { ltime: 1, coord: EndpointId(1) };
-        overflow.push_back(Event::XferChunk { view, data: bytes::Bytes::from(vec![0u8; 100]), last: true });
-        assert_eq!(overflow.bytes, 100);
-        overflow.pop_front();
-        assert_eq!(overflow.bytes, 0);
-        // The count alone, for small events.
-        (0..3).for_each(|_| overflow.push_back(Event::Block));
-        assert!(overflow.is_full(3) && !overflow.is_full(4));
     }
 
     /// Fills the member's channel and one more: the member is behind, with one event in its
