@@ -20,7 +20,7 @@ fn converge(members: &[Member], limit: Duration) -> View {
         for m in members {
             while let Some(event) = m.try_recv().unwrap() {
                 if let Event::View(view) = event {
-                    latest.insert(m.id(), view);
+                    latest.insert(m.id(), *view);
                 }
             }
         }

@@ -202,7 +202,7 @@ impl EventLoop {
                 member.sends_blocked.clear();
                 member.retry = true;
                 self.retry_any = true;
-                Event::View(View::new(&view, rank))
+                Event::View(Box::new(View::new(&view, rank)))
             }
             // Taken by `collect_events`.
             AppEvent::Cast { .. } | AppEvent::Send { .. } => return views_changed,
