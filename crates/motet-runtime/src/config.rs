@@ -42,6 +42,12 @@ pub struct RuntimeConfig {
     /// the process's own actions (a member's own casts come back to it as events) until the
     /// application catches up.
     pub event_queue: usize,
+    /// The same bound in payload bytes: events held for the application, per process and in each
+    /// member's channel of the threaded runtime, stop at whichever of `event_queue` and this comes
+    /// first (one message may pass it, so that a message larger than the bound still goes through).
+    /// Default 64 MiB: with the default `event_queue` of 16,384, messages of up to 4 KiB are
+    /// bounded by their count, larger ones (up to `message_size_max`, 1 MiB) by their bytes.
+    pub event_queue_bytes: usize,
     /// Actions (casts, sends) the application may queue to the event-loop thread before `cast`
     /// blocks.
     pub action_queue: usize,
@@ -110,6 +116,7 @@ impl Default for RuntimeConfig {
             advertise: None,
             busy_poll: false,
             event_queue: 16_384,
+            event_queue_bytes: 64 << 20,
             action_queue: 4_096,
             send_backlog: 16_384,
             socket_buffer: 4 << 20,
@@ -161,8 +168,10 @@ impl RuntimeConfig {
     }
 
     pub(crate) fn validate(&self) -> Result<(), Error> {
-        if self.event_queue == 0 || self.action_queue == 0 || self.send_backlog == 0 {
-            return Err(Error::Config("event_queue, action_queue and send_backlog must be at least 1".into()));
+        if self.event_queue == 0 || self.event_queue_bytes == 0 || self.action_queue == 0 || self.send_backlog == 0 {
+            return Err(Error::Config(
+                "event_queue, event_queue_bytes, action_queue and send_backlog must be at least 1".into(),
+            ));
         }
         if !(0.0..1.0).contains(&self.inject_loss) {
             return Err(Error::Config(format!("inject_loss {} must be in [0, 1)", self.inject_loss)));

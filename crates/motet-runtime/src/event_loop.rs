@@ -26,6 +26,7 @@ use std::time::Duration;
 
 mod app;
 mod migrate;
+mod ready;
 mod receive;
 mod resolve;
 mod send;
@@ -167,7 +168,8 @@ pub struct EventLoop {
     /// Which endpoint each stack serves, and its view (events of a stack that has just exited
     /// are still translated with it).
     owners: BTreeMap<StackId, (EndpointId, Arc<ViewState>)>,
-    ready: VecDeque<(EndpointId, Event)>,
+    /// Events for the application ([`EventLoop::next_event`]).
+    ready: ready::Ready,
     backlog: VecDeque<(SocketAddr, DatagramHead, Payload)>,
     /// Per destination, what this turn has produced so far (sent at the end of the turn).
     packing: Packings,
@@ -244,7 +246,7 @@ impl EventLoop {
             advertise,
             members: BTreeMap::new(),
             owners: BTreeMap::new(),
-            ready: VecDeque::new(),
+            ready: ready::Ready::default(),
             backlog: VecDeque::new(),
             packing: Packings::default(),
             retry_any: false,
@@ -416,7 +418,7 @@ impl EventLoop {
         // receive, through the application, to this send.
         self.node.settle();
         self.stats.turns += 1;
-        let lagging = self.ready.len() >= self.config.event_queue;
+        let lagging = self.ready.full(0, &self.config);
         // One clock read serves every deadline of the wait (each read costs about as much as a
         // protocol layer's work on a message).
         let before = self.clock.now();
@@ -593,7 +595,7 @@ impl EventLoop {
     /// The next event for the application, with the endpoint it is for.
     pub fn next_event(&mut self) -> Option<(EndpointId, Event)> {
         let next = self.ready.pop_front();
-        if self.parked_for_events && self.ready.len() < self.config.event_queue / 2 {
+        if self.parked_for_events && self.ready.half_free(&self.config) {
             self.resume_parked_for_events();
         }
         next

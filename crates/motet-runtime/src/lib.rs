@@ -148,6 +148,16 @@ pub enum Event {
     Exit,
 }
 
+impl Event {
+    /// The payload bytes the event carries (what `RuntimeConfig::event_queue_bytes` bounds).
+    pub(crate) fn payload_len(&self) -> usize {
+        match self {
+            Event::Cast { data, .. } | Event::Send { data, .. } | Event::XferChunk { data, .. } => data.len(),
+            _ => 0,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// Every event moves by value through the loop's queues and the member's channel: a view

@@ -3,7 +3,8 @@
 //!
 //! Actions go to the loop through one bounded channel (`action_queue`): `cast` blocks when it is
 //! full, which is the application's back-pressure. Events come back through one bounded channel
-//! per member (`event_queue`). When a member's application lags and its channel is full, its
+//! per member (`event_queue` events, `event_queue_bytes` of payload). When a member's
+//! application lags and its channel is full, its
 //! events wait in a bounded overflow of its own while the loop goes on serving the others, and
 //! the member's group is told (`EventLoop::set_lagging`): its senders wait for credit. Once the
 //! application has taken the overflow, the lag ends. Only a member whose overflow is full too
@@ -122,6 +123,9 @@ struct MemberShared {
     /// The largest message the member's current view takes (`appl.message_size_max` of the
     /// view's parameters), checked before an action is queued to the loop.
     message_size_max: AtomicUsize,
+    /// Payload bytes in the member's channel: added by the loop before it sends an event,
+    /// taken off by the application when it takes one (`event_queue_bytes` bounds them).
+    channel_bytes: AtomicUsize,
 }
 
 /// A running event loop on its own thread. Dropping it stops the loop once the leaves its
@@ -159,7 +163,7 @@ impl Runtime {
                 // address (several runtimes may share one log).
                 let _span = tracing::info_span!("motet", address = %addresses.advertise).entered();
                 let overflow_max = config.event_queue.max(OVERFLOW_MIN);
-                LoopThread::new(event_loop, receiver, loop_shared, overflow_max).run()
+                LoopThread::new(event_loop, receiver, loop_shared, overflow_max, config.event_queue_bytes).run()
             })
             .map_err(|e| Error::io("starting the event-loop thread", e))?;
         Ok(Runtime { shared, event_queue: config.event_queue, thread: Some(thread), addresses: Mutex::new(addresses) })
@@ -398,6 +402,17 @@ impl Handle {
         if *event == Event::Exit {
             self.member.left.store(true, Ordering::SeqCst);
         }
+        // Before the swap: a loop whose channel was full by its bytes either sees them gone on
+        // its retry after its own swap, or is woken here.
+        let size = event.payload_len();
+        // Saturating: an event that reached the channel some other way than `offer` (none does)
+        // must not wrap the count and leave the channel full for good.
+        if size > 0 {
+            let _ = self
+                .member
+                .channel_bytes
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| Some(b.saturating_sub(size)));
+        }
         if self.member.want_wake.swap(false, Ordering::SeqCst) {
             let _ = self.shared.waker.wake();
         }
@@ -551,6 +566,9 @@ struct LoopThread {
     /// The bound of each member's overflow in events (`event_queue`, at least [`OVERFLOW_MIN`]);
     /// its bytes are bounded by [`overflow::OVERFLOW_BYTES_MAX`].
     overflow_max: usize,
+    /// The bound of each member's channel in payload bytes (`event_queue_bytes`; its capacity in
+    /// events is `event_queue`).
+    channel_bytes_max: usize,
     /// An event whose member's overflow is full, held (with everything after it) until it has
     /// room: the loop's last resort, which stops it reading the socket.
     held: Option<(EndpointId, Event)>,
@@ -566,7 +584,13 @@ struct Listener {
 }
 
 impl LoopThread {
-    fn new(event_loop: EventLoop, commands: Receiver<Command>, shared: Arc<Shared>, overflow_max: usize) -> LoopThread {
+    fn new(
+        event_loop: EventLoop,
+        commands: Receiver<Command>,
+        shared: Arc<Shared>,
+        overflow_max: usize,
+        channel_bytes_max: usize,
+    ) -> LoopThread {
         LoopThread {
             event_loop,
             commands,
@@ -574,6 +598,7 @@ impl LoopThread {
             members: BTreeMap::new(),
             behind: BTreeSet::new(),
             overflow_max,
+            channel_bytes_max,
             held: None,
         }
     }
@@ -647,7 +672,7 @@ impl LoopThread {
                 let Some(listener) = self.members.get(&endpoint).filter(|_| !cut_off.contains(&endpoint)) else {
                     continue;
                 };
-                if listener.sink.try_send(event).is_err() {
+                if offer(listener, event, self.channel_bytes_max).is_err() {
                     cut_off.insert(endpoint);
                 }
             }
@@ -706,7 +731,7 @@ impl LoopThread {
                 listener.overflow.push_back(event);
                 continue;
             }
-            match hand(listener, event) {
+            match hand(listener, event, self.channel_bytes_max) {
                 Handed::All => {}
                 Handed::Full => {
                     self.behind.insert(endpoint);
@@ -743,7 +768,7 @@ impl LoopThread {
             }
             let mut handed = Handed::All;
             while let Some(event) = listener.overflow.pop_front() {
-                handed = hand(listener, event);
+                handed = hand(listener, event, self.channel_bytes_max);
                 if !matches!(handed, Handed::All) {
                     break;
                 }
@@ -769,15 +794,16 @@ enum Handed {
     Gone,
 }
 
-/// Hands `event` to the member's channel, or, when it is full, to the front of its overflow.
-fn hand(listener: &mut Listener, event: Event) -> Handed {
+/// Hands `event` to the member's channel, or, when it is full (`event_queue` events, or
+/// `bytes_max` of payload: one message may pass it), to the front of its overflow.
+fn hand(listener: &mut Listener, event: Event, bytes_max: usize) -> Handed {
     let exit = matches!(event, Event::Exit);
     // What the handle checks actions against changes when the application gets the view.
     let view = match &event {
         Event::View(view) => Some((Arc::<[EndpointId]>::from(&view.members[..]), view.params.appl.message_size_max)),
         _ => None,
     };
-    let sent = match listener.sink.try_send(event) {
+    let sent = match offer(listener, event, bytes_max) {
         // Full: the application is asked to wake the loop when it takes an event. It may have
         // taken one between the refusal and the request, and would not wake it: so one more try
         // after the request.
@@ -786,7 +812,7 @@ fn hand(listener: &mut Listener, event: Event) -> Handed {
             // after its receiver is gone), one side sees the other's write, so either this retry
             // sees the room (or the closed channel) or the application wakes the loop.
             let _ = listener.shared.want_wake.swap(true, Ordering::SeqCst);
-            listener.sink.try_send(*event)
+            offer(listener, *event, bytes_max)
         }
         other => other,
     };
@@ -808,6 +834,23 @@ fn hand(listener: &mut Listener, event: Event) -> Handed {
     }
 }
 
+/// Sends `event` to the member's channel unless the channel is full, in events or in payload
+/// bytes. The bytes are counted before the send: the application may take the event at once, and
+/// takes its bytes off when it does (`Handle::taken`).
+fn offer(listener: &Listener, event: Event, bytes_max: usize) -> Result<(), Refused> {
+    let size = event.payload_len();
+    let bytes = &listener.shared.channel_bytes;
+    if size > 0 && bytes.load(Ordering::SeqCst) >= bytes_max {
+        return Err(Refused::Full(Box::new(event)));
+    }
+    bytes.fetch_add(size, Ordering::SeqCst);
+    let sent = listener.sink.try_send(event);
+    if sent.is_err() {
+        bytes.fetch_sub(size, Ordering::SeqCst);
+    }
+    sent
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -815,11 +858,16 @@ mod tests {
     /// A loop thread with one member whose channel holds one event, and the member's handle and
     /// receiver.
     fn one_member() -> (LoopThread, Handle, Receiver<Event>) {
+        member_with(1)
+    }
+
+    /// The same with a channel that holds `capacity` events.
+    fn member_with(capacity: usize) -> (LoopThread, Handle, Receiver<Event>) {
         let event_loop = EventLoop::new(RuntimeConfig::default()).unwrap();
         let (commands, receiver) = mpsc::sync_channel(16);
         let shared = Arc::new(Shared { commands, waker: event_loop.waker(), sleeping: AtomicBool::new(false) });
-        let mut thread = LoopThread::new(event_loop, receiver, Arc::clone(&shared), 64);
-        let (sink, events) = mpsc::sync_channel(1);
+        let mut thread = LoopThread::new(event_loop, receiver, Arc::clone(&shared), 64, usize::MAX);
+        let (sink, events) = mpsc::sync_channel(capacity);
         let member = Arc::new(MemberShared::default());
         let endpoint = EndpointId(7);
         let listener =
@@ -828,12 +876,37 @@ mod tests {
         (thread, Handle { endpoint, shared, member }, events)
     }
 
+    /// A member's channel is full at `event_queue_bytes` of payload too, with room for more
+    /// events: the next message waits in the member's overflow until the application has taken
+    /// some. One message may pass the bound (one larger than it still goes through).
+    #[test]
+    fn a_members_channel_is_full_at_its_bytes_too() {
+        let (mut thread, handle, events) = member_with(16);
+        let cast = |n| Event::Cast { from: EndpointId(1), data: Bytes::from(vec![0u8; n]) };
+        let listener = thread.members.get_mut(&handle.endpoint).unwrap();
+        assert!(matches!(hand(listener, cast(80), 100), Handed::All));
+        assert!(matches!(hand(listener, cast(80), 100), Handed::All), "80 bytes held: one more passes");
+        assert!(matches!(hand(listener, cast(1), 100), Handed::Full), "160 bytes held, 2 events of 16");
+        assert_eq!(listener.overflow.events.len(), 1);
+        thread.behind.insert(handle.endpoint);
+        let first = events.try_recv().unwrap();
+        handle.taken(&first);
+        thread.catch_up();
+        assert!(thread.members[&handle.endpoint].overflow.is_empty(), "80 bytes held: it went");
+        assert!(thread.behind.is_empty());
+        assert_eq!(handle.member.channel_bytes.load(Ordering::SeqCst), 81);
+        while let Ok(event) = events.try_recv() {
+            handle.taken(&event);
+        }
+        assert_eq!(handle.member.channel_bytes.load(Ordering::SeqCst), 0, "what the application took is off");
+    }
+
     /// Fills the member's channel and one more: the member is behind, with one event in its
     /// overflow.
     fn fall_behind(thread: &mut LoopThread, endpoint: EndpointId) {
         let listener = thread.members.get_mut(&endpoint).unwrap();
-        assert!(matches!(hand(listener, Event::Block), Handed::All));
-        assert!(matches!(hand(listener, Event::Block), Handed::Full));
+        assert!(matches!(hand(listener, Event::Block, usize::MAX), Handed::All));
+        assert!(matches!(hand(listener, Event::Block, usize::MAX), Handed::Full));
         thread.behind.insert(endpoint);
     }
 

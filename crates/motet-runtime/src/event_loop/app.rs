@@ -113,7 +113,7 @@ impl EventLoop {
         // member as an event) waits with the others, in order, until it catches up
         // ([`EventLoop::next_event`]). Without this, events made by actions grew without bound
         // while the loop had stopped reading the network for the same reason.
-        let behind = self.ready.len() >= self.config.event_queue;
+        let behind = self.ready.full(0, &self.config);
         self.parked_for_events |= behind;
         if behind || !member.parked.is_empty() {
             if member.parked.len() >= PARKED_MAX {
@@ -159,7 +159,7 @@ impl EventLoop {
             let Some((endpoint, view)) = self.owners.get(&stack) else { continue };
             let (from, data) = (view.members[usize::from(origin)], payload.into_bytes());
             let event = if cast { Event::Cast { from, data } } else { Event::Send { from, data } };
-            self.ready.push_back((*endpoint, event));
+            self.ready.push_back(*endpoint, event);
         }
         if views_changed {
             let node = &self.node;
@@ -238,7 +238,7 @@ impl EventLoop {
             AppEvent::XferProvide | AppEvent::XferChunk { .. } => return views_changed,
         };
         let exit = event == Event::Exit;
-        self.ready.push_back((endpoint, event));
+        self.ready.push_back(endpoint, event);
         if exit {
             // Gone for good: a process that joins and leaves groups all its life does not
             // keep their state, nor resolve their seeds (an action for it is `Error::Left`).
@@ -279,7 +279,7 @@ impl EventLoop {
             while let Some(op) = member.parked.pop_front() {
                 // Not beyond the events' bound (the events of the actions taken in this pass are
                 // collected after it: each is counted as one).
-                if self.ready.len() + taken >= self.config.event_queue {
+                if self.ready.full(taken, &self.config) {
                     member.parked.push_front(op);
                     self.parked_for_events = true;
                     break;

@@ -78,6 +78,21 @@ fn a_wake_up_from_a_handle_dropped_since_ends_the_next_wait() {
 fn own_casts_wait_while_the_application_is_behind_on_its_events() {
     let mut config = RuntimeConfig::bind("127.0.0.1:0".parse().unwrap());
     config.event_queue = 8;
+    casts_wait_behind(config, 1, 8);
+}
+
+/// The same bound in payload bytes (`event_queue_bytes`): casts of 1,000 bytes wait once 4,000
+/// bytes of events are held, though there is room for 16,384 events.
+#[test]
+fn own_casts_wait_while_the_application_is_behind_on_its_events_bytes() {
+    let mut config = RuntimeConfig::bind("127.0.0.1:0".parse().unwrap());
+    config.event_queue_bytes = 4_000;
+    casts_wait_behind(config, 1_000, 4);
+}
+
+/// 100 casts of `size` bytes, none of their events taken: at most `held_max` are held, the rest
+/// parked; then every one is delivered, once, in order.
+fn casts_wait_behind(config: RuntimeConfig, size: usize, held_max: usize) {
     let mut event_loop = EventLoop::new(config).unwrap();
     let me = event_loop.join(&GroupConfig::new("behind")).unwrap();
     while event_loop.view(me).is_none() {
@@ -85,16 +100,17 @@ fn own_casts_wait_while_the_application_is_behind_on_its_events() {
     }
     while event_loop.next_event().is_some() {}
     for k in 0..100u8 {
-        event_loop.cast(me, vec![k].into()).unwrap();
+        event_loop.cast(me, vec![k; size].into()).unwrap();
         event_loop.poll(Some(Duration::ZERO)).unwrap();
     }
-    assert!(event_loop.pending_events() <= 8, "{} events held", event_loop.pending_events());
-    assert!(event_loop.parked(me) >= 90, "{} parked", event_loop.parked(me));
+    assert!(event_loop.pending_events() <= held_max, "{} events held", event_loop.pending_events());
+    assert!(event_loop.parked(me) >= 100 - held_max - 2, "{} parked", event_loop.parked(me));
     let mut got = Vec::new();
     for _ in 0..1000 {
         event_loop.poll(Some(Duration::ZERO)).unwrap();
         while let Some((_, event)) = event_loop.next_event() {
             if let Event::Cast { data, .. } = event {
+                assert_eq!(data.len(), size);
                 got.push(data[0]);
             }
         }

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 /// pass it): a stack without flow control could otherwise hold [`super::OVERFLOW_MIN`] messages
 /// of any size, a megabyte each. With flow control and 1 KiB fragments, a 100-member group reaches it
 /// in about the time it reaches the count (its windows, about 31 MiB, then 12.5 MiB per
-/// half-second trickle). The member's own channel (`event_queue` events) has no such bound.
+/// half-second trickle). The member's own channel is bounded by `event_queue_bytes` too.
 pub(super) const OVERFLOW_BYTES_MAX: usize = 64 << 20;
 
 /// A member's overflow: its events in order, and the payload bytes they carry.
@@ -19,26 +19,19 @@ pub(super) struct Overflow {
 }
 
 impl Overflow {
-    fn payload(event: &Event) -> usize {
-        match event {
-            Event::Cast { data, .. } | Event::Send { data, .. } | Event::XferChunk { data, .. } => data.len(),
-            _ => 0,
-        }
-    }
-
     pub(super) fn push_back(&mut self, event: Event) {
-        self.bytes += Overflow::payload(&event);
+        self.bytes += event.payload_len();
         self.events.push_back(event);
     }
 
     pub(super) fn push_front(&mut self, event: Event) {
-        self.bytes += Overflow::payload(&event);
+        self.bytes += event.payload_len();
         self.events.push_front(event);
     }
 
     pub(super) fn pop_front(&mut self) -> Option<Event> {
         let event = self.events.pop_front()?;
-        self.bytes -= Overflow::payload(&event);
+        self.bytes -= event.payload_len();
         Some(event)
     }
 

@@ -1,0 +1,47 @@
+//! The events waiting for the application, in order, with the payload bytes they carry: the loop
+//! stops reading the network and parks the process's own actions once either reaches its bound
+//! (`RuntimeConfig::event_queue`, `RuntimeConfig::event_queue_bytes`).
+
+use crate::config::RuntimeConfig;
+use crate::Event;
+use motet_core::EndpointId;
+use std::collections::VecDeque;
+
+#[derive(Default)]
+pub(super) struct Ready {
+    events: VecDeque<(EndpointId, Event)>,
+    bytes: usize,
+}
+
+impl Ready {
+    #[inline]
+    pub(super) fn push_back(&mut self, endpoint: EndpointId, event: Event) {
+        self.bytes += event.payload_len();
+        self.events.push_back((endpoint, event));
+    }
+
+    #[inline]
+    pub(super) fn pop_front(&mut self) -> Option<(EndpointId, Event)> {
+        let next = self.events.pop_front()?;
+        self.bytes -= next.1.payload_len();
+        Some(next)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// The application is behind on its events: `event_queue` of them wait (with `extra` more
+    /// about to come), or `event_queue_bytes` of payload. The loop then stops reading the network
+    /// and parks the process's own actions until the application has taken half
+    /// ([`Ready::half_free`]).
+    #[inline]
+    pub(super) fn full(&self, extra: usize, config: &RuntimeConfig) -> bool {
+        self.events.len() + extra >= config.event_queue || self.bytes >= config.event_queue_bytes
+    }
+
+    /// Half of both bounds is free again: parked actions may go.
+    pub(super) fn half_free(&self, config: &RuntimeConfig) -> bool {
+        self.events.len() < config.event_queue / 2 && self.bytes < config.event_queue_bytes / 2
+    }
+}
