@@ -1,7 +1,6 @@
 //! Zero-copy payloads: a chain of reference-counted buffers (thesis §4.4.2, "iovec arrays").
 
 use bytes::{Bytes, BytesMut};
-use smallvec::SmallVec;
 
 /// An immutable message payload made of reference-counted chunks. Slicing and concatenation never
 /// copy bytes: they only adjust the chunk list (thesis §4.4.2 p.64, the `Iovec` operations `sub` and
@@ -9,28 +8,37 @@ use smallvec::SmallVec;
 ///
 /// One chunk is held inline: that is every payload the application or the network hands in, and
 /// every message of the common path. Messages move by value between queues, so the inline room is
-/// kept to one chunk (48 bytes in all; two inline chunks made it 80). A payload joined from
-/// several chunks (a reassembled message) keeps them in one heap vector.
-#[derive(Default, PartialEq, Eq)]
+/// kept to one chunk (40 bytes in all). A payload joined from several chunks (a reassembled
+/// message) keeps them in one heap vector.
+#[derive(Clone, Default)]
 pub struct Payload {
-    chunks: SmallVec<[Bytes; 1]>,
+    chunks: Chunks,
     len: usize,
 }
 
-impl Clone for Payload {
-    /// Clones the chunk references. A payload of one chunk (the common case: a message as the
-    /// application or the network gave it) skips `SmallVec`'s generic extend, which costs more than
-    /// the reference count itself; every buffered or delivered message is a clone.
-    fn clone(&self) -> Payload {
-        let chunks = match self.chunks.as_slice() {
-            [] => SmallVec::new(),
-            // Built full, inline: no capacity check as a push would make.
-            [one] => SmallVec::from_buf([one.clone()]),
-            _ => self.chunks.clone(),
-        };
-        Payload { chunks, len: self.len }
+/// A payload's chunks: one inline (the common path: cloning it is the reference count alone, with
+/// no check of where the chunks live, as `SmallVec` made on every access), or a vector (none, or
+/// several). Never `Many` with exactly one chunk, so that equal payloads have equal forms.
+#[derive(Clone)]
+enum Chunks {
+    One(Bytes),
+    Many(Vec<Bytes>),
+}
+
+impl Default for Chunks {
+    fn default() -> Chunks {
+        Chunks::Many(Vec::new())
     }
 }
+
+impl PartialEq for Payload {
+    /// The same chunks, in order (as the chunk list always compared).
+    fn eq(&self, other: &Payload) -> bool {
+        self.len == other.len && self.chunks() == other.chunks()
+    }
+}
+
+impl Eq for Payload {}
 
 impl Payload {
     /// The empty payload.
@@ -49,21 +57,35 @@ impl Payload {
     }
 
     /// The chunks, in order, for scatter-gather I/O.
+    #[inline]
     pub fn chunks(&self) -> &[Bytes] {
-        &self.chunks
+        match &self.chunks {
+            Chunks::One(one) => std::slice::from_ref(one),
+            Chunks::Many(many) => many,
+        }
     }
 
     /// Appends another payload's chunks (no byte is copied).
     pub fn append(&mut self, other: Payload) {
-        self.len += other.len;
-        self.chunks.extend(other.chunks);
+        match other.chunks {
+            Chunks::One(one) => self.push(one),
+            Chunks::Many(many) => many.into_iter().for_each(|chunk| self.push(chunk)),
+        }
     }
 
     /// Appends one chunk (no byte is copied). Empty chunks are skipped.
     pub fn push(&mut self, chunk: Bytes) {
-        if !chunk.is_empty() {
-            self.len += chunk.len();
-            self.chunks.push(chunk);
+        if chunk.is_empty() {
+            return;
+        }
+        self.len += chunk.len();
+        match &mut self.chunks {
+            Chunks::Many(many) if many.is_empty() => self.chunks = Chunks::One(chunk),
+            Chunks::Many(many) => many.push(chunk),
+            Chunks::One(_) => {
+                let Chunks::One(first) = std::mem::take(&mut self.chunks) else { unreachable!() };
+                self.chunks = Chunks::Many(vec![first, chunk]);
+            }
         }
     }
 
@@ -76,7 +98,7 @@ impl Payload {
         let mut out = Payload::new();
         let mut skip = start;
         let mut want = len;
-        for chunk in &self.chunks {
+        for chunk in self.chunks() {
             if want == 0 {
                 break;
             }
@@ -95,12 +117,12 @@ impl Payload {
     /// Copies the payload into one contiguous buffer. Only for the application boundary and tests;
     /// the protocol path never calls it.
     pub fn to_bytes(&self) -> Bytes {
-        match self.chunks.len() {
-            0 => Bytes::new(),
-            1 => self.chunks[0].clone(),
-            _ => {
+        match &self.chunks {
+            Chunks::One(one) => one.clone(),
+            Chunks::Many(many) if many.is_empty() => Bytes::new(),
+            Chunks::Many(many) => {
                 let mut buf = BytesMut::with_capacity(self.len);
-                for chunk in &self.chunks {
+                for chunk in many {
                     buf.extend_from_slice(chunk);
                 }
                 buf.freeze()
@@ -110,23 +132,22 @@ impl Payload {
 
     /// The payload as one contiguous buffer, as [`Payload::to_bytes`], consuming it: a payload of
     /// one chunk gives that chunk itself (no reference-count traffic).
-    pub fn into_bytes(mut self) -> Bytes {
-        match self.chunks.len() {
-            1 => self.chunks.pop().expect("one chunk"),
-            _ => self.to_bytes(),
+    pub fn into_bytes(self) -> Bytes {
+        match self.chunks {
+            Chunks::One(one) => one,
+            Chunks::Many(_) => self.to_bytes(),
         }
     }
 }
 
 impl From<Bytes> for Payload {
-    /// Built full, inline, as [`Payload::clone`] builds one chunk: every datagram received and
-    /// every application message comes in this way.
+    /// Every datagram received and every application message comes in this way.
     fn from(chunk: Bytes) -> Payload {
         if chunk.is_empty() {
             return Payload::new();
         }
         let len = chunk.len();
-        Payload { chunks: SmallVec::from_buf([chunk]), len }
+        Payload { chunks: Chunks::One(chunk), len }
     }
 }
 
@@ -149,8 +170,8 @@ impl core::fmt::Debug for Payload {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         use std::hash::Hasher;
         let mut hasher = std::hash::DefaultHasher::new();
-        self.chunks.iter().for_each(|chunk| hasher.write(chunk));
-        write!(f, "Payload({} B in {} chunks, #{:016x})", self.len, self.chunks.len(), hasher.finish())
+        self.chunks().iter().for_each(|chunk| hasher.write(chunk));
+        write!(f, "Payload({} B in {} chunks, #{:016x})", self.len, self.chunks().len(), hasher.finish())
     }
 }
 
@@ -166,8 +187,8 @@ mod tests {
     }
 
     #[test]
-    fn a_payload_is_48_bytes_with_one_chunk_inline() {
-        assert_eq!(std::mem::size_of::<Payload>(), 48);
+    fn a_payload_is_40_bytes_with_one_chunk_inline() {
+        assert_eq!(std::mem::size_of::<Payload>(), 40);
         let one = Payload::from(vec![1u8; 10]);
         assert_eq!(one.clone(), one);
         assert_eq!(one.chunks().len(), 1);
@@ -188,5 +209,14 @@ mod tests {
         assert_eq!(s.chunks()[0].as_ptr(), a[4..].as_ptr());
         assert_eq!(s.chunks()[1].as_ptr(), b.as_ptr());
         assert!(p.slice(11, 0).is_empty());
+        // A payload pushed one chunk at a time equals one built whole, and empty ones are equal.
+        let mut q = Payload::new();
+        q.push(Bytes::new());
+        assert_eq!(q, Payload::new());
+        q.push(a.clone());
+        assert_eq!(q, Payload::from(a.clone()));
+        q.append(Payload::from(b.clone()));
+        assert_eq!(q, p);
+        assert_eq!(&q.clone().into_bytes()[..], b"hello world");
     }
 }
