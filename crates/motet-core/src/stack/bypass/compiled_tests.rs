@@ -1,11 +1,13 @@
 //! Compiled traces, the layers' own messages, reordering, and the traces that fan out and in.
 
 use super::*;
-use crate::event::Action;
-use crate::stack::Bypass;
+use crate::event::{Action, Dn};
+use crate::layer::Ev;
+use crate::stack::{Bypass, Transmit};
 use crate::testkit::Group;
 use crate::view::RankSet;
 use crate::LayerKind;
+use motet_wire::Mux;
 
 fn names(stack: &Stack, trace: Trace) -> Vec<&'static str> {
     let plan = stack.plans[trace as usize].expect("compiled");

@@ -2,8 +2,9 @@
 
 use super::*;
 use crate::event::Action;
-use crate::stack::Bypass;
+use crate::stack::{Bypass, Transmit};
 use crate::LayerKind;
+use motet_wire::Mux;
 
 /// Rank 1's stack of a 3-member `vsync` view after `input` and delayed processing (the layers'
 /// states are compared once it is done), or what the diff's panic said.
