@@ -44,7 +44,9 @@ pub struct RuntimeConfig {
     pub event_queue: usize,
     /// The same bound in payload bytes: events held for the application, per process and in each
     /// member's channel of the threaded runtime, stop at whichever of `event_queue` and this comes
-    /// first (one message may pass it, so that a message larger than the bound still goes through).
+    /// first. It is checked before each message of a member's channel and before each batch read
+    /// from the socket, so one message (in the loop's queue, one batch) may pass it: a message
+    /// larger than the bound still goes through.
     /// Default 64 MiB: with the default `event_queue` of 16,384, messages of up to 4 KiB are
     /// bounded by their count, larger ones (up to `message_size_max`, 1 MiB) by their bytes.
     pub event_queue_bytes: usize,

@@ -6,7 +6,7 @@
 //! lowest latency, or through [`crate::Runtime`], which runs it on a thread of its own.
 //!
 //! Back-pressure, end to end: when the application does not consume events and `event_queue` of
-//! them are waiting, the loop stops reading the socket; the kernel buffer fills, datagrams are
+//! them (or `event_queue_bytes` of payload) are waiting, the loop stops reading the socket; the kernel buffer fills, datagrams are
 //! lost, and the senders' flow control and retransmission hold their messages (nothing is lost
 //! for good). Actions the protocol cannot take now (flow control is blocking, or a view change is
 //! in progress) are parked in order and taken when the stack allows; the parking lot is bounded.
@@ -175,7 +175,8 @@ pub struct EventLoop {
     packing: Packings,
     /// Some member may have parked actions that can now go (its `retry` is set).
     retry_any: bool,
-    /// An action was parked because `ready` held `event_queue` events: the application is
+    /// An action was parked because `ready` was full (`event_queue` events or `event_queue_bytes`
+    /// of payload): the application is
     /// behind on its events, and the actions of this process (whose own casts come back as
     /// events) wait until it catches up, as the network's do.
     parked_for_events: bool,
@@ -418,7 +419,7 @@ impl EventLoop {
         // receive, through the application, to this send.
         self.node.settle();
         self.stats.turns += 1;
-        let lagging = self.ready.full(0, &self.config);
+        let lagging = self.ready.full(0, 0, &self.config);
         // One clock read serves every deadline of the wait (each read costs about as much as a
         // protocol layer's work on a message).
         let before = self.clock.now();

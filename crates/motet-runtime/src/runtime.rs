@@ -408,10 +408,11 @@ impl Handle {
         // Saturating: an event that reached the channel some other way than `offer` (none does)
         // must not wrap the count and leave the channel full for good.
         if size > 0 {
-            let _ = self
+            let before = self
                 .member
                 .channel_bytes
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| Some(b.saturating_sub(size)));
+            debug_assert!(before.is_ok_and(|b| b >= size), "an event taken that `offer` did not count");
         }
         if self.member.want_wake.swap(false, Ordering::SeqCst) {
             let _ = self.shared.waker.wake();
@@ -839,8 +840,11 @@ fn hand(listener: &mut Listener, event: Event, bytes_max: usize) -> Handed {
 /// takes its bytes off when it does (`Handle::taken`).
 fn offer(listener: &Listener, event: Event, bytes_max: usize) -> Result<(), Refused> {
     let size = event.payload_len();
+    if size == 0 {
+        return listener.sink.try_send(event);
+    }
     let bytes = &listener.shared.channel_bytes;
-    if size > 0 && bytes.load(Ordering::SeqCst) >= bytes_max {
+    if bytes.load(Ordering::SeqCst) >= bytes_max {
         return Err(Refused::Full(Box::new(event)));
     }
     bytes.fetch_add(size, Ordering::SeqCst);

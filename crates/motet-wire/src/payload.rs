@@ -67,6 +67,10 @@ impl Payload {
 
     /// Appends another payload's chunks (no byte is copied).
     pub fn append(&mut self, other: Payload) {
+        if self.is_empty() {
+            *self = other;
+            return;
+        }
         match other.chunks {
             Chunks::One(one) => self.push(one),
             Chunks::Many(many) => many.into_iter().for_each(|chunk| self.push(chunk)),
@@ -218,5 +222,12 @@ mod tests {
         q.append(Payload::from(b.clone()));
         assert_eq!(q, p);
         assert_eq!(&q.clone().into_bytes()[..], b"hello world");
+        // Appended to an empty payload, a payload of several chunks is taken whole.
+        let mut e = Payload::new();
+        e.append(p.clone());
+        assert_eq!(e, p);
+        assert_eq!(e.chunks().len(), 2);
+        // A slice within one chunk is one chunk, as a payload of that chunk is.
+        assert_eq!(p.slice(0, 5), Payload::from(a.slice(0..5)));
     }
 }

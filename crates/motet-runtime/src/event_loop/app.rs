@@ -33,6 +33,15 @@ pub(crate) enum Op {
 }
 
 impl Op {
+    /// The payload bytes the action's events will carry (its own delivery of a cast).
+    fn payload_len(&self) -> usize {
+        match self {
+            Op::Cast(data) | Op::Send(_, data) | Op::Subcast(_, data) | Op::RoleCast(_, data) => data.len(),
+            Op::XferChunk(_, data, _) => data.len(),
+            _ => 0,
+        }
+    }
+
     /// Copies the operation's small data into a shared chunk, once, when it comes in (a parked
     /// operation is not copied again when it is retried): the stack keeps a reference for
     /// retransmission, and the first clone of a vector-backed `Bytes` would allocate its shared
@@ -113,7 +122,7 @@ impl EventLoop {
         // member as an event) waits with the others, in order, until it catches up
         // ([`EventLoop::next_event`]). Without this, events made by actions grew without bound
         // while the loop had stopped reading the network for the same reason.
-        let behind = self.ready.full(0, &self.config);
+        let behind = self.ready.full(0, 0, &self.config);
         self.parked_for_events |= behind;
         if behind || !member.parked.is_empty() {
             if member.parked.len() >= PARKED_MAX {
@@ -258,7 +267,8 @@ impl EventLoop {
             return false;
         }
         let mut progress = false;
-        let mut taken = 0;
+        // What the actions taken in this pass will add to the events (collected after it).
+        let (mut taken, mut taken_bytes) = (0, 0);
         // Read only when some member has parked actions to retry (rarely).
         let mut now = None;
         for member in self.members.values_mut() {
@@ -277,14 +287,15 @@ impl EventLoop {
                 }
             }
             while let Some(op) = member.parked.pop_front() {
-                // Not beyond the events' bound (the events of the actions taken in this pass are
-                // collected after it: each is counted as one).
-                if self.ready.full(taken, &self.config) {
+                // Not beyond the events' bounds (the events of the actions taken in this pass are
+                // collected after it: each is counted as one event of its payload's bytes).
+                if self.ready.full(taken, taken_bytes, &self.config) {
                     member.parked.push_front(op);
                     self.parked_for_events = true;
                     break;
                 }
                 taken += 1;
+                taken_bytes += op.payload_len();
                 match take(&mut self.node, now, member, &op, &mut self.stats) {
                     Err(Error::Api(ApiError::FlowBlocked { .. } | ApiError::Blocked | ApiError::NoSuchStack)) => {
                         member.parked.push_front(op);

@@ -31,17 +31,20 @@ impl Ready {
         self.events.len()
     }
 
-    /// The application is behind on its events: `event_queue` of them wait (with `extra` more
-    /// about to come), or `event_queue_bytes` of payload. The loop then stops reading the network
-    /// and parks the process's own actions until the application has taken half
+    /// The application is behind on its events: `event_queue` of them wait, or
+    /// `event_queue_bytes` of payload (with `events` more of `bytes` about to come: the events of
+    /// parked actions taken in one pass, collected after it). The loop then stops reading the
+    /// network and parks the process's own actions until the application has taken half
     /// ([`Ready::half_free`]).
     #[inline]
-    pub(super) fn full(&self, extra: usize, config: &RuntimeConfig) -> bool {
-        self.events.len() + extra >= config.event_queue || self.bytes >= config.event_queue_bytes
+    pub(super) fn full(&self, events: usize, bytes: usize, config: &RuntimeConfig) -> bool {
+        self.events.len() + events >= config.event_queue || self.bytes + bytes >= config.event_queue_bytes
     }
 
-    /// Half of both bounds is free again: parked actions may go.
+    /// Half of both bounds is free again, or nothing waits at all (bounds of 1): parked actions
+    /// may go.
     pub(super) fn half_free(&self, config: &RuntimeConfig) -> bool {
-        self.events.len() < config.event_queue / 2 && self.bytes < config.event_queue_bytes / 2
+        self.events.is_empty()
+            || (self.events.len() <= config.event_queue / 2 && self.bytes <= config.event_queue_bytes / 2)
     }
 }

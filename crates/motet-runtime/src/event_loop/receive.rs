@@ -23,7 +23,7 @@ impl EventLoop {
     /// cleared once a batch is handled.
     pub(super) fn receive(&mut self, source: Source, fresh: &mut Option<motet_core::Instant>) {
         for _ in 0..BATCHES_PER_POLL {
-            if self.ready.full(0, &self.config) {
+            if self.ready.full(0, 0, &self.config) {
                 return;
             }
             // The node's time never goes back: the turn's own time serves until the node has

@@ -90,8 +90,18 @@ fn own_casts_wait_while_the_application_is_behind_on_its_events_bytes() {
     casts_wait_behind(config, 1_000, 4);
 }
 
+/// With bounds of one (a byte, here), the queue must empty before parked actions go, and then
+/// they do: "half of the bound is free" would never be true.
+#[test]
+fn own_casts_wait_while_the_application_is_behind_on_its_events_bound_of_one() {
+    let mut config = RuntimeConfig::bind("127.0.0.1:0".parse().unwrap());
+    config.event_queue_bytes = 1;
+    casts_wait_behind(config, 10, 1);
+}
+
 /// 100 casts of `size` bytes, none of their events taken: at most `held_max` are held, the rest
-/// parked; then every one is delivered, once, in order.
+/// parked; then every one is delivered, once, in order, and resuming the parked ones never holds
+/// more than `held_max` either (at most one more, which may pass the bound).
 fn casts_wait_behind(config: RuntimeConfig, size: usize, held_max: usize) {
     let mut event_loop = EventLoop::new(config).unwrap();
     let me = event_loop.join(&GroupConfig::new("behind")).unwrap();
@@ -108,6 +118,8 @@ fn casts_wait_behind(config: RuntimeConfig, size: usize, held_max: usize) {
     let mut got = Vec::new();
     for _ in 0..1000 {
         event_loop.poll(Some(Duration::ZERO)).unwrap();
+        let held = event_loop.pending_events();
+        assert!(held <= held_max + 1, "{held} events held while the parked casts resume");
         while let Some((_, event)) = event_loop.next_event() {
             if let Event::Cast { data, .. } = event {
                 assert_eq!(data.len(), size);
