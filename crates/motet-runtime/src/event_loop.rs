@@ -6,8 +6,8 @@
 //! lowest latency, or through [`crate::Runtime`], which runs it on a thread of its own.
 //!
 //! Back-pressure, end to end: when the application does not consume events and `event_queue` of
-//! them (or `event_queue_bytes` of payload) are waiting, the loop stops reading the socket; the kernel buffer fills, datagrams are
-//! lost, and the senders' flow control and retransmission hold their messages (nothing is lost
+//! them (or `event_queue_bytes` of payload) are waiting, the loop stops reading the socket; the
+//! kernel buffer fills, datagrams are lost, and the senders' flow control and retransmission hold their messages (nothing is lost
 //! for good). Actions the protocol cannot take now (flow control is blocking, or a view change is
 //! in progress) are parked in order and taken when the stack allows; the parking lot is bounded.
 
