@@ -371,8 +371,8 @@ impl EventLoop {
 
     /// Sends `data` to member `to` of the current view.
     pub fn send(&mut self, endpoint: EndpointId, to: EndpointId, data: Bytes) -> Result<(), Error> {
-        let member = self.members.get(&endpoint).ok_or(Error::Left)?;
-        let view = member.view.as_ref().ok_or(Error::NoView)?;
+        let Some(member) = self.members.get(&endpoint) else { return Err(Error::Left) };
+        let Some(view) = member.view.as_ref() else { return Err(Error::NoView) };
         if view.rank_of(to).is_none() {
             return Err(Error::NotMember(to));
         }
