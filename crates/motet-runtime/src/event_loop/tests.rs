@@ -211,3 +211,36 @@ fn a_lookup_that_outlasts_the_interval_does_not_make_the_loop_spin() {
     // About 15 waits of up to 100 ms (fewer when an alarm ends one sooner).
     assert!(polls < 200, "{polls} turns for a 1.5 s lookup");
 }
+
+/// A cast's datagram goes to every address of the view but the sender's, each once, and
+/// simulated addresses (which a runtime cannot reach) count as send errors, wherever they are in
+/// the list (`EventLoop::send_cast`, which replaced the general path's iterator chain for casts).
+#[test]
+fn a_cast_goes_to_every_other_address_and_simulated_ones_count_as_errors() {
+    let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+    let socket = || {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s
+    };
+    let (a, me, b) = (socket(), socket(), socket());
+    let inet = |s: &std::net::UdpSocket| Address::Inet(s.local_addr().unwrap());
+    for (addresses, except, errors) in [
+        (vec![inet(&a), Address::Sim(1), inet(&me), inet(&b), Address::Sim(2)], 2, 2),
+        (vec![Address::Sim(1), inet(&a), inet(&b), inet(&me)], 3, 1),
+    ] {
+        let before = event_loop.stats.send_errors;
+        let head = DatagramHead::from_slice(b"head");
+        event_loop.send_cast(&addresses, except, head, Payload::from(Bytes::from_static(b"-payload")));
+        event_loop.send_packed();
+        assert_eq!(event_loop.stats.send_errors - before, errors);
+        let mut buf = [0u8; 64];
+        for s in [&a, &b] {
+            let n = s.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], b"head-payload");
+        }
+        me.set_nonblocking(true).unwrap();
+        assert!(me.recv(&mut buf).is_err(), "nothing for the sender itself");
+        me.set_nonblocking(false).unwrap();
+    }
+}
