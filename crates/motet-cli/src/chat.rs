@@ -83,7 +83,7 @@ fn chat(args: ChatArgs) -> Result<(), String> {
         .name("stdin".into())
         .spawn(move || {
             for line in std::io::stdin().lock().lines().map_while(Result::ok) {
-                if let Err(error) = handle.cast(format!("{name}: {line}")) {
+                if let Err(error) = crate::member::cast_when_room(&handle, format!("{name}: {line}")) {
                     eprintln!("* not sent: {error}");
                 }
             }

@@ -161,7 +161,7 @@ fn serve(args: KvArgs) -> Result<(), String> {
                     if digest_tx.send(()).is_err() {
                         return;
                     }
-                } else if let Err(error) = handle.cast(line) {
+                } else if let Err(error) = crate::member::cast_when_room(&handle, line) {
                     eprintln!("motet kv: update refused: {error}");
                 }
             }

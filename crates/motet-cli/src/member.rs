@@ -387,6 +387,18 @@ fn migrate(runtime: &Runtime, args: &str) -> Result<(), Error> {
 
 /// Casts each stdin line on a thread of its own (reading stdin blocks). The end of stdin ends
 /// the thread, not the member.
+/// Casts `data`, waiting while the member's parked casts are at their bound (`QueueFull`: the
+/// member's events are read on another thread, which lets them go): a line read is never lost.
+pub(crate) fn cast_when_room(member: &Handle, data: impl Into<bytes::Bytes>) -> Result<(), Error> {
+    let data = data.into();
+    loop {
+        match member.cast(data.clone()) {
+            Err(Error::QueueFull(_)) => std::thread::sleep(Duration::from_millis(1)),
+            other => return other,
+        }
+    }
+}
+
 fn spawn_stdin_caster(member: Handle, runtime: Arc<Runtime>, commands: bool) {
     let spawned = std::thread::Builder::new().name("stdin".into()).spawn(move || {
         for line in std::io::stdin().lock().lines() {
@@ -403,7 +415,7 @@ fn spawn_stdin_caster(member: Handle, runtime: Arc<Runtime>, commands: bool) {
                         continue;
                     }
                 },
-                None => member.cast(line),
+                None => cast_when_room(&member, line),
             };
             match result {
                 Ok(()) => {}

@@ -31,7 +31,7 @@ mod receive;
 mod resolve;
 mod send;
 use app::MemberState;
-pub(crate) use app::Op;
+pub(crate) use app::{Op, PARKED_BYTES_MAX, PARKED_MAX};
 use migrate::{bind_socket, multicast_interface, Retired};
 use receive::Source;
 use send::Packings;
@@ -343,7 +343,7 @@ impl EventLoop {
             MemberState {
                 current: stack,
                 view: None,
-                parked: VecDeque::new(),
+                parked: app::Parked::default(),
                 xfer_parked: VecDeque::new(),
                 blocked: false,
                 casts_blocked: false,
@@ -435,7 +435,10 @@ impl EventLoop {
         }
         let retired_readable = self.retired.iter().any(|r| r.readable);
         // The loop's own reasons not to wait: something is due, or a socket has more to read.
+        // Parked actions to retry are due too: the application's taking its events lets them go
+        // (`next_event`), and a loop that waited first took them a timer's tick later.
         let due = wait.is_some_and(|w| w.is_zero())
+            || self.retry_any
             || ((self.readable || self.multicast_readable || retired_readable) && !lagging);
         if let Some(timeout) = timeout {
             wait = Some(wait.map_or(timeout, |w| w.min(timeout)));
@@ -682,6 +685,11 @@ impl EventLoop {
     /// that wants to stay just ahead of the protocol casts while this is small).
     pub fn parked(&self, endpoint: EndpointId) -> usize {
         self.members.get(&endpoint).map_or(0, |m| m.parked.len())
+    }
+
+    /// The payload bytes of `endpoint`'s parked actions.
+    pub fn parked_bytes(&self, endpoint: EndpointId) -> usize {
+        self.members.get(&endpoint).map_or(0, |m| m.parked.bytes())
     }
 
     /// The current view of `endpoint`, if it has one.

@@ -11,7 +11,7 @@
 //! (a stack without flow control) holds up the loop, which then stops reading the socket.
 
 use crate::config::{GroupConfig, RuntimeConfig};
-use crate::event_loop::{EventLoop, Op, RuntimeStats};
+use crate::event_loop::{EventLoop, Op, RuntimeStats, PARKED_BYTES_MAX, PARKED_MAX};
 use crate::{Error, Event};
 use bytes::Bytes;
 use motet_core::{EndpointId, ViewId};
@@ -126,6 +126,15 @@ struct MemberShared {
     /// Payload bytes in the member's channel: added by the loop before it sends an event,
     /// taken off by the application when it takes one (`event_queue_bytes` bounds them).
     channel_bytes: AtomicUsize,
+    /// The member's messages on their way to the loop (in the command channel or being handled),
+    /// and their payload bytes: added by the handle before it sends one, taken off by the loop
+    /// once it has handled it and said how many are parked.
+    in_flight: AtomicUsize,
+    in_flight_bytes: AtomicUsize,
+    /// The member's actions parked at the loop, and their payload bytes, as the loop last said
+    /// (after each of the member's actions, and after each turn while any are parked).
+    parked: AtomicUsize,
+    parked_bytes: AtomicUsize,
 }
 
 /// A running event loop on its own thread. Dropping it stops the loop once the leaves its
@@ -317,7 +326,7 @@ impl Handle {
     pub fn cast(&self, data: impl Into<Bytes>) -> Result<(), Error> {
         let data = data.into();
         self.check(data.len())?;
-        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Cast(data) })
+        self.act_bounded(Op::Cast(data))
     }
 
     /// Sends `data` to member `to` of the current view.
@@ -328,7 +337,7 @@ impl Handle {
         if !view.contains(&to) {
             return Err(Error::NotMember(to));
         }
-        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Send(to, data) })
+        self.act_bounded(Op::Send(to, data))
     }
 
     /// Leaves the group gracefully: the others install a view without this endpoint, and the
@@ -346,7 +355,7 @@ impl Handle {
     pub fn subcast(&self, to: &[EndpointId], data: impl Into<Bytes>) -> Result<(), Error> {
         let data = data.into();
         self.check(data.len())?;
-        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Subcast(to.to_vec(), data) })
+        self.act_bounded(Op::Subcast(to.to_vec(), data))
     }
 
     /// Casts `data` to the servers of the view only (client/server groups: members that joined
@@ -354,14 +363,14 @@ impl Handle {
     pub fn cast_to_servers(&self, data: impl Into<Bytes>) -> Result<(), Error> {
         let data = data.into();
         self.check(data.len())?;
-        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::RoleCast(false, data) })
+        self.act_bounded(Op::RoleCast(false, data))
     }
 
     /// Casts `data` to the clients of the view only, ordered like every cast.
     pub fn cast_to_clients(&self, data: impl Into<Bytes>) -> Result<(), Error> {
         let data = data.into();
         self.check(data.len())?;
-        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::RoleCast(true, data) })
+        self.act_bounded(Op::RoleCast(true, data))
     }
 
     /// Asks the whole group to run stack `spec` from its next view on (protocol switching; both
@@ -417,6 +426,33 @@ impl Handle {
         if self.member.want_wake.swap(false, Ordering::SeqCst) {
             let _ = self.shared.waker.wake();
         }
+    }
+
+    /// Queues a message for the loop, unless this member's messages waiting there (parked for
+    /// flow control or a view change, and those on their way) are at the loop's bound:
+    /// `Error::QueueFull("parked actions")`, which the application answers by taking its events
+    /// (a member that lags holds its own casts back) and trying again. Refused here, the
+    /// application knows; past the bound the loop would refuse the message after `cast` had
+    /// returned, and it would be lost. Not blocking: an application that casts and reads its
+    /// events on one thread would wait for itself.
+    fn act_bounded(&self, op: Op) -> Result<(), Error> {
+        let member = &self.member;
+        let size = op.payload_len();
+        // Reserved first, so that handles on several threads cannot pass the bound together.
+        let count = member.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        let bytes = member.in_flight_bytes.fetch_add(size, Ordering::SeqCst);
+        let over = count + member.parked.load(Ordering::SeqCst) > PARKED_MAX
+            || (size > 0 && bytes + member.parked_bytes.load(Ordering::SeqCst) >= PARKED_BYTES_MAX);
+        let result = if over {
+            Err(Error::QueueFull("parked actions"))
+        } else {
+            self.shared.command(Command::Act { endpoint: self.endpoint, op })
+        };
+        if result.is_err() {
+            member.in_flight.fetch_sub(1, Ordering::SeqCst);
+            member.in_flight_bytes.fetch_sub(size, Ordering::SeqCst);
+        }
+        result
     }
 
     pub(crate) fn has_left(&self) -> bool {
@@ -564,6 +600,8 @@ struct LoopThread {
     members: BTreeMap<EndpointId, Listener>,
     /// Members with events in their overflow, visited every turn.
     behind: BTreeSet<EndpointId>,
+    /// Members with parked actions, whose handles are told after every turn how many are left.
+    parking: BTreeSet<EndpointId>,
     /// The bound of each member's overflow in events (`event_queue`, at least [`OVERFLOW_MIN`]);
     /// its bytes are bounded by [`overflow::OVERFLOW_BYTES_MAX`].
     overflow_max: usize,
@@ -598,6 +636,7 @@ impl LoopThread {
             shared,
             members: BTreeMap::new(),
             behind: BTreeSet::new(),
+            parking: BTreeSet::new(),
             overflow_max,
             channel_bytes_max,
             held: None,
@@ -636,6 +675,24 @@ impl LoopThread {
                 tracing::error!(%error, "event loop failed; stopping");
                 return;
             }
+            // Parked actions that went this turn make room for the member's next messages.
+            if !self.parking.is_empty() {
+                for endpoint in std::mem::take(&mut self.parking) {
+                    self.publish_parked(endpoint);
+                }
+            }
+        }
+    }
+
+    /// Tells `endpoint`'s handles how many of its actions are parked (and their bytes); a member
+    /// with some is told again after each turn until they have gone.
+    fn publish_parked(&mut self, endpoint: EndpointId) {
+        let Some(listener) = self.members.get(&endpoint) else { return };
+        let (parked, bytes) = (self.event_loop.parked(endpoint), self.event_loop.parked_bytes(endpoint));
+        listener.shared.parked.store(parked, Ordering::SeqCst);
+        listener.shared.parked_bytes.store(bytes, Ordering::SeqCst);
+        if parked > 0 {
+            self.parking.insert(endpoint);
         }
     }
 
@@ -694,8 +751,16 @@ impl LoopThread {
                 let _ = reply.send(result);
             }
             Command::Act { endpoint, op } => {
+                let counted = op.is_message().then(|| op.payload_len());
                 if let Err(error) = self.event_loop.act(endpoint, op) {
                     self.event_loop.refused(&error);
+                }
+                // What is parked now, then the message off the way (so that the handle's sum of
+                // the two never falls short).
+                self.publish_parked(endpoint);
+                if let (Some(size), Some(listener)) = (counted, self.members.get(&endpoint)) {
+                    listener.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    listener.shared.in_flight_bytes.fetch_sub(size, Ordering::SeqCst);
                 }
             }
             Command::Stats { reply } => {

@@ -721,6 +721,54 @@ fn a_member_that_stops_reading_holds_up_its_senders_but_not_the_process() {
     assert_eq!(suspected(), before);
 }
 
+/// An application that casts and never reads its events is refused with `QueueFull` once its
+/// parked casts reach the loop's bound, at `cast`, and loses none: before, `cast` returned `Ok`
+/// and the loop refused the casts past 65,536 (`actions_refused`), which were then lost. Once
+/// it reads, every accepted cast arrives, once, in order.
+#[test]
+fn a_member_that_casts_without_reading_is_refused_at_cast_and_loses_nothing() {
+    casts_without_reading(RuntimeConfig::default(), Duration::from_secs(60));
+}
+
+/// The same with an `event_queue` of 8: once the member reads, its parked casts go 8 at a time,
+/// each batch once the application has taken half of the last. The loop waited before taking
+/// them (it did not count parked actions to retry as due), so each batch came a timer's tick
+/// later: about 100 casts a second (measured), at which this test's casts would take longer than
+/// ten minutes.
+#[test]
+fn parked_casts_go_at_the_end_of_each_lag() {
+    casts_without_reading(RuntimeConfig { event_queue: 8, ..RuntimeConfig::default() }, Duration::from_secs(60));
+}
+
+fn casts_without_reading(config: RuntimeConfig, limit: Duration) {
+    let runtime = Runtime::start(config).unwrap();
+    let member = runtime.join(GroupConfig::new("park-bound")).unwrap();
+    receive_until(&member, Duration::from_secs(10), |event| matches!(event, Event::View(_)));
+    let mut accepted = 0u32;
+    let refused = loop {
+        match member.cast(accepted.to_le_bytes().to_vec()) {
+            Ok(()) => accepted += 1,
+            Err(motet_runtime::Error::QueueFull(what)) => break what,
+            Err(other) => panic!("cast {accepted}: {other}"),
+        }
+        assert!(accepted < 300_000, "never refused: the parked casts are not bounded at cast");
+    };
+    assert_eq!(refused, "parked actions");
+    assert!(accepted >= 60_000, "refused after only {accepted} casts");
+    let (stats, _) = runtime.stats().unwrap();
+    assert_eq!(stats.actions_refused, 0, "the loop refused casts that cast had accepted");
+    let mut next = 0u32;
+    receive_until(&member, limit, |event| {
+        if let Event::Cast { data, .. } = event {
+            assert_eq!(&data[..], &next.to_le_bytes()[..], "once, in order");
+            next += 1;
+        }
+        next == accepted
+    });
+    // With room again, casts are taken.
+    member.cast(accepted.to_le_bytes().to_vec()).unwrap();
+}
+
 /// A member that lags and is then dropped leaves gracefully and promptly: its group is no longer
 /// told that it lags once nobody listens to it, so its leave (a layer's own cast) and the flush
 /// that follows go at the others' pace, and nobody suspects it.

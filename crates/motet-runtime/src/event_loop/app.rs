@@ -12,7 +12,57 @@ use std::sync::Arc;
 
 /// Actions parked per endpoint (waiting for flow control or a view change) before more are
 /// refused with [`Error::QueueFull`].
-const PARKED_MAX: usize = 65_536;
+pub(crate) const PARKED_MAX: usize = 65_536;
+
+/// The same bound in payload bytes (one action may pass it).
+pub(crate) const PARKED_BYTES_MAX: usize = 64 << 20;
+
+/// An endpoint's parked actions, in order, with the payload bytes they hold.
+#[derive(Debug, Default)]
+pub(super) struct Parked {
+    ops: VecDeque<Op>,
+    bytes: usize,
+}
+
+impl Parked {
+    pub(super) fn push_back(&mut self, op: Op) {
+        self.bytes += op.payload_len();
+        self.ops.push_back(op);
+    }
+
+    pub(super) fn push_front(&mut self, op: Op) {
+        self.bytes += op.payload_len();
+        self.ops.push_front(op);
+    }
+
+    pub(super) fn pop_front(&mut self) -> Option<Op> {
+        let op = self.ops.pop_front()?;
+        self.bytes -= op.payload_len();
+        Some(op)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.ops.clear();
+        self.bytes = 0;
+    }
+
+    /// No room for another action: [`PARKED_MAX`] of them, or [`PARKED_BYTES_MAX`] of payload.
+    fn full(&self) -> bool {
+        self.ops.len() >= PARKED_MAX || self.bytes >= PARKED_BYTES_MAX
+    }
+}
 
 /// An application action, by endpoint id (translated to ranks of the current view when taken).
 #[derive(Clone, Debug)]
@@ -33,8 +83,14 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    /// The payload bytes the action's events will carry (its own delivery of a cast).
-    fn payload_len(&self) -> usize {
+    /// A message (a cast, a send, a subcast): what the threaded runtime's handles count toward
+    /// their member's parked actions (`runtime::Handle::act_bounded`).
+    pub(crate) fn is_message(&self) -> bool {
+        matches!(self, Op::Cast(_) | Op::Send(..) | Op::Subcast(..) | Op::RoleCast(..))
+    }
+
+    /// The payload bytes the action carries (and its events will: its own delivery of a cast).
+    pub(crate) fn payload_len(&self) -> usize {
         match self {
             Op::Cast(data) | Op::Send(_, data) | Op::Subcast(_, data) | Op::RoleCast(_, data) => data.len(),
             Op::XferChunk(_, data, _) => data.len(),
@@ -62,7 +118,7 @@ impl Op {
 pub(super) struct MemberState {
     pub(super) current: StackId,
     pub(super) view: Option<Arc<ViewState>>,
-    pub(super) parked: VecDeque<Op>,
+    pub(super) parked: Parked,
     /// State-transfer actions waiting for flow control: apart from `parked`, where the
     /// application's casts wait for the end of the transfer view.
     pub(super) xfer_parked: VecDeque<Op>,
@@ -127,7 +183,7 @@ impl EventLoop {
         let behind = self.ready.full(0, 0, &self.config);
         self.parked_for_events |= behind;
         if behind || !member.parked.is_empty() {
-            if member.parked.len() >= PARKED_MAX {
+            if member.parked.full() {
                 return Err(Error::QueueFull("parked actions"));
             }
             member.parked.push_back(op);
