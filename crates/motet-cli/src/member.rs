@@ -385,8 +385,6 @@ fn migrate(runtime: &Runtime, args: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// Casts each stdin line on a thread of its own (reading stdin blocks). The end of stdin ends
-/// the thread, not the member.
 /// Casts `data`, waiting while the member's parked casts are at their bound (`QueueFull`: the
 /// member's events are read on another thread, which lets them go): a line read is never lost.
 pub(crate) fn cast_when_room(member: &Handle, data: impl Into<bytes::Bytes>) -> Result<(), Error> {
@@ -399,6 +397,8 @@ pub(crate) fn cast_when_room(member: &Handle, data: impl Into<bytes::Bytes>) -> 
     }
 }
 
+/// Casts each stdin line on a thread of its own (reading stdin blocks). The end of stdin ends
+/// the thread, not the member.
 fn spawn_stdin_caster(member: Handle, runtime: Arc<Runtime>, commands: bool) {
     let spawned = std::thread::Builder::new().name("stdin".into()).spawn(move || {
         for line in std::io::stdin().lock().lines() {

@@ -435,13 +435,16 @@ impl EventLoop {
         }
         let retired_readable = self.retired.iter().any(|r| r.readable);
         // The loop's own reasons not to wait: something is due, or a socket has more to read.
-        // Parked actions to retry are due too: the application's taking its events lets them go
-        // (`next_event`), and a loop that waited first took them a timer's tick later.
         let due = wait.is_some_and(|w| w.is_zero())
-            || self.retry_any
             || ((self.readable || self.multicast_readable || retired_readable) && !lagging);
         if let Some(timeout) = timeout {
             wait = Some(wait.map_or(timeout, |w| w.min(timeout)));
+        }
+        // Parked actions to retry (the application's taking its events let them go, in
+        // `next_event`) do not wait either: a loop that waited took them a timer's tick later.
+        // As a caller's zero timeout, not as something due: the turn still asks `epoll`.
+        if self.retry_any {
+            wait = Some(Duration::ZERO);
         }
         // Nothing is due, and the caller lets the loop wait.
         let idle = wait.is_none_or(|w| !w.is_zero());
@@ -685,6 +688,12 @@ impl EventLoop {
     /// that wants to stay just ahead of the protocol casts while this is small).
     pub fn parked(&self, endpoint: EndpointId) -> usize {
         self.members.get(&endpoint).map_or(0, |m| m.parked.len())
+    }
+
+    /// How many of `endpoint`'s parked actions are messages (casts, sends, subcasts): what their
+    /// bound counts ([`EventLoop::parked`] counts every action).
+    pub(crate) fn parked_messages(&self, endpoint: EndpointId) -> usize {
+        self.members.get(&endpoint).map_or(0, |m| m.parked.messages())
     }
 
     /// The payload bytes of `endpoint`'s parked actions.

@@ -100,6 +100,8 @@ struct Shared {
     waker: Arc<mio::Waker>,
     /// The loop is about to sleep (or sleeps): a command must wake it.
     sleeping: AtomicBool,
+    /// The loop has stopped (its thread's state was dropped): nothing parked will go.
+    stopped: AtomicBool,
 }
 
 impl Shared {
@@ -135,6 +137,9 @@ struct MemberShared {
     /// (after each of the member's actions, and after each turn while any are parked).
     parked: AtomicUsize,
     parked_bytes: AtomicUsize,
+    /// The loop forgot the member (nobody listens to it any more): its counts above are no longer
+    /// kept.
+    forgotten: AtomicBool,
 }
 
 /// A running event loop on its own thread. Dropping it stops the loop once the leaves its
@@ -163,7 +168,12 @@ impl Runtime {
         let event_loop = EventLoop::new(config.clone())?;
         let addresses = Addresses { local: event_loop.local_addr(), advertise: event_loop.advertised_addr() };
         let (commands, receiver) = mpsc::sync_channel(config.action_queue);
-        let shared = Arc::new(Shared { commands, waker: event_loop.waker(), sleeping: AtomicBool::new(false) });
+        let shared = Arc::new(Shared {
+            commands,
+            waker: event_loop.waker(),
+            sleeping: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+        });
         let loop_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("motet-loop".into())
@@ -322,7 +332,9 @@ impl Handle {
 
     /// Multicasts `data` to the current view. Returns once the loop has queued it; the message
     /// goes out as soon as flow control and view changes allow (FIFO with this member's other
-    /// casts). Blocks while `action_queue` actions wait for the loop (back-pressure).
+    /// casts). Blocks while `action_queue` actions wait for the loop (back-pressure). Refuses with
+    /// `Error::QueueFull` while this member's messages parked at the loop are at their bound
+    /// (65,536, or 64 MiB): take events (a member that lags holds its own casts back) and retry.
     pub fn cast(&self, data: impl Into<Bytes>) -> Result<(), Error> {
         let data = data.into();
         self.check(data.len())?;
@@ -441,9 +453,14 @@ impl Handle {
         // Reserved first, so that handles on several threads cannot pass the bound together.
         let count = member.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         let bytes = member.in_flight_bytes.fetch_add(size, Ordering::SeqCst);
+        // Empty messages too: the loop refuses any message once the bytes are at their bound.
         let over = count + member.parked.load(Ordering::SeqCst) > PARKED_MAX
-            || (size > 0 && bytes + member.parked_bytes.load(Ordering::SeqCst) >= PARKED_BYTES_MAX);
-        let result = if over {
+            || bytes + member.parked_bytes.load(Ordering::SeqCst) >= PARKED_BYTES_MAX;
+        let result = if over && self.shared.stopped.load(Ordering::SeqCst) {
+            Err(Error::Stopped)
+        } else if over && member.forgotten.load(Ordering::SeqCst) {
+            Err(Error::Left)
+        } else if over {
             Err(Error::QueueFull("parked actions"))
         } else {
             self.shared.command(Command::Act { endpoint: self.endpoint, op })
@@ -622,6 +639,14 @@ struct Listener {
     overflow: Overflow,
 }
 
+impl Drop for LoopThread {
+    /// However the loop ends: a handle refused for its parked actions then says the runtime
+    /// stopped, since nothing parked will go.
+    fn drop(&mut self) {
+        self.shared.stopped.store(true, Ordering::SeqCst);
+    }
+}
+
 impl LoopThread {
     fn new(
         event_loop: EventLoop,
@@ -688,7 +713,7 @@ impl LoopThread {
     /// with some is told again after each turn until they have gone.
     fn publish_parked(&mut self, endpoint: EndpointId) {
         let Some(listener) = self.members.get(&endpoint) else { return };
-        let (parked, bytes) = (self.event_loop.parked(endpoint), self.event_loop.parked_bytes(endpoint));
+        let (parked, bytes) = (self.event_loop.parked_messages(endpoint), self.event_loop.parked_bytes(endpoint));
         listener.shared.parked.store(parked, Ordering::SeqCst);
         listener.shared.parked_bytes.store(bytes, Ordering::SeqCst);
         if parked > 0 {
@@ -813,7 +838,9 @@ impl LoopThread {
     /// A member nobody listens to any more: its group is no longer told it lags (its leave, if
     /// it asked for one, then goes at the pace of the others).
     fn forget(&mut self, endpoint: EndpointId) {
-        self.members.remove(&endpoint);
+        if let Some(listener) = self.members.remove(&endpoint) {
+            listener.shared.forgotten.store(true, Ordering::SeqCst);
+        }
         let _ = self.event_loop.set_lagging(endpoint, false);
     }
 
@@ -934,7 +961,12 @@ mod tests {
     fn member_with(capacity: usize) -> (LoopThread, Handle, Receiver<Event>) {
         let event_loop = EventLoop::new(RuntimeConfig::default()).unwrap();
         let (commands, receiver) = mpsc::sync_channel(16);
-        let shared = Arc::new(Shared { commands, waker: event_loop.waker(), sleeping: AtomicBool::new(false) });
+        let shared = Arc::new(Shared {
+            commands,
+            waker: event_loop.waker(),
+            sleeping: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+        });
         let mut thread = LoopThread::new(event_loop, receiver, Arc::clone(&shared), 64, usize::MAX);
         let (sink, events) = mpsc::sync_channel(capacity);
         let member = Arc::new(MemberShared::default());

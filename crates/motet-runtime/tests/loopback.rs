@@ -727,7 +727,7 @@ fn a_member_that_stops_reading_holds_up_its_senders_but_not_the_process() {
 /// it reads, every accepted cast arrives, once, in order.
 #[test]
 fn a_member_that_casts_without_reading_is_refused_at_cast_and_loses_nothing() {
-    casts_without_reading(RuntimeConfig::default(), Duration::from_secs(60));
+    casts_without_reading(RuntimeConfig::default(), Duration::from_secs(60), true);
 }
 
 /// The same with an `event_queue` of 8: once the member reads, its parked casts go 8 at a time,
@@ -737,16 +737,41 @@ fn a_member_that_casts_without_reading_is_refused_at_cast_and_loses_nothing() {
 /// ten minutes.
 #[test]
 fn parked_casts_go_at_the_end_of_each_lag() {
-    casts_without_reading(RuntimeConfig { event_queue: 8, ..RuntimeConfig::default() }, Duration::from_secs(60));
+    casts_without_reading(RuntimeConfig { event_queue: 8, ..RuntimeConfig::default() }, Duration::from_secs(60), false);
 }
 
-fn casts_without_reading(config: RuntimeConfig, limit: Duration) {
+/// The same in payload bytes, with messages of 1 MiB: refused at 64 MiB parked (a channel of
+/// 1 MiB, `event_queue_bytes`, fills first, then the member's overflow); every accepted cast
+/// arrives, then the `Exit` of a leave asked at the bound.
+#[test]
+fn a_member_is_refused_at_cast_at_its_parked_bytes() {
+    let config = RuntimeConfig { event_queue_bytes: 1 << 20, ..RuntimeConfig::default() };
     let runtime = Runtime::start(config).unwrap();
-    let member = runtime.join(GroupConfig::new("park-bound")).unwrap();
+    let member = runtime.join(GroupConfig::new("park-bytes")).unwrap();
     receive_until(&member, Duration::from_secs(10), |event| matches!(event, Event::View(_)));
+    let accepted = cast_until_refused(&member, 1 << 20);
+    assert!((60..200).contains(&accepted), "refused after {accepted} casts of 1 MiB");
+    member.handle().leave().unwrap();
+    let mut next = 0u32;
+    receive_until(&member, Duration::from_secs(60), |event| {
+        if let Event::Cast { data, .. } = event {
+            assert_eq!(&data[..4], &next.to_le_bytes()[..], "once, in order");
+            next += 1;
+        }
+        *event == Event::Exit
+    });
+    assert_eq!(next, accepted);
+    assert_eq!(runtime.stats().unwrap().0.actions_refused, 0, "the loop refused an accepted action");
+}
+
+/// Casts of `size` bytes (numbered in their first four) until `cast` refuses them for the
+/// member's parked messages; how many it accepted. The loop refused none of them.
+fn cast_until_refused(member: &Member, size: usize) -> u32 {
     let mut accepted = 0u32;
     let refused = loop {
-        match member.cast(accepted.to_le_bytes().to_vec()) {
+        let mut data = vec![0u8; size.max(4)];
+        data[..4].copy_from_slice(&accepted.to_le_bytes());
+        match member.cast(data) {
             Ok(()) => accepted += 1,
             Err(motet_runtime::Error::QueueFull(what)) => break what,
             Err(other) => panic!("cast {accepted}: {other}"),
@@ -754,19 +779,42 @@ fn casts_without_reading(config: RuntimeConfig, limit: Duration) {
         assert!(accepted < 300_000, "never refused: the parked casts are not bounded at cast");
     };
     assert_eq!(refused, "parked actions");
+    accepted
+}
+
+/// `leave`: the member then leaves, with its parked casts at their bound (65,536 of them), which
+/// must not refuse the leave (the handles count only messages; refused, it would leave the member
+/// in its group); every accepted cast arrives, then `Exit`. Else it casts once more, once it has
+/// read them.
+fn casts_without_reading(config: RuntimeConfig, limit: Duration, leave: bool) {
+    let runtime = Runtime::start(config).unwrap();
+    let member = runtime.join(GroupConfig::new("park-bound")).unwrap();
+    receive_until(&member, Duration::from_secs(10), |event| matches!(event, Event::View(_)));
+    let accepted = cast_until_refused(&member, 4);
     assert!(accepted >= 60_000, "refused after only {accepted} casts");
     let (stats, _) = runtime.stats().unwrap();
     assert_eq!(stats.actions_refused, 0, "the loop refused casts that cast had accepted");
+    if leave {
+        member.handle().leave().unwrap();
+    }
     let mut next = 0u32;
     receive_until(&member, limit, |event| {
         if let Event::Cast { data, .. } = event {
             assert_eq!(&data[..], &next.to_le_bytes()[..], "once, in order");
             next += 1;
         }
-        next == accepted
+        if leave {
+            *event == Event::Exit
+        } else {
+            next == accepted
+        }
     });
-    // With room again, casts are taken.
-    member.cast(accepted.to_le_bytes().to_vec()).unwrap();
+    assert_eq!(next, accepted);
+    assert_eq!(runtime.stats().unwrap().0.actions_refused, 0, "the loop refused an accepted action");
+    if !leave {
+        // With room again, casts are taken.
+        member.cast(accepted.to_le_bytes().to_vec()).unwrap();
+    }
 }
 
 /// A member that lags and is then dropped leaves gracefully and promptly: its group is no longer

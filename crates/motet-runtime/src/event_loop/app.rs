@@ -17,28 +17,50 @@ pub(crate) const PARKED_MAX: usize = 65_536;
 /// The same bound in payload bytes (one action may pass it).
 pub(crate) const PARKED_BYTES_MAX: usize = 64 << 20;
 
-/// An endpoint's parked actions, in order, with the payload bytes they hold.
+/// Actions other than messages (a leave, a switch, a migration) park beyond the messages' bound,
+/// up to this many more: the threaded runtime's handles count only messages, and a leave refused
+/// for a full lot would leave the member in the group.
+const PARKED_CONTROL_EXTRA: usize = 1024;
+
+/// An endpoint's parked actions, in order, with how many are messages and the payload bytes
+/// they hold.
 #[derive(Debug, Default)]
 pub(super) struct Parked {
     ops: VecDeque<Op>,
+    messages: usize,
     bytes: usize,
 }
 
 impl Parked {
+    fn count(&mut self, op: &Op, up: bool) {
+        let (messages, bytes) = (usize::from(op.is_message()), op.payload_len());
+        if up {
+            self.messages += messages;
+            self.bytes += bytes;
+        } else {
+            self.messages -= messages;
+            self.bytes -= bytes;
+        }
+    }
+
     pub(super) fn push_back(&mut self, op: Op) {
-        self.bytes += op.payload_len();
+        self.count(&op, true);
         self.ops.push_back(op);
     }
 
     pub(super) fn push_front(&mut self, op: Op) {
-        self.bytes += op.payload_len();
+        self.count(&op, true);
         self.ops.push_front(op);
     }
 
     pub(super) fn pop_front(&mut self) -> Option<Op> {
         let op = self.ops.pop_front()?;
-        self.bytes -= op.payload_len();
+        self.count(&op, false);
         Some(op)
+    }
+
+    pub(super) fn messages(&self) -> usize {
+        self.messages
     }
 
     pub(super) fn len(&self) -> usize {
@@ -55,12 +77,17 @@ impl Parked {
 
     pub(super) fn clear(&mut self) {
         self.ops.clear();
+        self.messages = 0;
         self.bytes = 0;
     }
 
-    /// No room for another action: [`PARKED_MAX`] of them, or [`PARKED_BYTES_MAX`] of payload.
-    fn full(&self) -> bool {
-        self.ops.len() >= PARKED_MAX || self.bytes >= PARKED_BYTES_MAX
+    /// No room for `op`: for a message, [`PARKED_MAX`] messages or [`PARKED_BYTES_MAX`] of
+    /// payload are parked; for another action, [`PARKED_CONTROL_EXTRA`] more actions than that.
+    fn full_for(&self, op: &Op) -> bool {
+        match op.is_message() {
+            true => self.messages >= PARKED_MAX || self.bytes >= PARKED_BYTES_MAX,
+            false => self.ops.len() >= PARKED_MAX + PARKED_CONTROL_EXTRA,
+        }
     }
 }
 
@@ -183,7 +210,7 @@ impl EventLoop {
         let behind = self.ready.full(0, 0, &self.config);
         self.parked_for_events |= behind;
         if behind || !member.parked.is_empty() {
-            if member.parked.full() {
+            if member.parked.full_for(&op) {
                 return Err(Error::QueueFull("parked actions"));
             }
             member.parked.push_back(op);
