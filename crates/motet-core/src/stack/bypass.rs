@@ -28,7 +28,7 @@
 
 use super::{Delayed, Plan, Stack, DELAYED_MAX};
 use crate::event::{Msg, Qos};
-use crate::fast::{Kept, Trace};
+use crate::fast::{Down, Kept, Trace};
 use crate::layer::Outbox;
 use crate::time::Instant;
 use crate::Rank;
@@ -253,6 +253,23 @@ impl Stack {
                 };
                 Some(Fused { handler, at })
             });
+        }
+    }
+
+    /// Asks the layer at `index` its condition going down, on the interpreted paths (a split's
+    /// part, a reply branch): a plain step (no loop-back, at most one part) is recorded in
+    /// `steps` with the headers `msg` had when it reached the layer, passes its guarantee on in
+    /// `down` and pushes its header. False for anything else, with nothing changed.
+    fn ask_dn(&self, index: usize, down: &mut Down, msg: &mut Msg, steps: &mut Steps<DnAsked>) -> bool {
+        match self.layers[index].fast_dn(down) {
+            Some(step) if !step.loopback && step.parts <= 1 => {
+                let depth = msg.hdrs.len() as u8;
+                steps.push(DnAsked { layer: index as u8, qos: down.qos, depth, keep: step.keep });
+                down.qos = step.qos;
+                msg.push(step.header);
+                true
+            }
+            _ => false,
         }
     }
 

@@ -225,17 +225,9 @@ impl Stack {
         let mut steps = Steps::<DnAsked>::new();
         let len = msg.hdrs.len();
         for i in top_down(active) {
-            match self.layers[i].fast_dn(&down) {
-                Some(step) if !step.loopback && step.parts <= 1 => {
-                    let depth = msg.hdrs.len() as u8;
-                    steps.push(DnAsked { layer: i as u8, qos: down.qos, depth, keep: step.keep });
-                    down.qos = step.qos;
-                    msg.push(step.header);
-                }
-                _ => {
-                    msg.hdrs.truncate(len);
-                    return Err((msg, i));
-                }
+            if !self.ask_dn(i, &mut down, &mut msg, &mut steps) {
+                msg.hdrs.truncate(len);
+                return Err((msg, i));
             }
         }
         let took = self.act_dn(now, dest, msg, None, &steps, None, &[], None);

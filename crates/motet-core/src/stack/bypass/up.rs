@@ -260,14 +260,8 @@ impl Stack {
         let mut next = at + 1;
         for i in top_down(send & below(at)) {
             self.push_send_template(&mut ack, next..i);
-            match self.layers[i].fast_dn(&down) {
-                Some(step) if !step.loopback && step.parts <= 1 => {
-                    let depth = ack.hdrs.len() as u8;
-                    steps.push(DnAsked { layer: i as u8, qos: down.qos, depth, keep: step.keep });
-                    down.qos = step.qos;
-                    ack.push(step.header);
-                }
-                _ => return Err(i),
+            if !self.ask_dn(i, &mut down, &mut ack, &mut steps) {
+                return Err(i);
             }
             next = i + 1;
         }
