@@ -1,0 +1,502 @@
+//! The loop thread: the event loop driven on a thread of its own, the application's commands
+//! taken in, and each member's events handed to its channel, or to its overflow while the
+//! application lags (see the parent module).
+
+use super::overflow::Overflow;
+use super::{Addresses, Command, Joined, MemberShared, Refused, Shared, Sink, LEAVE_GRACE};
+use crate::event_loop::EventLoop;
+use crate::Event;
+use motet_core::EndpointId;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The loop thread's state.
+pub(super) struct LoopThread {
+    event_loop: EventLoop,
+    commands: Receiver<Command>,
+    shared: Arc<Shared>,
+    members: BTreeMap<EndpointId, Listener>,
+    /// Members with events in their overflow, visited every turn.
+    behind: BTreeSet<EndpointId>,
+    /// Members with parked actions, whose handles are told after every turn how many are left.
+    parking: BTreeSet<EndpointId>,
+    /// The bound of each member's overflow in events (`event_queue`, at least [`super::OVERFLOW_MIN`]);
+    /// its bytes are bounded by [`super::overflow::OVERFLOW_BYTES_MAX`].
+    overflow_max: usize,
+    /// The bound of each member's channel in payload bytes (`event_queue_bytes`; its capacity in
+    /// events is `event_queue`).
+    channel_bytes_max: usize,
+    /// An event whose member's overflow is full, held (with everything after it) until it has
+    /// room: the loop's last resort, which stops it reading the socket.
+    held: Option<(EndpointId, Event)>,
+}
+
+/// Where one member's events go.
+struct Listener {
+    sink: Sink,
+    shared: Arc<MemberShared>,
+    /// Events its full channel refused, in order, waiting for room (at most `overflow_max` events
+    /// or [`super::overflow::OVERFLOW_BYTES_MAX`] bytes, and one more message).
+    overflow: Overflow,
+}
+
+impl Drop for LoopThread {
+    /// However the loop ends: a handle refused for its parked actions then says the runtime
+    /// stopped, since nothing parked will go.
+    fn drop(&mut self) {
+        self.shared.stopped.store(true, Ordering::SeqCst);
+    }
+}
+
+impl LoopThread {
+    pub(super) fn new(
+        event_loop: EventLoop,
+        commands: Receiver<Command>,
+        shared: Arc<Shared>,
+        overflow_max: usize,
+        channel_bytes_max: usize,
+    ) -> LoopThread {
+        LoopThread {
+            event_loop,
+            commands,
+            shared,
+            members: BTreeMap::new(),
+            behind: BTreeSet::new(),
+            parking: BTreeSet::new(),
+            overflow_max,
+            channel_bytes_max,
+            held: None,
+        }
+    }
+
+    pub(super) fn run(mut self) {
+        loop {
+            // Commands first, a bounded number per turn so the network is not starved.
+            for _ in 0..1024 {
+                match self.commands.try_recv() {
+                    Ok(Command::Stop(grace)) => return self.finish_leaves(grace),
+                    Err(TryRecvError::Disconnected) => return self.finish_leaves(LEAVE_GRACE),
+                    Ok(command) => self.handle(command),
+                    Err(TryRecvError::Empty) => break,
+                }
+            }
+            self.dispatch();
+            self.shared.sleeping.store(true, Ordering::SeqCst);
+            // A command that came meanwhile is taken, and the loop turns without waiting: it
+            // does not go back to the commands first, or senders that keep the queue full would
+            // keep it from the network (no receives, no heartbeats: suspected after a second).
+            let wait = match self.commands.try_recv() {
+                Ok(Command::Stop(grace)) => return self.finish_leaves(grace),
+                Err(TryRecvError::Disconnected) => return self.finish_leaves(LEAVE_GRACE),
+                Ok(command) => {
+                    self.shared.sleeping.store(false, Ordering::SeqCst);
+                    self.handle(command);
+                    Some(Duration::ZERO)
+                }
+                Err(TryRecvError::Empty) => None,
+            };
+            let result = self.event_loop.poll(wait);
+            self.shared.sleeping.store(false, Ordering::SeqCst);
+            if let Err(error) = result {
+                tracing::error!(%error, "event loop failed; stopping");
+                return;
+            }
+            // Parked actions that went this turn make room for the member's next messages.
+            if !self.parking.is_empty() {
+                for endpoint in std::mem::take(&mut self.parking) {
+                    self.publish_parked(endpoint);
+                }
+            }
+        }
+    }
+
+    /// Tells `endpoint`'s handles how many of its actions are parked (and their bytes); a member
+    /// with some is told again after each turn until they have gone.
+    fn publish_parked(&mut self, endpoint: EndpointId) {
+        let Some(listener) = self.members.get(&endpoint) else { return };
+        let (parked, bytes) = (self.event_loop.parked_messages(endpoint), self.event_loop.parked_bytes(endpoint));
+        listener.shared.parked.store(parked, Ordering::SeqCst);
+        listener.shared.parked_bytes.store(bytes, Ordering::SeqCst);
+        if parked > 0 {
+            self.parking.insert(endpoint);
+        }
+    }
+
+    /// The runtime is stopping: leaves the application asked for (a `Member` dropped just before
+    /// the `Runtime`, the usual order at the end of a program) run to their end, for at most
+    /// `grace`, so the others see the members leave instead of suspecting them a second later.
+    /// Events still coming go to members that still listen, in order: a member whose channel is
+    /// full gets nothing more (a gap in its events would be worse than their end).
+    fn finish_leaves(&mut self, grace: Duration) {
+        let clock = crate::clock::Clock::new();
+        let deadline = crate::clock::Deadline::after(&clock, grace);
+        // Members behind on their events get nothing more (a gap would be worse than the end),
+        // and are no longer said to lag: their leaves go at the others' pace.
+        let mut cut_off = self.behind.clone();
+        if let Some((endpoint, _)) = &self.held {
+            cut_off.insert(*endpoint);
+        }
+        for &endpoint in &cut_off {
+            let _ = self.event_loop.set_lagging(endpoint, false);
+        }
+        while self.event_loop.leaving() > 0 {
+            let left = deadline.until(&clock);
+            if left.is_zero() {
+                tracing::warn!(
+                    leaving = self.event_loop.leaving(),
+                    "stopping before every leave was confirmed: the others will suspect those members"
+                );
+                return;
+            }
+            if let Err(error) = self.event_loop.poll(Some(left.min(Duration::from_millis(50)))) {
+                tracing::error!(%error, "event loop failed while leaving; stopping");
+                return;
+            }
+            while let Some((endpoint, event)) = self.event_loop.next_event() {
+                let Some(listener) = self.members.get(&endpoint).filter(|_| !cut_off.contains(&endpoint)) else {
+                    continue;
+                };
+                if offer(listener, event, self.channel_bytes_max).is_err() {
+                    cut_off.insert(endpoint);
+                }
+            }
+        }
+    }
+
+    fn handle(&mut self, command: Command) {
+        match command {
+            Command::Join { config, sink, reply } => {
+                let result = self.event_loop.join(&config).map(|endpoint| {
+                    let member = Arc::new(MemberShared::default());
+                    // Until its first view, the member's own limit (its view, alone, has it).
+                    member.message_size_max.store(config.params.appl.message_size_max, Ordering::Relaxed);
+                    let listener = Listener { sink, shared: Arc::clone(&member), overflow: Overflow::default() };
+                    self.members.insert(endpoint, listener);
+                    Joined { endpoint, member }
+                });
+                let _ = reply.send(result);
+            }
+            Command::Act { endpoint, op } => {
+                let counted = op.is_message().then(|| op.payload_len());
+                if let Err(error) = self.event_loop.act(endpoint, op) {
+                    self.event_loop.refused(&error);
+                }
+                // What is parked now, then the message off the way (so that the handle's sum of
+                // the two never falls short).
+                self.publish_parked(endpoint);
+                if let (Some(size), Some(listener)) = (counted, self.members.get(&endpoint)) {
+                    listener.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    listener.shared.in_flight_bytes.fetch_sub(size, Ordering::SeqCst);
+                }
+            }
+            Command::Stats { reply } => {
+                let _ = reply.send((self.event_loop.runtime_stats(), self.event_loop.protocol_stats()));
+            }
+            Command::Migrate { bind, advertise, reply } => {
+                let event_loop = &mut self.event_loop;
+                let result = event_loop
+                    .migrate(bind, advertise)
+                    .map(|advertise| Addresses { local: event_loop.local_addr(), advertise });
+                let _ = reply.send(result);
+            }
+            Command::Stop(_) => {}
+        }
+    }
+
+    /// Hands events to the members' channels, in order: first the overflows of members that
+    /// were behind, as far as their channels now take them, then the loop's new events. A member
+    /// whose channel is full has its events wait in its overflow and its group told that it lags
+    /// (its senders wait for credit), while the others' events go on.
+    fn dispatch(&mut self) {
+        self.catch_up();
+        loop {
+            let Some((endpoint, event)) = self.held.take().or_else(|| self.event_loop.next_event()) else { return };
+            let Some(listener) = self.members.get_mut(&endpoint) else { continue };
+            if !listener.overflow.is_empty() {
+                if listener.overflow.is_full(self.overflow_max) {
+                    // Its senders did not wait (a stack without flow control, or a lag long
+                    // enough for what trickles to fill the overflow), or its messages are large
+                    // (`OVERFLOW_BYTES_MAX`): the last resort.
+                    self.held = Some((endpoint, event));
+                    return;
+                }
+                listener.overflow.push_back(event);
+                continue;
+            }
+            match hand(listener, event, self.channel_bytes_max) {
+                Handed::All => {}
+                Handed::Full => {
+                    self.behind.insert(endpoint);
+                    tracing::debug!(%endpoint, "the application lags its events: its senders wait for it");
+                    // A member that has left has nothing to say it to.
+                    let _ = self.event_loop.set_lagging(endpoint, true);
+                }
+                Handed::Gone => self.forget(endpoint),
+            }
+        }
+    }
+
+    /// A member nobody listens to any more: its group is no longer told it lags (its leave, if
+    /// it asked for one, then goes at the pace of the others).
+    fn forget(&mut self, endpoint: EndpointId) {
+        if let Some(listener) = self.members.remove(&endpoint) {
+            listener.shared.forgotten.store(true, Ordering::SeqCst);
+        }
+        let _ = self.event_loop.set_lagging(endpoint, false);
+    }
+
+    /// Moves the overflows of members that were behind into their channels, as far as they now
+    /// take them; a member that has caught up is no longer said to lag.
+    fn catch_up(&mut self) {
+        if self.behind.is_empty() {
+            return;
+        }
+        for endpoint in std::mem::take(&mut self.behind) {
+            let Some(listener) = self.members.get_mut(&endpoint) else { continue };
+            // The application has taken nothing since its channel refused an event: trying again
+            // would fail (and box the event twice). It wakes the loop when it takes one, and so
+            // does dropping its receiver (`Unlistened`).
+            if listener.shared.want_wake.load(Ordering::SeqCst) {
+                self.behind.insert(endpoint);
+                continue;
+            }
+            let mut handed = Handed::All;
+            while let Some(event) = listener.overflow.pop_front() {
+                handed = hand(listener, event, self.channel_bytes_max);
+                if !matches!(handed, Handed::All) {
+                    break;
+                }
+            }
+            match handed {
+                Handed::Full => drop(self.behind.insert(endpoint)),
+                Handed::Gone => self.forget(endpoint),
+                Handed::All => {
+                    let _ = self.event_loop.set_lagging(endpoint, false);
+                }
+            }
+        }
+    }
+}
+
+/// What became of an event handed to a member's channel.
+enum Handed {
+    /// Taken (for a member that exited, its last).
+    All,
+    /// The channel is full: the event waits at the front of the member's overflow.
+    Full,
+    /// Nobody listens any more (the handle was dropped, or the member exited).
+    Gone,
+}
+
+/// Hands `event` to the member's channel, or, when it is full (`event_queue` events, or
+/// `bytes_max` of payload: one message may pass it), to the front of its overflow.
+fn hand(listener: &mut Listener, event: Event, bytes_max: usize) -> Handed {
+    let exit = matches!(event, Event::Exit);
+    // What the handle checks actions against changes when the application gets the view.
+    let view = match &event {
+        Event::View(view) => Some((Arc::<[EndpointId]>::from(&view.members[..]), view.params.appl.message_size_max)),
+        _ => None,
+    };
+    let sent = match offer(listener, event, bytes_max) {
+        // Full: the application is asked to wake the loop when it takes an event. It may have
+        // taken one between the refusal and the request, and would not wake it: so one more try
+        // after the request.
+        Err(Refused::Full(event)) => {
+            // A swap, not a store: with the application's swap in `taken` (or the guard's store
+            // after its receiver is gone), one side sees the other's write, so either this retry
+            // sees the room (or the closed channel) or the application wakes the loop.
+            let _ = listener.shared.want_wake.swap(true, Ordering::SeqCst);
+            offer(listener, *event, bytes_max)
+        }
+        other => other,
+    };
+    if let (Ok(()), Some((members, size_max))) = (&sent, view) {
+        if let Ok(mut current) = listener.shared.view.lock() {
+            *current = Some(members);
+        }
+        // The view's limit, not the member's own: a view runs its parameters.
+        listener.shared.message_size_max.store(size_max, Ordering::Relaxed);
+    }
+    match sent {
+        Ok(()) if exit => Handed::Gone,
+        Ok(()) => Handed::All,
+        Err(Refused::Full(event)) => {
+            listener.overflow.push_front(*event);
+            Handed::Full
+        }
+        Err(Refused::Gone) => Handed::Gone,
+    }
+}
+
+/// Sends `event` to the member's channel unless the channel is full, in events or in payload
+/// bytes. The bytes are counted before the send: the application may take the event at once, and
+/// takes its bytes off when it does (`Handle::taken`).
+fn offer(listener: &Listener, event: Event, bytes_max: usize) -> Result<(), Refused> {
+    let size = event.payload_len();
+    if size == 0 {
+        return listener.sink.try_send(event);
+    }
+    let bytes = &listener.shared.channel_bytes;
+    if bytes.load(Ordering::SeqCst) >= bytes_max {
+        return Err(Refused::Full(Box::new(event)));
+    }
+    bytes.fetch_add(size, Ordering::SeqCst);
+    let sent = listener.sink.try_send(event);
+    if sent.is_err() {
+        bytes.fetch_sub(size, Ordering::SeqCst);
+    }
+    sent
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Handle, Member, Unlistened};
+    use super::*;
+    use crate::config::RuntimeConfig;
+    use bytes::Bytes;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::mpsc;
+
+    /// A loop thread with one member whose channel holds one event, and the member's handle and
+    /// receiver.
+    fn one_member() -> (LoopThread, Handle, Receiver<Event>) {
+        member_with(1)
+    }
+
+    /// The same with a channel that holds `capacity` events.
+    fn member_with(capacity: usize) -> (LoopThread, Handle, Receiver<Event>) {
+        let event_loop = EventLoop::new(RuntimeConfig::default()).unwrap();
+        let (commands, receiver) = mpsc::sync_channel(16);
+        let shared = Arc::new(Shared {
+            commands,
+            waker: event_loop.waker(),
+            sleeping: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+        });
+        let mut thread = LoopThread::new(event_loop, receiver, Arc::clone(&shared), 64, usize::MAX);
+        let (sink, events) = mpsc::sync_channel(capacity);
+        let member = Arc::new(MemberShared::default());
+        let endpoint = EndpointId(7);
+        let listener =
+            Listener { sink: Sink::Blocking(sink), shared: Arc::clone(&member), overflow: Overflow::default() };
+        thread.members.insert(endpoint, listener);
+        (thread, Handle { endpoint, shared, member }, events)
+    }
+
+    /// A member's channel is full at `event_queue_bytes` of payload too, with room for more
+    /// events: the next message waits in the member's overflow until the application has taken
+    /// some. One message may pass the bound (one larger than it still goes through).
+    #[test]
+    fn a_members_channel_is_full_at_its_bytes_too() {
+        let (mut thread, handle, events) = member_with(16);
+        let cast = |n| Event::Cast { from: EndpointId(1), data: Bytes::from(vec![0u8; n]) };
+        let listener = thread.members.get_mut(&handle.endpoint).unwrap();
+        assert!(matches!(hand(listener, cast(80), 100), Handed::All));
+        assert!(matches!(hand(listener, cast(80), 100), Handed::All), "80 bytes held: one more passes");
+        assert!(matches!(hand(listener, cast(1), 100), Handed::Full), "160 bytes held, 2 events of 16");
+        assert_eq!(listener.overflow.events.len(), 1);
+        thread.behind.insert(handle.endpoint);
+        let first = events.try_recv().unwrap();
+        handle.taken(&first);
+        thread.catch_up();
+        assert!(thread.members[&handle.endpoint].overflow.is_empty(), "80 bytes held: it went");
+        assert!(thread.behind.is_empty());
+        assert_eq!(handle.member.channel_bytes.load(Ordering::SeqCst), 81);
+        while let Ok(event) = events.try_recv() {
+            handle.taken(&event);
+        }
+        assert_eq!(handle.member.channel_bytes.load(Ordering::SeqCst), 0, "what the application took is off");
+    }
+
+    /// Fills the member's channel and one more: the member is behind, with one event in its
+    /// overflow.
+    fn fall_behind(thread: &mut LoopThread, endpoint: EndpointId) {
+        let listener = thread.members.get_mut(&endpoint).unwrap();
+        assert!(matches!(hand(listener, Event::Block, usize::MAX), Handed::All));
+        assert!(matches!(hand(listener, Event::Block, usize::MAX), Handed::Full));
+        thread.behind.insert(endpoint);
+    }
+
+    /// Lets a fresh loop take what its first turns report (the socket's readiness), so that its
+    /// next wait lasts until it is woken.
+    fn settle(thread: &mut LoopThread) {
+        for _ in 0..3 {
+            thread.event_loop.poll(Some(Duration::from_millis(20))).unwrap();
+        }
+    }
+
+    /// The loop wakes within `limit` (it was woken), where it would otherwise wait 5 s.
+    fn woken(thread: &mut LoopThread, limit: Duration) -> bool {
+        let clock = crate::clock::Clock::new();
+        let started = clock.now();
+        thread.event_loop.poll(Some(Duration::from_secs(5))).unwrap();
+        crate::clock::between(started, clock.now()) < limit
+    }
+
+    /// A member whose application has taken nothing since its channel refused an event is not
+    /// tried again (that would fail, and box the event twice) until the application takes one,
+    /// which wakes the loop.
+    #[test]
+    fn a_lagging_member_is_tried_again_only_once_its_application_took_an_event() {
+        let (mut thread, handle, events) = one_member();
+        fall_behind(&mut thread, handle.endpoint);
+        // Room in the channel, but the application did not say so (a raw receive, not `taken`).
+        assert_eq!(events.try_recv().unwrap(), Event::Block);
+        thread.catch_up();
+        assert_eq!(thread.members[&handle.endpoint].overflow.events.len(), 1, "not tried: nobody woke the loop");
+        assert!(thread.behind.contains(&handle.endpoint));
+        settle(&mut thread);
+        handle.taken(&Event::Block);
+        assert!(woken(&mut thread, Duration::from_secs(2)), "taking an event wakes the loop");
+        thread.catch_up();
+        assert!(thread.members[&handle.endpoint].overflow.is_empty(), "tried once woken");
+        assert!(thread.behind.is_empty(), "caught up");
+        assert_eq!(events.try_recv().unwrap(), Event::Block);
+    }
+
+    /// A lagging member that is dropped is forgotten: its guard, dropped after its receiver
+    /// (`Unlistened`, the last field), wakes the loop, which tries once more and finds the channel
+    /// closed. Without it the member's overflow would stay for the runtime's life; with the guard
+    /// dropped before the receiver, the loop could find the channel full once more and never be
+    /// woken again.
+    #[test]
+    fn a_lagging_member_that_is_dropped_is_forgotten() {
+        let (mut thread, handle, events) = one_member();
+        fall_behind(&mut thread, handle.endpoint);
+        thread.catch_up();
+        assert!(thread.members.contains_key(&handle.endpoint), "still behind");
+        // Its leave goes into the command channel, which this test does not read.
+        let member = Member {
+            handle: handle.clone(),
+            events,
+            exited: AtomicBool::new(false),
+            _unlistened: Unlistened(handle.clone()),
+        };
+        settle(&mut thread);
+        drop(member);
+        assert!(woken(&mut thread, Duration::from_secs(2)), "dropping the member wakes the loop");
+        thread.catch_up();
+        assert!(!thread.members.contains_key(&handle.endpoint), "forgotten");
+        assert!(thread.behind.is_empty());
+    }
+
+    /// The same for an async member.
+    #[cfg(feature = "tokio")]
+    #[test]
+    fn a_lagging_async_member_that_is_dropped_is_forgotten() {
+        let (mut thread, handle, _) = one_member();
+        let (sink, events) = tokio::sync::mpsc::channel(1);
+        thread.members.get_mut(&handle.endpoint).unwrap().sink = Sink::Async(sink);
+        fall_behind(&mut thread, handle.endpoint);
+        thread.catch_up();
+        let member = crate::AsyncMember::new(handle.clone(), events);
+        settle(&mut thread);
+        drop(member);
+        assert!(woken(&mut thread, Duration::from_secs(2)), "dropping the member wakes the loop");
+        thread.catch_up();
+        assert!(!thread.members.contains_key(&handle.endpoint), "forgotten");
+    }
+}
