@@ -36,6 +36,7 @@ pub mod metrics;
 mod runtime;
 #[cfg(feature = "tokio")]
 mod stream;
+mod weighed;
 
 pub use config::{FileConfig, GroupConfig, MulticastConfig, RuntimeConfig};
 pub use error::Error;

@@ -3,6 +3,7 @@
 
 use super::{EventLoop, RuntimeStats};
 use crate::io::Chunks;
+use crate::weighed::Weighed;
 use crate::{Error, Event, View};
 use bytes::Bytes;
 use motet_core::{Action, Address, ApiError, AppEvent, EndpointId, Node, Payload, Rank, StackId, ViewId, ViewState};
@@ -26,36 +27,24 @@ const PARKED_CONTROL_EXTRA: usize = 1024;
 /// they hold.
 #[derive(Debug, Default)]
 pub(super) struct Parked {
-    ops: VecDeque<Op>,
+    ops: Weighed<Op>,
     messages: usize,
-    bytes: usize,
 }
 
 impl Parked {
-    fn count(&mut self, op: &Op, up: bool) {
-        let (messages, bytes) = (usize::from(op.is_message()), op.payload_len());
-        if up {
-            self.messages += messages;
-            self.bytes += bytes;
-        } else {
-            self.messages -= messages;
-            self.bytes -= bytes;
-        }
-    }
-
     pub(super) fn push_back(&mut self, op: Op) {
-        self.count(&op, true);
+        self.messages += usize::from(op.is_message());
         self.ops.push_back(op);
     }
 
     pub(super) fn push_front(&mut self, op: Op) {
-        self.count(&op, true);
+        self.messages += usize::from(op.is_message());
         self.ops.push_front(op);
     }
 
     pub(super) fn pop_front(&mut self) -> Option<Op> {
         let op = self.ops.pop_front()?;
-        self.count(&op, false);
+        self.messages -= usize::from(op.is_message());
         Some(op)
     }
 
@@ -72,20 +61,19 @@ impl Parked {
     }
 
     pub(super) fn bytes(&self) -> usize {
-        self.bytes
+        self.ops.bytes()
     }
 
     pub(super) fn clear(&mut self) {
         self.ops.clear();
         self.messages = 0;
-        self.bytes = 0;
     }
 
     /// No room for `op`: for a message, [`PARKED_MAX`] messages or [`PARKED_BYTES_MAX`] of
     /// payload are parked; for another action, [`PARKED_CONTROL_EXTRA`] more actions than that.
     fn full_for(&self, op: &Op) -> bool {
         match op.is_message() {
-            true => self.messages >= PARKED_MAX || self.bytes >= PARKED_BYTES_MAX,
+            true => self.messages >= PARKED_MAX || self.ops.bytes() >= PARKED_BYTES_MAX,
             false => self.ops.len() >= PARKED_MAX + PARKED_CONTROL_EXTRA,
         }
     }
@@ -253,7 +241,7 @@ impl EventLoop {
             let Some((endpoint, view)) = self.owners.get(&stack) else { continue };
             let (from, data) = (view.members[usize::from(origin)], payload.into_bytes());
             let event = if cast { Event::Cast { from, data } } else { Event::Send { from, data } };
-            self.ready.push_back(*endpoint, event);
+            self.ready.push_back((*endpoint, event));
         }
         if views_changed {
             let node = &self.node;
@@ -332,7 +320,7 @@ impl EventLoop {
             AppEvent::XferProvide | AppEvent::XferChunk { .. } => return views_changed,
         };
         let exit = event == Event::Exit;
-        self.ready.push_back(endpoint, event);
+        self.ready.push_back((endpoint, event));
         if exit {
             // Gone for good: a process that joins and leaves groups all its life does not
             // keep their state, nor resolve their seeds (an action for it is `Error::Left`).

@@ -3,34 +3,13 @@
 //! (`RuntimeConfig::event_queue`, `RuntimeConfig::event_queue_bytes`).
 
 use crate::config::RuntimeConfig;
+use crate::weighed::Weighed;
 use crate::Event;
 use motet_core::EndpointId;
-use std::collections::VecDeque;
 
-#[derive(Default)]
-pub(super) struct Ready {
-    events: VecDeque<(EndpointId, Event)>,
-    bytes: usize,
-}
+pub(super) type Ready = Weighed<(EndpointId, Event)>;
 
 impl Ready {
-    #[inline]
-    pub(super) fn push_back(&mut self, endpoint: EndpointId, event: Event) {
-        self.bytes += event.payload_len();
-        self.events.push_back((endpoint, event));
-    }
-
-    #[inline]
-    pub(super) fn pop_front(&mut self) -> Option<(EndpointId, Event)> {
-        let next = self.events.pop_front()?;
-        self.bytes -= next.1.payload_len();
-        Some(next)
-    }
-
-    pub(super) fn len(&self) -> usize {
-        self.events.len()
-    }
-
     /// The application is behind on its events: `event_queue` of them wait, or
     /// `event_queue_bytes` of payload (with `events` more of `bytes` about to come: the events of
     /// parked actions taken in one pass, collected after it). The loop then stops reading the
@@ -38,13 +17,12 @@ impl Ready {
     /// ([`Ready::half_free`]).
     #[inline]
     pub(super) fn full(&self, events: usize, bytes: usize, config: &RuntimeConfig) -> bool {
-        self.events.len() + events >= config.event_queue || self.bytes + bytes >= config.event_queue_bytes
+        self.len() + events >= config.event_queue || self.bytes() + bytes >= config.event_queue_bytes
     }
 
     /// Half of both bounds is free again, or nothing waits at all (bounds of 1): parked actions
     /// may go.
     pub(super) fn half_free(&self, config: &RuntimeConfig) -> bool {
-        self.events.is_empty()
-            || (self.events.len() <= config.event_queue / 2 && self.bytes <= config.event_queue_bytes / 2)
+        self.is_empty() || (self.len() <= config.event_queue / 2 && self.bytes() <= config.event_queue_bytes / 2)
     }
 }

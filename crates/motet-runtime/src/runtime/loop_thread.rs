@@ -397,7 +397,7 @@ mod tests {
         assert!(matches!(hand(listener, cast(80), 100), Handed::All));
         assert!(matches!(hand(listener, cast(80), 100), Handed::All), "80 bytes held: one more passes");
         assert!(matches!(hand(listener, cast(1), 100), Handed::Full), "160 bytes held, 2 events of 16");
-        assert_eq!(listener.overflow.events.len(), 1);
+        assert_eq!(listener.overflow.len(), 1);
         thread.behind.insert(handle.endpoint);
         let first = events.try_recv().unwrap();
         handle.taken(&first);
@@ -446,7 +446,7 @@ mod tests {
         // Room in the channel, but the application did not say so (a raw receive, not `taken`).
         assert_eq!(events.try_recv().unwrap(), Event::Block);
         thread.catch_up();
-        assert_eq!(thread.members[&handle.endpoint].overflow.events.len(), 1, "not tried: nobody woke the loop");
+        assert_eq!(thread.members[&handle.endpoint].overflow.len(), 1, "not tried: nobody woke the loop");
         assert!(thread.behind.contains(&handle.endpoint));
         settle(&mut thread);
         handle.taken(&Event::Block);

@@ -1,8 +1,8 @@
 //! A member's overflow in the threaded runtime: the events its full channel refused, waiting in
 //! order, bounded in events and in payload bytes (see `LoopThread::dispatch`).
 
+use crate::weighed::Weighed;
 use crate::Event;
-use std::collections::VecDeque;
 
 /// The most payload bytes a member's overflow holds before the last resort (one more message may
 /// pass it): a stack without flow control could otherwise hold [`super::OVERFLOW_MIN`] messages
@@ -12,37 +12,13 @@ use std::collections::VecDeque;
 pub(super) const OVERFLOW_BYTES_MAX: usize = 64 << 20;
 
 /// A member's overflow: its events in order, and the payload bytes they carry.
-#[derive(Default)]
-pub(super) struct Overflow {
-    pub(super) events: VecDeque<Event>,
-    bytes: usize,
-}
+pub(super) type Overflow = Weighed<Event>;
 
 impl Overflow {
-    pub(super) fn push_back(&mut self, event: Event) {
-        self.bytes += event.payload_len();
-        self.events.push_back(event);
-    }
-
-    pub(super) fn push_front(&mut self, event: Event) {
-        self.bytes += event.payload_len();
-        self.events.push_front(event);
-    }
-
-    pub(super) fn pop_front(&mut self) -> Option<Event> {
-        let event = self.events.pop_front()?;
-        self.bytes -= event.payload_len();
-        Some(event)
-    }
-
-    pub(super) fn is_empty(&self) -> bool {
-        self.events.is_empty()
-    }
-
     /// Holds `events` events or [`OVERFLOW_BYTES_MAX`] bytes: the next event waits (the loop's
     /// last resort).
     pub(super) fn is_full(&self, events: usize) -> bool {
-        self.events.len() >= events || self.bytes >= OVERFLOW_BYTES_MAX
+        self.len() >= events || self.bytes() >= OVERFLOW_BYTES_MAX
     }
 }
 
@@ -64,20 +40,20 @@ mod tests {
             assert!(!overflow.is_full(OVERFLOW_MIN));
             overflow.push_back(big());
         }
-        assert!(overflow.is_full(OVERFLOW_MIN), "{} events, {} bytes", overflow.events.len(), overflow.bytes);
+        assert!(overflow.is_full(OVERFLOW_MIN), "{} events, {} bytes", overflow.len(), overflow.bytes());
         let first = overflow.pop_front().unwrap();
         assert!(!overflow.is_full(OVERFLOW_MIN));
         overflow.push_front(first);
         overflow.push_back(Event::Block);
-        assert_eq!(overflow.bytes, OVERFLOW_BYTES_MAX, "events without payload weigh nothing");
+        assert_eq!(overflow.bytes(), OVERFLOW_BYTES_MAX, "events without payload weigh nothing");
         while overflow.pop_front().is_some() {}
-        assert_eq!(overflow.bytes, 0);
+        assert_eq!(overflow.bytes(), 0);
         // State-transfer chunks weigh their bytes too.
         let view = motet_core::ViewId { ltime: 1, coord: EndpointId(1) };
         overflow.push_back(Event::XferChunk { view, data: bytes::Bytes::from(vec![0u8; 100]), last: true });
-        assert_eq!(overflow.bytes, 100);
+        assert_eq!(overflow.bytes(), 100);
         overflow.pop_front();
-        assert_eq!(overflow.bytes, 0);
+        assert_eq!(overflow.bytes(), 0);
         // The count alone, for small events.
         (0..3).for_each(|_| overflow.push_back(Event::Block));
         assert!(overflow.is_full(3) && !overflow.is_full(4));
