@@ -690,10 +690,10 @@ impl EventLoop {
         self.members.get(&endpoint).map_or(0, |m| m.parked.len())
     }
 
-    /// How many of `endpoint`'s parked actions are messages (casts, sends, subcasts): what their
-    /// bound counts ([`EventLoop::parked`] counts every action).
-    pub(crate) fn parked_messages(&self, endpoint: EndpointId) -> usize {
-        self.members.get(&endpoint).map_or(0, |m| m.parked.messages())
+    /// How many of `endpoint`'s parked actions are messages (casts, sends, subcasts), and the
+    /// payload bytes parked: what their bound counts ([`EventLoop::parked`] counts every action).
+    pub(crate) fn parked_messages(&self, endpoint: EndpointId) -> (usize, usize) {
+        self.members.get(&endpoint).map_or((0, 0), |m| (m.parked.messages(), m.parked.bytes()))
     }
 
     /// The payload bytes of `endpoint`'s parked actions.

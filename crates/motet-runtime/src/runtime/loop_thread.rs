@@ -107,19 +107,26 @@ impl LoopThread {
             // Parked actions that went this turn make room for the member's next messages.
             if !self.parking.is_empty() {
                 for endpoint in std::mem::take(&mut self.parking) {
-                    self.publish_parked(endpoint);
+                    self.publish_parked(endpoint, None);
                 }
             }
         }
     }
 
-    /// Tells `endpoint`'s handles how many of its actions are parked (and their bytes); a member
-    /// with some is told again after each turn until they have gone.
-    fn publish_parked(&mut self, endpoint: EndpointId) {
+    /// Tells `endpoint`'s handles how many of its messages are parked (and their bytes), then
+    /// takes the message of `handled` bytes, if one was just handled, off its way (in that order,
+    /// so that the handles' sum of the two never falls short). A member with messages parked is
+    /// told again after each turn until they have gone.
+    fn publish_parked(&mut self, endpoint: EndpointId, handled: Option<usize>) {
         let Some(listener) = self.members.get(&endpoint) else { return };
-        let (parked, bytes) = (self.event_loop.parked_messages(endpoint), self.event_loop.parked_bytes(endpoint));
-        listener.shared.parked.store(parked, Ordering::SeqCst);
-        listener.shared.parked_bytes.store(bytes, Ordering::SeqCst);
+        let (parked, bytes) = self.event_loop.parked_messages(endpoint);
+        let shared = &listener.shared;
+        shared.parked.store(parked, Ordering::SeqCst);
+        shared.parked_bytes.store(bytes, Ordering::SeqCst);
+        if let Some(size) = handled {
+            shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+            shared.in_flight_bytes.fetch_sub(size, Ordering::SeqCst);
+        }
         if parked > 0 {
             self.parking.insert(endpoint);
         }
@@ -184,13 +191,7 @@ impl LoopThread {
                 if let Err(error) = self.event_loop.act(endpoint, op) {
                     self.event_loop.refused(&error);
                 }
-                // What is parked now, then the message off the way (so that the handle's sum of
-                // the two never falls short).
-                self.publish_parked(endpoint);
-                if let (Some(size), Some(listener)) = (counted, self.members.get(&endpoint)) {
-                    listener.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
-                    listener.shared.in_flight_bytes.fetch_sub(size, Ordering::SeqCst);
-                }
+                self.publish_parked(endpoint, counted);
             }
             Command::Stats { reply } => {
                 let _ = reply.send((self.event_loop.runtime_stats(), self.event_loop.protocol_stats()));
