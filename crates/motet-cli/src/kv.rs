@@ -194,7 +194,9 @@ fn serve(args: KvArgs) -> Result<(), String> {
                 let chunks = state.len().div_ceil(CHUNK).max(1);
                 for i in 0..chunks {
                     let piece = state.slice((i * CHUNK).min(state.len())..((i + 1) * CHUNK).min(state.len()));
-                    member.xfer_chunk(*view, piece, i + 1 == chunks).map_err(|e| e.to_string())?;
+                    // Chunks held at their bound (`QueueFull`) go as the receivers acknowledge.
+                    crate::member::when_room(|| member.xfer_chunk(*view, piece.clone(), i + 1 == chunks))
+                        .map_err(|e| e.to_string())?;
                 }
                 member.xfer_done(*view).map_err(|e| e.to_string())?;
                 let ms = view_started.elapsed().as_secs_f64() * 1e3;

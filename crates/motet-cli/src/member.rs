@@ -389,8 +389,15 @@ fn migrate(runtime: &Runtime, args: &str) -> Result<(), Error> {
 /// member's events are read on another thread, which lets them go): a line read is never lost.
 pub(crate) fn cast_when_room(member: &Handle, data: impl Into<bytes::Bytes>) -> Result<(), Error> {
     let data = data.into();
+    when_room(|| member.cast(data.clone()))
+}
+
+/// Runs `act` until it is not refused for a full queue (`QueueFull`), 1 ms apart: what the
+/// runtime holds goes meanwhile (casts as the member's events are read, state-transfer chunks as
+/// the receivers acknowledge them).
+pub(crate) fn when_room(mut act: impl FnMut() -> Result<(), Error>) -> Result<(), Error> {
     loop {
-        match member.cast(data.clone()) {
+        match act() {
             Err(Error::QueueFull(_)) => std::thread::sleep(Duration::from_millis(1)),
             other => return other,
         }

@@ -31,7 +31,7 @@ mod receive;
 mod resolve;
 mod send;
 use app::MemberState;
-pub(crate) use app::{Op, PARKED_BYTES_MAX, PARKED_MAX};
+pub(crate) use app::{Lot, Op, PARKED_BYTES_MAX, PARKED_MAX};
 use migrate::{bind_socket, multicast_interface, Retired};
 use receive::Source;
 use send::Packings;
@@ -344,7 +344,7 @@ impl EventLoop {
                 current: stack,
                 view: None,
                 parked: app::Parked::default(),
-                xfer_parked: VecDeque::new(),
+                xfer_parked: app::Parked::default(),
                 blocked: false,
                 casts_blocked: false,
                 sends_blocked: BTreeSet::new(),
@@ -690,10 +690,13 @@ impl EventLoop {
         self.members.get(&endpoint).map_or(0, |m| m.parked.len())
     }
 
-    /// How many of `endpoint`'s parked actions are messages (casts, sends, subcasts), and the
-    /// payload bytes parked: what their bound counts ([`EventLoop::parked`] counts every action).
-    pub(crate) fn parked_messages(&self, endpoint: EndpointId) -> (usize, usize) {
-        self.members.get(&endpoint).map_or((0, 0), |m| (m.parked.messages(), m.parked.bytes()))
+    /// How many of `endpoint`'s parked actions are counted, and their payload bytes, in each lot:
+    /// messages (casts, sends, subcasts), then state-transfer chunks. What their bounds count
+    /// ([`EventLoop::parked`] counts every action).
+    pub(crate) fn parked_counted(&self, endpoint: EndpointId) -> [(usize, usize); 2] {
+        self.members.get(&endpoint).map_or([(0, 0); 2], |m| {
+            [(m.parked.messages(), m.parked.bytes()), (m.xfer_parked.messages(), m.xfer_parked.bytes())]
+        })
     }
 
     /// The payload bytes of `endpoint`'s parked actions.

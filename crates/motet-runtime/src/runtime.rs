@@ -11,7 +11,7 @@
 //! (a stack without flow control) holds up the loop, which then stops reading the socket.
 
 use crate::config::{GroupConfig, RuntimeConfig};
-use crate::event_loop::{EventLoop, Op, RuntimeStats, PARKED_BYTES_MAX, PARKED_MAX};
+use crate::event_loop::{EventLoop, Lot, Op, RuntimeStats, PARKED_BYTES_MAX, PARKED_MAX};
 use crate::{Error, Event};
 use bytes::Bytes;
 use motet_core::{EndpointId, ViewId};
@@ -128,18 +128,66 @@ struct MemberShared {
     /// Payload bytes in the member's channel: added by the loop before it sends an event,
     /// taken off by the application when it takes one (`event_queue_bytes` bounds them).
     channel_bytes: AtomicUsize,
-    /// The member's messages on their way to the loop (in the command channel or being handled),
-    /// and their payload bytes: added by the handle before it sends one, taken off by the loop
-    /// once it has handled it and said how many are parked.
-    in_flight: AtomicUsize,
-    in_flight_bytes: AtomicUsize,
-    /// The member's actions parked at the loop, and their payload bytes, as the loop last said
-    /// (after each of the member's actions, and after each turn while any are parked).
-    parked: AtomicUsize,
-    parked_bytes: AtomicUsize,
+    /// The member's messages, and its state-transfer chunks, on their way to the loop and parked
+    /// there: each bounded on its own, as the loop parks them apart (a transfer's chunks go while
+    /// the member's casts wait for the transfer's end).
+    messages: Counted,
+    xfer: Counted,
     /// The loop forgot the member (nobody listens to it any more): its counts above are no longer
     /// kept.
     forgotten: AtomicBool,
+}
+
+impl MemberShared {
+    fn lot(&self, lot: Lot) -> &Counted {
+        match lot {
+            Lot::Messages => &self.messages,
+            Lot::Xfer => &self.xfer,
+        }
+    }
+}
+
+/// One lot of a member's counted actions ([`Lot`]): those on their way to the loop, and those
+/// parked there, with their payload bytes.
+#[derive(Default)]
+struct Counted {
+    /// On their way (in the command channel or being handled): added by the handle before it
+    /// sends one, taken off by the loop once it has handled it and said how many are parked.
+    in_flight: AtomicUsize,
+    in_flight_bytes: AtomicUsize,
+    /// Parked at the loop, as the loop last said (after each of the member's actions, and after
+    /// each turn while any are parked).
+    parked: AtomicUsize,
+    parked_bytes: AtomicUsize,
+}
+
+impl Counted {
+    /// Reserves room for one more action of `size` bytes; false, and nothing reserved, when the
+    /// lot is at its bound ([`PARKED_MAX`] actions or [`PARKED_BYTES_MAX`]). Reserved before the
+    /// check, so that handles on several threads cannot pass the bound together; an empty action
+    /// is refused too once the bytes are at their bound, as the loop would refuse it.
+    fn reserve(&self, size: usize) -> bool {
+        let count = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        let bytes = self.in_flight_bytes.fetch_add(size, Ordering::SeqCst);
+        let over = count + self.parked.load(Ordering::SeqCst) > PARKED_MAX
+            || bytes + self.parked_bytes.load(Ordering::SeqCst) >= PARKED_BYTES_MAX;
+        if over {
+            self.handled(size);
+        }
+        !over
+    }
+
+    /// An action of `size` bytes is off its way (handled by the loop, or never sent).
+    fn handled(&self, size: usize) {
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.in_flight_bytes.fetch_sub(size, Ordering::SeqCst);
+    }
+
+    /// What the loop has parked in this lot now.
+    fn publish(&self, (parked, bytes): (usize, usize)) {
+        self.parked.store(parked, Ordering::SeqCst);
+        self.parked_bytes.store(bytes, Ordering::SeqCst);
+    }
 }
 
 /// A running event loop on its own thread. Dropping it stops the loop once the leaves its
@@ -399,10 +447,13 @@ impl Handle {
     /// In a state-transfer view, at the provider (after `Event::XferProvide`): the next chunk of
     /// the application's state (at most `appl.message_size_max`; 64 KiB is a good size); mark
     /// the last one. Blocks like `cast` under back-pressure; held while flow control blocks.
+    /// Refuses with `Error::QueueFull` while this member's chunks held at the loop are at their
+    /// bound (65,536, or 64 MiB; apart from its casts, which wait for the transfer's end): they
+    /// go as the receivers acknowledge them, so wait a moment and retry.
     pub fn xfer_chunk(&self, view: ViewId, data: impl Into<Bytes>, last: bool) -> Result<(), Error> {
         let data = data.into();
         self.check(data.len())?;
-        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::XferChunk(view, data, last) })
+        self.act_bounded(Op::XferChunk(view, data, last))
     }
 
     /// This member is done with the current view's state transfer (the provider after its last
@@ -449,25 +500,23 @@ impl Handle {
     /// events on one thread would wait for itself.
     fn act_bounded(&self, op: Op) -> Result<(), Error> {
         let member = &self.member;
-        let size = op.payload_len();
-        // Reserved first, so that handles on several threads cannot pass the bound together.
-        let count = member.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        let bytes = member.in_flight_bytes.fetch_add(size, Ordering::SeqCst);
-        // Empty messages too: the loop refuses any message once the bytes are at their bound.
-        let over = count + member.parked.load(Ordering::SeqCst) > PARKED_MAX
-            || bytes + member.parked_bytes.load(Ordering::SeqCst) >= PARKED_BYTES_MAX;
-        let result = if over && self.shared.stopped.load(Ordering::SeqCst) {
-            Err(Error::Stopped)
-        } else if over && member.forgotten.load(Ordering::SeqCst) {
-            Err(Error::Left)
-        } else if over {
-            Err(Error::QueueFull("parked actions"))
-        } else {
-            self.shared.command(Command::Act { endpoint: self.endpoint, op })
-        };
+        let Some(lot) = op.counted() else { return self.shared.command(Command::Act { endpoint: self.endpoint, op }) };
+        let (counted, size) = (member.lot(lot), op.payload_len());
+        if !counted.reserve(size) {
+            return Err(if self.shared.stopped.load(Ordering::SeqCst) {
+                Error::Stopped
+            } else if member.forgotten.load(Ordering::SeqCst) {
+                Error::Left
+            } else {
+                Error::QueueFull(match lot {
+                    Lot::Messages => "parked actions",
+                    Lot::Xfer => "parked state-transfer actions",
+                })
+            });
+        }
+        let result = self.shared.command(Command::Act { endpoint: self.endpoint, op });
         if result.is_err() {
-            member.in_flight.fetch_sub(1, Ordering::SeqCst);
-            member.in_flight_bytes.fetch_sub(size, Ordering::SeqCst);
+            counted.handled(size);
         }
         result
     }

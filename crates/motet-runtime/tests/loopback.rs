@@ -847,3 +847,74 @@ fn a_lagging_member_that_is_dropped_leaves_without_being_suspected() {
     assert!(dropped.elapsed() < Duration::from_secs(5), "the leave took {:?}", dropped.elapsed());
     assert_eq!(suspected(), before, "the others saw a leave, not a failure");
 }
+
+/// State transfer through the threaded runtime: a provider that streams its chunks (64 KiB each)
+/// without pausing, to a receiver that does not read yet, is refused at `xfer_chunk` once its
+/// held chunks are at their bound (64 MiB), and loses none: the loop refuses nothing it
+/// accepted, and the receiver gets every chunk once, in order. Before chunks were counted at the
+/// handle, `xfer_chunk` accepted chunks past the loop's bound and the loop dropped them.
+#[test]
+fn a_provider_is_refused_at_xfer_chunk_and_loses_nothing() {
+    const CHUNK: usize = 64 << 10;
+    let (runtimes, addresses) = start(2);
+    let config = GroupConfig::new("xfer-bound").stack("vsync+Xfer").peers(addresses);
+    let members: Vec<Member> = runtimes.iter().map(|r| r.join(config.clone()).unwrap()).collect();
+    // The transfer view: whoever is told to provide streams, the other receives.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (provider, view) = 'found: loop {
+        for (i, m) in members.iter().enumerate() {
+            while let Some(event) = m.try_recv().unwrap() {
+                if let Event::XferProvide { view } = event {
+                    break 'found (i, view);
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "no state transfer within 30 s");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let (provider, receiver) = (&members[provider], &members[1 - provider]);
+    let chunk = |n: u32| {
+        let mut data = vec![0u8; CHUNK];
+        data[..4].copy_from_slice(&n.to_le_bytes());
+        data
+    };
+    let mut accepted = 0u32;
+    let refused = loop {
+        match provider.xfer_chunk(view, chunk(accepted), false) {
+            Ok(()) => accepted += 1,
+            Err(motet_runtime::Error::QueueFull(what)) => break what,
+            Err(other) => panic!("chunk {accepted}: {other}"),
+        }
+        assert!(accepted < 5_000, "never refused: the held chunks are not bounded at xfer_chunk");
+    };
+    assert_eq!(refused, "parked state-transfer actions");
+    assert!(accepted >= 1_000, "refused after only {accepted} chunks of 64 KiB");
+    // The receiver reads; the provider retries until its last chunk is taken, then is done.
+    let (mut next, mut last_sent) = (0u32, false);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if !last_sent {
+            match provider.xfer_chunk(view, chunk(accepted), true) {
+                Ok(()) => (accepted, last_sent) = (accepted + 1, true),
+                Err(motet_runtime::Error::QueueFull(_)) => {}
+                Err(other) => panic!("the last chunk: {other}"),
+            }
+        }
+        if let Some(Event::XferChunk { data, last, .. }) = receiver.recv_timeout(Duration::from_millis(1)).unwrap() {
+            assert_eq!(&data[..4], &next.to_le_bytes()[..], "once, in order");
+            next += 1;
+            if last {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "{next} of {accepted} chunks within 120 s");
+    }
+    assert_eq!(next, accepted);
+    for runtime in &runtimes {
+        assert_eq!(runtime.stats().unwrap().0.actions_refused, 0, "the loop refused an accepted action");
+    }
+    // Both done: the group leaves the transfer view for a normal one.
+    provider.xfer_done(view).unwrap();
+    receiver.xfer_done(view).unwrap();
+    receive_until(receiver, Duration::from_secs(30), |event| matches!(event, Event::View(v) if !v.xfer));
+}

@@ -7,7 +7,7 @@ use crate::weighed::Weighed;
 use crate::{Error, Event, View};
 use bytes::Bytes;
 use motet_core::{Action, Address, ApiError, AppEvent, EndpointId, Node, Payload, Rank, StackId, ViewId, ViewState};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -18,13 +18,25 @@ pub(crate) const PARKED_MAX: usize = 65_536;
 /// The same bound in payload bytes (one action may pass it).
 pub(crate) const PARKED_BYTES_MAX: usize = 64 << 20;
 
-/// Actions other than messages (a leave, a switch, a migration) park beyond the messages' bound,
-/// up to this many more: the threaded runtime's handles count only messages, and a leave refused
-/// for a full lot would leave the member in the group.
+/// Actions other than messages and state-transfer chunks (a leave, a switch, a migration, the
+/// end of a transfer) park beyond the bound, up to this many more: the threaded runtime's handles
+/// count only messages and chunks, and a leave refused for a full lot would leave the member in
+/// the group.
 const PARKED_CONTROL_EXTRA: usize = 1024;
 
-/// An endpoint's parked actions, in order, with how many are messages and the payload bytes
-/// they hold.
+/// The two lots an endpoint parks actions in, each bounded on its own (and counted on its own by
+/// the threaded runtime's handles): its messages wait for the end of a state-transfer view,
+/// while the transfer's chunks must go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lot {
+    /// Casts, sends, subcasts and role casts (and the actions queued behind them).
+    Messages,
+    /// State-transfer chunks (and the ends of transfers queued behind them).
+    Xfer,
+}
+
+/// An endpoint's parked actions of one lot, in order, with how many are counted (messages, or
+/// chunks) and the payload bytes they hold.
 #[derive(Debug, Default)]
 pub(super) struct Parked {
     ops: Weighed<Op>,
@@ -33,18 +45,18 @@ pub(super) struct Parked {
 
 impl Parked {
     pub(super) fn push_back(&mut self, op: Op) {
-        self.messages += usize::from(op.is_message());
+        self.messages += usize::from(op.counted().is_some());
         self.ops.push_back(op);
     }
 
     pub(super) fn push_front(&mut self, op: Op) {
-        self.messages += usize::from(op.is_message());
+        self.messages += usize::from(op.counted().is_some());
         self.ops.push_front(op);
     }
 
     pub(super) fn pop_front(&mut self) -> Option<Op> {
         let op = self.ops.pop_front()?;
-        self.messages -= usize::from(op.is_message());
+        self.messages -= usize::from(op.counted().is_some());
         Some(op)
     }
 
@@ -69,10 +81,10 @@ impl Parked {
         self.messages = 0;
     }
 
-    /// No room for `op`: for a message, [`PARKED_MAX`] messages or [`PARKED_BYTES_MAX`] of
-    /// payload are parked; for another action, [`PARKED_CONTROL_EXTRA`] more actions than that.
+    /// No room for `op`: for a message or a chunk, [`PARKED_MAX`] of them or [`PARKED_BYTES_MAX`]
+    /// of payload are parked; for another action, [`PARKED_CONTROL_EXTRA`] more actions than that.
     fn full_for(&self, op: &Op) -> bool {
-        match op.is_message() {
+        match op.counted().is_some() {
             true => self.messages >= PARKED_MAX || self.ops.bytes() >= PARKED_BYTES_MAX,
             false => self.ops.len() >= PARKED_MAX + PARKED_CONTROL_EXTRA,
         }
@@ -98,10 +110,15 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    /// A message (a cast, a send, a subcast): what the threaded runtime's handles count toward
-    /// their member's parked actions (`runtime::Handle::act_bounded`).
-    pub(crate) fn is_message(&self) -> bool {
-        matches!(self, Op::Cast(_) | Op::Send(..) | Op::Subcast(..) | Op::RoleCast(..))
+    /// The lot that counts this action, for a message (a cast, a send, a subcast) or a
+    /// state-transfer chunk: what the threaded runtime's handles count toward their member's
+    /// parked actions (`runtime::Handle::act_bounded`). `None` for other actions.
+    pub(crate) fn counted(&self) -> Option<Lot> {
+        match self {
+            Op::Cast(_) | Op::Send(..) | Op::Subcast(..) | Op::RoleCast(..) => Some(Lot::Messages),
+            Op::XferChunk(..) => Some(Lot::Xfer),
+            _ => None,
+        }
     }
 
     /// The payload bytes the action carries (and its events will: its own delivery of a cast).
@@ -136,7 +153,7 @@ pub(super) struct MemberState {
     pub(super) parked: Parked,
     /// State-transfer actions waiting for flow control: apart from `parked`, where the
     /// application's casts wait for the end of the transfer view.
-    pub(super) xfer_parked: VecDeque<Op>,
+    pub(super) xfer_parked: Parked,
     /// A view change is in progress (between `Block` and the next view).
     pub(super) blocked: bool,
     pub(super) casts_blocked: bool,
@@ -172,7 +189,7 @@ impl EventLoop {
         if matches!(op, Op::XferChunk(..) | Op::XferDone(_)) {
             // Not behind the application's casts, which wait for the transfer view to end.
             if !member.xfer_parked.is_empty() {
-                if member.xfer_parked.len() >= PARKED_MAX {
+                if member.xfer_parked.full_for(&op) {
                     return Err(Error::QueueFull("parked state-transfer actions"));
                 }
                 member.xfer_parked.push_back(op);
@@ -435,4 +452,37 @@ fn take(
 
 fn payload(data: &Bytes) -> Payload {
     Payload::from(data.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lot is full for its counted actions at its count or its bytes, whichever comes first,
+    /// and still takes control actions beyond: a state-transfer lot bounds its chunks in bytes
+    /// as a message lot does (it was bounded by count alone), and the end of a transfer queued
+    /// behind full chunks is not refused.
+    #[test]
+    fn a_lot_is_full_at_its_count_or_its_bytes_and_control_actions_park_beyond() {
+        let view = ViewId { ltime: 1, coord: EndpointId(0) };
+        let chunk = |size: usize| Op::XferChunk(view, Bytes::from(vec![0u8; size]), false);
+        let mut lot = Parked::default();
+        while !lot.full_for(&chunk(1 << 20)) {
+            lot.push_back(chunk(1 << 20));
+        }
+        assert_eq!((lot.messages(), lot.bytes()), (64, PARKED_BYTES_MAX), "bounded by its bytes");
+        assert!(!lot.full_for(&Op::XferDone(view)), "the end of the transfer parks beyond");
+        lot.push_back(Op::XferDone(view));
+        assert_eq!((lot.len(), lot.messages()), (65, 64), "a control action is not counted");
+
+        let mut lot = Parked::default();
+        while !lot.full_for(&Op::Cast(Bytes::new())) {
+            lot.push_back(Op::Cast(Bytes::new()));
+        }
+        assert_eq!(lot.messages(), PARKED_MAX, "bounded by its count");
+        assert!(!lot.full_for(&Op::Leave), "a leave parks beyond");
+        assert_eq!(chunk(1).counted(), Some(Lot::Xfer));
+        assert_eq!(Op::Cast(Bytes::new()).counted(), Some(Lot::Messages));
+        assert_eq!(Op::XferDone(view).counted(), None);
+    }
 }

@@ -4,7 +4,7 @@
 
 use super::overflow::Overflow;
 use super::{Addresses, Command, Joined, MemberShared, Refused, Shared, Sink, LEAVE_GRACE};
-use crate::event_loop::EventLoop;
+use crate::event_loop::{EventLoop, Lot};
 use crate::Event;
 use motet_core::EndpointId;
 use std::collections::{BTreeMap, BTreeSet};
@@ -113,21 +113,20 @@ impl LoopThread {
         }
     }
 
-    /// Tells `endpoint`'s handles how many of its messages are parked (and their bytes), then
-    /// takes the message of `handled` bytes, if one was just handled, off its way (in that order,
-    /// so that the handles' sum of the two never falls short). A member with messages parked is
-    /// told again after each turn until they have gone.
-    fn publish_parked(&mut self, endpoint: EndpointId, handled: Option<usize>) {
+    /// Tells `endpoint`'s handles how many of its messages and state-transfer chunks are parked
+    /// (and their bytes), then takes the action of `handled` (its lot and bytes), if one was just
+    /// handled, off its way (in that order, so that the handles' sum of the two never falls
+    /// short). A member with any parked is told again after each turn until they have gone.
+    fn publish_parked(&mut self, endpoint: EndpointId, handled: Option<(Lot, usize)>) {
         let Some(listener) = self.members.get(&endpoint) else { return };
-        let (parked, bytes) = self.event_loop.parked_messages(endpoint);
+        let [messages, xfer] = self.event_loop.parked_counted(endpoint);
         let shared = &listener.shared;
-        shared.parked.store(parked, Ordering::SeqCst);
-        shared.parked_bytes.store(bytes, Ordering::SeqCst);
-        if let Some(size) = handled {
-            shared.in_flight.fetch_sub(1, Ordering::SeqCst);
-            shared.in_flight_bytes.fetch_sub(size, Ordering::SeqCst);
+        shared.messages.publish(messages);
+        shared.xfer.publish(xfer);
+        if let Some((lot, size)) = handled {
+            shared.lot(lot).handled(size);
         }
-        if parked > 0 {
+        if messages.0 + xfer.0 > 0 {
             self.parking.insert(endpoint);
         }
     }
@@ -187,7 +186,7 @@ impl LoopThread {
                 let _ = reply.send(result);
             }
             Command::Act { endpoint, op } => {
-                let counted = op.is_message().then(|| op.payload_len());
+                let counted = op.counted().map(|lot| (lot, op.payload_len()));
                 if let Err(error) = self.event_loop.act(endpoint, op) {
                     self.event_loop.refused(&error);
                 }
