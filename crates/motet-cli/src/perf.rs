@@ -57,8 +57,8 @@ pub(crate) struct LatencyArgs {
     /// Spin instead of sleeping, in both processes.
     #[arg(long)]
     busy_poll: bool,
-    /// Receive offload (`UDP_GRO`) in both processes: `on` (wanted: on while the socket is busy;
-    /// the default) or `off` (docs/runtime.md, "Receive offload").
+    /// Receive offload (`UDP_GRO`) in both processes: `on` or `off` (default: on, off with
+    /// `--busy-poll`; docs/runtime.md, "Receive offload").
     #[arg(long, value_parser = on_off)]
     receive_offload: Option<bool>,
     /// CPU placement: `same` pins both processes to CPU 0, `split` this one to CPU 0 and the
@@ -104,8 +104,8 @@ pub(crate) struct ThroughputArgs {
     /// Spin instead of sleeping.
     #[arg(long)]
     busy_poll: bool,
-    /// Receive offload (`UDP_GRO`) in both processes: `on` (wanted: on while the socket is busy;
-    /// the default) or `off` (docs/runtime.md, "Receive offload").
+    /// Receive offload (`UDP_GRO`) in both processes: `on` or `off` (default: on, off with
+    /// `--busy-poll`; docs/runtime.md, "Receive offload").
     #[arg(long, value_parser = on_off)]
     receive_offload: Option<bool>,
     /// Print one JSON object.

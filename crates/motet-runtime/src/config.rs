@@ -73,9 +73,9 @@ pub struct RuntimeConfig {
     /// a single read is a plain `recv` instead of the `recvmsg` that asks for the run's segment
     /// size: less work in the kernel on every read and every busy-polling spin, at the price of
     /// bulk throughput of large messages (docs/runtime.md, "Receive offload"). On means wanted:
-    /// the socket starts without it, turns it on once its reads keep finding several datagrams
-    /// queued (a request answered by one peer never does), and off again once they keep finding
-    /// one at a time. `None` (the default): on, busy-polling or not.
+    /// the socket starts without it and turns it on, for good, once its reads keep finding
+    /// several datagrams queued (a request answered by one peer never does). `None` (the
+    /// default): on, except with `busy_poll`, which asks for the lowest latency.
     pub receive_offload: Option<bool>,
     /// Connected sends: unicast datagrams leave through a socket connected to their destination
     /// (one per destination, at most 256 at a time), so the kernel keeps each route instead of
@@ -152,9 +152,9 @@ impl RuntimeConfig {
         self
     }
 
-    /// Whether the sockets want receive offload: as set, or on.
+    /// Whether the sockets ask for receive offload: as set, or on unless busy-polling.
     pub fn receive_offload_on(&self) -> bool {
-        self.receive_offload.unwrap_or(true)
+        self.receive_offload.unwrap_or(!self.busy_poll)
     }
 
     /// Turns busy-polling on or off.

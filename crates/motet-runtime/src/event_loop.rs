@@ -123,10 +123,9 @@ pub struct RuntimeStats {
     /// ICMP report of an earlier datagram's fate, such as a member that stopped). Counted since
     /// the current socket was bound.
     pub connected_fallbacks: u64,
-    /// Receive offload (`UDP_GRO`) is on at the process's unicast socket: it is wanted
-    /// (`RuntimeConfig::receive_offload`) and the socket has been busy, and not quiet since
-    /// (docs/runtime.md, "Receive offload"). A socket bound by a migration starts without it
-    /// again.
+    /// Receive offload (`UDP_GRO`) is on at the process's unicast socket: it was wanted
+    /// (`RuntimeConfig::receive_offload`) and the socket has been busy (docs/runtime.md,
+    /// "Receive offload"). A socket bound by a migration starts without it again.
     pub receive_offload: bool,
     /// Application messages (casts and sends, going down or arriving) that took the bypass, over
     /// every stack the process has run ([`EventLoop::bypass_stats`] says more).

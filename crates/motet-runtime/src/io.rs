@@ -55,10 +55,6 @@ const QUIET_BATCH: usize = 4;
 /// Busy reads in a row that turn wanted receive offload on ([`UdpIo::count_read`]).
 const OFFLOAD_AFTER: u32 = 16;
 
-/// Quiet reads in a row (each found one datagram, not a run) that turn receive offload off again
-/// ([`UdpIo::count_read`]): about a thousand round trips after a bulk transfer ended.
-const OFFLOAD_QUIET: u32 = 1024;
-
 /// Buffers up to this size are copied into a shared chunk of [`CHUNK`] bytes instead of a buffer
 /// of their own: one allocation (and one reference count) serves several small datagrams or
 /// payloads, where a buffer of its own costs two (the copy, and the shared count the first clone
@@ -126,12 +122,15 @@ pub(crate) struct UdpIo {
     /// Receive offload (`UDP_GRO`) is on: a single read must ask for the segment size, with
     /// `recvmsg`. Off, it is a plain `recv` (see [`UdpIo::recv_one`]).
     offload: bool,
-    /// Receive offload is wanted (`RuntimeConfig::receive_offload`): it goes on while the socket
-    /// is busy and off while it is quiet ([`UdpIo::count_read`]).
+    /// Receive offload is wanted (`RuntimeConfig::receive_offload`) and not yet on: it goes on
+    /// once the socket is seen busy ([`UdpIo::count_read`]).
     offload_wanted: bool,
-    /// With receive offload off, busy batch reads in a row; on, quiet reads in a row
-    /// ([`UdpIo::count_read`]).
+    /// Busy batch reads in a row ([`UdpIo::count_read`]).
     busy_reads: u32,
+    /// The last read was a batch that took every slot it offered: the next read goes on with
+    /// the same drain ([`UdpIo::count_read`]). Not `batch`, which a busy-polling spin also sets
+    /// to the full size when it switches to batch reads.
+    full_batch: bool,
     /// Where a small datagram's head and payload are put together ([`UdpIo::send`]).
     send_buf: Vec<u8>,
     /// Sockets connected to unicast destinations, which send in place of this one
@@ -158,6 +157,7 @@ impl UdpIo {
             offload: false,
             offload_wanted: offload,
             busy_reads: 0,
+            full_batch: false,
             max_segments: if gso_supported(&socket) { GSO_SEGMENTS } else { 1 },
             segment_max: usize::from(u16::MAX),
             socket,
@@ -256,6 +256,7 @@ impl UdpIo {
         if self.batch == BATCH_SIZE {
             return self.recv_batch(each);
         }
+        self.full_batch = false;
         let got = self.recv_one(MsgFlags::MSG_DONTWAIT, &mut each);
         if got.is_ok() && self.spin_found {
             self.batch = BATCH_SIZE;
@@ -278,6 +279,7 @@ impl UdpIo {
             self.timeout = timeout;
         }
         let mut each = each;
+        self.full_batch = false;
         let datagrams = self.recv_one(MsgFlags::empty(), &mut each)?;
         // A later batch read is not the rest of a full one (`UdpIo::count_read`).
         self.batch = QUIET_BATCH;
@@ -295,23 +297,13 @@ impl UdpIo {
             let len = sock::recv(fd, &mut self.slots[0], flags).map_err(io::Error::from)?;
             return Ok(deliver(&mut self.chunks, &self.slots[0][..len], len, each));
         }
-        self.recv_one_offload(flags, each)
-    }
-
-    /// [`UdpIo::recv_one`] with receive offload on: a `recvmsg` that asks for the segment size.
-    /// It counts whether the read found a run or several datagrams (busy) or a lone one (quiet).
-    #[inline(never)]
-    fn recv_one_offload(&mut self, flags: MsgFlags, each: &mut impl FnMut(Bytes)) -> io::Result<usize> {
-        let fd = self.socket.as_raw_fd();
         // No source address asked for: nothing downstream uses it (the datagram says who sent it).
         let (len, stride) = {
             let mut iov = [IoSliceMut::new(&mut self.slots[0])];
             let msg = sock::recvmsg::<()>(fd, &mut iov, Some(&mut self.control), flags).map_err(io::Error::from)?;
             (msg.bytes, segment_size(&msg))
         };
-        let datagrams = deliver(&mut self.chunks, &self.slots[0][..len], stride, each);
-        self.count_read(datagrams);
-        Ok(datagrams)
+        Ok(deliver(&mut self.chunks, &self.slots[0][..len], stride, each))
     }
 
     fn recv(&mut self, flags: MsgFlags, mut each: impl FnMut(Bytes)) -> io::Result<Batch> {
@@ -344,104 +336,59 @@ impl UdpIo {
                     self.count_read(0);
                 }
                 self.batch = QUIET_BATCH;
+                self.full_batch = false;
             })?;
         let n = got.len();
+        self.count_read(n);
+        self.batch = if n == offered { BATCH_SIZE } else { QUIET_BATCH };
+        self.full_batch = n == offered;
         let mut datagrams = 0;
         for (&(len, stride), slot) in got.iter().zip(&self.slots) {
             datagrams += deliver(&mut self.chunks, &slot[..len], stride, &mut each);
         }
-        // Datagrams, not reads: with offload on, one read of a run is as busy as many.
-        self.count_read(datagrams);
-        self.batch = if n == offered { BATCH_SIZE } else { QUIET_BATCH };
         Ok(Batch { datagrams, drained: n < offered })
     }
 
-    /// Counts a read that took `took` datagrams towards turning wanted receive offload
-    /// (`UDP_GRO`) on, or off again.
-    ///
-    /// **On**: [`OFFLOAD_AFTER`] busy batch reads in a row. A read is busy when it took several
-    /// datagrams. One that took one or none starts the count again, unless it went on with a
-    /// drain whose previous batch was full (that drain found several queued, and was counted).
-    /// Single reads (a wait in the receive call, a busy-polling spin) cannot tell and do not
-    /// count; a blocking loop that keeps waiting in the receive call reads a batch now and then
-    /// to find out (`RecvTimeout::returned`).
+    /// Counts a batch read that took `took` datagrams towards turning wanted receive offload
+    /// (`UDP_GRO`) on: [`OFFLOAD_AFTER`] busy reads in a row do it. A read is busy when it took
+    /// several datagrams. One that took one or none starts the count again, unless it went on
+    /// with a drain whose previous batch was full (that drain found several queued, and was
+    /// counted). Single reads (a wait in the receive call, a busy-polling spin) cannot tell and
+    /// do not count; a blocking loop that keeps waiting in the receive call reads a batch now and
+    /// then to find out (`RecvTimeout::returned`).
     ///
     /// Why not on from the start: with it on, a single read must be a `recvmsg` that asks for the
     /// segment size, which costs the kernel about 115 ns more than a `recv` (the message header
-    /// and its vector are copied in and checked), at both ends of every round trip, and on every
-    /// spin of a busy-polling loop. Offload pays only when runs arrive, and runs come from senders
-    /// with a backlog, whose datagrams queue up here first: the kernel splits a run on arrival
-    /// while offload is off. A request answered by one peer never finds a second datagram
-    /// queued, so such a member keeps the cheaper read; a few datagrams that meet by chance (a
-    /// view change, or the answers of several peers in a larger group) seldom make 16 busy reads
-    /// in a row, and turning offload on costs only the dearer read.
+    /// and its vector are copied in and checked), at both ends of every round trip. Offload pays
+    /// only when runs arrive, and runs come from senders with a backlog, whose datagrams queue up
+    /// here first: the kernel splits a run on arrival while offload is off. A request answered by
+    /// one peer never finds a second datagram queued, so such a member keeps the cheaper read;
+    /// a few datagrams that meet by chance (a view change, or the answers of several peers in a
+    /// larger group) seldom make 16 busy reads in a row, and turning offload on costs only the
+    /// dearer read.
     ///
-    /// **Off**: [`OFFLOAD_QUIET`] quiet reads in a row, single reads included (with offload on
-    /// they see runs): each took one datagram, not a run, and did not go on with a drain. Empty
-    /// reads do not count either way. The bulk transfer has ended, and the member's round trips
-    /// get the cheaper read back.
-    ///
-    /// Going off has a window: the kernel decides whether to coalesce a run when it queues it,
-    /// but gives its segment size only to a read made while offload is on. A run coalesced
-    /// before offload went off and still queued would be handed over as one datagram, even by a
-    /// `recvmsg`. So offload goes off only with the queue empty right after: whatever arrives
-    /// later is split on arrival ([`UdpIo::set_offload`]). Going on has no such window: a
-    /// `recvmsg` reads a single datagram as well as a run.
+    /// Why it never goes off again: the kernel decides whether to split a run when it queues it,
+    /// so a run coalesced just before offload went off could still be in the queue, and a `recv`
+    /// would hand it over as one datagram. Turning it on has no such window: a `recvmsg` reads a
+    /// single datagram as well as a run. The choice costs only speed, never correctness.
     fn count_read(&mut self, took: usize) {
         if !self.offload_wanted {
             return;
         }
-        let drain_goes_on = self.batch == BATCH_SIZE;
-        if self.offload {
-            match took {
-                0 => {}
-                1 if drain_goes_on => {}
-                1 => {
-                    self.busy_reads += 1;
-                    if self.busy_reads >= OFFLOAD_QUIET {
-                        self.set_offload(false);
-                    }
-                }
-                _ => self.busy_reads = 0,
-            }
-            return;
-        }
         if took <= 1 {
-            if !drain_goes_on {
+            if !self.full_batch {
                 self.busy_reads = 0;
             }
             return;
         }
         self.busy_reads += 1;
-        if self.busy_reads >= OFFLOAD_AFTER {
-            self.set_offload(true);
+        if self.busy_reads < OFFLOAD_AFTER {
+            return;
         }
-    }
-
-    /// Turns receive offload on or off at the socket, and starts the count again. Where the
-    /// kernel refuses to turn it on (no `UDP_GRO`, before Linux 5.0: it keeps splitting runs on
-    /// arrival), it is no longer wanted. Off only if the queue is empty once it is off (a
-    /// datagram peeked at, or an error, turns it back on: see [`UdpIo::count_read`]); it goes on
-    /// being counted, and the next quiet spell tries again.
-    fn set_offload(&mut self, on: bool) {
-        self.busy_reads = 0;
-        let fd = self.socket.as_fd();
-        let set = |on: bool| sock::setsockopt(&fd, sock::sockopt::UdpGroSegment, &on).is_ok();
-        let now = match on {
-            true => set(true),
-            false if !set(false) => true,
-            false => {
-                let empty = sock::recv(fd.as_raw_fd(), &mut [0u8; 1], MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT)
-                    == Err(nix::errno::Errno::EAGAIN);
-                // Not empty: on again before any read, so a run queued meanwhile keeps its size.
-                !empty && set(true)
-            }
-        };
-        tracing::debug!(wanted = on, on = now, "receive offload: the socket is {}", if on { "busy" } else { "quiet" });
-        if on && !now {
-            self.offload_wanted = false;
-        }
-        self.offload = now;
+        self.offload_wanted = false;
+        // Not fatal where missing: the kernel then keeps splitting runs on arrival.
+        self.offload = sock::setsockopt(&self.socket.as_fd(), sock::sockopt::UdpGroSegment, &true).is_ok();
+        tracing::debug!(on = self.offload, "receive offload: the socket is busy");
     }
 
     /// Receive offload is on ([`UdpIo::count_read`]).
@@ -449,9 +396,9 @@ impl UdpIo {
         self.offload
     }
 
-    /// Receive offload is wanted and not on now: batch reads are counted ([`UdpIo::count_read`]).
+    /// Receive offload is wanted and not on yet: batch reads are counted ([`UdpIo::count_read`]).
     pub(crate) fn offload_pending(&self) -> bool {
-        self.offload_wanted && !self.offload
+        self.offload_wanted
     }
 
     /// How many datagrams one [`UdpIo::send_segments`] may carry (1 where the kernel has no UDP

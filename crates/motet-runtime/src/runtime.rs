@@ -163,14 +163,17 @@ struct Counted {
 
 impl Counted {
     /// Reserves room for one more action of `size` bytes; false, and nothing reserved, when the
-    /// lot is at its bound ([`PARKED_MAX`] actions or [`PARKED_BYTES_MAX`]). Reserved before the
-    /// check, so that handles on several threads cannot pass the bound together; an empty action
-    /// is refused too once the bytes are at their bound, as the loop would refuse it.
+    /// lot would pass its bound ([`PARKED_MAX`] actions, or [`PARKED_BYTES_MAX`] with this
+    /// action's bytes, unless the lot holds nothing else: one action of any size may go alone).
+    /// Reserved before the check, so that handles on several threads cannot pass the bound
+    /// together. The action's own bytes count because the loop may get the actions in another
+    /// order than they were reserved: with every accepted action within the bound, the loop finds
+    /// fewer bytes parked than the bound before any of them, and never refuses one.
     fn reserve(&self, size: usize) -> bool {
         let count = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        let bytes = self.in_flight_bytes.fetch_add(size, Ordering::SeqCst);
+        let others = self.in_flight_bytes.fetch_add(size, Ordering::SeqCst) + self.parked_bytes.load(Ordering::SeqCst);
         let over = count + self.parked.load(Ordering::SeqCst) > PARKED_MAX
-            || bytes + self.parked_bytes.load(Ordering::SeqCst) >= PARKED_BYTES_MAX;
+            || (others > 0 && others + size >= PARKED_BYTES_MAX);
         if over {
             self.handled(size);
         }

@@ -197,7 +197,9 @@ impl EventLoop {
             }
             let now = self.clock.now();
             let result = match take(&mut self.node, now, member, &op, &mut self.stats) {
-                Err(Error::Api(ApiError::FlowBlocked { .. })) => {
+                // Held by flow control, or by a view change: taken when that ends (after a view
+                // change, as stale: the transfer starts over in the next view).
+                Err(Error::Api(ApiError::FlowBlocked { .. } | ApiError::Blocked)) => {
                     member.xfer_parked.push_back(op);
                     Ok(())
                 }
@@ -368,7 +370,7 @@ impl EventLoop {
             let now = *now.get_or_insert_with(|| self.clock.now());
             while let Some(op) = member.xfer_parked.pop_front() {
                 match take(&mut self.node, now, member, &op, &mut self.stats) {
-                    Err(Error::Api(ApiError::FlowBlocked { .. })) => {
+                    Err(Error::Api(ApiError::FlowBlocked { .. } | ApiError::Blocked)) => {
                         member.xfer_parked.push_front(op);
                         break;
                     }
@@ -467,7 +469,11 @@ mod tests {
         let view = ViewId { ltime: 1, coord: EndpointId(0) };
         let chunk = |size: usize| Op::XferChunk(view, Bytes::from(vec![0u8; size]), false);
         let mut lot = Parked::default();
-        while !lot.full_for(&chunk(1 << 20)) {
+        // Bounded: were the bytes not bounded, 64 pushes would not fill it.
+        for _ in 0..=64 {
+            if lot.full_for(&chunk(1 << 20)) {
+                break;
+            }
             lot.push_back(chunk(1 << 20));
         }
         assert_eq!((lot.messages(), lot.bytes()), (64, PARKED_BYTES_MAX), "bounded by its bytes");

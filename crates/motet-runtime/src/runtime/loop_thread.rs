@@ -499,4 +499,28 @@ mod tests {
         thread.catch_up();
         assert!(!thread.members.contains_key(&handle.endpoint), "forgotten");
     }
+
+    /// A lot's reservations count each action's own bytes: every accepted action keeps the
+    /// lot's bytes below the bound, so the loop, which refuses a message once the bound is
+    /// parked, takes them in whatever order they reach it (a small cast reserved on one thread
+    /// before a large one on another, which reaches the loop first). Before, the check left
+    /// out the action's own bytes: both were accepted, and the loop refused the small one.
+    #[test]
+    fn a_lots_reservations_keep_the_bytes_below_the_bound_in_any_order() {
+        use crate::event_loop::PARKED_BYTES_MAX;
+        let lot = super::super::Counted::default();
+        assert!(lot.reserve(PARKED_BYTES_MAX + 10), "an action of any size goes alone");
+        lot.handled(PARKED_BYTES_MAX + 10);
+        assert!(lot.reserve(100));
+        assert!(!lot.reserve(PARKED_BYTES_MAX - 100), "with the small one, it would reach the bound");
+        assert!(lot.reserve(PARKED_BYTES_MAX - 101));
+        assert!(!lot.reserve(1), "at the bound");
+        // Parked at the loop instead of on their way: the same.
+        lot.handled(PARKED_BYTES_MAX - 101);
+        lot.publish((1, PARKED_BYTES_MAX - 101));
+        assert!(!lot.reserve(1), "at the bound, parked");
+        lot.publish((0, 0));
+        lot.handled(100);
+        assert!(lot.reserve(PARKED_BYTES_MAX - 1), "room again");
+    }
 }
