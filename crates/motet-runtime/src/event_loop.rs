@@ -85,8 +85,10 @@ pub struct RuntimeStats {
     /// differently (logged once per endpoint).
     pub views_with_other_params: u64,
     /// Application actions taken from the queue and then refused (a parked action that no longer
-    /// fits the view, a full parking lot behind the threaded [`crate::Runtime`]'s handles, which
-    /// had already returned): logged, the first and every 1,024th.
+    /// fits the view, or a state-transfer action the stack refuses outright), behind the threaded
+    /// [`crate::Runtime`]'s handles, which had already returned (driving an `EventLoop` directly,
+    /// the caller gets the error instead; the handles refuse actions at a full parking lot
+    /// themselves): logged, the first and every 1,024th.
     pub actions_refused: u64,
     /// Endpoints joined and not yet exited (a gauge).
     pub endpoints: u64,

@@ -254,6 +254,9 @@ impl UdpIo {
     /// spin.
     pub(crate) fn recv_spin(&mut self, mut each: impl FnMut(Bytes)) -> io::Result<Batch> {
         if self.batch == BATCH_SIZE {
+            // The burst goes on while batches are full; after one that is not, two spins in a
+            // row must find a datagram again.
+            self.spin_found = false;
             return self.recv_batch(each);
         }
         self.full_batch = false;

@@ -164,7 +164,8 @@ struct Counted {
 impl Counted {
     /// Reserves room for one more action of `size` bytes; false, and nothing reserved, when the
     /// lot would pass its bound ([`PARKED_MAX`] actions, or [`PARKED_BYTES_MAX`] with this
-    /// action's bytes, unless the lot holds nothing else: one action of any size may go alone).
+    /// action's bytes, unless the lot holds no other action, by count: one action of any size
+    /// may go alone, but not beside an empty one).
     /// Reserved before the check, so that handles on several threads cannot pass the bound
     /// together. The action's own bytes count because the loop may get the actions in another
     /// order than they were reserved: with every accepted action within the bound, the loop finds
@@ -172,8 +173,8 @@ impl Counted {
     fn reserve(&self, size: usize) -> bool {
         let count = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         let others = self.in_flight_bytes.fetch_add(size, Ordering::SeqCst) + self.parked_bytes.load(Ordering::SeqCst);
-        let over = count + self.parked.load(Ordering::SeqCst) > PARKED_MAX
-            || (others > 0 && others + size >= PARKED_BYTES_MAX);
+        let lot = count + self.parked.load(Ordering::SeqCst);
+        let over = lot > PARKED_MAX || (lot > 1 && others + size >= PARKED_BYTES_MAX);
         if over {
             self.handled(size);
         }

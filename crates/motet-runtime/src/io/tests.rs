@@ -336,28 +336,40 @@ fn wanted_receive_offload_goes_on_when_reads_keep_finding_more_queued() {
 /// read that finds one datagram is not the rest of a full batch, and starts the count again: a
 /// busy read now and then among spins that find one datagram at a time does not turn wanted
 /// offload on. (The count once took the spins' switch to the full batch size for a drain that
-/// goes on: a few busy reads at any time, a view change's, turned offload on for good.)
+/// goes on: a few busy reads at any time, a view change's, turned offload on for good.) A round
+/// whose datagrams were not all queued in time (a loaded machine) reads what came and is not
+/// counted; at least [`OFFLOAD_AFTER`] rounds must go as planned.
 #[test]
 fn busy_polling_spins_that_find_one_datagram_at_a_time_leave_wanted_offload_off() {
     let (mut a, mut b) = pair(true);
     let to = b.local_addr().unwrap();
-    for round in 0..2 * OFFLOAD_AFTER {
+    let mut planned = 0;
+    for round in 0..4 * OFFLOAD_AFTER {
         // A busy read: two datagrams queued, one quiet batch.
         b.batch = QUIET_BATCH;
         a.send(to, &[1], &Payload::new()).unwrap();
         a.send(to, &[2], &Payload::new()).unwrap();
-        std::thread::sleep(Duration::from_millis(2));
-        assert_eq!(b.recv_batch(|_| {}).unwrap().datagrams, 2);
+        std::thread::sleep(Duration::from_millis(10));
+        let mut as_planned = b.recv_batch(|_| {}).is_ok_and(|read| read.datagrams == 2);
         // Spins: one datagram each, the third read a batch after the switch.
         b.spin_found = false;
         for k in 0..3u8 {
             a.send(to, &[k], &Payload::new()).unwrap();
-            std::thread::sleep(Duration::from_millis(1));
-            let read = b.recv_spin(|_| {}).unwrap();
-            assert_eq!(read.datagrams, 1, "round {round}, spin {k}");
+            std::thread::sleep(Duration::from_millis(5));
+            as_planned &= b.recv_spin(|_| {}).is_ok_and(|read| read.datagrams == 1);
         }
+        if !as_planned {
+            // Whatever came late, read before the next round.
+            std::thread::sleep(Duration::from_millis(20));
+            while b.recv_batch(|_| {}).is_ok() {}
+        }
+        planned += u32::from(as_planned);
         assert!(!b.offload_on(), "on after {round} rounds of spins that found one datagram at a time");
+        if planned > OFFLOAD_AFTER {
+            return;
+        }
     }
+    panic!("only {planned} rounds went as planned");
 }
 
 /// Sends `n` one-byte datagrams from `a` to `b` and reads them, starting a drain with a quiet

@@ -522,5 +522,10 @@ mod tests {
         lot.publish((0, 0));
         lot.handled(100);
         assert!(lot.reserve(PARKED_BYTES_MAX - 1), "room again");
+        lot.handled(PARKED_BYTES_MAX - 1);
+        // Alone is by count: an empty action first, then one at the bound, which the loop could
+        // get first (it would then refuse the empty one).
+        assert!(lot.reserve(0));
+        assert!(!lot.reserve(PARKED_BYTES_MAX), "not alone beside an empty action");
     }
 }
