@@ -2,7 +2,7 @@
 //! Event loops over real UDP on loopback, driven on the test's own thread as `motet perf` drives
 //! them, and the loop's waiting and spinning: sleeping when idle, busy-polling (and yielding when
 //! a spin finds nothing), waiting in the receive call, receive offload. The threaded runtime's
-//! tests are in `loopback.rs`.
+//! tests are in `loopback.rs` and `backpressure.rs`.
 
 use motet_runtime::{EndpointId, Event, GroupConfig, Runtime, RuntimeConfig};
 use std::time::{Duration, Instant};
