@@ -39,6 +39,12 @@ pub struct StackId {
 impl StackId {
     /// A handle that names no stack (a placeholder for drivers).
     pub const NONE: StackId = StackId { index: u32::MAX, generation: u32::MAX };
+
+    /// The stack's slot in its node: small and dense (slots are reused), for drivers that keep a
+    /// table by stack. A later stack may take the same slot: compare the whole id.
+    pub fn slot(self) -> usize {
+        self.index as usize
+    }
 }
 
 /// One slot of `Node::stacks`: its live stack, if any, and how many stacks it has held before.
@@ -373,14 +379,13 @@ impl Node {
         }
     }
 
-    /// Files stack `id`'s next alarm in `alarms`, if it moved (rarely: on most inputs it stays).
+    /// Files the next alarm of stack `id` (in `entry`) in `alarms`, if it moved (rarely: on most inputs it stays).
     #[inline]
-    fn rearm(&mut self, id: StackId) {
-        let Some(entry) = live_mut(&mut self.stacks, id) else { return };
+    fn rearm(alarms: &mut std::collections::BTreeSet<(Instant, StackId)>, entry: &mut Entry, id: StackId) {
         let at = entry.stack.poll_alarm();
         if at != entry.armed {
             let old = std::mem::replace(&mut entry.armed, at);
-            Self::refile(&mut self.alarms, id, old, at);
+            Self::refile(alarms, id, old, at);
         }
     }
 
@@ -447,7 +452,7 @@ impl Node {
                 entry.stack.settle();
                 entry.unsettled = false;
                 // Filing a copy may arm a retransmission sweep.
-                self.rearm(id);
+                Self::rearm(&mut self.alarms, entry, id);
             }
         }
         self.unsettled.clear();
@@ -598,7 +603,7 @@ impl Node {
             self.events.push_back((id, event));
         }
         let top = entry.stack.has_top_output();
-        self.rearm(id);
+        Self::rearm(&mut self.alarms, entry, id);
         if top {
             self.collect_top(id);
         }

@@ -17,7 +17,7 @@ use crate::io::{Chunks, UdpIo};
 use crate::{Error, Event};
 use bytes::Bytes;
 use motet_core::DatagramHead;
-use motet_core::{Address, Destination, EndpointId, GroupName, LayerKind, Node, Payload, StackId, ViewId, ViewState};
+use motet_core::{Address, Destination, EndpointId, GroupName, LayerKind, Node, Payload, ViewId, ViewState};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
 use std::net::SocketAddr;
@@ -26,6 +26,7 @@ use std::time::Duration;
 
 mod app;
 mod migrate;
+mod owners;
 mod ready;
 mod receive;
 mod resolve;
@@ -169,7 +170,7 @@ pub struct EventLoop {
     members: BTreeMap<EndpointId, MemberState>,
     /// Which endpoint each stack serves, and its view (events of a stack that has just exited
     /// are still translated with it).
-    owners: BTreeMap<StackId, (EndpointId, Arc<ViewState>)>,
+    owners: owners::Owners,
     /// Events for the application ([`EventLoop::next_event`]).
     ready: ready::Ready,
     backlog: VecDeque<(SocketAddr, DatagramHead, Payload)>,
@@ -248,7 +249,7 @@ impl EventLoop {
             waker,
             advertise,
             members: BTreeMap::new(),
-            owners: BTreeMap::new(),
+            owners: owners::Owners::default(),
             ready: ready::Ready::default(),
             backlog: VecDeque::new(),
             packing: Packings::default(),
@@ -339,7 +340,7 @@ impl EventLoop {
             let set = self.node.handle_action(now, stack, motet_core::Action::Loopback(false));
             set.expect("a new stack takes the loop-back setting");
         }
-        self.owners.insert(stack, (endpoint, view));
+        self.owners.insert(stack, endpoint, view);
         self.members.insert(
             endpoint,
             MemberState {

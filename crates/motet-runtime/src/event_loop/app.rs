@@ -257,14 +257,14 @@ impl EventLoop {
                     continue;
                 }
             };
-            let Some((endpoint, view)) = self.owners.get(&stack) else { continue };
+            let Some((endpoint, view)) = self.owners.get(stack) else { continue };
             let (from, data) = (view.members[usize::from(origin)], payload.into_bytes());
             let event = if cast { Event::Cast { from, data } } else { Event::Send { from, data } };
-            self.ready.push_back((*endpoint, event));
+            self.ready.push_back((endpoint, event));
         }
         if views_changed {
             let node = &self.node;
-            self.owners.retain(|&stack, _| node.stack(stack).is_some());
+            self.owners.retain(|stack| node.stack(stack).is_some());
         }
     }
 
@@ -275,11 +275,10 @@ impl EventLoop {
     fn other_event(&mut self, stack: StackId, event: AppEvent) -> bool {
         if let AppEvent::View { view, rank } = &event {
             let endpoint = view.members[usize::from(*rank)];
-            self.owners.insert(stack, (endpoint, Arc::clone(view)));
+            self.owners.insert(stack, endpoint, Arc::clone(view));
         }
         let views_changed = matches!(event, AppEvent::View { .. } | AppEvent::Exit);
-        let Some((endpoint, view)) = self.owners.get(&stack) else { return views_changed };
-        let endpoint = *endpoint;
+        let Some((endpoint, view)) = self.owners.get(stack) else { return views_changed };
         let Some(member) = self.members.get_mut(&endpoint) else { return views_changed };
         let current = stack == member.current;
         let event = match event {

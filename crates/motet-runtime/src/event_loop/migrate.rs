@@ -35,7 +35,7 @@ impl EventLoop {
     /// advertised address.
     pub fn migrate(&mut self, bind: SocketAddr, advertise: Option<SocketAddr>) -> Result<SocketAddr, Error> {
         for member in self.members.values().filter(|m| !m.left) {
-            let stack = self.owners.get(&member.current).map(|(_, view)| &view.stack);
+            let stack = self.owners.get(member.current).map(|(_, view)| &view.stack);
             if let Some(stack) = stack.filter(|s| !s.layers().contains(&LayerKind::Migrate)) {
                 return Err(Error::Api(ApiError::NoMigrate(stack.to_string())));
             }

@@ -131,6 +131,11 @@ const OVERSHOOT_MAX: Duration = Duration::from_millis(25);
 /// The longest receive timeout asked for.
 const RECV_TIMEOUT_MAX: Duration = Duration::from_secs(86_400);
 
+/// `d` in nanoseconds, saturating (a `u128` division costs a library call on every turn).
+fn nanos(d: Duration) -> u64 {
+    d.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(d.subsec_nanos()))
+}
+
 impl RecvTimeout {
     /// The receive timeout for a loop whose next deadline is `wait` away (`None`: none) and that
     /// may fire its timers up to `slack` late, or `None` when it must not wait in the receive call
@@ -163,18 +168,19 @@ impl RecvTimeout {
         // `EventLoop::poll(Some(Duration::MAX))` with no timer is a wait for ever: taken a day
         // at most at a time (the loop turns and waits again), so no sum or doubling overflows.
         // The slack is the protocol's: the application's own timeout bounds the wait as asked.
-        let late = wait.min(RECV_TIMEOUT_MAX).saturating_add(slack).min(caller.unwrap_or(Duration::MAX));
-        let Some(room) = late.checked_sub(self.overshoot).filter(|&room| room >= RECV_TIMEOUT_MIN) else {
+        // In nanoseconds: every turn asks, and `Duration`'s arithmetic normalises at each step.
+        let late = nanos(wait.min(RECV_TIMEOUT_MAX)).saturating_add(nanos(slack)).min(caller.map_or(u64::MAX, nanos));
+        let Some(room) = late.checked_sub(nanos(self.overshoot)).filter(|&room| room >= nanos(RECV_TIMEOUT_MIN)) else {
             let flowing = self.last_arrival.is_some_and(|at| crate::clock::between(at, now) <= FLOWING);
             let caller_allows = caller.is_none_or(|t| t >= RECV_TIMEOUT_MIN + self.overshoot);
             let sweep = self.fresh.is_none();
             return (flowing && sweep && caller_allows && !slack.is_zero()).then_some(Some(RECV_TIMEOUT_MIN));
         };
-        let mut timeout = RECV_TIMEOUT_MIN;
-        while timeout * 2 <= room {
-            timeout *= 2;
-        }
-        Some(Some(timeout))
+        // The highest rung at or below `room`, from the bit length of how many shortest timeouts
+        // fit in it (doubling a `Duration` rung by rung cost about 50 instructions a turn). `room`
+        // is at most a day and the slack: the shift is bounded all the same.
+        let rungs = room / nanos(RECV_TIMEOUT_MIN);
+        Some(Some(RECV_TIMEOUT_MIN * (1u32 << rungs.ilog2().min(31))))
     }
 
     /// A wait returned a datagram. True when the loop should read its next batch without
@@ -330,6 +336,20 @@ mod tests {
         assert_eq!(for_wait(Some(Duration::from_millis(100))), Some(Some(Duration::from_millis(64))));
         let longest = for_wait(Some(Duration::MAX)).expect("waits").expect("a timeout");
         assert!(longest <= RECV_TIMEOUT_MAX && longest > RECV_TIMEOUT_MAX / 2, "{longest:?}");
+        // Every rung is the highest doubling of the shortest timeout that ends by the deadline
+        // less the overshoot, and the caller's timeout bounds it.
+        for ms in (9..2_000).step_by(7).chain([86_400_000, u64::MAX / 2]) {
+            let wait = Duration::from_millis(ms);
+            let room = wait.min(RECV_TIMEOUT_MAX) + slack - timeouts.overshoot;
+            let mut rung = RECV_TIMEOUT_MIN;
+            while rung * 2 <= room {
+                rung *= 2;
+            }
+            assert_eq!(for_wait(Some(wait)), Some(Some(rung)), "{ms} ms");
+            let caller = Duration::from_millis(ms / 2);
+            let got = timeouts.for_wait(Some(wait), slack, motet_core::Instant(0), Some(caller));
+            assert!(got.is_none_or(|t| t.is_some_and(|t| t + timeouts.overshoot <= caller)), "{ms} ms: {got:?}");
+        }
     }
 
     /// Waits that keep returning datagrams make the loop read a batch every [`PROBE_AFTER`]th
