@@ -665,9 +665,9 @@ impl Node {
     }
 }
 
-/// A transmit of the stack in `entry` (`id`) as a datagram to send: its head encoded into `buf`
-/// then copied inline (compressed for the common traces, ≤ 8 bytes; in full otherwise), its
-/// destination resolved. `None` when it is too large to send (dropped and counted).
+/// A transmit of the stack in `entry` (`id`) as a datagram to send: its head inline (compressed
+/// for the common traces, ≤ 8 bytes, built in place; in full otherwise, encoded into `buf` then
+/// copied), its destination resolved. `None` when it is too large to send (dropped and counted).
 fn outgoing(
     entry: &mut Entry,
     id: StackId,
@@ -681,17 +681,26 @@ fn outgoing(
         Mux::Gossip => (gossip_conn_id(&view.group), 0),
         _ => (entry.conn, entry.stack.rank()),
     };
-    buf.clear();
-    // The common trace's datagrams go compressed (≤ 8 bytes of head), the rest in full.
-    let compressed = entry.stack.compress(&transmit).and_then(|seqno| {
-        let head = datagram::Compressed { conn, mux: transmit.mux, origin, seqno };
-        datagram::encode_compressed(&head, buf)
-    });
-    match compressed {
-        Some(()) => stats.count(crate::Counter::CompressedOut),
-        None => datagram::encode_head(&datagram::Head { conn, mux: transmit.mux, origin }, &transmit.msg.hdrs, buf),
-    }
-    if buf.len() + transmit.msg.payload.len() > DATAGRAM_SIZE_MAX {
+    // The common trace's datagrams go compressed (≤ 8 bytes of head, built in place), the rest in
+    // full (encoded into `buf`, then copied).
+    let compressed = entry
+        .stack
+        .compress(&transmit)
+        .and_then(|seqno| datagram::compressed_head(&datagram::Compressed { conn, mux: transmit.mux, origin, seqno }));
+    let head = match compressed {
+        Some((bytes, len)) => {
+            stats.count(crate::Counter::CompressedOut);
+            let mut inline = [0u8; 24];
+            inline[..datagram::COMPRESSED_HEAD_MAX].copy_from_slice(&bytes);
+            DatagramHead::from_buf_and_len(inline, len)
+        }
+        None => {
+            buf.clear();
+            datagram::encode_head(&datagram::Head { conn, mux: transmit.mux, origin }, &transmit.msg.hdrs, buf);
+            DatagramHead::from_slice(buf)
+        }
+    };
+    if head.len() + transmit.msg.payload.len() > DATAGRAM_SIZE_MAX {
         entry.stack.count_drop(DropReason::Oversized);
         return None;
     }
@@ -705,7 +714,7 @@ fn outgoing(
             Destination::Peers(known.unwrap_or_else(|| Arc::from(Vec::new())))
         }
     };
-    Some(Outgoing { stack: id, to, head: DatagramHead::from_slice(buf), payload: transmit.msg.payload })
+    Some(Outgoing { stack: id, to, head, payload: transmit.msg.payload })
 }
 
 #[cfg(test)]

@@ -201,9 +201,20 @@ pub fn is_compressed(datagram: &[u8]) -> bool {
     datagram.first().is_some_and(|b| b & 0x40 != 0)
 }
 
+/// The longest compressed head: a send to a rank of three varint bytes.
+pub const COMPRESSED_HEAD_MAX: usize = 10;
+
 /// Appends a compressed head; `None` (nothing written) when it does not apply (gossip, or an
 /// origin too large).
 pub fn encode_compressed(head: &Compressed, out: &mut Vec<u8>) -> Option<()> {
+    let (bytes, len) = compressed_head(head)?;
+    out.extend_from_slice(&bytes[..len]);
+    Some(())
+}
+
+/// A compressed head in a fixed array, and its length ([`encode_compressed`] without a buffer to
+/// grow: a sender builds one per datagram of the common path).
+pub fn compressed_head(head: &Compressed) -> Option<([u8; COMPRESSED_HEAD_MAX], usize)> {
     if head.origin >= COMPRESSED_ORIGIN_MAX {
         return None;
     }
@@ -212,15 +223,23 @@ pub fn encode_compressed(head: &Compressed, out: &mut Vec<u8>) -> Option<()> {
         Mux::Send { .. } => 0x40,
         Mux::Gossip => return None,
     };
-    let mut w = Writer::new(out);
-    w.u8(kind | head.origin as u8);
-    w.u32_le(head.conn.0);
+    let mut out = [0u8; COMPRESSED_HEAD_MAX];
+    out[0] = kind | head.origin as u8;
+    out[1..5].copy_from_slice(&head.conn.0.to_le_bytes());
+    let mut len = 5;
     if let Mux::Send { dest } = head.mux {
-        w.varint(dest.into());
+        // A varint, as `Writer::varint` writes it: seven bits a byte, low first.
+        let mut dest = dest;
+        while dest >= 0x80 {
+            out[len] = (dest as u8) | 0x80;
+            dest >>= 7;
+            len += 1;
+        }
+        out[len] = dest as u8;
+        len += 1;
     }
-    w.u8(head.seqno as u8);
-    w.u8((head.seqno >> 8) as u8);
-    Some(())
+    out[len..len + 2].copy_from_slice(&head.seqno.to_le_bytes());
+    Some((out, len + 2))
 }
 
 /// Decodes a compressed datagram: its head and its payload (sharing the buffer).
@@ -264,7 +283,10 @@ mod compressed_tests {
 
     #[test]
     fn compressed_heads_are_at_most_8_bytes_and_round_trip() {
-        for (mux, len) in [(Mux::Cast, 7), (Mux::Send { dest: 5 }, 8)] {
+        // A send to a rank past 127 takes more varint bytes: past the 8 of the common path, within
+        // the fixed array.
+        let far = [(Mux::Send { dest: 200 }, 9), (Mux::Send { dest: Rank::MAX }, COMPRESSED_HEAD_MAX)];
+        for (mux, len) in [(Mux::Cast, 7), (Mux::Send { dest: 5 }, 8)].into_iter().chain(far) {
             let head = Compressed { conn: ConnId(0xdead_beef), mux, origin: 63, seqno: 0xabcd };
             let mut out = Vec::new();
             encode_compressed(&head, &mut out).unwrap();
