@@ -65,6 +65,16 @@ pub trait Layer: core::fmt::Debug {
         let _ = (kept, msg, out);
         unreachable!("a layer whose step asks to keep a message takes it in fast_keep")
     }
+    /// How long a copy this layer keeps may wait for [`Layer::fast_keep`] after the input that
+    /// carried it without changing what the layer does: no alarm that `fast_keep` sets falls
+    /// earlier than this after the input (what else reads the copies, any input but an
+    /// application message on a compiled trace, finds them filed anyway). Delayed processing goes
+    /// in batches, and a stack files a batch that has not filled at the latest this long after
+    /// its first copy (docs/bypass.md, "Delayed processing"). Default: for ever, right for a
+    /// layer that keeps nothing; a layer whose `fast_keep` sets an alarm must say how soon.
+    fn fast_keep_wait(&self) -> crate::Duration {
+        crate::Duration::MAX
+    }
     /// A splitting layer's parts ([`crate::fast::DnStep::parts`]): part `index` of `msg` (the
     /// message as it reached this layer), with this layer's header pushed, exactly as its
     /// handler would emit it. Called only for a layer whose step declared parts, after its action.

@@ -129,7 +129,7 @@ struct Entry {
     replaced: bool,
     /// Listed in `Node::unsettled`.
     unsettled: bool,
-    /// The alarm this stack has in `Node::alarms`.
+    /// The time this stack has in `Node::alarms` ([`Stack::poll_wake`]).
     armed: Option<Instant>,
 }
 
@@ -182,11 +182,13 @@ pub struct Node {
     batched: Option<Option<StackId>>,
     /// Where heads are encoded before they are copied into their (inline) `DatagramHead`.
     head_buf: Vec<u8>,
-    /// Stacks holding delayed processing, each once ([`Node::settle`] visits only these).
+    /// Stacks holding a full batch of delayed processing ([`Stack::settle_due`]), each once
+    /// ([`Node::settle`] visits only these).
     unsettled: Vec<StackId>,
-    /// Every stack's next alarm, kept up to date after each input, so the driver's questions
-    /// (when next, what is due) cost a lookup, not a visit of every stack: a process may run
-    /// many groups, and live through many views.
+    /// Every stack's next alarm or deadline of delayed processing ([`Stack::poll_wake`]), kept up
+    /// to date after each input, so the driver's questions (when next, what is due) cost a
+    /// lookup, not a visit of every stack: a process may run many groups, and live through many
+    /// views.
     alarms: std::collections::BTreeSet<(Instant, StackId)>,
 }
 
@@ -382,7 +384,7 @@ impl Node {
     /// Files the next alarm of stack `id` (in `entry`) in `alarms`, if it moved (rarely: on most inputs it stays).
     #[inline]
     fn rearm(alarms: &mut std::collections::BTreeSet<(Instant, StackId)>, entry: &mut Entry, id: StackId) {
-        let at = entry.stack.poll_alarm();
+        let at = entry.stack.poll_wake();
         if at != entry.armed {
             let old = std::mem::replace(&mut entry.armed, at);
             Self::refile(alarms, id, old, at);
@@ -426,24 +428,30 @@ impl Node {
         Ok(())
     }
 
-    /// When the node next needs [`Node::handle_timeout`]: the earliest alarm of any stack, or
-    /// now while a stack holds delayed processing.
+    /// When the node next needs [`Node::handle_timeout`]: the earliest alarm or deadline of
+    /// delayed processing of any stack ([`Node::poll_alarm`]), or now while a stack holds a full
+    /// batch of delayed processing.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let delayed = self.unsettled.iter().filter_map(|&id| self.live(id)?.stack.poll_timeout());
         delayed.chain(self.poll_alarm()).min()
     }
 
-    /// The earliest alarm of any stack, not counting delayed processing: what a driver that
-    /// calls [`Node::settle`] itself waits for.
+    /// The earliest alarm of any stack, or deadline of delayed processing whose batch has not
+    /// filled ([`Stack::poll_wake`]), not counting full batches: what a driver that calls
+    /// [`Node::settle`] itself waits for.
     pub fn poll_alarm(&self) -> Option<Instant> {
         self.alarms.first().map(|&(at, _)| at)
     }
 
-    /// Delayed processing ([`Stack::settle`]): the bookkeeping of the messages the bypass has
-    /// transmitted or delivered (filing copies for retransmission). A driver calls it when idle,
-    /// after sending what the inputs produced and handing the application its events. It is
-    /// never needed for correctness: any input that needs the bookkeeping settles first, and
-    /// [`Node::poll_timeout`] asks for a timeout at once while any is pending.
+    /// Delayed processing ([`Stack::settle`]), in batches: the bookkeeping of the messages the
+    /// bypass has transmitted or delivered (filing copies for retransmission), for the stacks
+    /// that hold a full batch ([`Stack::settle_due`]). A driver calls it when idle, after sending
+    /// what the inputs produced and handing the application its events. A batch that has not
+    /// filled waits for more, for the stack's next input that needs it (every input but an
+    /// application message on a compiled trace files what waits first), or for its deadline
+    /// ([`Stack::settle_deadline`]), which [`Node::poll_alarm`] counts: it is never needed for
+    /// correctness, and [`Node::poll_timeout`] asks for a timeout at once while a full batch
+    /// waits.
     #[inline(never)] // an entry point, counted by name (`motet bench stack`)
     pub fn settle(&mut self) {
         for i in 0..self.unsettled.len() {
@@ -589,7 +597,7 @@ impl Node {
     /// a new view (thesis §2.3.4) and removes a stack that exits.
     fn collect_now(&mut self, id: StackId) {
         let Some(entry) = live_mut(&mut self.stacks, id) else { return };
-        if entry.stack.unsettled() && !entry.unsettled {
+        if entry.stack.settle_due() && !entry.unsettled {
             entry.unsettled = true;
             self.unsettled.push(id);
         }

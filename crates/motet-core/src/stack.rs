@@ -167,6 +167,9 @@ pub struct Stack {
     /// Delayed processing: copies of messages the bypass transmitted or delivered that layers
     /// keep, not yet handed over ([`Stack::settle`]). At most [`DELAYED_MAX`] (and one trace's).
     delayed: VecDeque<Delayed>,
+    /// How long the first copy of a batch that has not filled may wait: the shortest
+    /// [`crate::Layer::fast_keep_wait`] of the layers.
+    settle_wait: crate::Duration,
 }
 
 /// A copy of a message a layer keeps, handed over after the transmit or delivery (thesis §3.4.3,
@@ -183,6 +186,14 @@ struct Delayed {
 /// Copies a stack holds for delayed processing before it settles on its own: a bound on its
 /// memory when a driver never idles (the runtime settles once per loop turn).
 const DELAYED_MAX: usize = 32;
+
+/// Copies a stack holds before it asks its driver to settle them ([`Stack::settle_due`]):
+/// delayed processing goes in batches, so that what settling costs in itself (the driver's visit,
+/// the stack's queue and alarms) is paid once per batch, not once per message. A batch that does
+/// not fill is filed by the stack's deadline ([`Stack::settle_deadline`]). Below [`DELAYED_MAX`],
+/// so a busy driver's idle moments file the copies before the stack must file them in the path
+/// of a message; small, since a stack's queue keeps the room it has grown to.
+const SETTLE_BATCH: usize = 8;
 
 /// A compiled trace (thesis §3.3.2): the layers a message of the trace asks, the others having
 /// declared themselves inert ([`crate::Layer::fast_inert`]).
@@ -257,7 +268,9 @@ impl Stack {
             fused: [None; 4],
             plans_stale: true,
             delayed: VecDeque::new(),
+            settle_wait: crate::Duration::MAX,
         };
+        stack.settle_wait = stack.layers.iter().map(AnyLayer::fast_keep_wait).min().unwrap_or(crate::Duration::MAX);
         let bottom = stack.layers.len() - 1;
         stack.queue.push_back((bottom, Ev::Up(Up::Init)));
         stack.run(now);
@@ -496,11 +509,40 @@ impl Stack {
         &self.bypass_stats
     }
 
-    /// When the stack next needs [`Stack::handle_timeout`]: its earliest alarm, or now if it
-    /// holds delayed processing (which `handle_timeout` does first, like [`Stack::settle`]).
+    /// When the stack next needs [`Stack::handle_timeout`]: its earliest alarm, or the time its
+    /// delayed processing is due (`handle_timeout` settles first, like [`Stack::settle`]): now
+    /// for a full batch ([`Stack::settle_due`]), else its deadline ([`Stack::settle_deadline`]).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let delayed = self.delayed.front().map(|d| d.now);
+        let delayed = match self.settle_due() {
+            true => self.delayed.front().map(|d| d.now),
+            false => self.settle_deadline(),
+        };
         [self.poll_alarm(), delayed].into_iter().flatten().min()
+    }
+
+    /// When the copies waiting for delayed processing must be filed even if their batch has not
+    /// filled: the layers' shortest [`crate::Layer::fast_keep_wait`] after the input that carried
+    /// the first of them (so no alarm that filing them sets is late). `None` when none waits, or
+    /// when they may wait for the stack's next input.
+    pub fn settle_deadline(&self) -> Option<Instant> {
+        let first = self.delayed.front()?;
+        (self.settle_wait != crate::Duration::MAX).then(|| first.now + self.settle_wait)
+    }
+
+    /// The earliest of [`Stack::poll_alarm`] and [`Stack::settle_deadline`]: when the stack needs
+    /// [`Stack::handle_timeout`] unless a driver settles it first (a full batch, which
+    /// [`Stack::poll_timeout`] counts as due now, is the driver's to settle when idle).
+    #[inline]
+    pub fn poll_wake(&self) -> Option<Instant> {
+        // Asked after every input (the node's index of alarms): written out, since a chain of
+        // options cost about 40 instructions a call.
+        match (self.next_alarm, self.delayed.front()) {
+            (alarm, Some(first)) if self.settle_wait != crate::Duration::MAX => {
+                let at = first.now + self.settle_wait;
+                Some(alarm.map_or(at, |alarm| alarm.min(at)))
+            }
+            (alarm, _) => alarm,
+        }
     }
 
     /// The earliest alarm of the layers, not counting delayed processing (a driver that calls
@@ -556,6 +598,12 @@ impl Stack {
     /// Delayed work is pending ([`Stack::settle`] has something to do).
     pub fn unsettled(&self) -> bool {
         !self.delayed.is_empty()
+    }
+
+    /// A batch of delayed work is pending: a driver should settle it when next idle
+    /// ([`Node::settle`](crate::Node::settle) settles these stacks).
+    pub fn settle_due(&self) -> bool {
+        self.delayed.len() >= SETTLE_BATCH
     }
 
     /// The next message to transmit.

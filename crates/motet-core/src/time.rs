@@ -14,6 +14,10 @@ pub struct Instant(pub u64);
 pub struct Duration(pub u64);
 
 impl Duration {
+    /// No time at all.
+    pub const ZERO: Duration = Duration(0);
+    /// Longer than any wait: for ever.
+    pub const MAX: Duration = Duration(u64::MAX);
     /// `ms` milliseconds.
     pub const fn from_millis(ms: u64) -> Duration {
         Duration(ms * 1_000_000)

@@ -596,6 +596,12 @@ impl Layer for Mnak {
         self.origins[usize::from(kept.peer)].buf.push_back(msg);
     }
 
+    fn fast_keep_wait(&self) -> crate::Duration {
+        // Filing sets no alarm: a copy is read only by a NAK, stability or a view change, each
+        // an input that files what waits first.
+        crate::Duration::MAX
+    }
+
     fn fast_expected(&self, origin: Rank, cast: bool) -> Option<Seqno> {
         cast.then(|| self.origins.get(usize::from(origin)).map(|o| o.received)).flatten()
     }

@@ -148,6 +148,9 @@ macro_rules! registry {
             pub(crate) fn fast_keep(&mut self, kept: &crate::fast::Kept, msg: crate::event::Msg, out: &mut Outbox<'_>) {
                 match self { $(AnyLayer::$kind(layer) => layer.fast_keep(kept, msg, out),)* }
             }
+            pub(crate) fn fast_keep_wait(&self) -> crate::Duration {
+                match self { $(AnyLayer::$kind(layer) => layer.fast_keep_wait(),)* }
+            }
             pub(crate) fn fast_split(&self, msg: &crate::event::Msg, index: u32) -> crate::event::Msg {
                 match self { $(AnyLayer::$kind(layer) => layer.fast_split(msg, index),)* }
             }

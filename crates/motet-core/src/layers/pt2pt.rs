@@ -330,6 +330,11 @@ impl Layer for Pt2pt {
         out.alarm(out.now() + self.config.sweep_interval);
     }
 
+    fn fast_keep_wait(&self) -> crate::Duration {
+        // The sweep that retransmits a kept send is due a sweep interval after the send's input.
+        self.config.sweep_interval
+    }
+
     fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
         if up.cast {
             return fast::is(up.header, Header::NoHdr).then(|| UpStep::pass(up)).flatten();

@@ -256,7 +256,7 @@ fn the_alarm_index_equals_a_visit_of_every_stack() {
         }
     }
     let brute = |node: &Node| {
-        let alarm = node.stacks().filter_map(|(_, s)| s.poll_alarm()).min();
+        let alarm = node.stacks().filter_map(|(_, s)| s.poll_wake()).min();
         let timeout = node.stacks().filter_map(|(_, s)| s.poll_timeout()).min();
         (alarm, timeout)
     };

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::event::Action;
-use crate::stack::{Bypass, SETTLE_LATE};
+use crate::stack::{Bypass, SETTLE_BATCH, SETTLE_LATE};
 use crate::testkit::Group;
 use crate::time::Duration;
 
@@ -51,7 +51,11 @@ fn a_kept_copy_is_filed_after_the_transmit_and_before_any_other_input() {
     assert!(stack.unsettled());
     assert_eq!(buffered_at(&stack, "mnak"), 0);
     assert_eq!(stack.buffered(), 1, "a copy waiting to be filed still counts as buffered");
-    assert_eq!(stack.poll_timeout(), Some(Instant::ZERO), "the driver is asked to come back at once");
+    // One copy is not a batch: it may wait as long as pt2pt's sweep, the shortest a kept copy
+    // waits for (mnak's may wait for ever).
+    let wait = view_params_sweep(&stack);
+    assert_eq!(stack.settle_deadline(), Some(Instant::ZERO + wait));
+    assert_eq!(stack.poll_timeout(), Some(Instant::ZERO + wait), "the driver is asked back by the deadline");
     // A send: pt2pt's copy and its retransmission alarm wait too, behind the cast's.
     let pt2pt = stack.view.stack.layers().iter().position(|&k| k == crate::LayerKind::Pt2pt).unwrap();
     stack.handle_action(Instant::ZERO, Action::send(2, b"y".as_slice().into())).unwrap();
@@ -113,4 +117,39 @@ fn the_diff_catches_an_input_that_does_not_settle_first() {
     assert_eq!(late(false), None);
     let caught = late(true).expect("a retransmission buffer filed late went unnoticed");
     assert!(caught.contains("bypass diff after a timeout"), "{caught}");
+}
+
+/// The sweep interval of the stack's `pt2pt`.
+fn view_params_sweep(stack: &Stack) -> Duration {
+    stack.view.params.pt2pt.sweep_interval
+}
+
+#[test]
+fn delayed_processing_goes_in_batches_and_a_batch_that_does_not_fill_waits_for_its_deadline() {
+    let view = crate::testing::view_of("vsync", 3);
+    let mut stack = Stack::with_bypass(view, 1, Instant::ZERO, Bypass::Diff).unwrap();
+    let wait = view_params_sweep(&stack);
+    let at = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
+    // Casts an instant apart: each leaves a copy for mnak, the first sets the deadline.
+    for k in 0..SETTLE_BATCH as u64 - 1 {
+        stack.handle_action(at(k), Action::Cast(vec![k as u8; 4].into())).unwrap();
+        assert!(!stack.settle_due(), "{k}");
+        assert_eq!(stack.settle_deadline(), Some(at(0) + wait));
+        assert_eq!(stack.poll_wake(), [stack.poll_alarm(), Some(at(0) + wait)].into_iter().flatten().min());
+    }
+    // The batch fills: due now.
+    stack.handle_action(at(SETTLE_BATCH as u64), Action::Cast(b"x".as_slice().into())).unwrap();
+    assert!(stack.settle_due());
+    assert_eq!(stack.poll_timeout(), Some(at(0)), "a full batch is due at once");
+    stack.settle();
+    assert_eq!((stack.settle_deadline(), stack.settle_due()), (None, false));
+    // A batch that does not fill is filed by a timeout at its deadline: a stack whose kept sends
+    // wait longer than pt2pt's sweep would retransmit them late.
+    stack.handle_action(at(100), Action::send(2, b"y".as_slice().into())).unwrap();
+    let deadline = stack.settle_deadline().expect("a copy waits");
+    assert_eq!(deadline, at(100) + wait);
+    assert!(stack.poll_timeout().is_some_and(|t| t <= deadline));
+    stack.handle_timeout(deadline);
+    assert!(!stack.unsettled(), "filed by the timeout");
+    stack.check_invariants();
 }
