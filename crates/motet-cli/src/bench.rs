@@ -139,7 +139,7 @@ struct Breakdown {
     up_stack: f64,
     /// The stack's timers (`Stack::handle_timeout`): stability rounds, early reports.
     timers: f64,
-    /// Delayed processing run when the driver is idle (`Node::settle`).
+    /// Delayed processing run when the driver is idle (`Node::settle`: full batches).
     idle_settle: f64,
     /// The node around the stack (`Node::handle_action`, `Node::handle_datagram` and
     /// `Node::handle_timeout` less the stack's parts): decoding, routing by connection id,

@@ -18,7 +18,8 @@
 //! number, a window) and runs at once; keeping a copy of the message for retransmission (the step's
 //! `keep`, then `Layer::fast_keep`) is bookkeeping that no condition and no action of an
 //! application trace reads, so the bypass does it after the message is transmitted or delivered,
-//! when the driver is idle (`Stack::settle`) or, at the latest, before any input that is not an
+//! in batches when the driver is idle (`Stack::settle`), by a deadline no later than any alarm the
+//! filing sets (`Layer::fast_keep_wait`), or, at the latest, before any input that is not an
 //! application message on a compiled trace. No observer can tell: every layered handler, timer and
 //! NAK finds the buffers filled.
 //!

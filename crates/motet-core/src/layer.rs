@@ -70,10 +70,12 @@ pub trait Layer: core::fmt::Debug {
     /// earlier than this after the input (what else reads the copies, any input but an
     /// application message on a compiled trace, finds them filed anyway). Delayed processing goes
     /// in batches, and a stack files a batch that has not filled at the latest this long after
-    /// its first copy (docs/bypass.md, "Delayed processing"). Default: for ever, right for a
-    /// layer that keeps nothing; a layer whose `fast_keep` sets an alarm must say how soon.
+    /// its first copy (docs/bypass.md, "Delayed processing"; `Duration::MAX`: for ever, until the
+    /// stack's next input that needs it). Default: no wait, the driver's next idle moment.
+    /// Checked in debug builds: an alarm `fast_keep` sets sooner than this after the copy's input
+    /// fails an assertion.
     fn fast_keep_wait(&self) -> crate::Duration {
-        crate::Duration::MAX
+        crate::Duration::ZERO
     }
     /// A splitting layer's parts ([`crate::fast::DnStep::parts`]): part `index` of `msg` (the
     /// message as it reached this layer), with this layer's header pushed, exactly as its

@@ -356,7 +356,8 @@ impl Node {
         }
     }
 
-    /// Fires due alarms of every stack (and its delayed processing, if it holds some), in the
+    /// Fires due alarms of every stack (and its delayed processing, if a full batch or its
+    /// deadline is due: [`Stack::poll_timeout`]), in the
     /// order of the stacks' slots (not of their creation: a slot is reused). Stacks built
     /// meanwhile (a new view's) wait for the next call.
     #[inline(never)] // an entry point, counted by name (`motet bench stack`)
@@ -674,7 +675,7 @@ impl Node {
 }
 
 /// A transmit of the stack in `entry` (`id`) as a datagram to send: its head inline (compressed
-/// for the common traces, ≤ 8 bytes, built in place; in full otherwise, encoded into `buf` then
+/// for the common traces, ≤ 8 bytes but for sends to ranks past 127, built in place; in full otherwise, encoded into `buf` then
 /// copied), its destination resolved. `None` when it is too large to send (dropped and counted).
 fn outgoing(
     entry: &mut Entry,
@@ -689,7 +690,7 @@ fn outgoing(
         Mux::Gossip => (gossip_conn_id(&view.group), 0),
         _ => (entry.conn, entry.stack.rank()),
     };
-    // The common trace's datagrams go compressed (≤ 8 bytes of head, built in place), the rest in
+    // The common trace's datagrams go compressed (≤ 8 bytes of head up to rank 127, built in place), the rest in
     // full (encoded into `buf`, then copied).
     let compressed = entry
         .stack

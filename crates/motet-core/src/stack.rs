@@ -166,10 +166,7 @@ pub struct Stack {
     plans_stale: bool,
     /// Delayed processing: copies of messages the bypass transmitted or delivered that layers
     /// keep, not yet handed over ([`Stack::settle`]). At most [`DELAYED_MAX`] (and one trace's).
-    delayed: VecDeque<Delayed>,
-    /// How long the first copy of a batch that has not filled may wait: the shortest
-    /// [`crate::Layer::fast_keep_wait`] of the layers.
-    settle_wait: crate::Duration,
+    delayed: DelayedQueue,
 }
 
 /// A copy of a message a layer keeps, handed over after the transmit or delivery (thesis §3.4.3,
@@ -183,8 +180,55 @@ struct Delayed {
     msg: Msg,
 }
 
+/// The copies waiting for delayed processing, in order, and when they must be filed by.
+#[derive(Debug)]
+pub(crate) struct DelayedQueue {
+    copies: VecDeque<Delayed>,
+    /// Each layer's [`crate::Layer::fast_keep_wait`], by index.
+    waits: Box<[crate::Duration]>,
+    /// The earliest of the copies' inputs' times plus their layers' waits: when they must be
+    /// filed even if their batch has not filled (`None`: they may wait for the next input).
+    by: Option<Instant>,
+    /// Copies that make a batch: [`SETTLE_BATCH`], or 1 under `Bypass::Diff`, which compares
+    /// the layers with its twin's only when the stack has settled, so it settles whenever idle.
+    batch: usize,
+}
+
+impl DelayedQueue {
+    #[inline]
+    fn push_back(&mut self, copy: Delayed) {
+        let wait = self.waits[usize::from(copy.layer)];
+        if wait != crate::Duration::MAX {
+            let at = copy.now + wait;
+            self.by = Some(self.by.map_or(at, |by| by.min(at)));
+        }
+        self.copies.push_back(copy);
+    }
+
+    #[inline]
+    fn pop_front(&mut self) -> Option<Delayed> {
+        let copy = self.copies.pop_front();
+        if self.copies.is_empty() {
+            self.by = None;
+        }
+        copy
+    }
+
+    fn front(&self) -> Option<&Delayed> {
+        self.copies.front()
+    }
+
+    fn len(&self) -> usize {
+        self.copies.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.copies.is_empty()
+    }
+}
+
 /// Copies a stack holds for delayed processing before it settles on its own: a bound on its
-/// memory when a driver never idles (the runtime settles once per loop turn).
+/// memory when a driver never idles (the runtime settles full batches once per loop turn).
 const DELAYED_MAX: usize = 32;
 
 /// Copies a stack holds before it asks its driver to settle them ([`Stack::settle_due`]):
@@ -267,10 +311,14 @@ impl Stack {
             plans: [None; 4],
             fused: [None; 4],
             plans_stale: true,
-            delayed: VecDeque::new(),
-            settle_wait: crate::Duration::MAX,
+            delayed: DelayedQueue {
+                copies: VecDeque::new(),
+                waits: Box::default(),
+                by: None,
+                batch: if bypass == Bypass::Diff { 1 } else { SETTLE_BATCH },
+            },
         };
-        stack.settle_wait = stack.layers.iter().map(AnyLayer::fast_keep_wait).min().unwrap_or(crate::Duration::MAX);
+        stack.delayed.waits = stack.layers.iter().map(AnyLayer::fast_keep_wait).collect();
         let bottom = stack.layers.len() - 1;
         stack.queue.push_back((bottom, Ev::Up(Up::Init)));
         stack.run(now);
@@ -521,12 +569,11 @@ impl Stack {
     }
 
     /// When the copies waiting for delayed processing must be filed even if their batch has not
-    /// filled: the layers' shortest [`crate::Layer::fast_keep_wait`] after the input that carried
-    /// the first of them (so no alarm that filing them sets is late). `None` when none waits, or
-    /// when they may wait for the stack's next input.
+    /// filled: the earliest of their inputs' times plus their layers' [`crate::Layer::fast_keep_wait`]
+    /// (so no alarm that filing them sets is late). `None` when none waits, or when they may wait
+    /// for the stack's next input.
     pub fn settle_deadline(&self) -> Option<Instant> {
-        let first = self.delayed.front()?;
-        (self.settle_wait != crate::Duration::MAX).then(|| first.now + self.settle_wait)
+        self.delayed.by
     }
 
     /// The earliest of [`Stack::poll_alarm`] and [`Stack::settle_deadline`]: when the stack needs
@@ -536,17 +583,14 @@ impl Stack {
     pub fn poll_wake(&self) -> Option<Instant> {
         // Asked after every input (the node's index of alarms): written out, since a chain of
         // options cost about 40 instructions a call.
-        match (self.next_alarm, self.delayed.front()) {
-            (alarm, Some(first)) if self.settle_wait != crate::Duration::MAX => {
-                let at = first.now + self.settle_wait;
-                Some(alarm.map_or(at, |alarm| alarm.min(at)))
-            }
-            (alarm, _) => alarm,
+        match (self.next_alarm, self.delayed.by) {
+            (Some(alarm), Some(by)) => Some(alarm.min(by)),
+            (alarm, by) => alarm.or(by),
         }
     }
 
-    /// The earliest alarm of the layers, not counting delayed processing (a driver that calls
-    /// [`Stack::settle`] when idle waits for this).
+    /// The earliest alarm of the layers, not counting delayed processing ([`Stack::poll_wake`]
+    /// adds its deadline).
     pub fn poll_alarm(&self) -> Option<Instant> {
         debug_assert_eq!(self.next_alarm, self.alarms.iter().flatten().min().copied());
         self.next_alarm
@@ -573,6 +617,13 @@ impl Stack {
             out.now = now;
             self.layers[layer].fast_keep(&kept, msg, &mut out);
             if let Some(at) = out.alarm.take() {
+                // A copy may have waited this long: an alarm its filing sets must not be due
+                // before, or it fired late (`Layer::fast_keep_wait`).
+                debug_assert!(
+                    at >= now + self.delayed.waits[layer],
+                    "{:?}'s fast_keep set an alarm sooner than its fast_keep_wait",
+                    self.view.stack.layers()[layer]
+                );
                 merge_alarm(&mut self.alarms, &mut self.next_alarm, layer, at);
             }
         }
@@ -603,7 +654,7 @@ impl Stack {
     /// A batch of delayed work is pending: a driver should settle it when next idle
     /// ([`Node::settle`](crate::Node::settle) settles these stacks).
     pub fn settle_due(&self) -> bool {
-        self.delayed.len() >= SETTLE_BATCH
+        self.delayed.len() >= self.delayed.batch
     }
 
     /// The next message to transmit.

@@ -28,7 +28,8 @@ pub struct Group {
     /// address mapped to `None` reaches nobody any more (its socket was closed).
     pub routes: std::collections::BTreeMap<u32, Option<usize>>,
     /// Whether the pump settles delayed processing when the network is quiet, as a driver does
-    /// when idle (on by default; a test may leave it to the inputs and to its own calls).
+    /// when idle (full batches: `Node::settle`; on by default; a test may leave it to the inputs,
+    /// the deadlines and its own calls).
     pub settle: bool,
     /// When set, every datagram the network carries is recorded here too (a corpus for tests
     /// that replay or alter real traffic).

@@ -418,8 +418,9 @@ impl EventLoop {
     pub fn poll(&mut self, timeout: Option<Duration>) -> Result<(), Error> {
         // What earlier actions produced goes out before we wait.
         self.send_packed();
-        // Then the bookkeeping the bypass delayed (thesis §3.4.3): off the path from the last
-        // receive, through the application, to this send.
+        // Then the bookkeeping the bypass delayed (thesis §3.4.3), for the stacks holding a full
+        // batch: off the path from the last receive, through the application, to this send. A
+        // batch that does not fill is filed at its deadline, an alarm like the others.
         self.node.settle();
         self.stats.turns += 1;
         let lagging = self.ready.full(0, 0, &self.config);
@@ -590,8 +591,9 @@ impl EventLoop {
     /// The end of a turn of [`EventLoop::poll`]: due alarms, DNS, migrations, then what they
     /// produced. `now`: the time, if it was read since the wait ended.
     fn end_turn(&mut self, now: Option<motet_core::Instant>) -> Result<(), Error> {
-        // Due alarms only: delayed processing waits for the next turn, after the application has
-        // had this turn's events (unless an alarm is due: `Node::handle_timeout` settles first).
+        // Due alarms only (with the deadlines of delayed processing): full batches wait for the
+        // next turn, after the application has had this turn's events (unless an alarm is due:
+        // `Node::handle_timeout` settles first).
         let now = now.unwrap_or_else(|| self.clock.now());
         if self.node.poll_alarm().is_some_and(|at| at <= now) {
             self.node.handle_timeout(now);

@@ -51,11 +51,9 @@ fn a_kept_copy_is_filed_after_the_transmit_and_before_any_other_input() {
     assert!(stack.unsettled());
     assert_eq!(buffered_at(&stack, "mnak"), 0);
     assert_eq!(stack.buffered(), 1, "a copy waiting to be filed still counts as buffered");
-    // One copy is not a batch: it may wait as long as pt2pt's sweep, the shortest a kept copy
-    // waits for (mnak's may wait for ever).
-    let wait = view_params_sweep(&stack);
-    assert_eq!(stack.settle_deadline(), Some(Instant::ZERO + wait));
-    assert_eq!(stack.poll_timeout(), Some(Instant::ZERO + wait), "the driver is asked back by the deadline");
+    // `Diff` settles whenever idle (a batch of one), since it compares the layers only then.
+    assert!(stack.settle_due());
+    assert_eq!(stack.poll_timeout(), Some(Instant::ZERO), "the driver is asked to come back at once");
     // A send: pt2pt's copy and its retransmission alarm wait too, behind the cast's.
     let pt2pt = stack.view.stack.layers().iter().position(|&k| k == crate::LayerKind::Pt2pt).unwrap();
     stack.handle_action(Instant::ZERO, Action::send(2, b"y".as_slice().into())).unwrap();
@@ -119,37 +117,57 @@ fn the_diff_catches_an_input_that_does_not_settle_first() {
     assert!(caught.contains("bypass diff after a timeout"), "{caught}");
 }
 
-/// The sweep interval of the stack's `pt2pt`.
-fn view_params_sweep(stack: &Stack) -> Duration {
-    stack.view.params.pt2pt.sweep_interval
-}
-
 #[test]
 fn delayed_processing_goes_in_batches_and_a_batch_that_does_not_fill_waits_for_its_deadline() {
     let view = crate::testing::view_of("vsync", 3);
-    let mut stack = Stack::with_bypass(view, 1, Instant::ZERO, Bypass::Diff).unwrap();
-    let wait = view_params_sweep(&stack);
+    let mut stack = Stack::with_bypass(view, 1, Instant::ZERO, Bypass::On).unwrap();
     let at = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
-    // Casts an instant apart: each leaves a copy for mnak, the first sets the deadline.
+    // Casts a millisecond apart: each leaves a copy for mnak, whose filing sets no alarm, so
+    // they wait for a full batch or the stack's next input that needs them.
     for k in 0..SETTLE_BATCH as u64 - 1 {
         stack.handle_action(at(k), Action::Cast(vec![k as u8; 4].into())).unwrap();
         assert!(!stack.settle_due(), "{k}");
-        assert_eq!(stack.settle_deadline(), Some(at(0) + wait));
-        assert_eq!(stack.poll_wake(), [stack.poll_alarm(), Some(at(0) + wait)].into_iter().flatten().min());
+        assert_eq!(stack.settle_deadline(), None, "{k}");
+        assert_eq!(stack.poll_wake(), stack.poll_alarm(), "{k}");
+        assert_eq!(stack.poll_timeout(), stack.poll_alarm(), "{k}");
     }
     // The batch fills: due now.
     stack.handle_action(at(SETTLE_BATCH as u64), Action::Cast(b"x".as_slice().into())).unwrap();
     assert!(stack.settle_due());
     assert_eq!(stack.poll_timeout(), Some(at(0)), "a full batch is due at once");
     stack.settle();
-    assert_eq!((stack.settle_deadline(), stack.settle_due()), (None, false));
-    // A batch that does not fill is filed by a timeout at its deadline: a stack whose kept sends
-    // wait longer than pt2pt's sweep would retransmit them late.
+    assert_eq!((stack.settle_deadline(), stack.settle_due(), stack.unsettled()), (None, false, false));
+    // A send's copy arms pt2pt's sweep when it is filed: it may wait a sweep interval after its
+    // input, no more, and a timeout at that deadline files it (with the send waiting longer,
+    // the sweep that retransmits it would fire late).
+    let sweep = stack.view.params.pt2pt.sweep_interval;
     stack.handle_action(at(100), Action::send(2, b"y".as_slice().into())).unwrap();
-    let deadline = stack.settle_deadline().expect("a copy waits");
-    assert_eq!(deadline, at(100) + wait);
-    assert!(stack.poll_timeout().is_some_and(|t| t <= deadline));
-    stack.handle_timeout(deadline);
+    stack.handle_action(at(101), Action::Cast(b"z".as_slice().into())).unwrap();
+    assert_eq!(stack.settle_deadline(), Some(at(100) + sweep));
+    assert_eq!(stack.poll_wake(), [stack.poll_alarm(), Some(at(100) + sweep)].into_iter().flatten().min());
+    assert!(stack.poll_timeout().is_some_and(|t| t <= at(100) + sweep));
+    stack.handle_timeout(at(100) + sweep);
     assert!(!stack.unsettled(), "filed by the timeout");
+    assert!(stack.poll_alarm().is_some_and(|t| t > at(100) + sweep), "the sweep fired and was armed again");
     stack.check_invariants();
+}
+
+/// The seeded bug: a layer that declares a longer wait than its filing allows (pt2pt's copies
+/// said to wait two sweep intervals) is caught when the copy is filed, in debug builds.
+#[test]
+fn a_wait_longer_than_the_alarm_filing_sets_is_caught() {
+    let view = crate::testing::view_of("vsync", 3);
+    let run = |stretch: u64| {
+        let mut stack = Stack::with_bypass(Arc::clone(&view), 1, Instant::ZERO, Bypass::On).unwrap();
+        let pt2pt = stack.view.stack.layers().iter().position(|&k| k == crate::LayerKind::Pt2pt).unwrap();
+        stack.delayed.waits[pt2pt] = Duration(stack.view.params.pt2pt.sweep_interval.0 * stretch);
+        stack.handle_action(Instant::ZERO, Action::send(2, b"y".as_slice().into())).unwrap();
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stack.settle())).err()
+    };
+    assert!(run(1).is_none(), "the declared wait holds");
+    if cfg!(debug_assertions) {
+        let caught = run(2).expect("a wait longer than the sweep went unnoticed");
+        let text = caught.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(text.contains("Pt2pt's fast_keep set an alarm sooner than its fast_keep_wait"), "{text}");
+    }
 }

@@ -31,7 +31,6 @@ use crate::stack::{merge_alarm, Delayed, Stack};
 use crate::time::Instant;
 use crate::{Payload, Rank};
 use motet_wire::{HeaderStack, Mux, Template};
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// Layers a fused trace asks at most.
@@ -82,7 +81,7 @@ struct Act<'a> {
     out: Outbox<'a>,
     alarms: &'a mut [Option<Instant>],
     next_alarm: &'a mut Option<Instant>,
-    delayed: &'a mut VecDeque<Delayed>,
+    delayed: &'a mut crate::stack::DelayedQueue,
     kept: Kept,
     now: Instant,
     /// Going up: the first layer that keeps a message in the compact form takes the message
