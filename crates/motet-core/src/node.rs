@@ -274,22 +274,23 @@ impl Node {
     /// datagrams after it find the new view's stack routed.
     pub fn handle_datagrams(&mut self, now: Instant, datagrams: impl IntoIterator<Item = Bytes>) {
         self.batched = Some(None);
-        // However the batch ends: a caller's iterator that panicked, and a caller that caught it,
-        // left the batch open, and from then on a node of one stack held every output of that
-        // stack back (until another stack had an input). The outputs of the stack the batch was
-        // deferring stay in its queues and go with its next input.
+        // However the batch ends, it is closed and the stack it was deferring is collected (its
+        // outputs moved, its alarm and its deadline of delayed processing filed). A caller's
+        // iterator that panicked, and a caller that caught it, left the batch open, and from then
+        // on a node of one stack held every output of that stack back; and a stack left
+        // uncollected had its outputs wait for its next input, its alarm unfiled meanwhile.
         struct Open<'a>(&'a mut Node);
         impl Drop for Open<'_> {
             fn drop(&mut self) {
+                if let Some(Some(id)) = self.0.batched.take() {
+                    self.0.collect_now(id);
+                }
                 self.0.batched = None;
             }
         }
         let batch = Open(self);
         for datagram in datagrams {
             batch.0.handle_datagram(now, datagram);
-        }
-        if let Some(Some(id)) = batch.0.batched.take() {
-            batch.0.collect_now(id);
         }
     }
 

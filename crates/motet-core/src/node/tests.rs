@@ -159,6 +159,29 @@ fn a_batch_whose_iterator_panics_leaves_the_node_working() {
     assert!(node.poll_transmit().is_some(), "the cast's datagram is out");
 }
 
+/// A batch whose iterator panics after a datagram that was handled: that datagram's delivery is
+/// there at once, not held back until the stack's next input (with its alarm unfiled meanwhile).
+#[test]
+fn a_batch_whose_iterator_panics_hands_over_what_it_handled() {
+    let (mut nodes, now) = pair();
+    let (sender, id) = &mut nodes[0];
+    sender.handle_action(now, *id, Action::Cast(Payload::from(vec![7; 4]))).unwrap();
+    let datagram = sender.poll_transmit().expect("the cast's datagram").to_bytes();
+    let node = &mut nodes[1].0;
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut first = Some(datagram);
+        let datagrams = (0..2).map(|_| first.take().unwrap_or_else(|| panic!("the caller's iterator")));
+        node.handle_datagrams(now, datagrams);
+    }));
+    assert!(caught.is_err());
+    let delivered = std::iter::from_fn(|| node.poll_event()).any(|(_, e)| matches!(e, AppEvent::Cast { .. }));
+    assert!(delivered, "the cast handled before the panic is delivered");
+    assert_eq!((node.poll_alarm(), node.poll_timeout()), {
+        let alarm = node.stacks().filter_map(|(_, s)| s.poll_wake()).min();
+        (alarm, node.stacks().filter_map(|(_, s)| s.poll_timeout()).min())
+    });
+}
+
 /// Two nodes, one endpoint each, in one `vsync` view.
 fn pair() -> (Vec<(Node, StackId)>, Instant) {
     pair_of("vsync")
