@@ -71,7 +71,8 @@ pub trait Layer: core::fmt::Debug {
     /// application message on a compiled trace, finds them filed anyway). Delayed processing goes
     /// in batches, and a stack files a batch that has not filled at the latest this long after
     /// its first copy (docs/bypass.md, "Delayed processing"; `Duration::MAX`: for ever, until the
-    /// stack's next input that needs it). Default: no wait, the driver's next idle moment.
+    /// stack's next input that needs it). Default: no wait, the driver's next idle moment (the
+    /// copies are then due as a full batch is).
     /// Checked in debug builds: an alarm `fast_keep` sets sooner than this after the copy's input
     /// fails an assertion.
     fn fast_keep_wait(&self) -> crate::Duration {

@@ -279,18 +279,26 @@ impl Node {
         // iterator that panicked, and a caller that caught it, left the batch open, and from then
         // on a node of one stack held every output of that stack back; and a stack left
         // uncollected had its outputs wait for its next input, its alarm unfiled meanwhile.
-        struct Open<'a>(&'a mut Node);
+        // Not when the node itself panicked in the middle of an input (a failed check): that
+        // stack's state is half done, and a second panic while unwinding would abort.
+        struct Open<'a> {
+            node: &'a mut Node,
+            handling: bool,
+        }
         impl Drop for Open<'_> {
             fn drop(&mut self) {
-                if let Some(Some(id)) = self.0.batched.take() {
-                    self.0.collect_now(id);
+                match self.node.batched.take() {
+                    Some(Some(id)) if !self.handling => self.node.collect_now(id),
+                    _ => {}
                 }
-                self.0.batched = None;
+                self.node.batched = None;
             }
         }
-        let batch = Open(self);
+        let mut batch = Open { node: self, handling: false };
         for datagram in datagrams {
-            batch.0.handle_datagram(now, datagram);
+            batch.handling = true;
+            batch.node.handle_datagram(now, datagram);
+            batch.handling = false;
         }
     }
 

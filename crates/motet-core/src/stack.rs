@@ -192,13 +192,19 @@ pub(crate) struct DelayedQueue {
     /// Copies that make a batch: [`SETTLE_BATCH`], or 1 under `Bypass::Diff`, which compares
     /// the layers with its twin's only when the stack has settled, so it settles whenever idle.
     batch: usize,
+    /// A copy of a layer that declares no wait is queued: the copies are due at the driver's next
+    /// idle moment, as if the batch were full (not at a deadline of its input's time, which a
+    /// driver's end of turn would meet before it sends).
+    urgent: bool,
 }
 
 impl DelayedQueue {
     #[inline]
     fn push_back(&mut self, copy: Delayed) {
         let wait = self.waits[usize::from(copy.layer)];
-        if wait != crate::Duration::MAX {
+        if wait.is_zero() {
+            self.urgent = true;
+        } else if wait != crate::Duration::MAX {
             let at = copy.now + wait;
             self.by = Some(self.by.map_or(at, |by| by.min(at)));
         }
@@ -209,7 +215,7 @@ impl DelayedQueue {
     fn pop_front(&mut self) -> Option<Delayed> {
         let copy = self.copies.pop_front();
         if self.copies.is_empty() {
-            self.by = None;
+            (self.by, self.urgent) = (None, false);
         }
         copy
     }
@@ -316,6 +322,7 @@ impl Stack {
                 waits: Box::default(),
                 by: None,
                 batch: if bypass == Bypass::Diff { 1 } else { SETTLE_BATCH },
+                urgent: false,
             },
         };
         stack.delayed.waits = stack.layers.iter().map(AnyLayer::fast_keep_wait).collect();
@@ -654,7 +661,7 @@ impl Stack {
     /// A batch of delayed work is pending: a driver should settle it when next idle
     /// ([`Node::settle`](crate::Node::settle) settles these stacks).
     pub fn settle_due(&self) -> bool {
-        self.delayed.len() >= self.delayed.batch
+        self.delayed.len() >= self.delayed.batch || self.delayed.urgent
     }
 
     /// The next message to transmit.

@@ -140,15 +140,17 @@ fn delayed_processing_goes_in_batches_and_a_batch_that_does_not_fill_waits_for_i
     // A send's copy arms pt2pt's sweep when it is filed: it may wait a sweep interval after its
     // input, no more, and a timeout at that deadline files it (with the send waiting longer,
     // the sweep that retransmits it would fire late).
+    // The deadline is the send's, not the first copy's: a cast first (no deadline), then the send.
     let sweep = stack.view.params.pt2pt.sweep_interval;
-    stack.handle_action(at(100), Action::send(2, b"y".as_slice().into())).unwrap();
-    stack.handle_action(at(101), Action::Cast(b"z".as_slice().into())).unwrap();
-    assert_eq!(stack.settle_deadline(), Some(at(100) + sweep));
-    assert_eq!(stack.poll_wake(), [stack.poll_alarm(), Some(at(100) + sweep)].into_iter().flatten().min());
-    assert!(stack.poll_timeout().is_some_and(|t| t <= at(100) + sweep));
-    stack.handle_timeout(at(100) + sweep);
+    stack.handle_action(at(100), Action::Cast(b"z".as_slice().into())).unwrap();
+    assert_eq!(stack.settle_deadline(), None);
+    stack.handle_action(at(101), Action::send(2, b"y".as_slice().into())).unwrap();
+    assert_eq!(stack.settle_deadline(), Some(at(101) + sweep));
+    assert_eq!(stack.poll_wake(), [stack.poll_alarm(), Some(at(101) + sweep)].into_iter().flatten().min());
+    assert!(stack.poll_timeout().is_some_and(|t| t <= at(101) + sweep));
+    stack.handle_timeout(at(101) + sweep);
     assert!(!stack.unsettled(), "filed by the timeout");
-    assert!(stack.poll_alarm().is_some_and(|t| t > at(100) + sweep), "the sweep fired and was armed again");
+    assert!(stack.poll_alarm().is_some_and(|t| t > at(101) + sweep), "the sweep fired and was armed again");
     stack.check_invariants();
 }
 
@@ -170,4 +172,21 @@ fn a_wait_longer_than_the_alarm_filing_sets_is_caught() {
         let text = caught.downcast_ref::<String>().cloned().unwrap_or_default();
         assert!(text.contains("Pt2pt's fast_keep set an alarm sooner than its fast_keep_wait"), "{text}");
     }
+}
+
+/// A copy of a layer that declares no wait (the default) makes the copies due at the driver's next
+/// idle moment, as a full batch does: not at a deadline of its input's time.
+#[test]
+fn a_copy_of_a_layer_without_a_wait_is_due_at_once() {
+    let view = crate::testing::view_of("vsync", 3);
+    let mut stack = Stack::with_bypass(view, 1, Instant::ZERO, Bypass::On).unwrap();
+    let pt2pt = stack.view.stack.layers().iter().position(|&k| k == crate::LayerKind::Pt2pt).unwrap();
+    stack.delayed.waits[pt2pt] = Duration::ZERO;
+    stack.handle_action(Instant::ZERO, Action::send(2, b"y".as_slice().into())).unwrap();
+    assert!(stack.settle_due(), "due as a full batch");
+    assert_eq!(stack.settle_deadline(), None);
+    stack.settle();
+    assert!(!stack.settle_due() && !stack.unsettled());
+    stack.handle_action(Instant::ZERO, Action::Cast(b"x".as_slice().into())).unwrap();
+    assert!(!stack.settle_due(), "mnak's copy alone waits");
 }
