@@ -36,6 +36,9 @@ macro_rules! outbox {
 }
 
 mod bypass;
+mod delayed;
+
+use delayed::{Delayed, DelayedQueue, DELAYED_MAX};
 
 #[cfg(test)]
 thread_local! {
@@ -169,82 +172,6 @@ pub struct Stack {
     delayed: DelayedQueue,
 }
 
-/// A copy of a message a layer keeps, handed over after the transmit or delivery (thesis §3.4.3,
-/// §5.4.5: emit first, then update).
-#[derive(Debug)]
-struct Delayed {
-    layer: u8,
-    kept: crate::fast::Kept,
-    /// The time of the input that carried the message.
-    now: Instant,
-    msg: Msg,
-}
-
-/// The copies waiting for delayed processing, in order, and when they must be filed by.
-#[derive(Debug)]
-pub(crate) struct DelayedQueue {
-    copies: VecDeque<Delayed>,
-    /// Each layer's [`crate::Layer::fast_keep_wait`], by index.
-    waits: Box<[crate::Duration]>,
-    /// The earliest of the copies' inputs' times plus their layers' waits: when they must be
-    /// filed even if their batch has not filled (`None`: they may wait for the next input).
-    by: Option<Instant>,
-    /// Copies that make a batch: [`SETTLE_BATCH`], or 1 under `Bypass::Diff`, which compares
-    /// the layers with its twin's only when the stack has settled, so it settles whenever idle.
-    batch: usize,
-    /// A copy of a layer that declares no wait is queued: the copies are due at the driver's next
-    /// idle moment, as if the batch were full (not at a deadline of its input's time, which a
-    /// driver's end of turn would meet before it sends).
-    urgent: bool,
-}
-
-impl DelayedQueue {
-    #[inline]
-    fn push_back(&mut self, copy: Delayed) {
-        let wait = self.waits[usize::from(copy.layer)];
-        if wait.is_zero() {
-            self.urgent = true;
-        } else if wait != crate::Duration::MAX {
-            let at = copy.now + wait;
-            self.by = Some(self.by.map_or(at, |by| by.min(at)));
-        }
-        self.copies.push_back(copy);
-    }
-
-    #[inline]
-    fn pop_front(&mut self) -> Option<Delayed> {
-        let copy = self.copies.pop_front();
-        if self.copies.is_empty() {
-            (self.by, self.urgent) = (None, false);
-        }
-        copy
-    }
-
-    fn front(&self) -> Option<&Delayed> {
-        self.copies.front()
-    }
-
-    fn len(&self) -> usize {
-        self.copies.len()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.copies.is_empty()
-    }
-}
-
-/// Copies a stack holds for delayed processing before it settles on its own: a bound on its
-/// memory when a driver never idles (the runtime settles full batches once per loop turn).
-const DELAYED_MAX: usize = 32;
-
-/// Copies a stack holds before it asks its driver to settle them ([`Stack::settle_due`]):
-/// delayed processing goes in batches, so that what settling costs in itself (the driver's visit,
-/// the stack's queue and alarms) is paid once per batch, not once per message. A batch that does
-/// not fill is filed by the stack's deadline ([`Stack::settle_deadline`]). Below [`DELAYED_MAX`],
-/// so a busy driver's idle moments file the copies before the stack must file them in the path
-/// of a message; small, since a stack's queue keeps the room it has grown to.
-const SETTLE_BATCH: usize = 8;
-
 /// A compiled trace (thesis §3.3.2): the layers a message of the trace asks, the others having
 /// declared themselves inert ([`crate::Layer::fast_inert`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -295,6 +222,7 @@ impl Stack {
         let appl = kinds.iter().position(|&k| k == LayerKind::Appl).expect("StackSpec guarantees one appl");
         let bounded = [LayerKind::Mflow, LayerKind::Pt2ptw].map(|kind| kinds.contains(&kind));
         let mflow = kinds.iter().position(|&k| k == LayerKind::Mflow);
+        let delayed = DelayedQueue::new(layers.iter().map(AnyLayer::fast_keep_wait).collect(), bypass);
         let mut stack = Stack {
             alarms: vec![None; layers.len()],
             next_alarm: None,
@@ -317,15 +245,8 @@ impl Stack {
             plans: [None; 4],
             fused: [None; 4],
             plans_stale: true,
-            delayed: DelayedQueue {
-                copies: VecDeque::new(),
-                waits: Box::default(),
-                by: None,
-                batch: if bypass == Bypass::Diff { 1 } else { SETTLE_BATCH },
-                urgent: false,
-            },
+            delayed,
         };
-        stack.delayed.waits = stack.layers.iter().map(AnyLayer::fast_keep_wait).collect();
         let bottom = stack.layers.len() - 1;
         stack.queue.push_back((bottom, Ev::Up(Up::Init)));
         stack.run(now);
@@ -564,104 +485,11 @@ impl Stack {
         &self.bypass_stats
     }
 
-    /// When the stack next needs [`Stack::handle_timeout`]: its earliest alarm, or the time its
-    /// delayed processing is due (`handle_timeout` settles first, like [`Stack::settle`]): now
-    /// for a full batch ([`Stack::settle_due`]), else its deadline ([`Stack::settle_deadline`]).
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        let delayed = match self.settle_due() {
-            true => self.delayed.front().map(|d| d.now),
-            false => self.settle_deadline(),
-        };
-        [self.poll_alarm(), delayed].into_iter().flatten().min()
-    }
-
-    /// When the copies waiting for delayed processing must be filed even if their batch has not
-    /// filled: the earliest of their inputs' times plus their layers' [`crate::Layer::fast_keep_wait`]
-    /// (so no alarm that filing them sets is late). `None` when none waits, or when they may wait
-    /// for the stack's next input.
-    pub fn settle_deadline(&self) -> Option<Instant> {
-        self.delayed.by
-    }
-
-    /// The earliest of [`Stack::poll_alarm`] and [`Stack::settle_deadline`]: when the stack needs
-    /// [`Stack::handle_timeout`] unless a driver settles it first (a full batch, which
-    /// [`Stack::poll_timeout`] counts as due now, is the driver's to settle when idle).
-    #[inline]
-    pub fn poll_wake(&self) -> Option<Instant> {
-        // Asked after every input (the node's index of alarms): written out, since a chain of
-        // options cost about 40 instructions a call.
-        match (self.next_alarm, self.delayed.by) {
-            (Some(alarm), Some(by)) => Some(alarm.min(by)),
-            (alarm, by) => alarm.or(by),
-        }
-    }
-
     /// The earliest alarm of the layers, not counting delayed processing ([`Stack::poll_wake`]
     /// adds its deadline).
     pub fn poll_alarm(&self) -> Option<Instant> {
         debug_assert_eq!(self.next_alarm, self.alarms.iter().flatten().min().copied());
         self.next_alarm
-    }
-
-    /// Delayed processing (thesis §3.4.3; HvR §4.3): hands the layers the copies of messages
-    /// they keep (retransmission buffers), for the messages the bypass has transmitted or
-    /// delivered since the stack last settled. A driver calls it when idle, after sending what
-    /// the inputs produced, so this bookkeeping is off the path from a receive to the next send.
-    /// Every input that is not an application message on a compiled trace settles first, so no
-    /// observer (a layered handler, a timer, a NAK) can tell: it finds the buffers filled.
-    /// Produces no output but alarms.
-    #[inline(never)]
-    pub fn settle(&mut self) {
-        if self.delayed.is_empty() {
-            return;
-        }
-        // One outbox serves the whole batch; each copy goes with the time of the input that
-        // carried it. The queue keeps its capacity (no allocation per message).
-        let mut alarm = None;
-        let mut out = outbox!(self, Instant::ZERO, &mut alarm);
-        while let Some(Delayed { layer, kept, now, msg }) = self.delayed.pop_front() {
-            let layer = usize::from(layer);
-            out.now = now;
-            self.layers[layer].fast_keep(&kept, msg, &mut out);
-            if let Some(at) = out.alarm.take() {
-                // A copy may have waited this long: an alarm its filing sets must not be due
-                // before, or it fired late (`Layer::fast_keep_wait`).
-                debug_assert!(
-                    at >= now + self.delayed.waits[layer],
-                    "{:?}'s fast_keep set an alarm sooner than its fast_keep_wait",
-                    self.view.stack.layers()[layer]
-                );
-                merge_alarm(&mut self.alarms, &mut self.next_alarm, layer, at);
-            }
-        }
-        debug_assert!(out.events.is_empty(), "delayed processing emitted events");
-        // `Bypass::Diff`: outside an input (a driver settling), the layers must now equal the
-        // layered twin's. Within one, the input's own check follows.
-        if let Some(mut twin) = self.twin.take() {
-            self.diff(&mut twin, self.mark(), "delayed processing");
-            self.twin = Some(twin);
-        }
-    }
-
-    /// Settles before an input that is not an application message on a compiled trace: only
-    /// those may run ahead of delayed processing (their conditions and actions do not read it).
-    fn settle_for_input(&mut self) {
-        #[cfg(test)]
-        if SETTLE_LATE.with(std::cell::Cell::get) {
-            return;
-        }
-        self.settle();
-    }
-
-    /// Delayed work is pending ([`Stack::settle`] has something to do).
-    pub fn unsettled(&self) -> bool {
-        !self.delayed.is_empty()
-    }
-
-    /// A batch of delayed work is pending: a driver should settle it when next idle
-    /// ([`Node::settle`](crate::Node::settle) settles these stacks).
-    pub fn settle_due(&self) -> bool {
-        self.delayed.len() >= self.delayed.batch || self.delayed.urgent
     }
 
     /// The next message to transmit.

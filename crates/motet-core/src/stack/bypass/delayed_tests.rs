@@ -2,7 +2,8 @@
 
 use super::*;
 use crate::event::Action;
-use crate::stack::{Bypass, SETTLE_BATCH, SETTLE_LATE};
+use crate::stack::delayed::SETTLE_BATCH;
+use crate::stack::{Bypass, SETTLE_LATE};
 use crate::testkit::Group;
 use crate::time::Duration;
 
