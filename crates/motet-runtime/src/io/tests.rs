@@ -122,6 +122,29 @@ fn a_failed_connected_send_closes_the_socket_unless_it_reported_an_icmp_error() 
 }
 
 #[test]
+fn a_closed_socket_leaves_the_other_destinations_theirs() {
+    // The table fills its slots in order and fills a hole with its last one: a destination whose
+    // slot moved is still found, with the socket it had (no second socket, no fallback).
+    let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
+    let mut connected = Connected::new(localhost, 1 << 16);
+    let to: Vec<SocketAddr> = (9..12).map(|port| SocketAddr::from(([127, 0, 0, 1], port))).collect();
+    let mut port =
+        |c: &mut Connected, k: usize| c.get(to[k]).expect("a socket").local_addr().unwrap().as_socket().unwrap().port();
+    let before: Vec<u16> = (0..3).map(|k| port(&mut connected, k)).collect();
+    let gone = io::Error::from_raw_os_error(nix::errno::Errno::EADDRNOTAVAIL as i32);
+    connected.failed(to[0], &gone);
+    assert_eq!(connected.len(), 2);
+    assert_eq!(
+        (port(&mut connected, 2), port(&mut connected, 1), port(&mut connected, 2)),
+        (before[2], before[1], before[2])
+    );
+    assert_eq!(connected.len(), 2, "found, not made again");
+    port(&mut connected, 0);
+    assert_eq!(connected.len(), 3, "the closed one is made again");
+    assert_eq!(connected.fallbacks(), 1, "only the failed send fell back");
+}
+
+#[test]
 fn a_connected_send_to_a_member_that_stopped_and_came_back_gets_through() {
     let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
     let mut a = UdpIo::bind(localhost, 1 << 20, true).unwrap();
