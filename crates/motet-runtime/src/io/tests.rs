@@ -128,7 +128,7 @@ fn a_closed_socket_leaves_the_other_destinations_theirs() {
     let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
     let mut connected = Connected::new(localhost, 1 << 16);
     let to: Vec<SocketAddr> = (9..12).map(|port| SocketAddr::from(([127, 0, 0, 1], port))).collect();
-    let mut port =
+    let port =
         |c: &mut Connected, k: usize| c.get(to[k]).expect("a socket").local_addr().unwrap().as_socket().unwrap().port();
     let before: Vec<u16> = (0..3).map(|k| port(&mut connected, k)).collect();
     let gone = io::Error::from_raw_os_error(nix::errno::Errno::EADDRNOTAVAIL as i32);
