@@ -176,8 +176,10 @@ impl Stack {
         Some((plan, Arc::clone(&self.templates[usize::from(!trace.is_cast())].as_ref()?.hdrs)))
     }
 
-    /// The compiled form of `trace` (see [`Stack::compiled`]), without its template.
-    fn plan(&mut self, trace: Trace) -> Option<Plan> {
+    /// The compiled form of `trace` (see [`Stack::compiled`]), without its template. Inline,
+    /// with compiling out of line: every message of the bypass asks, and compiling is seldom.
+    #[inline]
+    pub(super) fn plan(&mut self, trace: Trace) -> Option<Plan> {
         if self.plans_stale {
             self.compile();
         }
@@ -196,6 +198,8 @@ impl Stack {
 
     /// Compiles every trace that has a template: the layers below `appl` that are not inert on it
     /// in their current state. The layer that numbers the trace is always asked.
+    #[cold]
+    #[inline(never)]
     pub(super) fn compile(&mut self) {
         for trace in Trace::ALL {
             let Some(template) = &self.templates[usize::from(!trace.is_cast())] else {
@@ -305,7 +309,7 @@ mod express;
 mod fused;
 mod up;
 
-pub(crate) use fused::Fused;
+pub(crate) use fused::{Fused, Handler};
 
 #[cfg(test)]
 mod tests;

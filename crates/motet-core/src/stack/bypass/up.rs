@@ -42,30 +42,6 @@ impl Stack {
         Ok(took)
     }
 
-    /// A received application cast or send on its compiled trace's fused handler, if the trace
-    /// has one and the message is within the compiled trace's reach, as [`Stack::bypass_up`]
-    /// would first run it. Else the message comes back untouched, saying whether the fused
-    /// handler refused it (then the rest of the path need not ask it again).
-    pub(in crate::stack) fn recv_fused(
-        &mut self,
-        now: Instant,
-        origin: Rank,
-        cast: bool,
-        msg: Msg,
-    ) -> Result<(), (Msg, bool)> {
-        let trace = Trace::up(cast);
-        // The plan first: it compiles the traces, and picks their fused handlers, if stale.
-        let Some((_, Some(_))) = self.compiled_up(trace, &msg) else { return Err((msg, false)) };
-        let Some(Fused { handler: fused::Handler::Up(up), at }) = self.fused[trace as usize] else {
-            return Err((msg, false));
-        };
-        let qos = if cast { Qos::Unreliable } else { Qos::Reliable };
-        let took = up(self, &at, now, origin, cast, msg, qos).map_err(|msg| (msg, true))?;
-        self.bypass_stats.compiled += 1;
-        self.bypass_stats.took(took, self.view.stack.layers());
-        Ok(())
-    }
-
     /// The compiled trace of a message going up, if the message is within its reach (a whole
     /// message in the compact form of the trace's template, no larger than every inert layer
     /// passes), with the layers a reply branch asks (a send going down's compiled trace, if
