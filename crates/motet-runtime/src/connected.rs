@@ -57,7 +57,8 @@ pub(crate) struct Connected {
     buffer: usize,
     /// The destinations' entries, found through `index`, or through `last` when a send goes
     /// where the one before went (a peer's unicast, a round trip): comparing an address is a
-    /// fraction of a search (about 100 instructions of each send, measured on a round trip).
+    /// fraction of a search (`Connected::get` went from 130 to 76 instructions a send, measured
+    /// on a round trip).
     slots: Vec<(SocketAddr, Entry)>,
     index: BTreeMap<SocketAddr, usize>,
     /// The slot found last (possibly out of range or another address's since: checked).

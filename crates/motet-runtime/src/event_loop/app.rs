@@ -135,10 +135,12 @@ impl Op {
     /// retransmission, and the first clone of a vector-backed `Bytes` would allocate its shared
     /// count. A copy of up to 256 bytes costs less than that allocation. (Up to 1,536 bytes, as
     /// received datagrams are, it took fewer instructions but no less time: the copy writes
-    /// memory the application's buffer had warm.)
+    /// memory the application's buffer had warm.) Data that is shared already (a message the
+    /// application received and casts on, as a relay or an echo does) is not copied: its clone
+    /// only counts a reference. `Bytes::is_unique` is false for it, and for static data.
     fn copy_small(&mut self, chunks: &mut Chunks) {
         if let Op::Cast(data) | Op::Send(_, data) | Op::Subcast(_, data) | Op::RoleCast(_, data) = self {
-            if (1..=crate::io::SMALL).contains(&data.len()) {
+            if (1..=crate::io::SMALL).contains(&data.len()) && data.is_unique() {
                 *data = chunks.copy(data);
             }
         }
@@ -489,5 +491,35 @@ mod tests {
         assert_eq!(chunk(1).counted(), Some(Lot::Xfer));
         assert_eq!(Op::Cast(Bytes::new()).counted(), Some(Lot::Messages));
         assert_eq!(Op::XferDone(view).counted(), None);
+    }
+
+    /// The application's own small buffer is copied into a shared chunk (its first clone would
+    /// allocate); data that is shared already, or static, keeps its buffer (a clone only counts
+    /// a reference, and a copy would be work for nothing on every message a relay passes on).
+    #[test]
+    fn only_small_data_of_its_own_is_copied_into_a_chunk() {
+        let mut chunks = Chunks::default();
+        let at = |op: &Op| match op {
+            Op::Cast(data) => data.as_ptr(),
+            _ => unreachable!(),
+        };
+        let own = Bytes::from(vec![1u8; 64]);
+        let own_at = own.as_ptr();
+        let mut op = Op::Cast(own);
+        op.copy_small(&mut chunks);
+        assert_ne!(at(&op), own_at, "copied");
+        // A message received (here: a slice of the chunk just copied into, still held).
+        let Op::Cast(received) = &op else { unreachable!() };
+        let received = received.clone();
+        let mut relayed = Op::Cast(received.clone());
+        relayed.copy_small(&mut chunks);
+        assert_eq!(at(&relayed), received.as_ptr(), "shared: not copied again");
+        let mut fixed = Op::Cast(Bytes::from_static(b"static"));
+        fixed.copy_small(&mut chunks);
+        assert_eq!(at(&fixed), b"static".as_ptr(), "static: not copied");
+        let mut large = Op::Cast(Bytes::from(vec![2u8; crate::io::SMALL + 1]));
+        let large_at = at(&large);
+        large.copy_small(&mut chunks);
+        assert_eq!(at(&large), large_at, "larger than small: not copied");
     }
 }
