@@ -206,7 +206,7 @@ fn free_addresses(n: usize) -> Result<Vec<SocketAddr>, String> {
     sockets.iter().map(|s| s.local_addr().map_err(|e| e.to_string())).collect()
 }
 
-/// A child `motet perf peer` process, killed when dropped.
+/// A child `motet perf peer` process, stopped when dropped.
 struct PeerProcess(Child);
 
 impl PeerProcess {
@@ -232,7 +232,21 @@ impl PeerProcess {
 }
 
 impl Drop for PeerProcess {
+    /// SIGTERM first, so that a peer run under a profiler ends as a process does and the
+    /// profiler writes what it counted (`valgrind --tool=callgrind --trace-children=yes motet perf
+    /// latency ...` counts the echo's end of each round trip too; SIGKILL left nothing to read),
+    /// then SIGKILL if it has not exited within a few seconds.
     fn drop(&mut self) {
+        let pid = self.0.id().to_string();
+        if Command::new("kill").args(["-TERM", &pid]).status().is_ok_and(|s| s.success()) {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if !matches!(self.0.try_wait(), Ok(None)) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
