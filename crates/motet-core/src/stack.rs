@@ -424,39 +424,6 @@ impl Stack {
         Ok(())
     }
 
-    /// [`Stack::handle_recv_compressed`] past the expansion: the fused handler first, then the
-    /// rest of the receive path without asking it again. The message was just rebuilt from the
-    /// trace's template, so it is a whole message of the template whenever it is compact (what
-    /// `Stack::compiled_up` checks of any other message): the fused handler is asked here, with
-    /// the conditions `bypass_up` would ask it under, and nothing else first.
-    #[inline]
-    fn recv_compressed(&mut self, now: Instant, origin: Rank, mux: Mux, msg: Msg) {
-        if self.bypass == Bypass::Off {
-            return self.recv(now, origin, mux, msg, true);
-        }
-        let cast = mux == Mux::Cast;
-        let trace = crate::fast::Trace::up(cast);
-        // The plan first: it compiles the traces, and picks their fused handlers, if stale. As
-        // the general path: only with a compiled trace for a reply branch, as `bypass_up` asks.
-        let within = self.plan(trace).is_some_and(|plan| msg.payload.len() <= plan.len_max);
-        let fused = match self.fused[trace as usize] {
-            Some(bypass::Fused { handler: bypass::Handler::Up(up), at })
-                if within && msg.hdrs.is_compact() && self.plans[crate::fast::Trace::SendDn as usize].is_some() =>
-            {
-                (up, at)
-            }
-            _ => return self.recv(now, origin, mux, msg, true),
-        };
-        let qos = if cast { crate::event::Qos::Unreliable } else { crate::event::Qos::Reliable };
-        match (fused.0)(self, &fused.1, now, origin, cast, msg, qos) {
-            Ok(took) => {
-                self.bypass_stats.compiled += 1;
-                self.bypass_stats.took(took, self.view.stack.layers());
-            }
-            Err(msg) => self.recv(now, origin, mux, msg, false),
-        }
-    }
-
     /// Marks `ranks` failed, from the top down (as a membership layer would).
     pub fn handle_fail(&mut self, now: Instant, ranks: RankSet) {
         let _span = self.span();

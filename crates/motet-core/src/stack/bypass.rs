@@ -179,7 +179,7 @@ impl Stack {
     /// The compiled form of `trace` (see [`Stack::compiled`]), without its template. Inline,
     /// with compiling out of line: every message of the bypass asks, and compiling is seldom.
     #[inline]
-    pub(super) fn plan(&mut self, trace: Trace) -> Option<Plan> {
+    fn plan(&mut self, trace: Trace) -> Option<Plan> {
         if self.plans_stale {
             self.compile();
         }
@@ -309,7 +309,7 @@ mod express;
 mod fused;
 mod up;
 
-pub(crate) use fused::{Fused, Handler};
+pub(crate) use fused::Fused;
 
 #[cfg(test)]
 mod tests;
