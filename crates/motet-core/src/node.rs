@@ -194,7 +194,11 @@ pub struct Node {
 
 /// The encoded head of an outgoing datagram. Inline up to 24 bytes (every compressed head and
 /// most full ones), so the common path allocates nothing per datagram.
-pub type DatagramHead = SmallVec<[u8; 24]>;
+pub type DatagramHead = SmallVec<[u8; HEAD_INLINE]>;
+
+/// Head bytes a [`DatagramHead`] holds without allocating.
+const HEAD_INLINE: usize = 24;
+const _: () = assert!(datagram::COMPRESSED_HEAD_MAX <= HEAD_INLINE, "a compressed head is inline");
 
 impl Node {
     /// A node with no stack.
@@ -366,9 +370,8 @@ impl Node {
     }
 
     /// Fires due alarms of every stack (and its delayed processing, if a full batch or its
-    /// deadline is due: [`Stack::poll_timeout`]), in the
-    /// order of the stacks' slots (not of their creation: a slot is reused). Stacks built
-    /// meanwhile (a new view's) wait for the next call.
+    /// deadline is due: [`Stack::poll_timeout`]), in the order of the stacks' slots (not of their
+    /// creation: a slot is reused). Stacks built meanwhile (a new view's) wait for the next call.
     #[inline(never)] // an entry point, counted by name (`motet bench stack`)
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = now;
@@ -391,7 +394,8 @@ impl Node {
         }
     }
 
-    /// Files the next alarm of stack `id` (in `entry`) in `alarms`, if it moved (rarely: on most inputs it stays).
+    /// Files the next alarm of stack `id` (in `entry`) in `alarms`, if it moved (rarely: on most
+    /// inputs it stays).
     #[inline]
     fn rearm(alarms: &mut std::collections::BTreeSet<(Instant, StackId)>, entry: &mut Entry, id: StackId) {
         let at = entry.stack.poll_wake();
@@ -684,8 +688,9 @@ impl Node {
 }
 
 /// A transmit of the stack in `entry` (`id`) as a datagram to send: its head inline (compressed
-/// for the common traces, ≤ 8 bytes but for sends to ranks past 127, built in place; in full otherwise, encoded into `buf` then
-/// copied), its destination resolved. `None` when it is too large to send (dropped and counted).
+/// for the common traces, built in place: ≤ 8 bytes but for sends to ranks past 127; in full
+/// otherwise, encoded into `buf` then copied), its destination resolved. `None` when it is too
+/// large to send (dropped and counted).
 fn outgoing(
     entry: &mut Entry,
     id: StackId,
@@ -699,8 +704,8 @@ fn outgoing(
         Mux::Gossip => (gossip_conn_id(&view.group), 0),
         _ => (entry.conn, entry.stack.rank()),
     };
-    // The common trace's datagrams go compressed (≤ 8 bytes of head up to rank 127, built in place), the rest in
-    // full (encoded into `buf`, then copied).
+    // The common trace's datagrams go compressed (≤ 8 bytes of head up to rank 127, built in
+    // place), the rest in full (encoded into `buf`, then copied).
     let compressed = entry
         .stack
         .compress(&transmit)
@@ -708,7 +713,7 @@ fn outgoing(
     let head = match compressed {
         Some((bytes, len)) => {
             stats.count(crate::Counter::CompressedOut);
-            let mut inline = [0u8; 24];
+            let mut inline = [0u8; HEAD_INLINE];
             inline[..datagram::COMPRESSED_HEAD_MAX].copy_from_slice(&bytes);
             DatagramHead::from_buf_and_len(inline, len)
         }

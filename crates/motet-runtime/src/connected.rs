@@ -27,8 +27,8 @@
 //! - a socket that cannot be made (out of descriptors) is tried again after [`RETRY_AFTER`]
 //!   sends to that destination went through the shared one.
 
+use crate::slots::AddrSlots;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use std::collections::BTreeMap;
 use std::io;
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 
@@ -55,14 +55,9 @@ pub(crate) struct Connected {
     local: SocketAddr,
     /// Their send buffer size.
     buffer: usize,
-    /// The destinations' entries, found through `index`, or through `last` when a send goes
-    /// where the one before went (a peer's unicast, a round trip): comparing an address is a
-    /// fraction of a search (`Connected::get` went from 130 to 76 instructions a send, measured
-    /// on a round trip).
-    slots: Vec<(SocketAddr, Entry)>,
-    index: BTreeMap<SocketAddr, usize>,
-    /// The slot found last (possibly out of range or another address's since: checked).
-    last: usize,
+    /// The destinations' entries (`crate::slots`: `Connected::get` went from 130 to 76
+    /// instructions a send, measured on a round trip, against a search of an ordered map).
+    slots: AddrSlots<Entry>,
     /// Sends so far: the recency of the entries.
     uses: u64,
     /// [`CONNECTED_MAX`], or less in tests.
@@ -86,9 +81,7 @@ impl Connected {
         Connected {
             local,
             buffer,
-            slots: Vec::new(),
-            index: BTreeMap::new(),
-            last: 0,
+            slots: AddrSlots::default(),
             uses: 0,
             limit: CONNECTED_MAX,
             full_until: 0,
@@ -105,9 +98,9 @@ impl Connected {
         }
         self.uses += 1;
         let uses = self.uses;
-        let slot = match self.slots.get(self.last) {
-            Some((at, _)) if *at == to => self.last,
-            _ => self.find(to, uses)?,
+        let slot = match self.slots.find(to) {
+            Some(slot) => slot,
+            None => self.make(to, uses)?,
         };
         let entry = &mut self.slots[slot].1;
         if entry.socket.is_none() && uses - entry.used >= RETRY_AFTER {
@@ -121,32 +114,14 @@ impl Connected {
         entry.socket.as_ref()
     }
 
-    /// The slot of `to`, made (with its socket) if it has none; `None` when the table is full
-    /// and no entry has been idle long enough to make room (the shared socket sends).
-    fn find(&mut self, to: SocketAddr, uses: u64) -> Option<usize> {
-        let slot = match self.index.get(&to) {
-            Some(&slot) => slot,
-            None => {
-                if self.slots.len() >= self.limit && !self.evict_idle(uses) {
-                    self.fallbacks += 1;
-                    return None;
-                }
-                self.slots.push((to, Entry { socket: connect_or_say(self.local, to, self.buffer), used: uses }));
-                self.index.insert(to, self.slots.len() - 1);
-                self.slots.len() - 1
-            }
-        };
-        self.last = slot;
-        Some(slot)
-    }
-
-    /// Forgets `to`'s entry (closing its socket): the last slot takes its place.
-    fn remove(&mut self, to: SocketAddr) {
-        let Some(slot) = self.index.remove(&to) else { return };
-        self.slots.swap_remove(slot);
-        if let Some((moved, _)) = self.slots.get(slot) {
-            self.index.insert(*moved, slot);
+    /// A slot for `to`, which has none, with its socket made; `None` when the table is full and
+    /// no entry has been idle long enough to make room (the shared socket sends).
+    fn make(&mut self, to: SocketAddr, uses: u64) -> Option<usize> {
+        if self.slots.len() >= self.limit && !self.evict_idle(uses) {
+            self.fallbacks += 1;
+            return None;
         }
+        Some(self.slots.insert(to, Entry { socket: connect_or_say(self.local, to, self.buffer), used: uses }))
     }
 
     /// Makes room in a full table: closes the least recently used socket if it has been idle for
@@ -161,7 +136,7 @@ impl Connected {
             self.full_until = used + IDLE_EVICT;
             return false;
         }
-        self.remove(oldest);
+        self.slots.remove(oldest);
         true
     }
 
@@ -172,7 +147,7 @@ impl Connected {
         self.fallbacks += 1;
         if !is_reported_icmp(error) {
             tracing::debug!(%to, %error, "connected send failed; the socket is made again");
-            self.remove(to);
+            self.slots.remove(to);
         }
     }
 

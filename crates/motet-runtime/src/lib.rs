@@ -34,6 +34,7 @@ mod event_loop;
 mod io;
 pub mod metrics;
 mod runtime;
+mod slots;
 #[cfg(feature = "tokio")]
 mod stream;
 mod weighed;

@@ -6,6 +6,23 @@
 
 use crate::{WireError, WireErrorKind, RANKS_MAX};
 
+/// The longest varint of a `u64`: seven bits a byte.
+pub const VARINT_MAX: usize = 10;
+
+/// Writes `value` as an unsigned LEB128 varint (seven bits a byte, low first) at the start of
+/// `out` and returns its length; `out` must hold [`VARINT_MAX`] bytes, or the value's length.
+#[inline]
+pub fn varint_into(mut value: u64, out: &mut [u8]) -> usize {
+    let mut len = 0;
+    while value >= 0x80 {
+        out[len] = (value as u8) | 0x80;
+        value >>= 7;
+        len += 1;
+    }
+    out[len] = value as u8;
+    len + 1
+}
+
 /// Appends encoded fields to a byte vector.
 #[derive(Debug)]
 pub struct Writer<'a> {
@@ -33,13 +50,10 @@ impl<'a> Writer<'a> {
     }
 
     /// An unsigned LEB128 varint.
-    pub fn varint(&mut self, mut value: u64) {
-        let out = self.out();
-        while value >= 0x80 {
-            out.push((value as u8) | 0x80);
-            value >>= 7;
-        }
-        out.push(value as u8);
+    pub fn varint(&mut self, value: u64) {
+        let mut bytes = [0u8; VARINT_MAX];
+        let len = varint_into(value, &mut bytes);
+        self.out().extend_from_slice(&bytes[..len]);
     }
 
     /// A length-prefixed vector of addresses.

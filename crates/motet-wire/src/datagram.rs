@@ -228,15 +228,7 @@ pub fn compressed_head(head: &Compressed) -> Option<([u8; COMPRESSED_HEAD_MAX], 
     out[1..5].copy_from_slice(&head.conn.0.to_le_bytes());
     let mut len = 5;
     if let Mux::Send { dest } = head.mux {
-        // A varint, as `Writer::varint` writes it: seven bits a byte, low first.
-        let mut dest = dest;
-        while dest >= 0x80 {
-            out[len] = (dest as u8) | 0x80;
-            dest >>= 7;
-            len += 1;
-        }
-        out[len] = dest as u8;
-        len += 1;
+        len += crate::codec::varint_into(dest.into(), &mut out[len..]);
     }
     out[len..len + 2].copy_from_slice(&head.seqno.to_le_bytes());
     Some((out, len + 2))

@@ -98,11 +98,10 @@ impl Stack {
     /// delayed processing is due (`handle_timeout` settles first, like [`Stack::settle`]): now
     /// for a full batch ([`Stack::settle_due`]), else its deadline ([`Stack::settle_deadline`]).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let delayed = match self.settle_due() {
-            true => self.delayed.front().map(|d| d.now),
-            false => self.settle_deadline(),
-        };
-        [self.poll_alarm(), delayed].into_iter().flatten().min()
+        match self.delayed.front().filter(|_| self.settle_due()) {
+            Some(first) => Some(self.poll_alarm().map_or(first.now, |alarm| alarm.min(first.now))),
+            None => self.poll_wake(),
+        }
     }
 
     /// When the copies waiting for delayed processing must be filed even if their batch has not

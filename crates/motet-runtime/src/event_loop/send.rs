@@ -3,8 +3,8 @@
 //! buffer (docs/runtime.md, "Packing", "Segmentation offload", "A full socket buffer").
 
 use super::{EventLoop, SOCKET};
+use crate::slots::AddrSlots;
 use motet_core::{DatagramHead, Payload};
-use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
 
@@ -18,34 +18,23 @@ pub(super) struct Packing {
 }
 
 /// The packing buffers of every destination, kept between turns (no allocation per turn), each
-/// found with one search per datagram: the turn lists the slots it wrote to, and the end of the
-/// turn goes through that list without searching again.
+/// found once per datagram (`crate::slots`: most turns send where the one before did): the turn
+/// lists the slots it wrote to, and the end of the turn goes through that list without searching
+/// again.
 #[derive(Debug, Default)]
 pub(super) struct Packings {
-    slots: Vec<(SocketAddr, Packing)>,
-    index: BTreeMap<SocketAddr, usize>,
+    slots: AddrSlots<Packing>,
     /// The slots this turn has written to ([`EventLoop::send_packed`]); one that was emptied and
     /// written again is listed twice and found empty.
     written: Vec<usize>,
-    /// The slot found last: most turns send to the destination the one before did (a peer's
-    /// unicast, one member's sends), and comparing an address is a fraction of a search.
-    last: usize,
 }
 
 impl Packings {
     /// The slot of `to`, listed as written by this turn when it was empty.
     fn slot(&mut self, to: SocketAddr) -> usize {
-        let slot = match self.slots.get(self.last) {
-            Some((at, _)) if *at == to => self.last,
-            _ => {
-                let slots = &mut self.slots;
-                let slot = *self.index.entry(to).or_insert_with(|| {
-                    slots.push((to, Packing::default()));
-                    slots.len() - 1
-                });
-                self.last = slot;
-                slot
-            }
+        let slot = match self.slots.find(to) {
+            Some(slot) => slot,
+            None => self.slots.insert(to, Packing::default()),
         };
         let packing = &self.slots[slot].1;
         if packing.items.is_empty() && packing.sealed.is_empty() {
@@ -144,7 +133,6 @@ impl EventLoop {
         // waits for a full socket waits in the backlog).
         if self.packing.slots.len() > 1024 {
             self.packing.slots.clear();
-            self.packing.index.clear();
         }
     }
 
