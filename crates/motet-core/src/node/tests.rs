@@ -399,3 +399,41 @@ fn a_compressed_datagram_nobody_can_expand_is_dropped_and_counted() {
     assert_eq!(stats.drops(DropReason::Malformed), 1);
     assert!(nodes[1].0.poll_event().is_none());
 }
+
+/// The node remembers the last route that named one stack, and forgets it whenever a route
+/// changes: a stack that joins under the same connection gets its datagrams from then on, and
+/// once the last stack under it is gone a datagram for it is counted as unknown, not handed to a
+/// stack that no longer exists.
+#[test]
+fn the_route_remembered_last_is_forgotten_when_routes_change() {
+    let view = crate::testing::view_of("vsync", 3);
+    let now = Instant::ZERO;
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let from = a.join(now, Arc::clone(&view), 0).unwrap();
+    let one = b.join(now, Arc::clone(&view), 1).unwrap();
+    let carry = |a: &mut Node, b: &mut Node| {
+        while let Some(out) = a.poll_transmit() {
+            b.handle_datagram(now, out.to_bytes());
+        }
+        std::iter::from_fn(|| b.poll_event()).filter(|(_, e)| !matches!(e, AppEvent::View { .. })).collect::<Vec<_>>()
+    };
+    carry(&mut a, &mut b);
+    a.handle_action(now, from, Action::Cast(Payload::from(b"first".to_vec()))).unwrap();
+    let got = carry(&mut a, &mut b);
+    assert!(matches!(&got[..], [(id, AppEvent::Cast { origin: 0, .. })] if *id == one), "{got:?}");
+    // Another stack under the same connection: a send to it reaches it.
+    let two = b.join(now, Arc::clone(&view), 2).unwrap();
+    a.handle_action(now, from, Action::send(2, Payload::from(b"second".to_vec()))).unwrap();
+    let got = carry(&mut a, &mut b);
+    assert!(matches!(&got[..], [(id, AppEvent::Send { origin: 0, .. })] if *id == two), "{got:?}");
+    // Back to one stack, remembered again; then none.
+    b.remove(two);
+    a.handle_action(now, from, Action::send(1, Payload::from(b"third".to_vec()))).unwrap();
+    let got = carry(&mut a, &mut b);
+    assert!(matches!(&got[..], [(id, AppEvent::Send { origin: 0, .. })] if *id == one), "{got:?}");
+    b.remove(one);
+    let unknown = b.stats().drops(DropReason::UnknownConn);
+    a.handle_action(now, from, Action::send(1, Payload::from(b"fourth".to_vec()))).unwrap();
+    assert!(carry(&mut a, &mut b).is_empty());
+    assert_eq!(b.stats().drops(DropReason::UnknownConn), unknown + 1);
+}
