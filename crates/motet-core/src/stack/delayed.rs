@@ -24,7 +24,7 @@ pub(crate) struct Delayed {
 /// The copies waiting for delayed processing, in order, and when they must be filed by.
 #[derive(Debug)]
 pub(crate) struct DelayedQueue {
-    copies: VecDeque<Delayed>,
+    pub(super) copies: VecDeque<Delayed>,
     /// Each layer's [`crate::Layer::fast_keep_wait`], by index.
     pub(super) waits: Box<[crate::Duration]>,
     /// The earliest of the copies' inputs' times plus their layers' waits: when they must be
@@ -59,13 +59,11 @@ impl DelayedQueue {
         self.copies.push_back(copy);
     }
 
+    /// The queue was drained: no deadline, nothing urgent.
     #[inline]
-    pub(super) fn pop_front(&mut self) -> Option<Delayed> {
-        let copy = self.copies.pop_front();
-        if self.copies.is_empty() {
-            (self.by, self.urgent) = (None, false);
-        }
-        copy
+    pub(super) fn emptied(&mut self) {
+        debug_assert!(self.copies.is_empty());
+        (self.by, self.urgent) = (None, false);
     }
 
     pub(super) fn front(&self) -> Option<&Delayed> {
@@ -141,7 +139,10 @@ impl Stack {
         // carried it. The queue keeps its capacity (no allocation per message).
         let mut alarm = None;
         let mut out = outbox!(self, Instant::ZERO, &mut alarm);
-        while let Some(Delayed { layer, kept, now, msg }) = self.delayed.pop_front() {
+        // The whole queue in one pass (filing queues nothing new: it has no access to it), its
+        // deadline cleared once.
+        let DelayedQueue { copies, waits, .. } = &mut self.delayed;
+        for Delayed { layer, kept, now, msg } in copies.drain(..) {
             let layer = usize::from(layer);
             out.now = now;
             self.layers[layer].fast_keep(&kept, msg, &mut out);
@@ -149,13 +150,14 @@ impl Stack {
                 // A copy may have waited this long: an alarm its filing sets must not be due
                 // before, or it fired late (`Layer::fast_keep_wait`).
                 debug_assert!(
-                    at >= now + self.delayed.waits[layer],
+                    at >= now + waits[layer],
                     "{:?}'s fast_keep set an alarm sooner than its fast_keep_wait",
                     self.view.stack.layers()[layer]
                 );
                 merge_alarm(&mut self.alarms, &mut self.next_alarm, layer, at);
             }
         }
+        self.delayed.emptied();
         debug_assert!(out.events.is_empty(), "delayed processing emitted events");
         // `Bypass::Diff`: outside an input (a driver settling), the layers must now equal the
         // layered twin's. Within one, the input's own check follows.
