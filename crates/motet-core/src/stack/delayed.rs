@@ -59,13 +59,6 @@ impl DelayedQueue {
         self.copies.push_back(copy);
     }
 
-    /// The queue was drained: no deadline, nothing urgent.
-    #[inline]
-    pub(super) fn emptied(&mut self) {
-        debug_assert!(self.copies.is_empty());
-        (self.by, self.urgent) = (None, false);
-    }
-
     pub(super) fn front(&self) -> Option<&Delayed> {
         self.copies.front()
     }
@@ -140,8 +133,10 @@ impl Stack {
         let mut alarm = None;
         let mut out = outbox!(self, Instant::ZERO, &mut alarm);
         // The whole queue in one pass (filing queues nothing new: it has no access to it), its
-        // deadline cleared once.
-        let DelayedQueue { copies, waits, .. } = &mut self.delayed;
+        // deadline cleared once, first (so that a filing that panics leaves no deadline behind
+        // for a queue the drain has emptied).
+        let DelayedQueue { copies, waits, by, urgent, .. } = &mut self.delayed;
+        (*by, *urgent) = (None, false);
         for Delayed { layer, kept, now, msg } in copies.drain(..) {
             let layer = usize::from(layer);
             out.now = now;
@@ -157,7 +152,6 @@ impl Stack {
                 merge_alarm(&mut self.alarms, &mut self.next_alarm, layer, at);
             }
         }
-        self.delayed.emptied();
         debug_assert!(out.events.is_empty(), "delayed processing emitted events");
         // `Bypass::Diff`: outside an input (a driver settling), the layers must now equal the
         // layered twin's. Within one, the input's own check follows.
