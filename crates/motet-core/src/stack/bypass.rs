@@ -201,6 +201,7 @@ impl Stack {
     #[cold]
     #[inline(never)]
     pub(super) fn compile(&mut self) {
+        let before = self.plans;
         for trace in Trace::ALL {
             let Some(template) = &self.templates[usize::from(!trace.is_cast())] else {
                 self.plans[trace as usize] = None;
@@ -228,7 +229,12 @@ impl Stack {
             }
             self.plans[trace as usize] = Some(plan);
         }
-        self.fuse();
+        // Most recompiles follow a layered input that changed nothing the plans read (stability
+        // gossip passing up through the data layers): the fused handlers, which depend on the
+        // plans alone (and the stack's layers), stay as they were.
+        if self.plans != before {
+            self.fuse();
+        }
         self.plans_stale = false;
     }
 
