@@ -214,10 +214,11 @@ impl Stack {
                 if FORCE_INERT.with(std::cell::Cell::get) == Some(self.view.stack.layers()[i]) && i != template.layer {
                     continue;
                 }
+                let loopback = layer.fast_loopback(trace);
                 match layer.fast_inert(trace) {
                     Some(len_max) if i != template.layer => {
                         plan.len_max = plan.len_max.min(len_max);
-                        if !loops && layer.fast_loopback(trace) {
+                        if !loops && loopback {
                             plan.loopback = u8::try_from(i).ok();
                         }
                     }
@@ -225,7 +226,7 @@ impl Stack {
                 }
                 // Only the first layer that loops back is where the branch leaves (an asked one
                 // declares it in its step).
-                loops |= layer.fast_loopback(trace);
+                loops |= loopback;
             }
             self.plans[trace as usize] = Some(plan);
         }
