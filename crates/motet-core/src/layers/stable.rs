@@ -105,9 +105,9 @@ impl Stable {
     /// columns up to date for the entries that grew, without recomputing the rest: a column's
     /// maximum can only rise to the new entry, and its minimum can move only if the entry held
     /// it. A gossip then costs O(n) per column it moves, where recomputing every column cost
-    /// O(n²) for each of the O(n²) gossips of a round (at 32 members, most of a cast's cost in
-    /// `motet bench stack`'s member sweep). Returns whether the row grew, and whether the
-    /// published columns moved.
+    /// O(n²) for each of the O(n²) gossips of a round (at 32 members, most of a cast's cost in a
+    /// window of `motet bench worker` that holds a stability round). Returns whether the row
+    /// grew, and whether the published columns moved.
     fn merge(&mut self, member: Rank, counts: &[u64]) -> (bool, bool) {
         let live = !self.failed.contains(member);
         let (mut grew, mut moved) = (false, false);
