@@ -237,15 +237,8 @@ impl Drop for PeerProcess {
     /// latency ...` counts the echo's end of each round trip too; SIGKILL left nothing to read),
     /// then SIGKILL if it has not exited within a few seconds.
     fn drop(&mut self) {
-        let pid = self.0.id().to_string();
-        if Command::new("kill").args(["-TERM", &pid]).status().is_ok_and(|s| s.success()) {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if !matches!(self.0.try_wait(), Ok(None)) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
+        if crate::procs::terminate(&mut self.0, Duration::from_secs(5)).is_some() {
+            return;
         }
         let _ = self.0.kill();
         let _ = self.0.wait();

@@ -70,18 +70,7 @@ impl MemberProcess {
 
     /// SIGTERM, then waits for the exit (true when it exited 0 within `limit`).
     pub(crate) fn terminate(&mut self, limit: Duration) -> bool {
-        let pid = self.child.id().to_string();
-        if !Command::new("kill").args(["-TERM", &pid]).status().is_ok_and(|s| s.success()) {
-            return false;
-        }
-        let deadline = Instant::now() + limit;
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => return status.success(),
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                _ => return false,
-            }
-        }
+        terminate(&mut self.child, limit).is_some_and(|status| status.success())
     }
 
     /// Casts delivered from `from`.
@@ -94,6 +83,23 @@ impl Drop for MemberProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Sends `child` SIGTERM and waits up to `limit` for it to exit: its status, or `None` if the
+/// signal could not be sent or it is still running.
+pub(crate) fn terminate(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let pid = child.id().to_string();
+    if !Command::new("kill").args(["-TERM", &pid]).status().is_ok_and(|s| s.success()) {
+        return None;
+    }
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => return None,
+        }
     }
 }
 

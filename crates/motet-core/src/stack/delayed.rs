@@ -24,7 +24,7 @@ pub(crate) struct Delayed {
 /// The copies waiting for delayed processing, in order, and when they must be filed by.
 #[derive(Debug)]
 pub(crate) struct DelayedQueue {
-    pub(super) copies: VecDeque<Delayed>,
+    copies: VecDeque<Delayed>,
     /// Each layer's [`crate::Layer::fast_keep_wait`], by index.
     pub(super) waits: Box<[crate::Duration]>,
     /// The earliest of the copies' inputs' times plus their layers' waits: when they must be
@@ -57,6 +57,14 @@ impl DelayedQueue {
             self.by = Some(self.by.map_or(at, |by| by.min(at)));
         }
         self.copies.push_back(copy);
+    }
+
+    /// Every copy, in order, and the layers' waits: the queue is empty, with no deadline, once
+    /// the copies are taken (cleared first, so that a filing that panics leaves no deadline
+    /// behind for a queue the drain emptied).
+    pub(super) fn take_all(&mut self) -> (std::collections::vec_deque::Drain<'_, Delayed>, &[crate::Duration]) {
+        (self.by, self.urgent) = (None, false);
+        (self.copies.drain(..), &self.waits)
     }
 
     pub(super) fn front(&self) -> Option<&Delayed> {
@@ -132,12 +140,9 @@ impl Stack {
         // carried it. The queue keeps its capacity (no allocation per message).
         let mut alarm = None;
         let mut out = outbox!(self, Instant::ZERO, &mut alarm);
-        // The whole queue in one pass (filing queues nothing new: it has no access to it), its
-        // deadline cleared once, first (so that a filing that panics leaves no deadline behind
-        // for a queue the drain has emptied).
-        let DelayedQueue { copies, waits, by, urgent, .. } = &mut self.delayed;
-        (*by, *urgent) = (None, false);
-        for Delayed { layer, kept, now, msg } in copies.drain(..) {
+        // The whole queue in one pass (filing queues nothing new: it has no access to it).
+        let (copies, waits) = self.delayed.take_all();
+        for Delayed { layer, kept, now, msg } in copies {
             let layer = usize::from(layer);
             out.now = now;
             self.layers[layer].fast_keep(&kept, msg, &mut out);
