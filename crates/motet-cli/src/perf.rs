@@ -26,6 +26,8 @@ use serde_json::json;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
 use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use throughput::{offer, throughput, throughput_params, turn, RAW_CHECK_EVERY, RAW_LOOP_EVERY};
 
@@ -530,6 +532,15 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
     let mut event_loop = EventLoop::new(config).map_err(|e| e.to_string())?;
     let config =
         GroupConfig::new(&args.group).stack(&args.stack).peers(args.peers.iter().cloned()).loopback(args.loopback);
+    // SIGTERM (the measuring process is done) ends the role's loop and the process exits as
+    // processes do: a profiling runtime (`scripts/pgo`'s instrumented build) then writes this
+    // end's profile too. Killed by the signal's default action, it wrote nothing, and the
+    // profile-guided build was trained on the measuring end alone.
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(|e| format!("signal {signal}: {e}"))?;
+    }
+    let stopped = || stop.load(Ordering::Relaxed);
     println!("ready");
     match args.role.as_str() {
         "echo" => {
@@ -544,6 +555,10 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
             loop {
                 let mut to_raw = false;
                 while !to_raw {
+                    // Every turn ends within a timer's period (`vsync`'s sweeps), so a stop is seen.
+                    if stopped() {
+                        return Ok(());
+                    }
                     event_loop.poll(None).map_err(|e| e.to_string())?;
                     while let Some((_, event)) = event_loop.next_event() {
                         match event {
@@ -585,6 +600,9 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
                 if to_raw {
                     let mut last_turn = Instant::now();
                     while to_raw {
+                        if stopped() {
+                            return Ok(());
+                        }
                         for _ in 0..RAW_CHECK_EVERY {
                             // A refusal (the measuring process gone) is reported on a later
                             // send; the process is killed then anyway.
@@ -596,6 +614,9 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
                         }
                     }
                     next_cast = Instant::now(); // offer the rate from now, not since the switch
+                }
+                if stopped() {
+                    return Ok(());
                 }
                 if formed {
                     offer(&mut event_loop, me, &payload, interval, &mut next_cast)?;

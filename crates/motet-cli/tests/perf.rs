@@ -79,3 +79,40 @@ fn latency_interleaves_blocks_of_both_paths() {
     let report = perf(&["latency", "--samples", "3", "--blocks", "10", "--json"]);
     assert_eq!((report["samples"].as_u64(), report["blocks"].as_u64()), (Some(3), Some(3)));
 }
+
+/// A peer process ends its role's loop on SIGTERM and exits 0, as processes do: a profiling
+/// runtime then writes its profile (`scripts/pgo` trains on both ends of a round trip). Killed by
+/// the signal's default action, it exited with no status and wrote nothing.
+#[test]
+fn a_peer_exits_cleanly_on_sigterm() {
+    use std::io::BufRead;
+    let free = || std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let (bind, peer, udp_bind, udp_target) = (free(), free(), free(), free());
+    for role in ["echo", "blast"] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_motet"))
+            .args(["perf", "peer", "--role", role, "--group", "sigterm", "--stack", "vsync", "--bind", &bind])
+            .args(["--peers", &peer, "--udp-bind", &udp_bind, "--udp-target", &udp_target])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "{role}");
+        // Into its loop before the signal: a signal that came first would be seen at once.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let pid = child.id().to_string();
+        assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("the {role} peer did not exit within 10 s of SIGTERM");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        assert!(status.success(), "the {role} peer exited with {status} on SIGTERM");
+    }
+}
