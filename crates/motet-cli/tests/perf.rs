@@ -84,6 +84,7 @@ fn latency_interleaves_blocks_of_both_paths() {
 /// runtime then writes its profile (`scripts/pgo` trains on both ends of a round trip). Killed by
 /// the signal's default action, it exited with no status and wrote nothing.
 #[test]
+#[allow(clippy::disallowed_types)] // a wall-clock bound on the wait for the exit
 fn a_peer_exits_cleanly_on_sigterm() {
     use std::io::BufRead;
     let free = || std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
