@@ -80,6 +80,9 @@ const LAYER_SWEEP: &[&str] = &[
 const TRACE_SWEEP: usize = 3;
 const SIZES: &[usize] = &[4, 24, 100, 1024];
 const MEMBERS: &[usize] = &[2, 4, 8, 16, 32, 64];
+/// Casts per stability round in a benchmark run: the driver's clock moves 100 ms (`stable`'s and
+/// the stacks' sweep interval) every so many casts, about 10,000 casts a second.
+const ROUND_CASTS: u64 = 1024;
 
 /// One measurement.
 #[derive(Clone, Debug, Serialize)]
@@ -319,7 +322,8 @@ struct Measure {
 
 impl Measure {
     fn cost(&self, path: Path, stack: &str, members: usize, size: usize) -> Cost {
-        // The same work per point whatever the group size: fewer casts in larger groups.
+        // The same work per point whatever the group size: fewer casts in larger groups (but whole
+        // stability rounds in the instruction counts' window: `window`).
         let count = (self.count / members as u64 * 2).max(200);
         let spec = StackSpec::parse(stack).expect("validated or built in");
         let trace_layers = spec.layers().iter().skip_while(|k| **k != motet_core::LayerKind::Appl).count();
@@ -405,7 +409,7 @@ fn drive(path: Path, stack: &str, members: usize, size: usize, count: u64) {
                 while !group.cast(sender, payload.clone()) {
                     group.stabilize();
                 }
-                if sent % 1024 == 0 {
+                if sent % ROUND_CASTS == 0 {
                     group.stabilize();
                 }
             }
@@ -416,7 +420,7 @@ fn drive(path: Path, stack: &str, members: usize, size: usize, count: u64) {
             let mut group = net::Net::new(members, stack, bypass);
             for sent in 1..=count {
                 group.act(sender, Action::Cast(payload.clone())).expect("flow control releases within the pump");
-                if sent % 1024 == 0 {
+                if sent % ROUND_CASTS == 0 {
                     group.tick(Duration::from_millis(100));
                 }
             }
@@ -434,17 +438,28 @@ fn valgrind_works() -> bool {
     Command::new("valgrind").arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
-/// Instructions per message over `count` messages: the difference between two run lengths, which
-/// cancels set-up and warm-up.
+/// Instructions per message over about `count` messages: the difference between two run lengths
+/// ([`window`]), which cancels set-up and warm-up.
 fn per_msg(path: Path, stack: &str, members: usize, size: usize, count: u64, only: Option<&str>) -> f64 {
-    let short = instructions(path, stack, members, size, count / 4, only);
-    let long = instructions(path, stack, members, size, count / 4 + count / 2, only);
-    if let (Some(only), 0) = (only, long) {
+    let (short, long) = window(count);
+    let (short_runs, long_runs) =
+        (instructions(path, stack, members, size, short, only), instructions(path, stack, members, size, long, only));
+    if let (Some(only), 0) = (only, long_runs) {
         // Counted by name: a function that was renamed, moved or inlined counts nothing, and the
         // figure would read as free.
         eprintln!("motet: callgrind counted nothing inside {only}: was it renamed, moved or inlined?");
     }
-    (long - short) as f64 / (count / 2) as f64
+    (long_runs - short_runs) as f64 / (long - short) as f64
+}
+
+/// The two run lengths whose difference `per_msg` counts: about `count / 2` casts apart, a
+/// quarter of `count` after the start, and both ending on a stability round ([`ROUND_CASTS`]),
+/// so that the window holds whole rounds, as many per cast at every point. Without this, the
+/// member sweep's larger groups (fewer casts per point) had windows that held no round at all at
+/// 32 and 64 members, and their figures left out the gossip that grows fastest with the group.
+fn window(count: u64) -> (u64, u64) {
+    let count = count.max(4 * ROUND_CASTS).next_multiple_of(4 * ROUND_CASTS);
+    (count / 4, count / 4 + count / 2)
 }
 
 /// Instructions of one worker run, counted by callgrind: all of them, or only those inside the
@@ -558,6 +573,17 @@ mod tests {
         }
         for stack in LAYER_SWEEP {
             drive(Path::Bypass, stack, 2, 4, 100);
+        }
+    }
+
+    /// Every point's window holds whole stability rounds, at least two: the member sweep's 64
+    /// members (625 casts a point) had none.
+    #[test]
+    fn instruction_windows_hold_whole_rounds() {
+        for count in [1, 200, 625, 1250, 20_000, 20_480, 100_000] {
+            let (short, long) = window(count);
+            assert!(short.is_multiple_of(ROUND_CASTS) && long.is_multiple_of(ROUND_CASTS), "{count}: {short}..{long}");
+            assert!(long - short >= 2 * ROUND_CASTS && long - short >= count / 2, "{count}: {short}..{long}");
         }
     }
 
