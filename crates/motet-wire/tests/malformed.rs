@@ -129,7 +129,7 @@ fn unknown_layer_tag() {
 #[test]
 fn unknown_variant() {
     // (layer, first variant number past the layer's last one)
-    let layers = [(1u8, 1u8), (2, 5), (3, 4), (4, 2), (5, 2), (6, 2), (7, 2), (8, 1), (9, 3)];
+    let layers = [(1u8, 1u8), (2, 5), (3, 4), (4, 3), (5, 2), (6, 2), (7, 2), (8, 1), (9, 3)];
     for (layer, variant) in layers {
         for variant in [variant, 0x7f, 0xff] {
             let kind = WireErrorKind::Variant { layer, variant };
@@ -188,20 +188,20 @@ fn ranks_and_u32_fields_out_of_range() {
 
 #[test]
 fn vector_lengths() {
-    // stable::Gossip { received, stable } is `04 01 len values... len values...`.
+    // stable::Columns { stable, max, failed } is `04 01 len values... len values... len values...`.
     let gossip = |vectors: &[&[u8]]| cat(&[&cast_head(1), &[4, 1], &vectors.concat()]);
     let at = HDRS + 2;
     let zeros = vec![0u8; RANKS_MAX + 1];
 
     // RANKS_MAX elements are accepted...
-    let ok = decode_ok(gossip(&[&varint(RANKS_MAX as u64), &zeros[..RANKS_MAX], &[0]]));
-    let Header::Stable(motet_wire::hdr::stable::Header::Gossip(g)) = &*ok.hdrs.get(0).unwrap() else {
+    let ok = decode_ok(gossip(&[&varint(RANKS_MAX as u64), &zeros[..RANKS_MAX], &[0], &[0]]));
+    let Header::Stable(motet_wire::hdr::stable::Header::Columns(g)) = &*ok.hdrs.get(0).unwrap() else {
         panic!("{ok:?}")
     };
-    assert_eq!((g.received.len(), g.stable.len()), (RANKS_MAX, 0));
+    assert_eq!((g.stable.len(), g.max.len()), (RANKS_MAX, 0));
     // ...one more is rejected even though enough bytes follow to hold them.
     let len = RANKS_MAX as u64 + 1;
-    assert_error(gossip(&[&varint(len), &zeros, &[0]]), WireErrorKind::VectorLength(len), at..=at);
+    assert_error(gossip(&[&varint(len), &zeros, &[0], &[0]]), WireErrorKind::VectorLength(len), at..=at);
     assert_error(gossip(&[&varint(u64::MAX)]), WireErrorKind::VectorLength(u64::MAX), at..=at);
 
     // A length larger than the bytes that remain is rejected before allocating.
