@@ -188,9 +188,9 @@ fn ranks_and_u32_fields_out_of_range() {
 
 #[test]
 fn vector_lengths() {
-    // stable::Columns { stable, max, failed } is `04 01 len values... len values... len values...`.
-    let gossip = |vectors: &[&[u8]]| cat(&[&cast_head(1), &[4, 1], &vectors.concat()]);
-    let at = HDRS + 2;
+    // stable::Columns { seq, stable, max, failed } is `04 01 seq len values... (three vectors)`.
+    let gossip = |vectors: &[&[u8]]| cat(&[&cast_head(1), &[4, 1, 0], &vectors.concat()]);
+    let at = HDRS + 3;
     let zeros = vec![0u8; RANKS_MAX + 1];
 
     // RANKS_MAX elements are accepted...

@@ -10,8 +10,8 @@
 //! each member has received. The stability vector is the column minimum over live members (casts
 //! everyone holds: `mnak` frees them) and the column maximum tells `mnak` about casts it never saw.
 //!
-//! One member keeps the matrix: the **coordinator**, the lowest rank this member does not know to
-//! have failed (the rank `elect` would choose). Every member asks `mnak` for its own row each sweep
+//! One member keeps the matrix: the **coordinator**, the lowest rank this member does not count as
+//! failed (the failures the flush announced, `Fail`). Every member asks `mnak` for its own row each sweep
 //! (`StableReq` / `NumCasts`; `mnak` also reports it unasked every `report_every` casts it buffers)
 //! and sends it to the coordinator when it grew, or while the last columns it heard of are not all
 //! stable or do not yet hold its row. The coordinator merges the rows and casts its columns once it has a row from every
@@ -84,6 +84,15 @@ pub struct Stable {
     /// The live rows' column minimum and maximum, kept up to date as rows grow: what this member
     /// announces and casts while it is the coordinator.
     columns: Stability,
+    /// Per column, how many live rows sit at its minimum: the minimum can move only when the last
+    /// of them grows, so a column is recomputed once per level it rises, not for every row that
+    /// grows while all are tied (every member casting, at the coordinator: O(n²) a row).
+    at_min: Vec<u32>,
+    /// The number of the last cast of our columns (coordinator), and of the last columns taken
+    /// from each rank (member): an older cast that arrives late (reordered, duplicated) is not
+    /// taken, or the maximum would go back down under `mnak` and `frag`.
+    cast_seq: u64,
+    taken_seq: Vec<u64>,
     /// The last stability told to the layers below: our columns while we coordinate, else the
     /// coordinator's last cast.
     announced: Stability,
@@ -111,6 +120,9 @@ impl Stable {
             failed: RankSet::new(),
             rows: vec![vec![0; n]; n],
             columns: zero.clone(),
+            at_min: vec![n as u32; n],
+            cast_seq: 0,
+            taken_seq: vec![0; n],
             announced: zero,
             dirty: false,
             heard: RankSet::new(),
@@ -131,7 +143,23 @@ impl Stable {
         Stability { stable, max }
     }
 
-    /// The lowest rank not known to have failed (as `elect` chooses).
+    /// Per column, the live rows at `stable`'s value.
+    fn count_at_min(&self, stable: &[u64]) -> Vec<u32> {
+        (0..self.rows.len()).map(|o| self.live().filter(|row| row[o] == stable[o]).count() as u32).collect()
+    }
+
+    /// Recomputes every column (a failure changes which rows count). True if they moved.
+    fn recompute_all(&mut self) -> bool {
+        let next = self.recompute();
+        self.at_min = self.count_at_min(&next.stable);
+        let moved = next != self.columns;
+        self.columns = next;
+        moved
+    }
+
+    /// The lowest rank this member does not count as failed: the failures `sync`'s flush
+    /// announced (`Fail`), not `elect`'s suspicions, so a suspected rank coordinates until the
+    /// flush fails it.
     fn coordinator(&self) -> Rank {
         (0..self.rows.len() as Rank).find(|&r| !self.failed.contains(r)).unwrap_or(self.rank)
     }
@@ -142,9 +170,10 @@ impl Stable {
 
     /// Merges `counts` into the row of `member` (counts only grow) and brings the columns up to
     /// date for the entries that grew, without recomputing the rest: a column's maximum can only
-    /// rise to the new entry, and its minimum can move only if the entry held it. A row then costs
-    /// O(n) per column it moves, where recomputing every column cost O(n²). Returns whether the
-    /// row grew, and whether the columns moved.
+    /// rise to the new entry, and its minimum can move only when the last live row at it grows
+    /// (`at_min`). A row then costs O(n), and O(n) more per column whose minimum rises, where
+    /// recomputing every column cost O(n²). Returns whether the row grew, and whether the columns
+    /// moved.
     fn merge(&mut self, member: Rank, counts: &[u64]) -> (bool, bool) {
         let live = !self.failed.contains(member);
         let (mut grew, mut moved) = (false, false);
@@ -163,8 +192,10 @@ impl Stable {
                 moved = true;
             }
             if old == self.columns.stable[o] {
-                let min = self.live().map(|row| row[o]).min().unwrap_or(0);
-                if min != self.columns.stable[o] {
+                self.at_min[o] -= 1;
+                if self.at_min[o] == 0 {
+                    let min = self.live().map(|row| row[o]).min().unwrap_or(0);
+                    self.at_min[o] = self.live().filter(|row| row[o] == min).count() as u32;
                     self.columns.stable[o] = min;
                     moved = true;
                 }
@@ -190,8 +221,9 @@ impl Stable {
     /// Coordinator: casts the columns when there is news (they moved, or are not all stable:
     /// someone is missing something, and a member that lost a cast learns of it only from the
     /// maximum) or a member asked (its row arrived), once every other live member's row has
-    /// arrived since the last cast, or at the sweep (a row or a cast may have been lost). So at
-    /// most one cast a sweep while anything is unstable, and silence once all is.
+    /// arrived since the last cast, or at the sweep (a row or a cast may have been lost). So about
+    /// one cast per round of rows (a sweep's, and those `mnak`'s early reports bring) while
+    /// anything is unstable, and silence once all is.
     fn maybe_cast(&mut self, out: &mut Outbox<'_>) {
         let others = (0..self.rows.len() as Rank).filter(|&r| r != self.rank && !self.failed.contains(r));
         let mut others = others.peekable();
@@ -206,9 +238,11 @@ impl Stable {
         }
         self.heard = RankSet::new();
         self.moved = false;
+        self.cast_seq += 1;
         out.count(Counter::Gossip);
         let failed = self.failed.iter().map(u64::from).collect();
-        let columns = Columns { stable: self.columns.stable.clone(), max: self.columns.max.clone(), failed };
+        let (stable, max) = (self.columns.stable.clone(), self.columns.max.clone());
+        let columns = Columns { seq: self.cast_seq, stable, max, failed };
         out.dn(Dn::Cast { msg: Msg::default().with(Header::Columns(Arc::new(columns))), qos: Qos::Unreliable });
     }
 
@@ -283,7 +317,9 @@ impl Layer for Stable {
                 // Kept whoever we think coordinates (a member that thinks we do is right soon,
                 // or its row is merely early): the columns stay what the rows say.
                 let (_, moved) = self.merge(origin, &row.counts);
-                if self.coordinating() {
+                // A member we count as failed (being excluded, it never hears of it) keeps
+                // sending: its rows neither count nor make us cast.
+                if self.coordinating() && !self.failed.contains(origin) {
                     self.heard.insert(origin);
                     if moved {
                         self.columns_moved(out);
@@ -294,13 +330,20 @@ impl Layer for Stable {
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 Some(Header::Columns(columns)) => {
                     let n = self.rows.len();
-                    if columns.stable.len() != n || columns.max.len() != n {
+                    let ordered = columns.stable.iter().zip(&columns.max).all(|(s, m)| s <= m);
+                    if columns.stable.len() != n || columns.max.len() != n || !ordered {
                         out.drop_input(DropReason::Gossip);
                         return;
                     }
                     if origin == self.rank {
                         return; // our own cast, looped back by `local`
                     }
+                    // An older cast of that coordinator's, arriving late, is old news.
+                    let seq = &mut self.taken_seq[usize::from(origin)];
+                    if columns.seq <= *seq {
+                        return;
+                    }
+                    *seq = columns.seq;
                     // While we coordinate, our own columns are what we announce (a cast of a
                     // coordinator we have just replaced is old news).
                     if self.coordinating() {
@@ -314,12 +357,19 @@ impl Layer for Stable {
                     // lacks, which it could never get back if it stays in our next view. The
                     // maximum we always take: that some member holds a cast is what reveals a
                     // lost tail (here, the flush's own cast that tells us of the failure).
+                    //
+                    // The maximum never goes below our own row: the coordinator may not have our
+                    // latest row yet, and `frag` drops a failed origin's partial message for good
+                    // when its stable and maximum meet, while we may still hold more of it.
                     let within =
                         columns.failed.iter().all(|&r| Rank::try_from(r).is_ok_and(|r| self.failed.contains(r)));
+                    let own = &self.rows[usize::from(self.rank)];
                     let stability = if within {
-                        Stability { stable: columns.stable.clone(), max: columns.max.clone() }
+                        let max = columns.max.iter().zip(own).map(|(&m, &r)| m.max(r)).collect();
+                        Stability { stable: columns.stable.clone(), max }
                     } else {
-                        let max = self.announced.max.iter().zip(&columns.max).map(|(&a, &b)| a.max(b)).collect();
+                        let max = self.announced.max.iter().zip(&columns.max).zip(own);
+                        let max = max.map(|((&a, &b), &r)| a.max(b).max(r)).collect();
                         Stability { stable: self.announced.stable.clone(), max }
                     };
                     self.announce(stability, out);
@@ -338,17 +388,13 @@ impl Layer for Stable {
                 self.failed.union_with(&ranks);
                 out.dn(Dn::Fail(ranks));
                 // A failure changes which rows count.
-                let next = self.recompute();
-                if next != self.columns {
-                    self.columns = next;
-                    if self.coordinating() {
-                        self.columns_moved(out);
-                    }
+                if self.recompute_all() && self.coordinating() {
+                    self.columns_moved(out);
                 }
                 if self.coordinating() {
                     self.maybe_cast(out);
                 } else if self.coordinator() != before {
-                    // A new coordinator knows no row but its own: ours, at once.
+                    // A new coordinator may have no row of ours, or an old one: ours, at once.
                     self.send_row(out);
                 }
             }
@@ -367,6 +413,7 @@ impl Layer for Stable {
         assert!(self.rows.iter().all(|row| row.len() == n));
         assert!(self.columns.stable.iter().zip(&self.columns.max).all(|(s, m)| s <= m));
         assert_eq!(self.columns, self.recompute(), "the columns are the live rows' minimum and maximum");
+        assert_eq!(self.at_min, self.count_at_min(&self.columns.stable), "the live rows at each minimum");
     }
 }
 
@@ -400,7 +447,7 @@ mod tests {
     }
 
     fn columns(stable: Vec<u64>, max: Vec<u64>) -> Msg {
-        Msg::default().with(Header::Columns(Arc::new(Columns { stable, max, failed: Vec::new() })))
+        Msg::default().with(Header::Columns(Arc::new(Columns { seq: 1, stable, max, failed: Vec::new() })))
     }
 
     fn casts(out: &[Out]) -> Vec<Columns> {
@@ -485,7 +532,7 @@ mod tests {
         let out = coordinator.up(row(2, vec![2, 1, 0]));
         let stable = Stability { stable: vec![2, 1, 0], max: vec![2, 1, 0] };
         assert_eq!(announced(&out), vec![stable.clone()]);
-        assert_eq!(casts(&out), vec![Columns { stable: vec![2, 1, 0], max: vec![2, 1, 0], failed: vec![] }]);
+        assert_eq!(casts(&out), vec![Columns { seq: 1, stable: vec![2, 1, 0], max: vec![2, 1, 0], failed: vec![] }]);
 
         // The member announces the cast columns, once.
         let out = member.up(Up::Cast { origin: 0, msg: columns(vec![2, 1, 0], vec![2, 1, 0]), qos: Qos::Unreliable });
@@ -523,7 +570,7 @@ mod tests {
         assert!(casts(&out).is_empty(), "{out:?}");
         coordinator.timer(Instant::ZERO + Duration::from_millis(100));
         let out = coordinator.up(Up::NumCasts(Arc::from(vec![1, 0, 0])));
-        assert_eq!(casts(&out), vec![Columns { stable: vec![1, 0, 0], max: vec![1, 0, 0], failed: vec![] }]);
+        assert_eq!(casts(&out), vec![Columns { seq: 2, stable: vec![1, 0, 0], max: vec![1, 0, 0], failed: vec![] }]);
         // Nothing heard and nothing moved since: the next sweep is silent.
         coordinator.timer(Instant::ZERO + Duration::from_millis(200));
         assert!(coordinator.up(Up::NumCasts(Arc::from(vec![1, 0, 0]))).is_empty());
@@ -542,7 +589,7 @@ mod tests {
         next.up(Up::NumCasts(Arc::from(vec![3, 1, 1])));
         next.dn(Dn::Fail([0].into_iter().collect()));
         let out = next.up(row(2, vec![3, 2, 1]));
-        assert_eq!(casts(&out), vec![Columns { stable: vec![3, 1, 1], max: vec![3, 2, 1], failed: vec![0] }]);
+        assert_eq!(casts(&out), vec![Columns { seq: 1, stable: vec![3, 1, 1], max: vec![3, 2, 1], failed: vec![0] }]);
         // A cast from the old coordinator, still on its way, does not undo ours.
         let out = next.up(Up::Cast { origin: 0, msg: columns(vec![0, 0, 0], vec![9, 9, 9]), qos: Qos::Unreliable });
         assert!(out.is_empty(), "{out:?}");
@@ -557,8 +604,10 @@ mod tests {
     fn columns_that_leave_out_a_member_we_count_live_are_not_taken() {
         let view = crate::testing::view(4);
         let mut member = Harness::new(Stable::new(&Config::default(), &view, 3), 3);
+        let seq = std::cell::Cell::new(0);
         let theirs = |failed: Vec<u64>| {
-            let columns = Columns { stable: vec![5; 4], max: vec![5; 4], failed };
+            seq.set(seq.get() + 1);
+            let columns = Columns { seq: seq.get(), stable: vec![5; 4], max: vec![5; 4], failed };
             Up::Cast { origin: 0, msg: Msg::default().with(Header::Columns(Arc::new(columns))), qos: Qos::Unreliable }
         };
         // Rank 2 is live as far as we know: only the maximum is taken (it reveals lost tails).
@@ -573,6 +622,35 @@ mod tests {
             vec![Stability { stable: zero, max: vec![5; 4] }],
             "no such rank"
         );
+    }
+
+    /// The review's cases: a late copy of an older cast is not taken (it would take the maximum
+    /// back down), the maximum announced is never below our own row (the coordinator may not have
+    /// our latest), and a member we count as failed does not make us cast by sending its row.
+    #[test]
+    fn old_casts_our_own_row_and_failed_members_rows() {
+        let view = crate::testing::view(3);
+        let mut member = Harness::new(Stable::new(&Config::default(), &view, 2), 2);
+        member.up(Up::NumCasts(Arc::from(vec![4, 0, 7])));
+        let cast = |seq, max: Vec<u64>| {
+            let columns = Columns { seq, stable: vec![4, 0, 0], max, failed: vec![] };
+            Up::Cast { origin: 0, msg: Msg::default().with(Header::Columns(Arc::new(columns))), qos: Qos::Unreliable }
+        };
+        // Our own row is ahead of the coordinator's maximum for our own casts: ours is announced.
+        let out = member.up(cast(2, vec![6, 0, 5]));
+        assert_eq!(announced(&out), vec![Stability { stable: vec![4, 0, 0], max: vec![6, 0, 7] }]);
+        // An older cast, late: nothing.
+        assert!(member.up(cast(1, vec![4, 0, 0])).is_empty());
+        // A duplicate of the last: nothing either.
+        assert!(member.up(cast(2, vec![6, 0, 5])).is_empty());
+
+        let mut coordinator = Harness::new(Stable::new(&Config::default(), &view, 0), 0);
+        coordinator.dn(Dn::Fail([2].into_iter().collect()));
+        coordinator.up(Up::NumCasts(Arc::from(vec![1, 0, 0])));
+        let out = coordinator.up(row(2, vec![1, 0, 0]));
+        assert!(casts(&out).is_empty(), "rank 1's row is missing, and rank 2 does not count: {out:?}");
+        let out = coordinator.up(row(1, vec![1, 0, 0]));
+        assert_eq!(casts(&out).len(), 1, "{out:?}");
     }
 
     /// A failure raises the minimum to the live rows' (the failed member's row no longer holds it

@@ -10,6 +10,9 @@ use std::sync::Arc;
 /// The coordinator's stability, cast to the view.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Columns {
+    /// The coordinator's count of its casts of columns: a member takes none older than the last
+    /// it took from that rank (a late copy would take the maximum back down).
+    pub seq: u64,
     /// Per origin rank, how many of its casts every live member has received (the column
     /// minimum over live members' rows).
     pub stable: Vec<u64>,
@@ -22,8 +25,8 @@ pub struct Columns {
 
 /// A member's row, sent to the coordinator on the group's gossip channel (unreliable, to one
 /// address, and not sequenced by the view's layers: a row lost is sent again at the next sweep,
-/// and rows go on during a view change's flush, which waits for nothing they carry). The channel
-/// crosses views, so the row names its view and sender.
+/// and rows go on during a view change's flush, which needs them). The channel crosses views, so
+/// the row names its view and sender.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {
     /// The view's id: its logical time...
@@ -61,6 +64,7 @@ impl LayerHeader for Header {
         match self {
             Header::NoHdr => {}
             Header::Columns(columns) => {
+                w.varint(columns.seq);
                 w.varint_vec(&columns.stable);
                 w.varint_vec(&columns.max);
                 w.varint_vec(&columns.failed);
@@ -76,10 +80,11 @@ impl LayerHeader for Header {
     fn decode_fields(variant: u8, r: &mut Reader<'_>) -> Result<Self, WireError> {
         match variant {
             1 => {
+                let seq = r.varint()?;
                 let stable = r.varint_vec()?;
                 let max = r.varint_vec()?;
                 let failed = r.varint_vec()?;
-                Ok(Header::Columns(Arc::new(Columns { stable, max, failed })))
+                Ok(Header::Columns(Arc::new(Columns { seq, stable, max, failed })))
             }
             2 => {
                 let (view_ltime, view_coord, rank) = (r.varint()?, r.varint()?, r.varint()?);

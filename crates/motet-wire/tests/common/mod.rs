@@ -85,9 +85,9 @@ pub fn stable_hdr() -> impl Strategy<Value = stable::Header> {
     let vector = || prop::collection::vec(u64_any(), 0..=GOSSIP_LEN_MAX);
     prop_oneof![
         Just(stable::Header::NoHdr),
-        (vector(), vector(), vector()).prop_map(|(stable, max, failed)| stable::Header::Columns(Arc::new(
-            stable::Columns { stable, max, failed }
-        ))),
+        (u64_any(), vector(), vector(), vector()).prop_map(|(seq, stable, max, failed)| {
+            stable::Header::Columns(Arc::new(stable::Columns { seq, stable, max, failed }))
+        }),
         (u64_any(), u64_any(), u64_any(), vector()).prop_map(|(view_ltime, view_coord, rank, counts)| {
             stable::Header::Row(Arc::new(stable::Row { view_ltime, view_coord, rank, counts }))
         }),
