@@ -709,6 +709,14 @@ impl EventLoop {
         self.members.get(&endpoint).map_or(0, |m| m.parked.bytes())
     }
 
+    /// Messages the protocol stack of `endpoint` holds for retransmission: the casts and sends
+    /// kept until stability or an acknowledgement frees them, those held out of order, and the
+    /// copies delayed processing has not filed yet. What an operator watches to see that
+    /// stability keeps up; it comes back to 0 once a quiet group is stable.
+    pub fn buffered(&self, endpoint: EndpointId) -> usize {
+        self.members.get(&endpoint).and_then(|m| self.node.stack(m.current)).map_or(0, |s| s.buffered())
+    }
+
     /// The current view of `endpoint`, if it has one.
     pub fn view(&self, endpoint: EndpointId) -> Option<&Arc<ViewState>> {
         self.members.get(&endpoint)?.view.as_ref()

@@ -99,6 +99,49 @@ fn event_loops_busy_polling_or_waiting_in_the_receive_call_deliver_everything() 
     }
 }
 
+/// Stability over real UDP: three loops (a coordinator and two members, whose rows reach it on
+/// the group's gossip channel and whose columns come back as a cast) deliver each other's bursts,
+/// and then every retransmission buffer empties while the group is quiet. Nothing else frees
+/// them: a row that never reached the coordinator left every buffer full for good.
+#[test]
+fn stability_empties_every_buffer_once_the_group_is_quiet() {
+    use motet_runtime::EventLoop;
+    let mut loops: Vec<(EventLoop, EndpointId)> = Vec::new();
+    for _ in 0..3 {
+        let mut event_loop = EventLoop::new(RuntimeConfig::default()).unwrap();
+        let peers: Vec<String> = loops.iter().map(|(l, _)| l.local_addr().to_string()).collect();
+        let me = event_loop.join(&GroupConfig::new("stable").peers(peers)).unwrap();
+        loops.push((event_loop, me));
+    }
+    let until =
+        |loops: &mut Vec<(EventLoop, EndpointId)>, what: &str, done: &dyn Fn(&[(EventLoop, EndpointId)]) -> bool| {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !done(loops) {
+                assert!(
+                    Instant::now() < deadline,
+                    "{what}: buffered {:?}",
+                    loops.iter().map(|(l, me)| l.buffered(*me)).collect::<Vec<_>>()
+                );
+                for (event_loop, _) in loops.iter_mut() {
+                    event_loop.poll(Some(Duration::from_millis(2))).unwrap();
+                    while event_loop.next_event().is_some() {}
+                }
+            }
+        };
+    until(&mut loops, "one view", &|loops| {
+        loops.iter().all(|(l, me)| l.view(*me).is_some_and(|v| v.members.len() == 3))
+    });
+    for (event_loop, me) in loops.iter_mut() {
+        for k in 0..200u32 {
+            event_loop.cast(*me, k.to_le_bytes().to_vec().into()).unwrap();
+        }
+    }
+    until(&mut loops, "the bursts kept", &|loops| loops.iter().all(|(l, me)| l.buffered(*me) > 0));
+    until(&mut loops, "stability", &|loops| loops.iter().all(|(l, me)| l.buffered(*me) == 0));
+    let gossip: u64 = loops.iter().map(|(l, _)| l.protocol_stats().counter(motet_core::Counter::Gossip)).sum();
+    assert!(gossip > 0, "rows and columns went out");
+}
+
 /// A loop that its application only ever polls without waiting (`poll(Some(Duration::ZERO))`, as
 /// a game loop or another event loop checks it once per tick) still reads its socket: such a turn
 /// asks `epoll` without waiting. Before, a zero timeout skipped `epoll` altogether (the turn
