@@ -106,6 +106,7 @@ fn event_loops_busy_polling_or_waiting_in_the_receive_call_deliver_everything() 
 #[test]
 fn stability_empties_every_buffer_once_the_group_is_quiet() {
     use motet_runtime::EventLoop;
+    type Loops = [(EventLoop, EndpointId)];
     let mut loops: Vec<(EventLoop, EndpointId)> = Vec::new();
     for _ in 0..3 {
         let mut event_loop = EventLoop::new(RuntimeConfig::default()).unwrap();
@@ -113,21 +114,20 @@ fn stability_empties_every_buffer_once_the_group_is_quiet() {
         let me = event_loop.join(&GroupConfig::new("stable").peers(peers)).unwrap();
         loops.push((event_loop, me));
     }
-    let until =
-        |loops: &mut Vec<(EventLoop, EndpointId)>, what: &str, done: &dyn Fn(&[(EventLoop, EndpointId)]) -> bool| {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while !done(loops) {
-                assert!(
-                    Instant::now() < deadline,
-                    "{what}: buffered {:?}",
-                    loops.iter().map(|(l, me)| l.buffered(*me)).collect::<Vec<_>>()
-                );
-                for (event_loop, _) in loops.iter_mut() {
-                    event_loop.poll(Some(Duration::from_millis(2))).unwrap();
-                    while event_loop.next_event().is_some() {}
-                }
+    let until = |loops: &mut Loops, what: &str, done: &dyn Fn(&Loops) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !done(loops) {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: buffered {:?}",
+                loops.iter().map(|(l, me)| l.buffered(*me)).collect::<Vec<_>>()
+            );
+            for (event_loop, _) in loops.iter_mut() {
+                event_loop.poll(Some(Duration::from_millis(2))).unwrap();
+                while event_loop.next_event().is_some() {}
             }
-        };
+        }
+    };
     until(&mut loops, "one view", &|loops| {
         loops.iter().all(|(l, me)| l.view(*me).is_some_and(|v| v.members.len() == 3))
     });
