@@ -81,7 +81,7 @@ fn simulated(args: DemoArgs) -> ExitCode {
     println!("\nThe protocol at work:");
     println!("  {} datagrams sent, {} lost by the network", report.datagrams, report.datagrams_lost);
     println!(
-        "  {} retransmissions, {} NAKs, {} acknowledgements, {} stability gossips, {} messages fragmented",
+        "  {} retransmissions, {} NAKs, {} acknowledgements, {} stability messages, {} messages fragmented",
         stats.counter(Counter::Retransmit),
         stats.counter(Counter::NakSent),
         stats.counter(Counter::AckSent),

@@ -474,7 +474,7 @@ counters! {
     AckSent: "acknowledgements sent",
     FlowBlocked: "times a flow-control layer blocked its sender",
     FlowQueueOver: "messages a blocked flow-control layer queued past `pending_max` (the layers' own messages, such as a sequencer's orders, pass `appl`'s refusal; behind a lagging member they may exceed it)",
-    Gossip: "stability gossip messages sent",
+    Gossip: "stability messages sent (rows to the coordinator, its columns cast back)",
     Fragmented: "messages split into fragments",
     Suspected: "members newly suspected by the failure detector",
     MergeDenied: "merge requests answered `busy` (the requester keeps asking)",
