@@ -11,14 +11,15 @@
 //! everyone holds: `mnak` frees them) and the column maximum tells `mnak` about casts it never saw.
 //!
 //! One member keeps the matrix: the **coordinator**, the lowest rank this member does not count as
-//! failed (the failures the flush announced, `Fail`). Every member asks `mnak` for its own row each sweep
-//! (`StableReq` / `NumCasts`; `mnak` also reports it unasked every `report_every` casts it buffers)
-//! and sends it to the coordinator when it grew, or while the last columns it heard of are not all
-//! stable or do not yet hold its row. The coordinator merges the rows and casts its columns once it has a row from every
-//! other live member since its last cast, or at its own sweep if anything moved or arrived since.
-//! So a round costs O(n) messages, each O(n) to handle: O(n) per member on average, where each
-//! member gossiping its row to all (this layer until 2026-11-27) cost every member O(n²) a round,
-//! most of a cast's cost at 64 members (docs/layers.md, "stable").
+//! failed (the failures the flush announced, `Fail`). Every member asks `mnak` for its own row
+//! each sweep (`StableReq` / `NumCasts`; `mnak` also reports it unasked every `report_every` casts
+//! it buffers) and sends it to the coordinator when it grew, or while the last columns it heard of
+//! are not all stable or do not yet hold its row. The coordinator merges the rows and casts its
+//! columns once it has a row from every other live member since its last cast, or at its own
+//! sweep if anything moved or arrived since. So a round costs O(n) messages, each O(n) to handle:
+//! O(n) per member on average, where each member gossiping its row to all (this layer until
+//! 2026-11-27) cost every member O(n²) a round, most of a cast's cost at 64 members
+//! (docs/layers.md, "stable").
 //!
 //! Losses repair themselves: a lost row leaves the coordinator's columns short, so nobody hears
 //! that everything is stable and the rows come again at the next sweep; a lost cast of the
