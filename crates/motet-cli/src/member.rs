@@ -182,6 +182,7 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
         "views_with_other_params": rt.views_with_other_params,
         "actions_refused": rt.actions_refused,
         "endpoints": rt.endpoints,
+        "buffered": rt.buffered,
         "bundles_sent": rt.bundles_sent,
         "datagrams_packed": rt.datagrams_packed,
         "segmented_sends": rt.segmented_sends,

@@ -254,6 +254,7 @@ fn member_serves_prometheus_metrics_and_prints_stats() {
         "motet_views_installed_total 1",
         "motet_drops_total{reason=\"Malformed\"}",
         "motet_bypass_hits_total",
+        "motet_buffered_messages 0",
     ] {
         assert!(response.contains(needle), "missing {needle} in {response}");
     }
@@ -265,7 +266,10 @@ fn member_serves_prometheus_metrics_and_prints_stats() {
         assert!(stdout.read_line(&mut line).unwrap() > 0 && std::time::Instant::now() < deadline);
         if line.contains("\"type\":\"stats\"") {
             assert!(
-                line.contains("\"counters\"") && line.contains("\"drops\"") && line.contains("\"bypass_hits\""),
+                line.contains("\"counters\"")
+                    && line.contains("\"drops\"")
+                    && line.contains("\"bypass_hits\"")
+                    && line.contains("\"buffered\""),
                 "{line}"
             );
             break;

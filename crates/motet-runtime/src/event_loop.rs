@@ -93,6 +93,9 @@ pub struct RuntimeStats {
     pub actions_refused: u64,
     /// Endpoints joined and not yet exited (a gauge).
     pub endpoints: u64,
+    /// Messages the endpoints' stacks hold for retransmission (a gauge, [`EventLoop::buffered`]
+    /// summed): back to 0 once a quiet group is stable.
+    pub buffered: u64,
     /// Bundles sent (each carries two or more datagrams, counted in `datagrams_packed`).
     pub bundles_sent: u64,
     /// Datagrams sent inside bundles.
@@ -674,6 +677,7 @@ impl EventLoop {
             connected_fallbacks: fallbacks,
             receive_offload: self.io.offload_on(),
             endpoints: self.members.len() as u64,
+            buffered: self.members.keys().map(|&e| self.buffered(e) as u64).sum(),
             ..self.stats.clone()
         }
     }

@@ -83,6 +83,11 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
     );
     let _ = writeln!(
         out,
+        "# HELP motet_buffered_messages messages held for retransmission until stable or acknowledged\n# TYPE motet_buffered_messages gauge\nmotet_buffered_messages {}",
+        runtime.buffered
+    );
+    let _ = writeln!(
+        out,
         "# HELP motet_protocol_events_total protocol activity by kind\n# TYPE motet_protocol_events_total counter"
     );
     for &c in Counter::ALL {

@@ -137,7 +137,9 @@ fn stability_empties_every_buffer_once_the_group_is_quiet() {
         }
     }
     until(&mut loops, "the bursts kept", &|loops| loops.iter().all(|(l, me)| l.buffered(*me) > 0));
+    assert!(loops.iter().all(|(l, _)| l.runtime_stats().buffered > 0), "the gauge counts them");
     until(&mut loops, "stability", &|loops| loops.iter().all(|(l, me)| l.buffered(*me) == 0));
+    assert!(loops.iter().all(|(l, _)| l.runtime_stats().buffered == 0));
     let gossip: u64 = loops.iter().map(|(l, _)| l.protocol_stats().counter(motet_core::Counter::Gossip)).sum();
     assert!(gossip > 0, "rows and columns went out");
 }
