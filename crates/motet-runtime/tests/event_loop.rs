@@ -4,8 +4,20 @@
 //! a spin finds nothing), waiting in the receive call, receive offload. The threaded runtime's
 //! tests are in `loopback.rs` and `backpressure.rs`.
 
-use motet_runtime::{EndpointId, Event, GroupConfig, Runtime, RuntimeConfig};
+use motet_runtime::{EndpointId, Event, EventLoop, GroupConfig, Runtime, RuntimeConfig};
 use std::time::{Duration, Instant};
+
+/// `n` event loops on loopback, each joined to `group` with the earlier ones as its seeds.
+fn joined(n: usize, config: impl Fn() -> RuntimeConfig, group: &str) -> Vec<(EventLoop, EndpointId)> {
+    let mut loops: Vec<(EventLoop, EndpointId)> = Vec::new();
+    for _ in 0..n {
+        let mut event_loop = EventLoop::new(config()).unwrap();
+        let peers: Vec<String> = loops.iter().map(|(l, _)| l.local_addr().to_string()).collect();
+        let me = event_loop.join(&GroupConfig::new(group).peers(peers)).unwrap();
+        loops.push((event_loop, me));
+    }
+    loops
+}
 
 #[test]
 fn an_idle_loop_sleeps_instead_of_spinning() {
@@ -28,15 +40,8 @@ fn an_idle_loop_sleeps_instead_of_spinning() {
 /// yielded their CPU after empty spins.
 #[test]
 fn event_loops_busy_polling_or_waiting_in_the_receive_call_deliver_everything() {
-    use motet_runtime::EventLoop;
     for busy_poll in [true, false] {
-        let mut loops: Vec<(EventLoop, EndpointId)> = Vec::new();
-        for _ in 0..2 {
-            let mut event_loop = EventLoop::new(RuntimeConfig::default().busy_poll(busy_poll)).unwrap();
-            let peers: Vec<String> = loops.iter().map(|(l, _)| l.local_addr().to_string()).collect();
-            let me = event_loop.join(&GroupConfig::new("direct").peers(peers)).unwrap();
-            loops.push((event_loop, me));
-        }
+        let mut loops = joined(2, || RuntimeConfig::default().busy_poll(busy_poll), "direct");
         // Turns, alternating, until `done` says so (bounded by the clock). A turn of a loop that
         // is not busy-polling may wait in the receive call (up to the 20 ms bound, less the
         // kernel's overshoot) for what the other loop has not sent yet.
@@ -105,15 +110,8 @@ fn event_loops_busy_polling_or_waiting_in_the_receive_call_deliver_everything() 
 /// them: a row that never reached the coordinator left every buffer full for good.
 #[test]
 fn stability_empties_every_buffer_once_the_group_is_quiet() {
-    use motet_runtime::EventLoop;
     type Loops = [(EventLoop, EndpointId)];
-    let mut loops: Vec<(EventLoop, EndpointId)> = Vec::new();
-    for _ in 0..3 {
-        let mut event_loop = EventLoop::new(RuntimeConfig::default()).unwrap();
-        let peers: Vec<String> = loops.iter().map(|(l, _)| l.local_addr().to_string()).collect();
-        let me = event_loop.join(&GroupConfig::new("stable").peers(peers)).unwrap();
-        loops.push((event_loop, me));
-    }
+    let mut loops = joined(3, RuntimeConfig::default, "stable");
     let until = |loops: &mut Loops, what: &str, done: &dyn Fn(&Loops) -> bool| {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !done(loops) {
@@ -136,7 +134,7 @@ fn stability_empties_every_buffer_once_the_group_is_quiet() {
             event_loop.cast(*me, k.to_le_bytes().to_vec().into()).unwrap();
         }
     }
-    until(&mut loops, "the bursts kept", &|loops| loops.iter().all(|(l, me)| l.buffered(*me) > 0));
+    assert!(loops.iter().all(|(l, me)| l.buffered(*me) > 0), "the bursts are kept");
     assert!(loops.iter().all(|(l, _)| l.runtime_stats().buffered > 0), "the gauge counts them");
     until(&mut loops, "stability", &|loops| loops.iter().all(|(l, me)| l.buffered(*me) == 0));
     assert!(loops.iter().all(|(l, _)| l.runtime_stats().buffered == 0));
@@ -151,14 +149,7 @@ fn stability_empties_every_buffer_once_the_group_is_quiet() {
 /// formed a view (found by `perf throughput`'s raw blocks, whose processes poll so).
 #[test]
 fn event_loops_polled_only_without_waiting_still_receive() {
-    use motet_runtime::EventLoop;
-    let mut loops: Vec<(EventLoop, EndpointId)> = Vec::new();
-    for _ in 0..2 {
-        let mut event_loop = EventLoop::new(RuntimeConfig::default()).unwrap();
-        let peers: Vec<String> = loops.iter().map(|(l, _)| l.local_addr().to_string()).collect();
-        let me = event_loop.join(&GroupConfig::new("zero-timeouts").peers(peers)).unwrap();
-        loops.push((event_loop, me));
-    }
+    let mut loops = joined(2, RuntimeConfig::default, "zero-timeouts");
     let mut got = [0usize; 2];
     let mut cast = false;
     let deadline = Instant::now() + Duration::from_secs(20);

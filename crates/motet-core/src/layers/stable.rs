@@ -97,7 +97,7 @@ pub struct Stable {
     /// The last stability told to the layers below: our columns while we coordinate, else the
     /// coordinator's last cast.
     announced: Stability,
-    /// Our row grew since we last sent it (or the coordinator changed): send it.
+    /// Our row grew since we last sent it: send it (with the next counts from `mnak`).
     dirty: bool,
     /// Coordinator: the members whose rows arrived since our last cast.
     heard: RankSet,
@@ -447,8 +447,16 @@ mod tests {
             .collect()
     }
 
-    fn columns(stable: Vec<u64>, max: Vec<u64>) -> Msg {
-        Msg::default().with(Header::Columns(Arc::new(Columns { seq: 1, stable, max, failed: Vec::new() })))
+    /// A member of rank `rank` in `view`, in its harness.
+    fn at(view: &ViewState, rank: Rank) -> Harness<Stable> {
+        Harness::new(Stable::new(&Config::default(), view, rank), rank)
+    }
+
+    /// `origin`'s cast of its columns (`seq`, no member counted failed unless `failed`), as it
+    /// arrives.
+    fn columns_from(origin: Rank, seq: u64, stable: Vec<u64>, max: Vec<u64>, failed: Vec<u64>) -> Up {
+        let columns = Columns { seq, stable, max, failed };
+        Up::Cast { origin, msg: Msg::default().with(Header::Columns(Arc::new(columns))), qos: Qos::Unreliable }
     }
 
     fn casts(out: &[Out]) -> Vec<Columns> {
@@ -481,7 +489,7 @@ mod tests {
             ops in proptest::collection::vec((0u8..6, 0usize..5, proptest::collection::vec(0u64..6, 5)), 1..60)
         ) {
             let view = crate::testing::view(5);
-            let mut h = Harness::new(Stable::new(&Config::default(), &view, 0), 0);
+            let mut h = at(&view, 0);
             let mut counts = [0u64; 5];
             for (kind, member, values) in ops {
                 let before = h.layer.columns.clone();
@@ -515,8 +523,8 @@ mod tests {
     #[test]
     fn rows_go_to_the_coordinator_and_its_columns_come_back() {
         let view = crate::testing::view(3);
-        let mut coordinator = Harness::new(Stable::new(&Config::default(), &view, 0), 0);
-        let mut member = Harness::new(Stable::new(&Config::default(), &view, 1), 1);
+        let mut coordinator = at(&view, 0);
+        let mut member = at(&view, 1);
 
         // A member's own counts go to rank 0, and nowhere else.
         let out = member.up(Up::NumCasts(Arc::from(vec![2, 1, 0])));
@@ -536,9 +544,9 @@ mod tests {
         assert_eq!(casts(&out), vec![Columns { seq: 1, stable: vec![2, 1, 0], max: vec![2, 1, 0], failed: vec![] }]);
 
         // The member announces the cast columns, once.
-        let out = member.up(Up::Cast { origin: 0, msg: columns(vec![2, 1, 0], vec![2, 1, 0]), qos: Qos::Unreliable });
+        let out = member.up(columns_from(0, 1, vec![2, 1, 0], vec![2, 1, 0], vec![]));
         assert_eq!(announced(&out), vec![stable]);
-        let out = member.up(Up::Cast { origin: 0, msg: columns(vec![2, 1, 0], vec![2, 1, 0]), qos: Qos::Unreliable });
+        let out = member.up(columns_from(0, 1, vec![2, 1, 0], vec![2, 1, 0], vec![]));
         assert!(out.is_empty(), "{out:?}");
 
         // Everything stable, nothing new: at the next sweeps, silence everywhere.
@@ -555,8 +563,8 @@ mod tests {
     #[test]
     fn a_lost_cast_is_asked_for_again_and_cast_again() {
         let view = crate::testing::view(3);
-        let mut coordinator = Harness::new(Stable::new(&Config::default(), &view, 0), 0);
-        let mut member = Harness::new(Stable::new(&Config::default(), &view, 1), 1);
+        let mut coordinator = at(&view, 0);
+        let mut member = at(&view, 1);
         coordinator.up(Up::NumCasts(Arc::from(vec![1, 0, 0])));
         coordinator.up(row(1, vec![1, 0, 0]));
         let out = coordinator.up(row(2, vec![1, 0, 0]));
@@ -582,8 +590,8 @@ mod tests {
     #[test]
     fn the_next_rank_takes_over_when_the_coordinator_fails() {
         let view = crate::testing::view(3);
-        let mut next = Harness::new(Stable::new(&Config::default(), &view, 1), 1);
-        let mut member = Harness::new(Stable::new(&Config::default(), &view, 2), 2);
+        let mut next = at(&view, 1);
+        let mut member = at(&view, 2);
         member.up(Up::NumCasts(Arc::from(vec![3, 2, 1])));
         let out = member.dn(Dn::Fail([0].into_iter().collect()));
         assert_eq!(rows_sent(&out, &view), vec![(1, vec![3, 2, 1])], "{out:?}");
@@ -592,7 +600,7 @@ mod tests {
         let out = next.up(row(2, vec![3, 2, 1]));
         assert_eq!(casts(&out), vec![Columns { seq: 1, stable: vec![3, 1, 1], max: vec![3, 2, 1], failed: vec![0] }]);
         // A cast from the old coordinator, still on its way, does not undo ours.
-        let out = next.up(Up::Cast { origin: 0, msg: columns(vec![0, 0, 0], vec![9, 9, 9]), qos: Qos::Unreliable });
+        let out = next.up(columns_from(0, 1, vec![0, 0, 0], vec![9, 9, 9], vec![]));
         assert!(out.is_empty(), "{out:?}");
     }
 
@@ -604,12 +612,11 @@ mod tests {
     #[test]
     fn columns_that_leave_out_a_member_we_count_live_are_not_taken() {
         let view = crate::testing::view(4);
-        let mut member = Harness::new(Stable::new(&Config::default(), &view, 3), 3);
+        let mut member = at(&view, 3);
         let seq = std::cell::Cell::new(0);
         let theirs = |failed: Vec<u64>| {
             seq.set(seq.get() + 1);
-            let columns = Columns { seq: seq.get(), stable: vec![5; 4], max: vec![5; 4], failed };
-            Up::Cast { origin: 0, msg: Msg::default().with(Header::Columns(Arc::new(columns))), qos: Qos::Unreliable }
+            columns_from(0, seq.get(), vec![5; 4], vec![5; 4], failed)
         };
         // Rank 2 is live as far as we know: only the maximum is taken (it reveals lost tails).
         let zero = vec![0; 4];
@@ -617,7 +624,7 @@ mod tests {
         member.dn(Dn::Fail([2].into_iter().collect()));
         let all = Stability { stable: vec![5; 4], max: vec![5; 4] };
         assert_eq!(announced(&member.up(theirs(vec![2]))), vec![all], "now we count it failed too");
-        let mut other = Harness::new(Stable::new(&Config::default(), &view, 3), 3);
+        let mut other = at(&view, 3);
         assert_eq!(
             announced(&other.up(theirs(vec![1 << 40]))),
             vec![Stability { stable: zero, max: vec![5; 4] }],
@@ -631,12 +638,9 @@ mod tests {
     #[test]
     fn old_casts_our_own_row_and_failed_members_rows() {
         let view = crate::testing::view(3);
-        let mut member = Harness::new(Stable::new(&Config::default(), &view, 2), 2);
+        let mut member = at(&view, 2);
         member.up(Up::NumCasts(Arc::from(vec![4, 0, 7])));
-        let cast = |seq, max: Vec<u64>| {
-            let columns = Columns { seq, stable: vec![4, 0, 0], max, failed: vec![] };
-            Up::Cast { origin: 0, msg: Msg::default().with(Header::Columns(Arc::new(columns))), qos: Qos::Unreliable }
-        };
+        let cast = |seq, max: Vec<u64>| columns_from(0, seq, vec![4, 0, 0], max, vec![]);
         // Our own row is ahead of the coordinator's maximum for our own casts: ours is announced.
         let out = member.up(cast(2, vec![6, 0, 5]));
         assert_eq!(announced(&out), vec![Stability { stable: vec![4, 0, 0], max: vec![6, 0, 7] }]);
@@ -645,7 +649,7 @@ mod tests {
         // A duplicate of the last: nothing either.
         assert!(member.up(cast(2, vec![6, 0, 5])).is_empty());
 
-        let mut coordinator = Harness::new(Stable::new(&Config::default(), &view, 0), 0);
+        let mut coordinator = at(&view, 0);
         coordinator.dn(Dn::Fail([2].into_iter().collect()));
         coordinator.up(Up::NumCasts(Arc::from(vec![1, 0, 0])));
         let out = coordinator.up(row(2, vec![1, 0, 0]));
@@ -659,7 +663,7 @@ mod tests {
     #[test]
     fn stability_is_the_minimum_over_live_members() {
         let view = crate::testing::view(3);
-        let mut h = Harness::new(Stable::new(&Config::default(), &view, 0), 0);
+        let mut h = at(&view, 0);
         h.up(Up::NumCasts(Arc::from(vec![2, 1, 0])));
         h.up(row(1, vec![2, 1, 0]));
         assert_eq!(h.layer.columns.stable, vec![0, 0, 0], "rank 2 has not reported");
@@ -667,7 +671,7 @@ mod tests {
         assert_eq!(h.layer.columns.stable, vec![2, 1, 0]);
         assert!(!announced(&out).is_empty() && !casts(&out).is_empty(), "{out:?}");
         h.up(row(1, vec![1]));
-        h.up(Up::Cast { origin: 1, msg: columns(vec![1], vec![]), qos: Qos::Unreliable });
+        h.up(columns_from(1, 1, vec![1], vec![], vec![]));
         assert_eq!(h.stats.drops(DropReason::Gossip), 2);
     }
 }
