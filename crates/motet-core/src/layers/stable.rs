@@ -80,7 +80,10 @@ pub struct Stable {
     addresses: Vec<Address>,
     failed: RankSet,
     /// `rows[member][origin]`: casts of `origin` that `member` has received, as far as we know
-    /// (our own row always; the others' as the coordinator hears them).
+    /// (our own row always; the others' as the coordinator hears them). Another member's row is
+    /// empty, and reads as zeros ([`entry`]), until a row of its arrives: only a coordinator (or a
+    /// member some other member takes for one) holds the n × n matrix, the others O(n) (at 64
+    /// members, about 33 KB less per stack).
     rows: Vec<Vec<u64>>,
     /// The live rows' column minimum and maximum, kept up to date as rows grow: what this member
     /// announces and casts while it is the coordinator.
@@ -119,7 +122,7 @@ impl Stable {
             view_id: view.view_id,
             addresses: view.addresses.clone(),
             failed: RankSet::new(),
-            rows: vec![vec![0; n]; n],
+            rows: (0..n).map(|r| if r == usize::from(rank) { vec![0; n] } else { Vec::new() }).collect(),
             columns: zero.clone(),
             at_min: vec![n as u32; n],
             cast_seq: 0,
@@ -139,14 +142,14 @@ impl Stable {
     /// The column minimum and maximum over live members, computed afresh.
     fn recompute(&self) -> Stability {
         let n = self.rows.len();
-        let stable = (0..n).map(|o| self.live().map(|row| row[o]).min().unwrap_or(0)).collect();
-        let max = (0..n).map(|o| self.live().map(|row| row[o]).max().unwrap_or(0)).collect();
+        let stable = (0..n).map(|o| self.live().map(|row| entry(row, o)).min().unwrap_or(0)).collect();
+        let max = (0..n).map(|o| self.live().map(|row| entry(row, o)).max().unwrap_or(0)).collect();
         Stability { stable, max }
     }
 
     /// Per column, the live rows at `stable`'s value.
     fn count_at_min(&self, stable: &[u64]) -> Vec<u32> {
-        (0..self.rows.len()).map(|o| self.live().filter(|row| row[o] == stable[o]).count() as u32).collect()
+        (0..self.rows.len()).map(|o| self.live().filter(|row| entry(row, o) == stable[o]).count() as u32).collect()
     }
 
     /// Recomputes every column (a failure changes which rows count). True if they moved.
@@ -178,12 +181,17 @@ impl Stable {
     fn merge(&mut self, member: Rank, counts: &[u64]) -> (bool, bool) {
         let live = !self.failed.contains(member);
         let (mut grew, mut moved) = (false, false);
+        let n = self.rows.len();
         for (o, &count) in counts.iter().enumerate() {
-            let old = self.rows[usize::from(member)][o];
+            let row = &mut self.rows[usize::from(member)];
+            let old = entry(row, o);
             if count <= old {
                 continue;
             }
-            self.rows[usize::from(member)][o] = count;
+            if row.is_empty() {
+                row.resize(n, 0); // its first row that says anything
+            }
+            row[o] = count;
             grew = true;
             if !live {
                 continue;
@@ -195,8 +203,8 @@ impl Stable {
             if old == self.columns.stable[o] {
                 self.at_min[o] -= 1;
                 if self.at_min[o] == 0 {
-                    let min = self.live().map(|row| row[o]).min().unwrap_or(0);
-                    self.at_min[o] = self.live().filter(|row| row[o] == min).count() as u32;
+                    let min = self.live().map(|row| entry(row, o)).min().unwrap_or(0);
+                    self.at_min[o] = self.live().filter(|row| entry(row, o) == min).count() as u32;
                     self.columns.stable[o] = min;
                     moved = true;
                 }
@@ -411,11 +419,17 @@ impl Layer for Stable {
 
     fn check_invariants(&self) {
         let n = self.rows.len();
-        assert!(self.rows.iter().all(|row| row.len() == n));
+        assert!(self.rows.iter().all(|row| row.len() == n || row.is_empty()));
+        assert_eq!(self.rows[usize::from(self.rank)].len(), n, "our own row is always there");
         assert!(self.columns.stable.iter().zip(&self.columns.max).all(|(s, m)| s <= m));
         assert_eq!(self.columns, self.recompute(), "the columns are the live rows' minimum and maximum");
         assert_eq!(self.at_min, self.count_at_min(&self.columns.stable), "the live rows at each minimum");
     }
+}
+
+/// Entry `o` of a row: an empty row (no row of that member has arrived) reads as zeros.
+fn entry(row: &[u64], o: usize) -> u64 {
+    row.get(o).copied().unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -556,6 +570,27 @@ mod tests {
             let out = h.up(Up::NumCasts(Arc::from(vec![2, 1, 0])));
             assert!(out.is_empty(), "{out:?}");
         }
+    }
+
+    /// Only whoever receives rows holds them: a member keeps its own row and nobody else's (O(n)
+    /// per stack), a coordinator each member's once it has arrived; and a row that says nothing
+    /// (all zeros) takes no room either.
+    #[test]
+    fn only_a_coordinator_holds_the_others_rows() {
+        let view = crate::testing::view(4);
+        let mut coordinator = at(&view, 0);
+        let mut member = at(&view, 2);
+        let held = |h: &Harness<Stable>| h.layer.rows.iter().map(|row| !row.is_empty()).collect::<Vec<_>>();
+        for h in [&mut coordinator, &mut member] {
+            h.up(Up::NumCasts(Arc::from(vec![1, 1, 1, 1])));
+        }
+        member.up(columns_from(0, 1, vec![0; 4], vec![1; 4], vec![]));
+        assert_eq!(held(&member), [false, false, true, false]);
+        coordinator.up(row(3, vec![0; 4]));
+        coordinator.up(row(2, vec![1, 1, 1, 1]));
+        assert_eq!(held(&coordinator), [true, false, true, false]);
+        // An empty row reads as zeros: rank 1 and 3 hold the minimum at 0.
+        assert_eq!(coordinator.layer.columns, Stability { stable: vec![0; 4], max: vec![1; 4] });
     }
 
     /// Losses repair themselves: a member that has not heard that everything is stable sends its
