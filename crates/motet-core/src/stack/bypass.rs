@@ -118,6 +118,8 @@ thread_local! {
     /// Loop-back branches the fused trace going down ran by `appl`'s type (a test sees the path
     /// it checks was taken).
     static APPL_BRANCHES: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// Compilations of the traces (a test sees when they happen).
+    static COMPILES: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// The layers of `mask`, top down.
@@ -201,6 +203,8 @@ impl Stack {
     #[cold]
     #[inline(never)]
     pub(super) fn compile(&mut self) {
+        #[cfg(test)]
+        COMPILES.with(|n| n.set(n.get() + 1));
         let before = self.plans;
         for trace in Trace::ALL {
             let Some(template) = &self.templates[usize::from(!trace.is_cast())] else {

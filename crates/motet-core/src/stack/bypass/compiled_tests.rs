@@ -41,6 +41,24 @@ fn vsync_compiles_each_trace_to_the_layers_with_work() {
     assert!(!names(&stack, Trace::CastDn).contains(&"bottom"));
 }
 
+/// The layers' own messages (heartbeats, stability rows and columns), which no compiled trace
+/// takes, do not compile the traces: each runs on the layered path, which makes them stale
+/// again, so a compile for each was wasted (in a large group, several per application cast).
+/// The next application message compiles them once.
+#[test]
+fn the_layers_own_messages_do_not_compile_the_traces() {
+    let mut group = Group::with_bypass(4, "vsync", Bypass::On);
+    group.act(0, Action::Cast(vec![1; 8].into())).unwrap();
+    let compiles = || COMPILES.with(std::cell::Cell::get);
+    let before = compiles();
+    // Heartbeats and a stability round, all on the layered path.
+    group.tick(crate::Duration::from_millis(200));
+    assert_eq!(compiles(), before, "nothing on a compiled trace arrived");
+    group.act(1, Action::Cast(vec![2; 8].into())).unwrap();
+    assert!(compiles() > before, "an application cast compiles the stale traces");
+    assert_eq!(group.delivered, vec![2; 4], "both casts delivered everywhere");
+}
+
 #[test]
 fn common_traces_run_compiled_and_equal_the_layered_path() {
     let mut group = Group::with_bypass(3, "vsync", Bypass::Diff);
