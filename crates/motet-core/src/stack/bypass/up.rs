@@ -87,7 +87,7 @@ impl Stack {
         // members a member receives about four such messages per cast, and compiling for each
         // cost about 6,000 instructions per cast (`bench worker bypass vsync 64 4 N`).
         let template = self.templates[usize::from(!trace.is_cast())].as_ref();
-        if !template.is_some_and(|t| msg.hdrs.compact_seqno(&t.hdrs).is_some()) {
+        if template.is_none_or(|t| msg.hdrs.compact_seqno(&t.hdrs).is_none()) {
             return None;
         }
         let plan = self.plan(trace).filter(|plan| msg.payload.len() <= plan.len_max)?;
