@@ -330,6 +330,10 @@ impl Layer for Appl {
         matches!(header, motet_wire::Header::Appl(h) if *h != Header::NoHdr)
     }
 
+    // Reads only the origin, whether a cast, and the payload: the fused trace going down runs it
+    // for the endpoint's own cast on the message as it goes down, not cut to this layer's header
+    // (`stack::bypass::fused`, `own_cast_up`). An action that read the headers would need that
+    // cut made there.
     fn fast_up_apply(&mut self, up: &fast::Up<'_>, msg: &Msg, out: &mut Outbox<'_>) {
         if up.cast && !self.delivers(up.origin) {
             return;

@@ -83,7 +83,7 @@ pub struct Stable {
     /// (our own row always; the others' as the coordinator hears them). Another member's row is
     /// empty, and reads as zeros ([`entry`]), until a row of its arrives: only a coordinator (or a
     /// member some other member takes for one) holds the n × n matrix, the others O(n) (at 64
-    /// members, about 33 KB less per stack).
+    /// members, about 32 KB less per stack).
     rows: Vec<Vec<u64>>,
     /// The live rows' column minimum and maximum, kept up to date as rows grow: what this member
     /// announces and casts while it is the coordinator.

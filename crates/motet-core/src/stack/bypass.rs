@@ -120,6 +120,8 @@ thread_local! {
     static APPL_BRANCHES: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     /// Compilations of the traces (a test sees when they happen).
     static COMPILES: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// Casts and sends from the network that the bypass left to the layered path.
+    static TO_LAYERED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// The layers of `mask`, top down.

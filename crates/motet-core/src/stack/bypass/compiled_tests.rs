@@ -50,9 +50,10 @@ fn the_layers_own_messages_do_not_compile_the_traces() {
     let mut group = Group::with_bypass(4, "vsync", Bypass::On);
     group.act(0, Action::Cast(vec![1; 8].into())).unwrap();
     let compiles = || COMPILES.with(std::cell::Cell::get);
-    let before = compiles();
+    let (before, layered) = (compiles(), TO_LAYERED.with(std::cell::Cell::get));
     // Heartbeats and a stability round, all on the layered path.
     group.tick(crate::Duration::from_millis(200));
+    assert!(TO_LAYERED.with(std::cell::Cell::get) > layered, "the layers' own casts arrived, on the layered path");
     assert_eq!(compiles(), before, "nothing on a compiled trace arrived");
     group.act(1, Action::Cast(vec![2; 8].into())).unwrap();
     assert!(compiles() > before, "an application cast compiles the stale traces");
