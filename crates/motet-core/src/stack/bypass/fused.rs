@@ -16,7 +16,7 @@
 //! refusals (anything but a plain step gives the message back untouched, for the general handler),
 //! the same actions, alarms and delayed copies. `Bypass::Diff` checks it like every other path.
 
-use super::{pop_unpredicted, span, Took};
+use super::{span, Took};
 use crate::event::{Msg, Qos};
 use crate::fast::{Down, Kept, Trace, Up};
 use crate::layer::Outbox;
@@ -30,7 +30,7 @@ use crate::stack::Transmit;
 use crate::stack::{merge_alarm, Delayed, Stack};
 use crate::time::Instant;
 use crate::{Payload, Rank};
-use motet_wire::{HeaderStack, Mux, Template};
+use motet_wire::{Header, HeaderStack, Mux, Template};
 use std::sync::Arc;
 
 /// Layers a fused trace asks at most.
@@ -95,14 +95,15 @@ struct Act<'a> {
 }
 
 impl Stack {
-    /// The stack's layers, and the context of a fused trace's actions over its other fields.
+    /// The stack's layers, the context of a fused trace's actions over its other fields, and its
+    /// templates.
     #[inline(always)]
     fn act<'a>(
         &'a mut self,
         now: Instant,
         kept: Kept,
         alarm: &'a mut Option<Instant>,
-    ) -> (&'a mut [AnyLayer], Act<'a>) {
+    ) -> (&'a mut [AnyLayer], Act<'a>, &'a [Option<crate::stack::Template>; 2]) {
         #[cfg(test)]
         let skip = super::SKIP_ACTION.with(std::cell::Cell::get);
         #[cfg(not(test))]
@@ -119,7 +120,7 @@ impl Stack {
             len: 0,
             skip,
         };
-        (&mut self.layers, act)
+        (&mut self.layers, act, &self.templates)
     }
 }
 
@@ -142,30 +143,70 @@ trait UpChain {
         at: &[u8],
         top: usize,
         up: (Rank, bool, Qos),
-        msg: &Msg,
+        hdrs: &Hdrs<'_>,
         steps: &mut [(Qos, bool)],
     ) -> bool;
 
     /// The actions from this layer on, as `act_up` runs them.
+    #[allow(clippy::too_many_arguments)]
     fn act(
         layers: &mut [AnyLayer],
         at: &[u8],
         top: usize,
         origin: (Rank, bool),
         msg: &mut Msg,
+        hdrs: &Hdrs<'_>,
         steps: &[(Qos, bool)],
         cx: &mut Act<'_>,
     );
 }
 
+/// The headers of a whole message in the compact form of its trace's template, by reference:
+/// the template's constant headers, and the sequence number's header, built once per message.
+/// The conditions and actions of a fused trace going up read their layer's header here, in place
+/// of a `HeaderStack::get` per condition (a header built, compared and dropped for the sequence
+/// number's layer) and a pop per action.
+struct Hdrs<'a> {
+    template: &'a Template,
+    seqno: Header,
+}
+
+impl<'a> Hdrs<'a> {
+    /// The headers of `hdrs`, if it is a whole message in the compact form of `template`.
+    #[inline(always)]
+    fn of(template: &'a Arc<Template>, hdrs: &HeaderStack) -> Option<Hdrs<'a>> {
+        let seqno = hdrs.compact_seqno(template)?;
+        Some(Hdrs { template, seqno: template.header(template.slot())?.with_seqno(seqno)? })
+    }
+
+    /// The header of the layer `pos` below `appl` (`appl`'s is 0).
+    #[inline(always)]
+    fn at(&self, pos: usize) -> &Header {
+        match pos == self.template.slot() {
+            true => &self.seqno,
+            false => self.template.header(pos).expect("one header per layer of the template"),
+        }
+    }
+}
+
 impl UpChain for () {
     #[inline(always)]
-    fn cond(_: &[AnyLayer], _: &[u8], _: usize, _: (Rank, bool, Qos), _: &Msg, _: &mut [(Qos, bool)]) -> bool {
+    fn cond(_: &[AnyLayer], _: &[u8], _: usize, _: (Rank, bool, Qos), _: &Hdrs<'_>, _: &mut [(Qos, bool)]) -> bool {
         true
     }
 
     #[inline(always)]
-    fn act(_: &mut [AnyLayer], _: &[u8], _: usize, _: (Rank, bool), _: &mut Msg, _: &[(Qos, bool)], _: &mut Act<'_>) {}
+    fn act(
+        _: &mut [AnyLayer],
+        _: &[u8],
+        _: usize,
+        _: (Rank, bool),
+        _: &mut Msg,
+        _: &Hdrs<'_>,
+        _: &[(Qos, bool)],
+        _: &mut Act<'_>,
+    ) {
+    }
 }
 
 impl<H: Typed, T: UpChain> UpChain for (H, T) {
@@ -175,18 +216,15 @@ impl<H: Typed, T: UpChain> UpChain for (H, T) {
         at: &[u8],
         top: usize,
         (origin, cast, qos): (Rank, bool, Qos),
-        msg: &Msg,
+        hdrs: &Hdrs<'_>,
         steps: &mut [(Qos, bool)],
     ) -> bool {
         let i = usize::from(at[0]);
-        let step = {
-            let header = msg.hdrs.get(i - top).expect("one header per layer of the template");
-            H::typed(&layers[i]).fast_up(&Up { origin, cast, qos, header: &header })
-        };
-        match step {
+        let header = hdrs.at(i - top);
+        match H::typed(&layers[i]).fast_up(&Up { origin, cast, qos, header }) {
             Some(step) if step.reply.is_none() && !step.absorb && !step.join && !step.release => {
                 steps[0] = (qos, step.keep);
-                T::cond(layers, &at[1..], top, (origin, cast, step.qos), msg, &mut steps[1..])
+                T::cond(layers, &at[1..], top, (origin, cast, step.qos), hdrs, &mut steps[1..])
             }
             _ => false,
         }
@@ -199,28 +237,28 @@ impl<H: Typed, T: UpChain> UpChain for (H, T) {
         top: usize,
         (origin, cast): (Rank, bool),
         msg: &mut Msg,
+        hdrs: &Hdrs<'_>,
         steps: &[(Qos, bool)],
         cx: &mut Act<'_>,
     ) {
         let (i, (qos, keep)) = (usize::from(at[0]), steps[0]);
         let pos = i - top;
+        // The layer's header popped, and those of the inert layers below it: in the compact
+        // form, a new length (the action sees the message as the layer's handler would).
+        msg.hdrs.truncate(pos);
         if cx.skip != Some(H::KIND) {
-            let popped = pop_unpredicted(&mut msg.hdrs, pos);
-            let header = popped.as_ref().unwrap_or_else(|| msg.hdrs.predicted(pos).expect("compact"));
-            let up = Up { origin, cast, qos, header };
+            let up = Up { origin, cast, qos, header: hdrs.at(pos) };
             H::typed_mut(&mut layers[i]).fast_up_apply(&up, msg, &mut cx.out);
             cx.alarm(i);
-        } else {
-            pop_unpredicted(&mut msg.hdrs, pos);
         }
         if keep {
-            if cx.keep_whole.is_none() && msg.hdrs.is_compact() {
-                cx.keep_whole = Some((at[0], msg.hdrs.len()));
+            if cx.keep_whole.is_none() {
+                cx.keep_whole = Some((at[0], pos));
             } else {
                 cx.delayed.push_back(Delayed { layer: at[0], kept: cx.kept, now: cx.now, msg: msg.clone() });
             }
         }
-        T::act(layers, &at[1..], top, (origin, cast), msg, &steps[1..], cx);
+        T::act(layers, &at[1..], top, (origin, cast), msg, hdrs, &steps[1..], cx);
     }
 }
 
@@ -236,12 +274,19 @@ fn fused_up<C: UpChain>(
 ) -> Result<Took, Msg> {
     let top = stack.appl;
     let mut steps = [(Qos::Reliable, false); FUSED_MAX];
-    if !C::cond(&stack.layers, at, top, (origin, cast, qos), &msg, &mut steps) {
+    let mut alarm = None;
+    // The actions' context first (it changes nothing), so that the headers can be borrowed from
+    // the template for both phases.
+    let (layers, mut cx, templates) = stack.act(now, Kept { trace: Trace::up(cast), peer: origin }, &mut alarm);
+    // Both callers hand over a whole message in the compact form of the trace's template (rebuilt
+    // from a compressed datagram, or checked by `Stack::compiled_up`).
+    let Some(hdrs) = templates[usize::from(!cast)].as_ref().and_then(|t| Hdrs::of(&t.hdrs, &msg.hdrs)) else {
+        return Err(msg);
+    };
+    if !C::cond(layers, at, top, (origin, cast, qos), &hdrs, &mut steps) {
         return Err(msg);
     }
-    let mut alarm = None;
-    let (layers, mut cx) = stack.act(now, Kept { trace: Trace::up(cast), peer: origin }, &mut alarm);
-    C::act(layers, at, top, (origin, cast), &mut msg, &steps, &mut cx);
+    C::act(layers, at, top, (origin, cast), &mut msg, &hdrs, &steps, &mut cx);
     debug_assert!(cx.out.events.is_empty(), "a fast-path action emitted events");
     if let Some((layer, len)) = cx.keep_whole {
         let regrown = msg.hdrs.regrow(len);
@@ -390,7 +435,7 @@ fn fused_dn<C: DnChain>(
     }
     let mut alarm = None;
     let kept = Kept { trace: Trace::down(dest), peer: dest.unwrap_or(stack.rank) };
-    let (layers, mut cx) = stack.act(now, kept, &mut alarm);
+    let (layers, mut cx, _) = stack.act(now, kept, &mut alarm);
     (cx.dest, cx.len) = (dest, len);
     C::act(layers, at, &msg, &steps, &mut cx);
     debug_assert!(cx.out.events.is_empty(), "a fast-path action emitted events");
