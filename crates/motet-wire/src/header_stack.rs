@@ -204,6 +204,32 @@ impl HeaderStack {
         self.push_full(header);
     }
 
+    /// Pushes `header` if it costs nothing: the stack is in the compact form and its template
+    /// predicts `header` at this depth (the sequence number's header with a number the compact
+    /// form holds). False, and nothing pushed, otherwise. For the fused traces, which build the
+    /// header they push in place and then drop it where its variant is known (no call to drop a
+    /// [`Header`] in general).
+    #[inline(always)]
+    pub fn push_predicted(&mut self, header: &Header) -> bool {
+        let Repr::Compact { template, packed } = &mut self.0 else { return false };
+        let at = (*packed & 0xff) as usize;
+        if at >= template.len() {
+            return false;
+        }
+        if at != template.slot {
+            if template.hdrs[at] == *header {
+                *packed += 1;
+                return true;
+            }
+        } else if let Some(seqno) = header.seqno().filter(|&s| s <= SEQNO_COMPACT_MAX) {
+            if template.hdrs[at].same_but_seqno(header) {
+                *packed = seqno << 8 | (at as u64 + 1);
+                return true;
+            }
+        }
+        false
+    }
+
     /// [`HeaderStack::push`] off the common path: in the full form, reformatting a compact stack
     /// first. Out of line, so that the common path inlined into its callers stays small.
     #[cold]
@@ -399,6 +425,22 @@ mod tests {
             Header::Mnak(mnak::Header::Data { seqno }),
             Header::Bottom(bottom::Header::NoHdr),
         ]
+    }
+
+    #[test]
+    fn push_predicted_takes_only_what_the_template_predicts() {
+        let t = template();
+        let mut s = HeaderStack::compact(&t);
+        assert!(!s.push_predicted(&Header::Bottom(bottom::Header::NoHdr)), "not the first header");
+        assert!(s.is_empty() && s.is_compact());
+        assert!(s.push_predicted(&Header::Appl(appl::Header::Data)));
+        assert!(s.push_predicted(&Header::Mnak(mnak::Header::Data { seqno: 9 })));
+        assert!(s.push_predicted(&Header::Bottom(bottom::Header::NoHdr)));
+        assert!(!s.push_predicted(&Header::Bottom(bottom::Header::NoHdr)), "past the template");
+        assert_eq!(s, full(9));
+        let mut f = HeaderStack::from(Vec::new());
+        assert!(!f.push_predicted(&Header::Appl(appl::Header::Data)), "the full form takes pushes");
+        assert!(f.is_empty());
     }
 
     #[test]

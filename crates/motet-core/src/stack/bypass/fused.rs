@@ -350,7 +350,9 @@ impl<H: Typed, T: DnChain> DnChain for (H, T) {
         match H::typed(&layers[i]).fast_dn(&down) {
             Some(step) if !step.loopback && step.parts <= 1 => {
                 steps[0] = (down.qos, msg.hdrs.len() as u8, step.keep);
-                msg.push(step.header);
+                if !msg.hdrs.push_predicted(&step.header) {
+                    msg.push(step.header);
+                }
                 T::cond(layers, &at[1..], top, template, Down { qos: step.qos, ..down }, msg, &mut steps[1..])
             }
             _ => false,
