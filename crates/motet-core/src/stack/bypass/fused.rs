@@ -221,7 +221,9 @@ impl<H: Typed, T: UpChain> UpChain for (H, T) {
     ) -> bool {
         let i = usize::from(at[0]);
         let header = hdrs.at(i - top);
-        match H::typed(&layers[i]).fast_up(&Up { origin, cast, qos, header }) {
+        // The step by reference: moving it out (it has room for a reply's header) was a copy of
+        // 64 bytes per layer.
+        match &H::typed(&layers[i]).fast_up(&Up { origin, cast, qos, header }) {
             Some(step) if step.reply.is_none() && !step.absorb && !step.join && !step.release => {
                 steps[0] = (qos, step.keep);
                 T::cond(layers, &at[1..], top, (origin, cast, step.qos), hdrs, &mut steps[1..])
@@ -347,11 +349,13 @@ impl<H: Typed, T: DnChain> DnChain for (H, T) {
     ) -> bool {
         let i = usize::from(at[0]);
         msg.hdrs.push_template(template, i - top);
-        match H::typed(&layers[i]).fast_dn(&down) {
+        // The step by reference, as going up; a header the template does not predict (rare)
+        // is copied into the full form.
+        match &H::typed(&layers[i]).fast_dn(&down) {
             Some(step) if !step.loopback && step.parts <= 1 => {
                 steps[0] = (down.qos, msg.hdrs.len() as u8, step.keep);
                 if !msg.hdrs.push_predicted(&step.header) {
-                    msg.push(step.header);
+                    msg.push(step.header.clone());
                 }
                 T::cond(layers, &at[1..], top, template, Down { qos: step.qos, ..down }, msg, &mut steps[1..])
             }
@@ -414,8 +418,8 @@ fn fused_dn<C: DnChain>(
             if !crate::layer::Layer::fast_loopback_inert(appl) {
                 let header = msg.hdrs.get(0).expect("appl's header, first");
                 let up = Up { origin: stack.rank, cast: true, qos: Qos::Reliable, header: &header };
-                match crate::layer::Layer::fast_up(appl, &up) {
-                    Some(step) if step == crate::fast::UpStep::to(Qos::Reliable) => own = Some(header),
+                match &crate::layer::Layer::fast_up(appl, &up) {
+                    Some(step) if *step == crate::fast::UpStep::to(Qos::Reliable) => own = Some(header),
                     _ => return Err(msg.payload),
                 }
             }
