@@ -32,7 +32,7 @@ use crate::fast::{Down, Kept, Trace};
 use crate::layer::Outbox;
 use crate::time::Instant;
 use crate::Rank;
-use motet_wire::{Header, HeaderStack};
+use motet_wire::{Header, HeaderStack, Template};
 use smallvec::SmallVec;
 use std::sync::Arc;
 
@@ -158,6 +158,35 @@ fn pop_unpredicted(hdrs: &mut HeaderStack, at: usize) -> Option<Header> {
     } else {
         hdrs.truncate(at + 1);
         Some(hdrs.pop().expect("one header per layer, checked"))
+    }
+}
+
+/// The headers of a whole message in the compact form of its trace's template, by reference:
+/// the template's constant headers, and the sequence number's header, built once per message.
+/// The conditions and actions of a fused or express trace going up read their layer's header
+/// here, in place of a `HeaderStack::get` per condition (a header built, compared and dropped for
+/// the sequence number's layer) and a pop per action: 120 instructions per cast on `vsync`'s
+/// fused trace, 180 on `causal`'s express one (`bench worker bypass STACK 2 4 N`).
+pub(super) struct Hdrs<'a> {
+    template: &'a Template,
+    seqno: Header,
+}
+
+impl<'a> Hdrs<'a> {
+    /// The headers of `hdrs`, if it is a whole message in the compact form of `template`.
+    #[inline(always)]
+    pub(super) fn of(template: &'a Arc<Template>, hdrs: &HeaderStack) -> Option<Hdrs<'a>> {
+        let seqno = hdrs.compact_seqno(template)?;
+        Some(Hdrs { template, seqno: template.header(template.slot())?.with_seqno(seqno)? })
+    }
+
+    /// The header of the layer `pos` below `appl` (`appl`'s is 0).
+    #[inline(always)]
+    pub(super) fn at(&self, pos: usize) -> &Header {
+        match pos == self.template.slot() {
+            true => &self.seqno,
+            false => self.template.header(pos).expect("one header per layer of the template"),
+        }
     }
 }
 

@@ -13,7 +13,7 @@
 //! the same delayed copies, as the general handler would: `Bypass::Diff` checks the two against the
 //! layered path on every input like any other bypass.
 
-use super::{bottom_up, pop_unpredicted, Took};
+use super::{bottom_up, Hdrs, Took};
 use crate::event::{Msg, Qos};
 use crate::fast::{Kept, Trace, Up};
 use crate::stack::{merge_alarm, Delayed, Stack};
@@ -54,15 +54,18 @@ impl Stack {
         let mut asked = [NOBODY; EXPRESS_MAX];
         let mut n = 0;
         let mut q = qos;
+        // The caller hands over a whole message in the compact form of the trace's template:
+        // each layer's header by reference, as the fused traces read them.
+        let Some(hdrs) = self.templates[usize::from(!cast)].as_ref().and_then(|t| Hdrs::of(&t.hdrs, &msg.hdrs)) else {
+            return Err(msg);
+        };
         for i in bottom_up(active) {
             if n == EXPRESS_MAX {
                 return Err(msg);
             }
-            let step = {
-                let header = msg.hdrs.get(i - top).expect("one header per layer of the template");
-                self.layers[i].fast_up(&Up { origin, cast, qos: q, header: &header })
-            };
-            match step {
+            let step = self.layers[i].fast_up(&Up { origin, cast, qos: q, header: hdrs.at(i - top) });
+            // The step by reference (see `fused`: moving it out copies its room for a header).
+            match &step {
                 Some(step) if step.reply.is_none() && !step.absorb && !step.join && !step.release => {
                     asked[n] = Asked { layer: i as u8, qos: q, keep: step.keep };
                     n += 1;
@@ -80,8 +83,10 @@ impl Stack {
             let mut out = outbox!(self, now, &mut alarm);
             for a in &asked[..n] {
                 let (i, at) = (usize::from(a.layer), usize::from(a.layer) - top);
-                let popped = pop_unpredicted(&mut msg.hdrs, at);
-                let header = popped.as_ref().unwrap_or_else(|| msg.hdrs.predicted(at).expect("compact"));
+                // The layer's header popped, and those of the inert layers below it (in the
+                // compact form, a new length).
+                msg.hdrs.truncate(at);
+                let header = hdrs.at(at);
                 #[cfg(test)]
                 let skip = super::SKIP_ACTION.with(std::cell::Cell::get) == Some(self.view.stack.layers()[i]);
                 #[cfg(not(test))]
@@ -94,8 +99,8 @@ impl Stack {
                     }
                 }
                 if a.keep {
-                    if keep_whole.is_none() && msg.hdrs.is_compact() {
-                        keep_whole = Some((a.layer, msg.hdrs.len()));
+                    if keep_whole.is_none() {
+                        keep_whole = Some((a.layer, at));
                     } else {
                         self.delayed.push_back(Delayed { layer: a.layer, kept, now, msg: msg.clone() });
                     }

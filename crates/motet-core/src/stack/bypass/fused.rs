@@ -16,7 +16,7 @@
 //! refusals (anything but a plain step gives the message back untouched, for the general handler),
 //! the same actions, alarms and delayed copies. `Bypass::Diff` checks it like every other path.
 
-use super::{span, Took};
+use super::{span, Hdrs, Took};
 use crate::event::{Msg, Qos};
 use crate::fast::{Down, Kept, Trace, Up};
 use crate::layer::Outbox;
@@ -30,7 +30,7 @@ use crate::stack::Transmit;
 use crate::stack::{merge_alarm, Delayed, Stack};
 use crate::time::Instant;
 use crate::{Payload, Rank};
-use motet_wire::{Header, HeaderStack, Mux, Template};
+use motet_wire::{HeaderStack, Mux, Template};
 use std::sync::Arc;
 
 /// Layers a fused trace asks at most.
@@ -159,34 +159,6 @@ trait UpChain {
         steps: &[(Qos, bool)],
         cx: &mut Act<'_>,
     );
-}
-
-/// The headers of a whole message in the compact form of its trace's template, by reference:
-/// the template's constant headers, and the sequence number's header, built once per message.
-/// The conditions and actions of a fused trace going up read their layer's header here, in place
-/// of a `HeaderStack::get` per condition (a header built, compared and dropped for the sequence
-/// number's layer) and a pop per action.
-struct Hdrs<'a> {
-    template: &'a Template,
-    seqno: Header,
-}
-
-impl<'a> Hdrs<'a> {
-    /// The headers of `hdrs`, if it is a whole message in the compact form of `template`.
-    #[inline(always)]
-    fn of(template: &'a Arc<Template>, hdrs: &HeaderStack) -> Option<Hdrs<'a>> {
-        let seqno = hdrs.compact_seqno(template)?;
-        Some(Hdrs { template, seqno: template.header(template.slot())?.with_seqno(seqno)? })
-    }
-
-    /// The header of the layer `pos` below `appl` (`appl`'s is 0).
-    #[inline(always)]
-    fn at(&self, pos: usize) -> &Header {
-        match pos == self.template.slot() {
-            true => &self.seqno,
-            false => self.template.header(pos).expect("one header per layer of the template"),
-        }
-    }
 }
 
 impl UpChain for () {
