@@ -15,7 +15,7 @@
 //! Linux only (`recvmmsg`, `UDP_SEGMENT`, `UDP_GRO`), as the runtime has always been.
 
 use crate::connected::Connected;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use motet_core::Payload;
 use nix::sys::socket::{self as sock, ControlMessage, ControlMessageOwned, MsgFlags, MultiHeaders, SockaddrStorage};
 use smallvec::SmallVec;
@@ -55,51 +55,11 @@ const QUIET_BATCH: usize = 4;
 /// Busy reads in a row that turn wanted receive offload on ([`UdpIo::count_read`]).
 const OFFLOAD_AFTER: u32 = 16;
 
-/// Buffers up to this size are copied into a shared chunk of [`CHUNK`] bytes instead of a buffer
-/// of their own: one allocation (and one reference count) serves several small datagrams or
-/// payloads, where a buffer of its own costs two (the copy, and the shared count the first clone
-/// of a vector-backed `Bytes` allocates).
-pub(crate) const SMALL: usize = 256;
-/// A chunk stays allocated while any buffer copied into it is held (a retransmission buffer, an
-/// application's `Bytes`): at worst one small buffer pins this much. A page: at 1 KiB a round
-/// trip of 64 B took a new chunk every seven or so, and glibc's allocation and release of it cost
-/// about 150 instructions per round trip at the measuring end of `motet perf latency` (callgrind;
-/// 7,083 to 6,932).
-const CHUNK: usize = 4096;
-/// Buffers up to this size (one Ethernet packet's payload), and larger than [`SMALL`], are copied
-/// into shared chunks of [`MEDIUM_CHUNK`] bytes likewise: at 1 KiB, the allocation of a buffer of
-/// its own and of its shared count took glibc's slower size classes, about 2,000 instructions per
-/// round trip at each end of `motet perf latency --size 1024`, where a copy takes a few dozen.
-pub(crate) const MEDIUM: usize = 1536;
-/// At worst one medium buffer held alone pins this much.
-const MEDIUM_CHUNK: usize = 8192;
+pub(crate) use motet_wire::chunks::{Chunks, MEDIUM, SMALL};
 
 /// The UDP payload of one packet on an Ethernet path (MTU 1500, IPv4: 1500 - 20 - 8): a
 /// segment up to this size that the kernel refuses means it refuses offload, not the size.
 const ETHERNET_PAYLOAD: usize = 1472;
-
-/// Copies small and medium buffers side by side into shared chunks ([`SMALL`], [`MEDIUM`]).
-#[derive(Default)]
-pub(crate) struct Chunks {
-    small: BytesMut,
-    medium: BytesMut,
-}
-
-impl Chunks {
-    /// `bytes` in a shared chunk if it is small or medium, else in a buffer of its own.
-    pub(crate) fn copy(&mut self, bytes: &[u8]) -> Bytes {
-        let (chunk, size) = match bytes.len() {
-            n if n <= SMALL => (&mut self.small, CHUNK),
-            n if n <= MEDIUM => (&mut self.medium, MEDIUM_CHUNK),
-            _ => return Bytes::copy_from_slice(bytes),
-        };
-        if chunk.capacity() < bytes.len() {
-            *chunk = BytesMut::with_capacity(size);
-        }
-        chunk.extend_from_slice(bytes);
-        chunk.split().freeze()
-    }
-}
 
 /// One process's UDP socket.
 pub(crate) struct UdpIo {

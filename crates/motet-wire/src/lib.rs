@@ -11,6 +11,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod bundle;
+pub mod chunks;
 pub mod codec;
 pub mod datagram;
 mod error;
@@ -18,6 +19,7 @@ pub mod hdr;
 pub mod header_stack;
 mod payload;
 
+pub use chunks::Chunks;
 pub use codec::WireAddress;
 pub use datagram::{Compressed, ConnId, Decoded, Head, Mux, DATAGRAM_SIZE_MAX, HEADER_COUNT_MAX, VERSION};
 pub use error::{WireError, WireErrorKind};

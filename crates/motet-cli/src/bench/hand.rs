@@ -146,6 +146,9 @@ pub(crate) struct Group {
     stable: Vec<u64>,
     /// Messages delivered so far, all members together.
     pub(crate) delivered: u64,
+    /// Where datagrams are put together (the stacks' network does the same, as the runtime's
+    /// receive path).
+    chunks: motet_wire::Chunks,
 }
 
 impl Group {
@@ -154,6 +157,7 @@ impl Group {
             members: (0..members).map(|r| Member::new(r as Rank, members)).collect(),
             stable: vec![0; members],
             delivered: 0,
+            chunks: motet_wire::Chunks::default(),
         }
     }
 
@@ -161,14 +165,15 @@ impl Group {
     /// reports are carried back. Returns false when the window was full.
     pub(crate) fn cast(&mut self, sender: usize, payload: Payload) -> bool {
         let Some(out) = self.members[sender].cast(payload) else { return false };
-        let datagram = to_bytes(&out);
+        let datagram = self.chunks.datagram(&out.head, &out.payload);
         for to in 0..self.members.len() {
             if to == sender {
                 continue;
             }
             if let Some(reply) = self.members[to].receive(datagram.clone()) {
                 let dest = usize::from(reply.to.expect("a credit report has a destination"));
-                self.members[dest].receive(to_bytes(&reply));
+                let reply = self.chunks.datagram(&reply.head, &reply.payload);
+                self.members[dest].receive(reply);
             }
         }
         for member in &mut self.members {
@@ -191,11 +196,6 @@ impl Group {
             member.stable(&self.stable);
         }
     }
-}
-
-/// The network of the benchmark: one contiguous datagram, as the testkit's.
-fn to_bytes(out: &Out) -> Bytes {
-    motet_core::datagram_bytes(&out.head, &out.payload)
 }
 
 #[cfg(test)]

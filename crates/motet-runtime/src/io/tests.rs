@@ -463,28 +463,3 @@ fn a_wait_in_the_receive_call_returns_a_datagram_or_runs_out() {
     let empty = b.recv_batch(|_| panic!("nothing left"));
     assert_eq!(empty.map(|_| ()).unwrap_err().kind(), io::ErrorKind::WouldBlock);
 }
-
-/// Small and medium buffers are copied side by side into shared chunks (a new chunk only when the
-/// current one is full), large ones into buffers of their own; every copy reads as its original,
-/// and a copy held after its chunk filled stays intact.
-#[test]
-fn small_buffers_share_chunks_and_every_copy_reads_as_its_original() {
-    let mut chunks = Chunks::default();
-    let mut copies = Vec::new();
-    for k in 0..200u8 {
-        let original = vec![k; 64];
-        let copy = chunks.copy(&original);
-        assert_eq!(copy[..], original[..]);
-        copies.push(copy);
-    }
-    // 200 copies of 64 B: a run of adjacent copies per chunk.
-    let breaks = copies.windows(2).filter(|w| w[0].as_ptr().wrapping_add(64) != w[1].as_ptr()).count();
-    assert_eq!(breaks, (200 * 64 - 1) / CHUNK, "a new chunk only when one is full");
-    assert!(copies.iter().enumerate().all(|(k, c)| c.iter().all(|&b| b == k as u8)), "held copies stay intact");
-    let medium = chunks.copy(&[9; 1000]);
-    let next = chunks.copy(&[8; 1000]);
-    assert_eq!(medium.as_ptr().wrapping_add(1000), next.as_ptr(), "medium buffers share theirs");
-    let large = chunks.copy(&[7; MEDIUM + 1]);
-    assert_eq!(large.len(), MEDIUM + 1);
-    assert!(large.iter().all(|&b| b == 7));
-}
