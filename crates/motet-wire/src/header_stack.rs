@@ -185,23 +185,9 @@ impl HeaderStack {
     /// nothing; any other turns the stack into the full form first (lazy reformatting).
     #[inline]
     pub fn push(&mut self, header: Header) {
-        if let Repr::Compact { template, packed } = &mut self.0 {
-            let at = (*packed & 0xff) as usize;
-            if at < template.len() {
-                if at != template.slot {
-                    if template.hdrs[at] == header {
-                        *packed += 1;
-                        return;
-                    }
-                } else if let Some(seqno) = header.seqno().filter(|&s| s <= SEQNO_COMPACT_MAX) {
-                    if template.hdrs[at].same_but_seqno(&header) {
-                        *packed = seqno << 8 | (at as u64 + 1);
-                        return;
-                    }
-                }
-            }
+        if !self.push_predicted(&header) {
+            self.push_full(header);
         }
-        self.push_full(header);
     }
 
     /// Pushes `header` if it costs nothing: the stack is in the compact form and its template
