@@ -103,16 +103,7 @@ impl Outgoing {
     }
 }
 
-/// A head and its payload as one contiguous datagram (copies; for simulators, tests and
-/// benchmarks).
-pub fn datagram_bytes(head: &[u8], payload: &Payload) -> Bytes {
-    let mut buf = Vec::with_capacity(head.len() + payload.len());
-    buf.extend_from_slice(head);
-    for chunk in payload.chunks() {
-        buf.extend_from_slice(chunk);
-    }
-    Bytes::from(buf)
-}
+pub use motet_wire::chunks::datagram_bytes;
 
 /// The entry of stack `id` in `stacks`, if it is live (a function of the slots alone, so that
 /// the node's other fields stay free to borrow).

@@ -46,15 +46,7 @@ impl Chunks {
     /// A datagram of `head` then `payload`, in one buffer: in a shared chunk if it is small or
     /// medium, else in a buffer of its own.
     pub fn datagram(&mut self, head: &[u8], payload: &Payload) -> Bytes {
-        let len = head.len() + payload.len();
-        let Some(chunk) = self.chunk(len) else {
-            let mut buf = Vec::with_capacity(len);
-            buf.extend_from_slice(head);
-            for part in payload.chunks() {
-                buf.extend_from_slice(part);
-            }
-            return Bytes::from(buf);
-        };
+        let Some(chunk) = self.chunk(head.len() + payload.len()) else { return datagram_bytes(head, payload) };
         chunk.extend_from_slice(head);
         for part in payload.chunks() {
             chunk.extend_from_slice(part);
@@ -74,6 +66,17 @@ impl Chunks {
         }
         Some(chunk)
     }
+}
+
+/// A head and its payload as one contiguous datagram in a buffer of its own (copies; for
+/// simulators and tests, and for datagrams too large for a chunk).
+pub fn datagram_bytes(head: &[u8], payload: &Payload) -> Bytes {
+    let mut buf = Vec::with_capacity(head.len() + payload.len());
+    buf.extend_from_slice(head);
+    for part in payload.chunks() {
+        buf.extend_from_slice(part);
+    }
+    Bytes::from(buf)
 }
 
 #[cfg(test)]

@@ -170,19 +170,23 @@ fn pop_unpredicted(hdrs: &mut HeaderStack, at: usize) -> Option<Header> {
 pub(super) struct Hdrs<'a> {
     template: &'a Template,
     seqno: Header,
+    /// The index of `appl`, whose header is the template's first.
+    pub(super) top: usize,
 }
 
 impl<'a> Hdrs<'a> {
-    /// The headers of `hdrs`, if it is a whole message in the compact form of `template`.
+    /// The headers of `hdrs`, if it is a whole message in the compact form of `template`, whose
+    /// first header is the layer `top`'s.
     #[inline(always)]
-    pub(super) fn of(template: &'a Arc<Template>, hdrs: &HeaderStack) -> Option<Hdrs<'a>> {
+    pub(super) fn of(template: &'a Arc<Template>, hdrs: &HeaderStack, top: usize) -> Option<Hdrs<'a>> {
         let seqno = hdrs.compact_seqno(template)?;
-        Some(Hdrs { template, seqno: template.header(template.slot())?.with_seqno(seqno)? })
+        Some(Hdrs { template, seqno: template.header(template.slot())?.with_seqno(seqno)?, top })
     }
 
-    /// The header of the layer `pos` below `appl` (`appl`'s is 0).
+    /// The header of the layer at index `layer` of the stack.
     #[inline(always)]
-    pub(super) fn at(&self, pos: usize) -> &Header {
+    pub(super) fn at(&self, layer: usize) -> &Header {
+        let pos = layer - self.top;
         match pos == self.template.slot() {
             true => &self.seqno,
             false => self.template.header(pos).expect("one header per layer of the template"),

@@ -56,14 +56,15 @@ impl Stack {
         let mut q = qos;
         // The caller hands over a whole message in the compact form of the trace's template:
         // each layer's header by reference, as the fused traces read them.
-        let Some(hdrs) = self.templates[usize::from(!cast)].as_ref().and_then(|t| Hdrs::of(&t.hdrs, &msg.hdrs)) else {
+        let Some(hdrs) = self.templates[usize::from(!cast)].as_ref().and_then(|t| Hdrs::of(&t.hdrs, &msg.hdrs, top))
+        else {
             return Err(msg);
         };
         for i in bottom_up(active) {
             if n == EXPRESS_MAX {
                 return Err(msg);
             }
-            let step = self.layers[i].fast_up(&Up { origin, cast, qos: q, header: hdrs.at(i - top) });
+            let step = self.layers[i].fast_up(&Up { origin, cast, qos: q, header: hdrs.at(i) });
             // The step by reference (see `fused`: moving it out copies its room for a header).
             match &step {
                 Some(step) if step.reply.is_none() && !step.absorb && !step.join && !step.release => {
@@ -86,7 +87,7 @@ impl Stack {
                 // The layer's header popped, and those of the inert layers below it (in the
                 // compact form, a new length).
                 msg.hdrs.truncate(at);
-                let header = hdrs.at(at);
+                let header = hdrs.at(i);
                 #[cfg(test)]
                 let skip = super::SKIP_ACTION.with(std::cell::Cell::get) == Some(self.view.stack.layers()[i]);
                 #[cfg(not(test))]

@@ -138,21 +138,12 @@ impl Act<'_> {
 trait UpChain {
     /// The conditions from this layer on: false unless every one is a plain step (`steps` then
     /// holds each layer's guarantee in and whether it keeps a copy).
-    fn cond(
-        layers: &[AnyLayer],
-        at: &[u8],
-        top: usize,
-        up: (Rank, bool, Qos),
-        hdrs: &Hdrs<'_>,
-        steps: &mut [(Qos, bool)],
-    ) -> bool;
+    fn cond(layers: &[AnyLayer], at: &[u8], up: (Rank, bool, Qos), hdrs: &Hdrs<'_>, steps: &mut [(Qos, bool)]) -> bool;
 
     /// The actions from this layer on, as `act_up` runs them.
-    #[allow(clippy::too_many_arguments)]
     fn act(
         layers: &mut [AnyLayer],
         at: &[u8],
-        top: usize,
         origin: (Rank, bool),
         msg: &mut Msg,
         hdrs: &Hdrs<'_>,
@@ -163,7 +154,7 @@ trait UpChain {
 
 impl UpChain for () {
     #[inline(always)]
-    fn cond(_: &[AnyLayer], _: &[u8], _: usize, _: (Rank, bool, Qos), _: &Hdrs<'_>, _: &mut [(Qos, bool)]) -> bool {
+    fn cond(_: &[AnyLayer], _: &[u8], _: (Rank, bool, Qos), _: &Hdrs<'_>, _: &mut [(Qos, bool)]) -> bool {
         true
     }
 
@@ -171,7 +162,6 @@ impl UpChain for () {
     fn act(
         _: &mut [AnyLayer],
         _: &[u8],
-        _: usize,
         _: (Rank, bool),
         _: &mut Msg,
         _: &Hdrs<'_>,
@@ -186,19 +176,18 @@ impl<H: Typed, T: UpChain> UpChain for (H, T) {
     fn cond(
         layers: &[AnyLayer],
         at: &[u8],
-        top: usize,
         (origin, cast, qos): (Rank, bool, Qos),
         hdrs: &Hdrs<'_>,
         steps: &mut [(Qos, bool)],
     ) -> bool {
         let i = usize::from(at[0]);
-        let header = hdrs.at(i - top);
+        let header = hdrs.at(i);
         // The step by reference: moving it out (it has room for a reply's header) was a copy of
         // 64 bytes per layer.
         match &H::typed(&layers[i]).fast_up(&Up { origin, cast, qos, header }) {
             Some(step) if step.reply.is_none() && !step.absorb && !step.join && !step.release => {
                 steps[0] = (qos, step.keep);
-                T::cond(layers, &at[1..], top, (origin, cast, step.qos), hdrs, &mut steps[1..])
+                T::cond(layers, &at[1..], (origin, cast, step.qos), hdrs, &mut steps[1..])
             }
             _ => false,
         }
@@ -208,7 +197,6 @@ impl<H: Typed, T: UpChain> UpChain for (H, T) {
     fn act(
         layers: &mut [AnyLayer],
         at: &[u8],
-        top: usize,
         (origin, cast): (Rank, bool),
         msg: &mut Msg,
         hdrs: &Hdrs<'_>,
@@ -216,12 +204,12 @@ impl<H: Typed, T: UpChain> UpChain for (H, T) {
         cx: &mut Act<'_>,
     ) {
         let (i, (qos, keep)) = (usize::from(at[0]), steps[0]);
-        let pos = i - top;
+        let pos = i - hdrs.top;
         // The layer's header popped, and those of the inert layers below it: in the compact
         // form, a new length (the action sees the message as the layer's handler would).
         msg.hdrs.truncate(pos);
         if cx.skip != Some(H::KIND) {
-            let up = Up { origin, cast, qos, header: hdrs.at(pos) };
+            let up = Up { origin, cast, qos, header: hdrs.at(i) };
             H::typed_mut(&mut layers[i]).fast_up_apply(&up, msg, &mut cx.out);
             cx.alarm(i);
         }
@@ -232,7 +220,7 @@ impl<H: Typed, T: UpChain> UpChain for (H, T) {
                 cx.delayed.push_back(Delayed { layer: at[0], kept: cx.kept, now: cx.now, msg: msg.clone() });
             }
         }
-        T::act(layers, &at[1..], top, (origin, cast), msg, hdrs, &steps[1..], cx);
+        T::act(layers, &at[1..], (origin, cast), msg, hdrs, &steps[1..], cx);
     }
 }
 
@@ -254,13 +242,13 @@ fn fused_up<C: UpChain>(
     let (layers, mut cx, templates) = stack.act(now, Kept { trace: Trace::up(cast), peer: origin }, &mut alarm);
     // Both callers hand over a whole message in the compact form of the trace's template (rebuilt
     // from a compressed datagram, or checked by `Stack::compiled_up`).
-    let Some(hdrs) = templates[usize::from(!cast)].as_ref().and_then(|t| Hdrs::of(&t.hdrs, &msg.hdrs)) else {
+    let Some(hdrs) = templates[usize::from(!cast)].as_ref().and_then(|t| Hdrs::of(&t.hdrs, &msg.hdrs, top)) else {
         return Err(msg);
     };
-    if !C::cond(layers, at, top, (origin, cast, qos), &hdrs, &mut steps) {
+    if !C::cond(layers, at, (origin, cast, qos), &hdrs, &mut steps) {
         return Err(msg);
     }
-    C::act(layers, at, top, (origin, cast), &mut msg, &hdrs, &steps, &mut cx);
+    C::act(layers, at, (origin, cast), &mut msg, &hdrs, &steps, &mut cx);
     debug_assert!(cx.out.events.is_empty(), "a fast-path action emitted events");
     if let Some((layer, len)) = cx.keep_whole {
         let regrown = msg.hdrs.regrow(len);
