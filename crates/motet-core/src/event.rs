@@ -477,6 +477,7 @@ counters! {
     Gossip: "stability messages sent (rows to the coordinator, its columns cast back)",
     Fragmented: "messages split into fragments",
     Suspected: "members newly suspected by the failure detector",
+    DetectorWidened: "times the failure detector of a view went from watching through the coordinator to all-to-all heartbeats (a suspicion, a view change, or another member's heartbeat)",
     MergeDenied: "merge requests answered `busy` (the requester keeps asking)",
     MergeUnanswered: "merge requests never answered within `merge_timeout` (the requester's partition went on alone, blocked until then)",
     CompressedOut: "datagrams sent with compressed headers (the common trace's template and a sequence number)",

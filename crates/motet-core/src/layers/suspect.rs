@@ -1,21 +1,46 @@
 //! `suspect`: the heartbeat failure detector (thesis Fig 2.3, Table 2.1 `Suspect`).
 //!
 //! Provides: [`Service::FailureDetection`]. Requires below: [`Service::Transport`].
-//! Header: `Heartbeat` (cast unreliably every sweep) and `NoHdr`.
+//! Header: `Beat` and `Heartbeat` (cast unreliably every sweep), `Ping` (on the group's gossip
+//! channel, to the coordinator's address) and `NoHdr`.
 //!
-//! Every `sweep_interval` each member casts a heartbeat; a member not heard from (heartbeat or any
-//! message passing this layer) for `timeout` is suspected, and `Suspect` goes up to the membership
-//! layers. Suspicion is never withdrawn within a view: the next view decides. The timeout is a
-//! trade-off measured in the simulator (docs/membership.md): with the defaults a member must miss
-//! about ten consecutive heartbeats, which at 20% loss happens with probability 0.2^10 ≈ 1e-7.
+//! A member not heard from (a heartbeat, or any message passing this layer) for `timeout` is
+//! suspected, and `Suspect` goes up to the membership layers. Suspicion is never withdrawn within
+//! a view: the next view decides. The timeout is a trade-off measured in the simulator
+//! (docs/membership.md): with the defaults a member must miss about ten consecutive heartbeats,
+//! which at 20% loss happens with probability 0.2^10 ≈ 1e-7.
+//!
+//! The detector has two shapes, because the all-to-all one costs every member O(n) receives a
+//! sweep, O(n²) for the view, which was all of the bypass's cost growth from 2 to 64 members
+//! (docs/bypass.md; Ensemble's own `suspect` pings all, thesis Fig 2.3):
+//! - **Through the coordinator**, while the view is quiet: the coordinator and its deputy (the
+//!   lowest other rank, whom `elect` hands over to) cast `Beat` every sweep, and each other member
+//!   pings both of them. The coordinator and the deputy watch every member, the others watch those
+//!   two: about 4n receives a sweep for the view. Enough, because the coordinator is the one that
+//!   acts on a member's failure (`intra`), the others only need to notice that the coordinator is
+//!   gone, and the deputy, taking over, already knows who else is. Any two failures at once, or a
+//!   partition that leaves the coordinator, are found in one timeout, as by the all-to-all
+//!   detector.
+//! - **All-to-all**, from the first sign of trouble to the end of the view: every member casts
+//!   `Heartbeat` every sweep and watches every other member. A member turns it on when it suspects
+//!   anyone, when a view change starts (`Block`, `Fail`), and when it hears another member's
+//!   `Heartbeat`, so it spreads through a partition within a sweep. A new coordinator taking over
+//!   mid-view must hear from every member, and a flush must not wait forever on a member that went
+//!   silent: both happen only after one of these. Members it did not watch get a full `timeout`
+//!   from the switch before they can be suspected.
+//!
+//! The price is detection time when three or more members are lost at once, the coordinator and
+//! the deputy among them (three crashes, or a partition that leaves both): the rank that takes
+//! over takes one timeout to suspect those two and another for the others it cannot hear, where
+//! the all-to-all detector takes one (docs/membership.md, "Failure detection").
 
-use crate::event::{Counter, Dn, Up};
-use crate::event::{Msg, Qos};
+use crate::event::{Counter, Dn, DropReason, Msg, Qos, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
 use crate::time::{Duration, Instant};
-use crate::view::{RankSet, ViewState};
+use crate::view::{Address, RankSet, ViewId, ViewState};
 use crate::Rank;
-use motet_wire::hdr::suspect::Header;
+use motet_wire::hdr::suspect::{Header, Ping};
+use motet_wire::Header as AnyHeader;
 
 /// `suspect` parameters.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -57,16 +82,70 @@ pub static SPEC: LayerSpec = LayerSpec {
 pub struct Suspect {
     config: Config,
     rank: Rank,
+    /// The view, which names our pings, its coordinator and deputy (the rank `elect` hands over
+    /// to), and their addresses, where the pings go (docs: the module's comment).
+    view_id: ViewId,
+    coord: Rank,
+    deputy: Rank,
+    coord_address: Address,
+    deputy_address: Address,
     /// When each member was last heard from.
     last_heard: Vec<Instant>,
     /// Suspected or failed: no longer watched.
     suspected: RankSet,
+    /// Every member heartbeats to all and watches all (see the module's comment); off while the
+    /// view is quiet.
+    all_to_all: bool,
 }
 
 impl Suspect {
     /// A `suspect` for `view`.
     pub fn new(config: &Config, view: &ViewState, rank: Rank) -> Suspect {
-        Suspect { config: config.clone(), rank, last_heard: vec![Instant::ZERO; view.len()], suspected: RankSet::new() }
+        // `elect`'s choice once the coordinator is suspected: the lowest other rank.
+        let deputy = (0..view.len() as Rank).find(|&r| r != view.coord).unwrap_or(view.coord);
+        Suspect {
+            config: config.clone(),
+            rank,
+            view_id: view.view_id,
+            coord: view.coord,
+            deputy,
+            coord_address: view.addresses[usize::from(view.coord)],
+            deputy_address: view.addresses[usize::from(deputy)],
+            last_heard: vec![Instant::ZERO; view.len()],
+            suspected: RankSet::new(),
+            all_to_all: false,
+        }
+    }
+
+    /// The members that watch every other in a quiet view, and cast `Beat`.
+    fn watchers(&self) -> [Rank; 2] {
+        [self.coord, self.deputy]
+    }
+
+    /// Whether this member watches `rank` now: in a quiet view the coordinator and the deputy
+    /// watch every member, the others watch those two.
+    fn watches(&self, rank: Rank) -> bool {
+        rank != self.rank
+            && !self.suspected.contains(rank)
+            && (self.all_to_all || self.watchers().contains(&self.rank) || self.watchers().contains(&rank))
+    }
+
+    /// Turns the all-to-all detector on. A member not watched until now gets a full timeout from
+    /// now: it has been pinging the coordinator, not us, and starts casting heartbeats within a
+    /// sweep of hearing ours.
+    fn widen(&mut self, out: &mut Outbox<'_>) {
+        if self.all_to_all {
+            return;
+        }
+        let now = out.now();
+        for rank in 0..self.last_heard.len() as Rank {
+            if !self.watches(rank) {
+                self.last_heard[usize::from(rank)] = now;
+            }
+        }
+        self.all_to_all = true;
+        out.count(Counter::DetectorWidened);
+        tracing::debug!("failure detector: all-to-all heartbeats until the next view");
     }
 }
 
@@ -80,37 +159,72 @@ impl Layer for Suspect {
             }
             Up::Cast { origin, ref msg, .. } | Up::Send { origin, ref msg } => {
                 self.last_heard[usize::from(origin)] = out.now();
-                if msg.hdrs.last().as_deref() == Some(&Header::Heartbeat.into()) {
-                    return; // consumed: a heartbeat carries nothing else
+                // A heartbeat is consumed here: it carries nothing else.
+                match msg.hdrs.last().as_deref() {
+                    Some(AnyHeader::Suspect(Header::Heartbeat)) => self.widen(out),
+                    Some(AnyHeader::Suspect(Header::Beat)) => {}
+                    _ => out.pass_up(ev, Header::NoHdr),
                 }
-                out.pass_up(ev, Header::NoHdr);
+            }
+            Up::Gossip(mut msg) if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Suspect(Header::Ping(_)))) => {
+                let Some(Header::Ping(ping)) = msg.pop_as::<Header>() else { unreachable!("matched above") };
+                if ping.view_ltime != self.view_id.ltime || ping.view_coord != self.view_id.coord.0 {
+                    return; // another view's (the channel crosses views and partitions)
+                }
+                match Rank::try_from(ping.rank) {
+                    Ok(origin) if usize::from(origin) < self.last_heard.len() => {
+                        self.last_heard[usize::from(origin)] = out.now();
+                    }
+                    _ => out.drop_input(DropReason::Gossip),
+                }
             }
             other => out.up(other),
         }
     }
 
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
-        if let Dn::Fail(ranks) = &ev {
-            self.suspected.union_with(ranks);
+        match &ev {
+            // A view change has started: the flush's coordinator, perhaps a new one, must notice a
+            // member that goes silent during it.
+            Dn::Block => self.widen(out),
+            Dn::Fail(ranks) => {
+                self.widen(out);
+                self.suspected.union_with(ranks);
+            }
+            _ => {}
         }
         out.pass_dn(ev, Header::NoHdr);
     }
 
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
         let now = out.now();
-        out.dn(Dn::Cast { msg: Msg::default().with(Header::Heartbeat), qos: Qos::Unreliable });
         let mut newly = RankSet::new();
         for (rank, &heard) in self.last_heard.iter().enumerate() {
             let rank = rank as Rank;
-            if rank != self.rank && !self.suspected.contains(rank) && now - heard > self.config.timeout {
+            if self.watches(rank) && now - heard > self.config.timeout {
                 newly.insert(rank);
+            }
+        }
+        if !newly.is_empty() {
+            self.widen(out);
+            self.suspected.union_with(&newly);
+        }
+        // After the check, so that the sweep that suspects already casts to all.
+        if self.all_to_all {
+            out.dn(Dn::Cast { msg: Msg::default().with(Header::Heartbeat), qos: Qos::Unreliable });
+        } else if self.watchers().contains(&self.rank) {
+            out.dn(Dn::Cast { msg: Msg::default().with(Header::Beat), qos: Qos::Unreliable });
+        } else {
+            let ping =
+                Ping { view_ltime: self.view_id.ltime, view_coord: self.view_id.coord.0, rank: u64::from(self.rank) };
+            for to in [self.coord_address, self.deputy_address] {
+                out.dn(Dn::Gossip { to: Some(to), msg: Msg::default().with(Header::Ping(ping)) });
             }
         }
         if !newly.is_empty() {
             for _ in newly.iter() {
                 out.count(Counter::Suspected);
             }
-            self.suspected.union_with(&newly);
             tracing::info!(suspected = ?newly, "no heartbeat within the timeout: suspected");
             out.up(Up::Suspect(newly));
         }
@@ -119,5 +233,175 @@ impl Layer for Suspect {
 
     fn check_invariants(&self) {
         assert!(!self.suspected.contains(self.rank), "a member never suspects itself");
+        assert!(self.all_to_all || self.suspected.is_empty(), "a suspicion turns the all-to-all detector on");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::harness::{Harness, Out};
+
+    fn at_ms(ms: u64) -> Instant {
+        Instant::ZERO + Duration::from_millis(ms)
+    }
+
+    /// Member `rank` of a view of `n`, initialised at time zero.
+    fn endpoint(n: usize, rank: Rank) -> (Harness<Suspect>, std::sync::Arc<ViewState>) {
+        let view = crate::testing::view_of("vsync", n);
+        let mut h = Harness::new(Suspect::new(&Config::default(), &view, rank), rank);
+        h.up(Up::Init);
+        (h, view)
+    }
+
+    fn ping(view: &ViewState, rank: u64) -> Up {
+        let ping = Ping { view_ltime: view.view_id.ltime, view_coord: view.view_id.coord.0, rank };
+        Up::Gossip(Msg::default().with(Header::Ping(ping)))
+    }
+
+    fn cast(origin: Rank, header: Header) -> Up {
+        Up::Cast { origin, msg: Msg::default().with(header), qos: Qos::Unreliable }
+    }
+
+    /// What the layer sent this sweep: `Beat`, `Heartbeat`, or a ping to that address.
+    fn sent(out: &[Out]) -> Vec<String> {
+        out.iter()
+            .filter_map(|o| match o {
+                Out::Dn(Dn::Cast { msg, .. }) => msg.clone().pop_as::<Header>().map(|h| format!("{h:?}")),
+                Out::Dn(Dn::Gossip { to: Some(to), msg }) => {
+                    msg.clone().pop_as::<Header>().map(|h| format!("{h:?} to {to:?}"))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn suspected(out: &[Out]) -> Vec<Rank> {
+        out.iter()
+            .filter_map(|o| match o {
+                Out::Up(Up::Suspect(ranks)) => Some(ranks.iter().collect::<Vec<_>>()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
+    #[test]
+    fn a_quiet_view_runs_through_the_coordinator() {
+        let (mut coord, view) = endpoint(4, 0);
+        assert_eq!(sent(&coord.timer(at_ms(100))), ["Beat"]);
+        let (mut other, _) = endpoint(4, 2);
+        let out = other.timer(at_ms(100));
+        let pinged = "Ping(Ping { view_ltime: 0, view_coord: 0, rank: 2 })";
+        assert_eq!(
+            sent(&out),
+            [format!("{pinged} to {:?}", view.addresses[0]), format!("{pinged} to {:?}", view.addresses[1])]
+        );
+        // The deputy beats, as the coordinator does.
+        let (mut deputy, _) = endpoint(4, 1);
+        assert_eq!(sent(&deputy.timer(at_ms(100))), ["Beat"]);
+        // The coordinator's beat and pings are consumed here: nothing above hears of them.
+        assert!(other.up(cast(0, Header::Beat)).is_empty());
+        assert!(coord.up(ping(&view, 2)).is_empty());
+        assert_eq!(coord.stats.counter(Counter::DetectorWidened), 0);
+    }
+
+    #[test]
+    fn the_coordinator_suspects_a_member_that_stops_pinging_and_widens() {
+        let (mut coord, view) = endpoint(4, 0);
+        for t in (100..=2_000).step_by(100) {
+            coord.now = at_ms(t);
+            coord.up(ping(&view, 1));
+            coord.up(ping(&view, 3));
+            if t <= 500 {
+                coord.up(ping(&view, 2));
+            }
+            let out = coord.timer(at_ms(t));
+            if t <= 1_500 {
+                assert!(suspected(&out).is_empty(), "at {t} ms");
+                assert_eq!(sent(&out), ["Beat"]);
+            } else {
+                // 2 was last heard at 500 ms: suspected at the first sweep past the timeout,
+                // which already casts to all.
+                assert_eq!(suspected(&out), [2], "at {t} ms");
+                assert_eq!(sent(&out), ["Heartbeat"]);
+                assert_eq!(coord.stats.counter(Counter::DetectorWidened), 1);
+                return;
+            }
+        }
+        panic!("never suspected");
+    }
+
+    #[test]
+    fn the_deputy_watches_every_member_and_suspects_them_with_the_coordinator() {
+        let (mut deputy, view) = endpoint(4, 1);
+        for t in (100..=1_100).step_by(100) {
+            deputy.now = at_ms(t);
+            deputy.up(ping(&view, 2));
+            let out = deputy.timer(at_ms(t));
+            // The coordinator and rank 3 fell silent together: both are suspected in one sweep,
+            // so the flush this deputy will run waits for neither.
+            assert_eq!(suspected(&out), if t == 1_100 { vec![0, 3] } else { vec![] }, "at {t} ms");
+        }
+    }
+
+    #[test]
+    fn a_member_watches_the_coordinator_and_the_deputy_while_the_view_is_quiet() {
+        let (mut member, _) = endpoint(4, 2);
+        // Rank 3 is never heard from (it pings the coordinator and the deputy, not us); the
+        // coordinator beats until 700 ms, the deputy throughout.
+        for t in (100..=3_000).step_by(100) {
+            member.now = at_ms(t);
+            member.up(cast(1, Header::Beat));
+            if t <= 700 {
+                member.up(cast(0, Header::Beat));
+            }
+            let out = member.timer(at_ms(t));
+            match t {
+                ..=1_700 => assert!(suspected(&out).is_empty(), "at {t} ms"),
+                // The coordinator, and only it; rank 3 gets a full timeout from the switch.
+                1_800 => assert_eq!(suspected(&out), [0]),
+                2_900 => assert_eq!(suspected(&out), [3]),
+                _ => assert!(suspected(&out).is_empty(), "at {t} ms"),
+            }
+        }
+    }
+
+    #[test]
+    fn another_members_heartbeat_or_a_view_change_widens_the_detector() {
+        let (mut member, _) = endpoint(4, 2);
+        member.now = at_ms(5_000);
+        member.up(cast(0, Header::Beat));
+        // Rank 1 casts a heartbeat: the all-to-all detector is on; rank 3, never heard from,
+        // gets a timeout from now.
+        assert!(member.up(cast(1, Header::Heartbeat)).is_empty());
+        assert_eq!(member.stats.counter(Counter::DetectorWidened), 1);
+        let out = member.timer(at_ms(5_100));
+        assert_eq!(sent(&out), ["Heartbeat"]);
+        assert!(suspected(&out).is_empty());
+        assert_eq!(suspected(&member.timer(at_ms(6_100))), [0, 1, 3]);
+
+        let (mut member, _) = endpoint(4, 1);
+        member.dn(Dn::Block);
+        assert_eq!(sent(&member.timer(at_ms(100))), ["Heartbeat"]);
+        assert_eq!(member.stats.counter(Counter::DetectorWidened), 1);
+    }
+
+    #[test]
+    fn pings_of_another_view_or_rank_do_not_count() {
+        let (mut coord, view) = endpoint(3, 0);
+        let mut other = (*view).clone();
+        other.view_id.ltime += 1;
+        for t in (100..=1_200).step_by(100) {
+            coord.now = at_ms(t);
+            coord.up(ping(&view, 1));
+            coord.up(ping(&other, 2)); // an old or a later view's: not a sign of 2 in ours
+            coord.up(ping(&view, 7)); // no such rank
+            let out = coord.timer(at_ms(t));
+            if t == 1_100 {
+                assert_eq!(suspected(&out), [2]);
+            }
+        }
+        assert_eq!(coord.stats.drops(DropReason::Gossip), 12);
     }
 }

@@ -1,16 +1,38 @@
 //! Header of the `suspect` layer: heartbeats of the failure detector (Ensemble `suspect`).
+//!
+//! In a quiet view the detector runs through the coordinator: each member pings the coordinator
+//! (`Ping`, on the group's gossip channel) and the coordinator casts `Beat`. Once anything is
+//! suspected, or a view change starts, every member casts `Heartbeat` to all.
 
 use super::{bad_variant, LayerHeader};
 use crate::codec::{Reader, Writer};
 use crate::WireError;
+
+/// A member's heartbeat to the coordinator, on the group's gossip channel (unreliable, to one
+/// address, not sequenced by the view's layers). The channel crosses views, so the ping names its
+/// view and sender, as a `stable` row does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ping {
+    /// The view's id: its logical time...
+    pub view_ltime: u64,
+    /// ...and the endpoint that installed it.
+    pub view_coord: u64,
+    /// The sender's rank in that view.
+    pub rank: u64,
+}
 
 /// `suspect` header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Header {
     /// A message from above passing through.
     NoHdr,
-    /// "I am alive", cast unreliably every sweep.
+    /// "I am alive", cast unreliably every sweep by every member: the all-to-all detector is on,
+    /// and a member that hears one turns it on too.
     Heartbeat,
+    /// The coordinator's "I am alive", cast unreliably every sweep while the view is quiet.
+    Beat,
+    /// A member's "I am alive", to the coordinator, every sweep while the view is quiet.
+    Ping(Ping),
 }
 
 impl LayerHeader for Header {
@@ -20,12 +42,22 @@ impl LayerHeader for Header {
         match self {
             Header::NoHdr => 0,
             Header::Heartbeat => 1,
+            Header::Beat => 2,
+            Header::Ping(_) => 3,
         }
     }
-    fn encode_fields(&self, _w: &mut Writer<'_>) {}
+    fn encode_fields(&self, w: &mut Writer<'_>) {
+        if let Header::Ping(ping) = self {
+            w.varint(ping.view_ltime);
+            w.varint(ping.view_coord);
+            w.varint(ping.rank);
+        }
+    }
     fn decode_fields(variant: u8, r: &mut Reader<'_>) -> Result<Self, WireError> {
         match variant {
             1 => Ok(Header::Heartbeat),
+            2 => Ok(Header::Beat),
+            3 => Ok(Header::Ping(Ping { view_ltime: r.varint()?, view_coord: r.varint()?, rank: r.varint()? })),
             _ => Err(bad_variant::<Self>(variant, r)),
         }
     }

@@ -128,7 +128,14 @@ fn vec_any() -> impl Strategy<Value = Vec<u64>> {
 }
 
 pub fn suspect_hdr() -> impl Strategy<Value = suspect::Header> {
-    prop_oneof![Just(suspect::Header::NoHdr), Just(suspect::Header::Heartbeat)]
+    prop_oneof![
+        Just(suspect::Header::NoHdr),
+        Just(suspect::Header::Heartbeat),
+        Just(suspect::Header::Beat),
+        (u64_any(), u64_any(), u64_any()).prop_map(|(view_ltime, view_coord, rank)| suspect::Header::Ping(
+            suspect::Ping { view_ltime, view_coord, rank }
+        )),
+    ]
 }
 
 pub fn slander_hdr() -> impl Strategy<Value = slander::Header> {
