@@ -449,7 +449,7 @@ reasons! {
     FragViolation: "fragments arrived out of the expected order or count",
     Orphan: "part of a failed member's message that can never be completed",
     Disabled: "the stack has left or exited",
-    Gossip: "a stability row or columns of the wrong length, rank or order",
+    Gossip: "a stability row or columns of the wrong length, rank or order, or a failure detector's ping from a rank outside the view",
 }
 
 macro_rules! counters {

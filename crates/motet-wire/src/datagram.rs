@@ -22,10 +22,12 @@ use bytes::{Buf, Bytes};
 /// membership and merge messages) carries its protocol parameters. 3 (2026-11-25): `heal`
 /// answers a smaller partition's hello with an `answer` hello, and a coordinator asks to merge
 /// only once answered (a member of version 2 would never answer, and its partition would never be
-/// asked). A datagram of another version
+/// asked). 4 (2026-11-27): `suspect`'s `Beat` and `Ping` (a failure detector through the
+/// coordinator; a member of version 3 would drop them as malformed and suspect everyone). A
+/// datagram of another version
 /// does not decode (`WireErrorKind::Version`; the node counts it as `OtherVersion`), so members
 /// of different versions never form a view together.
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// The largest datagram accepted (the UDP/IPv4 payload limit).
 pub const DATAGRAM_SIZE_MAX: usize = 65_507;
 /// The largest number of headers in one datagram.

@@ -2,10 +2,10 @@
 //!
 //! Provides: [`Service::FailureDetection`]. Requires below: [`Service::Transport`].
 //! Header: `Beat` and `Heartbeat` (cast unreliably every sweep), `Ping` (on the group's gossip
-//! channel, to the coordinator's address) and `NoHdr`.
+//! channel, to the coordinator's and the deputy's addresses) and `NoHdr`.
 //!
-//! A member not heard from (a heartbeat, or any message passing this layer) for `timeout` is
-//! suspected, and `Suspect` goes up to the membership layers. Suspicion is never withdrawn within
+//! A member that a watcher has not heard from (a heartbeat, or any message passing this layer) for
+//! `timeout` is suspected by that watcher, and `Suspect` goes up to the membership layers. Suspicion is never withdrawn within
 //! a view: the next view decides. The timeout is a trade-off measured in the simulator
 //! (docs/membership.md): with the defaults a member must miss about ten consecutive heartbeats,
 //! which at 20% loss happens with probability 0.2^10 ≈ 1e-7.
@@ -18,16 +18,18 @@
 //!   pings both of them. The coordinator and the deputy watch every member, the others watch those
 //!   two: about 4n receives a sweep for the view. Enough, because the coordinator is the one that
 //!   acts on a member's failure (`intra`), the others only need to notice that the coordinator is
-//!   gone, and the deputy, taking over, already knows who else is. Any two failures at once, or a
-//!   partition that leaves the coordinator, are found in one timeout, as by the all-to-all
-//!   detector.
+//!   gone, and the deputy, taking over, already knows who else is. Any two failures at once, and
+//!   a partition that leaves the coordinator or the deputy on its side, are found in one timeout,
+//!   as by the all-to-all detector.
 //! - **All-to-all**, from the first sign of trouble to the end of the view: every member casts
 //!   `Heartbeat` every sweep and watches every other member. A member turns it on when it suspects
 //!   anyone, when a view change starts (`Block`, `Fail`), and when it hears another member's
 //!   `Heartbeat`, so it spreads through a partition within a sweep. A new coordinator taking over
 //!   mid-view must hear from every member, and a flush must not wait forever on a member that went
 //!   silent: both happen only after one of these. Members it did not watch get a full `timeout`
-//!   from the switch before they can be suspected.
+//!   from the switch before they can be suspected. (A suspicion heard only through `slander`, which
+//!   is above this layer, does not switch it; the suspecting member's own `Heartbeat` does, and the
+//!   `Block` of the view change that follows.)
 //!
 //! The price is detection time when three or more members are lost at once, the coordinator and
 //! the deputy among them (three crashes, or a partition that leaves both): the rank that takes
@@ -217,8 +219,11 @@ impl Layer for Suspect {
         } else {
             let ping =
                 Ping { view_ltime: self.view_id.ltime, view_coord: self.view_id.coord.0, rank: u64::from(self.rank) };
-            for to in [self.coord_address, self.deputy_address] {
-                out.dn(Dn::Gossip { to: Some(to), msg: Msg::default().with(Header::Ping(ping)) });
+            out.dn(Dn::Gossip { to: Some(self.coord_address), msg: Msg::default().with(Header::Ping(ping)) });
+            // One ping reaches every stack of the group at an address: once is enough when the
+            // coordinator and the deputy share a process.
+            if self.deputy_address != self.coord_address {
+                out.dn(Dn::Gossip { to: Some(self.deputy_address), msg: Msg::default().with(Header::Ping(ping)) });
             }
         }
         if !newly.is_empty() {

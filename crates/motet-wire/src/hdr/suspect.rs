@@ -1,14 +1,15 @@
 //! Header of the `suspect` layer: heartbeats of the failure detector (Ensemble `suspect`).
 //!
-//! In a quiet view the detector runs through the coordinator: each member pings the coordinator
-//! (`Ping`, on the group's gossip channel) and the coordinator casts `Beat`. Once anything is
-//! suspected, or a view change starts, every member casts `Heartbeat` to all.
+//! In a quiet view the detector runs through the coordinator: the coordinator and its deputy (the
+//! lowest other rank) cast `Beat`, and each other member pings both (`Ping`, on the group's gossip
+//! channel). Once anything is suspected, a view change starts, or another member's `Heartbeat` is
+//! heard, every member casts `Heartbeat` to all.
 
 use super::{bad_variant, LayerHeader};
 use crate::codec::{Reader, Writer};
 use crate::WireError;
 
-/// A member's heartbeat to the coordinator, on the group's gossip channel (unreliable, to one
+/// A member's heartbeat to the coordinator and the deputy, on the group's gossip channel (unreliable, to one
 /// address, not sequenced by the view's layers). The channel crosses views, so the ping names its
 /// view and sender, as a `stable` row does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,9 +30,11 @@ pub enum Header {
     /// "I am alive", cast unreliably every sweep by every member: the all-to-all detector is on,
     /// and a member that hears one turns it on too.
     Heartbeat,
-    /// The coordinator's "I am alive", cast unreliably every sweep while the view is quiet.
+    /// The coordinator's or the deputy's "I am alive", cast unreliably every sweep while the view
+    /// is quiet.
     Beat,
-    /// A member's "I am alive", to the coordinator, every sweep while the view is quiet.
+    /// A member's "I am alive", to the coordinator and the deputy, every sweep while the view is
+    /// quiet.
     Ping(Ping),
 }
 
