@@ -80,9 +80,10 @@ const LAYER_SWEEP: &[&str] = &[
 const TRACE_SWEEP: usize = 3;
 const SIZES: &[usize] = &[4, 24, 100, 1024];
 const MEMBERS: &[usize] = &[2, 4, 8, 16, 32, 64];
-/// Casts per stability round in a benchmark run: the driver's clock moves 100 ms (`stable`'s and
-/// the stacks' sweep interval) every so many casts, about 10,000 casts a second.
+/// Casts per stability round in a benchmark run: the driver's clock moves [`ROUND`] (`stable`'s
+/// and the stacks' sweep interval) every so many casts, evenly, about 10,000 casts a second.
 const ROUND_CASTS: u64 = 1024;
+const ROUND: Duration = Duration::from_millis(100);
 
 /// One measurement.
 #[derive(Clone, Debug, Serialize)]
@@ -420,9 +421,8 @@ fn drive(path: Path, stack: &str, members: usize, size: usize, count: u64) {
             let mut group = net::Net::new(members, stack, bypass);
             for sent in 1..=count {
                 group.act(sender, Action::Cast(payload.clone())).expect("flow control releases within the pump");
-                if sent % ROUND_CASTS == 0 {
-                    group.tick(Duration::from_millis(100));
-                }
+                // ROUND_CASTS casts every 100 ms, exactly (the clock is in nanoseconds).
+                group.advance_to(Instant::ZERO + Duration(sent * ROUND.0 / ROUND_CASTS));
             }
             group.tick(Duration::from_millis(100));
             // The sender delivers its own casts only with `local` (the loop-back).

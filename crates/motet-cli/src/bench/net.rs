@@ -32,6 +32,9 @@ pub(crate) struct Net {
     queued: Vec<bool>,
     /// Where datagrams are put together, as the runtime's receive path copies them.
     chunks: motet_wire::Chunks,
+    /// No node's alarm is due before this (`None`: none is armed). It may be early (an alarm
+    /// fired or moved later since), never late: every node that did anything updates it.
+    next_alarm: Option<Instant>,
 }
 
 impl Net {
@@ -59,6 +62,7 @@ impl Net {
             pending: Vec::new(),
             queued,
             chunks: motet_wire::Chunks::default(),
+            next_alarm: None,
         };
         (0..members).for_each(|n| net.visit(n));
         net.pump();
@@ -82,6 +86,30 @@ impl Net {
         }
         (0..self.nodes.len()).for_each(|n| self.visit(n));
         self.pump();
+        self.next_alarm = self.nodes.iter().filter_map(|(node, _)| node.poll_alarm()).min();
+    }
+
+    /// Moves the clock to `at`, as a driver's time passes between two casts: the alarms due by
+    /// then fire (at `at`, a fraction of a millisecond late at most) and what they cause is
+    /// carried. The clock moves with every cast, so that each alarm fires in its turn, as in the
+    /// runtime: a clock that jumped a whole sweep at a time fired a delayed acknowledgement and
+    /// the retransmission it exists to prevent at the same instant, and the retransmission went
+    /// first (8 spurious ones a sweep at 2 members, callgrind: 27 instructions per cast on the
+    /// bypass, 31 on the layered path).
+    pub(crate) fn advance_to(&mut self, at: Instant) {
+        self.now = at;
+        if self.next_alarm.is_none_or(|next| next > at) {
+            return;
+        }
+        for n in 0..self.nodes.len() {
+            let node = &mut self.nodes[n].0;
+            if node.poll_alarm().is_some_and(|due| due <= at) {
+                node.handle_timeout(at);
+                self.visit(n);
+            }
+        }
+        self.pump();
+        self.next_alarm = self.nodes.iter().filter_map(|(node, _)| node.poll_alarm()).min();
     }
 
     /// Node `n` may have output.
@@ -128,9 +156,13 @@ impl Net {
             // Idle: delayed processing, then the alarms due now (end-of-turn work such as a
             // sequencer's order or an early stability report), as a driver's loop turn ends.
             node.settle();
-            if node.poll_alarm().is_some_and(|at| at <= self.now) {
-                node.handle_timeout(self.now);
-                again = true;
+            match node.poll_alarm() {
+                Some(at) if at <= self.now => {
+                    node.handle_timeout(self.now);
+                    again = true;
+                }
+                Some(at) => self.next_alarm = Some(self.next_alarm.map_or(at, |next| next.min(at))),
+                None => {}
             }
             if again {
                 self.visit(from);
