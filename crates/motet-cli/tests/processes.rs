@@ -209,6 +209,63 @@ fn members_survive_a_sigkill_and_a_restart_with_consistent_deliveries() {
     }
 }
 
+/// The failure detector over real sockets (docs/membership.md, "Failure detection"): a quiet
+/// view of five processes holds (the members' pings reach the coordinator and the deputy over the
+/// gossip channel, their beats reach the others: were either lost, the view would change within a
+/// second), then the coordinator and the deputy are killed together and the other three install a
+/// view of their own, with every survivor's casts delivered and the logs consistent.
+#[test]
+fn a_quiet_view_holds_and_survives_losing_its_coordinator_and_deputy_at_once() {
+    let ports = free_ports(5);
+    let peers: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let peers = peers.join(",");
+    let mut procs: Vec<Proc> = (0..5).map(|i| Proc::spawn(&format!("q{i}"), ports[i], &peers)).collect();
+    wait(Duration::from_secs(30), "five processes in one view", || one_view_of(&procs.iter().collect::<Vec<_>>()));
+    let view = |p: &Proc| p.log().last_view().map(|(id, _)| id.to_string());
+    let formed: Vec<_> = procs.iter().map(view).collect();
+    // Three failure timeouts of quiet.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(procs.iter().map(view).collect::<Vec<_>>(), formed, "a quiet view changed: someone was suspected");
+
+    // The processes at ranks 0 and 1 of that view: the coordinator and its deputy.
+    let rank = |p: &Proc| {
+        p.events().into_iter().rev().find_map(|e| match e {
+            LogEvent::View { rank, .. } => Some(rank),
+            _ => None,
+        })
+    };
+    let (watchers, others): (Vec<usize>, Vec<usize>) = (0..5).partition(|&i| rank(&procs[i]).is_some_and(|r| r < 2));
+    assert_eq!(watchers.len(), 2, "ranks {:?}", procs.iter().map(rank).collect::<Vec<_>>());
+    for p in procs.iter_mut() {
+        for round in 0..10 {
+            let line = format!("{}-{round}", p.name);
+            p.cast(line);
+        }
+    }
+    for &i in &watchers {
+        procs[i].child.kill().unwrap();
+        procs[i].child.wait().unwrap();
+        procs[i].killed = true;
+    }
+    let survivors = || others.iter().map(|&i| &procs[i]).collect::<Vec<_>>();
+    wait(Duration::from_secs(30), "the three survivors' view", || one_view_of(&survivors()));
+    for &i in &others {
+        let lines = procs[i].sent.clone();
+        wait(Duration::from_secs(30), "survivors' casts delivered", || delivered(&survivors(), &procs[i], &lines));
+    }
+    for &i in &others {
+        procs[i].signal("-TERM");
+    }
+    for &i in &others {
+        let status = procs[i].child.wait().unwrap();
+        assert!(status.success(), "{} exited with {status}", procs[i].name);
+    }
+    std::thread::sleep(Duration::from_millis(100)); // let the readers drain
+    let logs: Vec<MemberLog> = procs.iter().map(Proc::log).collect();
+    let problems = logcheck::check(&logs, false);
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
 /// Issue 5: protocol switching on the fly between real processes. Three members cast
 /// continuously while one asks for `total` and, later, another for `vsync` again. Every member
 /// runs the same stack in every view, nothing is lost or duplicated, and the view running `total`
