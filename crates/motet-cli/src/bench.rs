@@ -81,7 +81,7 @@ const TRACE_SWEEP: usize = 3;
 const SIZES: &[usize] = &[4, 24, 100, 1024];
 const MEMBERS: &[usize] = &[2, 4, 8, 16, 32, 64];
 /// Casts per stability round in a benchmark run: the driver's clock moves [`ROUND`] (`stable`'s
-/// and the stacks' sweep interval) every so many casts, evenly, about 10,000 casts a second.
+/// and the stacks' sweep interval) every so many casts, evenly: 10,240 casts a second.
 const ROUND_CASTS: u64 = 1024;
 const ROUND: Duration = Duration::from_millis(100);
 
@@ -424,7 +424,7 @@ fn drive(path: Path, stack: &str, members: usize, size: usize, count: u64) {
                 // ROUND_CASTS casts every 100 ms, exactly (the clock is in nanoseconds).
                 group.advance_to(Instant::ZERO + Duration(sent * ROUND.0 / ROUND_CASTS));
             }
-            group.tick(Duration::from_millis(100));
+            group.tick(ROUND);
             // The sender delivers its own casts only with `local` (the loop-back).
             let local = StackSpec::parse(stack).is_ok_and(|s| s.layers().contains(&motet_core::LayerKind::Local));
             let mut expected = vec![count; members];

@@ -97,6 +97,7 @@ impl Net {
     /// first (8 spurious ones a sweep at 2 members, callgrind: 27 instructions per cast on the
     /// bypass, 31 on the layered path).
     pub(crate) fn advance_to(&mut self, at: Instant) {
+        debug_assert!(at >= self.now, "the clock moves forward");
         self.now = at;
         if self.next_alarm.is_none_or(|next| next > at) {
             return;
