@@ -389,9 +389,10 @@ mod tests {
     #[test]
     fn toml_sets_protocol_parameters_per_layer_and_keeps_the_defaults_of_the_rest() {
         let text =
-            "[group]\nname = \"g\"\n[group.params.suspect]\ntimeout_ms = 3000\n[group.params.mflow]\nwindow = 512\n";
+            "[group]\nname = \"g\"\n[group.params.suspect]\ntimeout_ms = 3000\nall_to_all = true\n[group.params.mflow]\nwindow = 512\n";
         let params = FileConfig::from_toml(text).unwrap().group.params;
         assert_eq!(params.suspect.timeout, motet_core::Duration::from_millis(3000));
+        assert!(params.suspect.all_to_all);
         assert_eq!(params.mflow.window, 512);
         let defaults = StackConfig::default();
         assert_eq!(params.suspect.sweep_interval, defaults.suspect.sweep_interval);

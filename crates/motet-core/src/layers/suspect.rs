@@ -62,11 +62,16 @@ pub struct Config {
         serialize_with = "crate::time::ser_millis"
     )]
     pub timeout: Duration,
+    /// Every member heartbeats to all and watches all from the start of every view, as Ensemble's
+    /// `suspect` did. Default `false`: through the coordinator and its deputy while the view is
+    /// quiet (the module's comment). `true` costs every member O(n) receives a sweep and finds
+    /// three or more failures at once a timeout sooner.
+    pub all_to_all: bool,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { sweep_interval: Duration::from_millis(100), timeout: Duration::from_millis(1_000) }
+        Config { sweep_interval: Duration::from_millis(100), timeout: Duration::from_millis(1_000), all_to_all: false }
     }
 }
 
@@ -115,7 +120,7 @@ impl Suspect {
             deputy_address: view.addresses[usize::from(deputy)],
             last_heard: vec![Instant::ZERO; view.len()],
             suspected: RankSet::new(),
-            all_to_all: false,
+            all_to_all: config.all_to_all,
         }
     }
 
@@ -305,6 +310,13 @@ mod tests {
         // The deputy beats, as the coordinator does.
         let (mut deputy, _) = endpoint(4, 1);
         assert_eq!(sent(&deputy.timer(at_ms(100))), ["Beat"]);
+        // Configured all-to-all, a member heartbeats to all and watches all from the start.
+        let config = Config { all_to_all: true, ..Config::default() };
+        let mut all = Harness::new(Suspect::new(&config, &view, 2), 2);
+        all.up(Up::Init);
+        assert_eq!(sent(&all.timer(at_ms(100))), ["Heartbeat"]);
+        assert_eq!(suspected(&all.timer(at_ms(1_100))), [0, 1, 3]);
+        assert_eq!(all.stats.counter(Counter::DetectorWidened), 0);
         // The coordinator's beat and pings are consumed here: nothing above hears of them.
         assert!(other.up(cast(0, Header::Beat)).is_empty());
         assert!(coord.up(ping(&view, 2)).is_empty());
