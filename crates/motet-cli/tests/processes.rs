@@ -218,15 +218,24 @@ fn members_survive_a_sigkill_and_a_restart_with_consistent_deliveries() {
 /// machine is not taken for a lost one within the 5 s of quiet.
 #[test]
 fn a_quiet_view_holds_and_survives_losing_its_coordinator_and_deputy_at_once() {
-    let config = std::env::temp_dir().join(format!("motet-quiet-{}.toml", std::process::id()));
-    std::fs::write(&config, "[group]\nname = \"quiet\"\n[group.params.suspect]\ntimeout_ms = 2000\n").unwrap();
+    /// The config file, removed however the test ends (a panic before the processes read it
+    /// left it in the temporary directory).
+    struct TempFile(std::path::PathBuf);
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            std::fs::remove_file(&self.0).ok();
+        }
+    }
+    let config = TempFile(std::env::temp_dir().join(format!("motet-quiet-{}.toml", std::process::id())));
+    let config_text = "[group]\nname = \"quiet\"\n[group.params.suspect]\ntimeout_ms = 2000\n";
+    std::fs::write(&config.0, config_text).unwrap();
     let ports = free_ports(5);
     let peers: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
     let peers = peers.join(",");
-    let extra = ["--config", config.to_str().unwrap()];
+    let extra = ["--config", config.0.to_str().unwrap()];
     let mut procs: Vec<Proc> = (0..5).map(|i| Proc::spawn_with(&format!("q{i}"), ports[i], &peers, &extra)).collect();
     wait(Duration::from_secs(30), "five processes in one view", || one_view_of(&procs.iter().collect::<Vec<_>>()));
-    std::fs::remove_file(&config).ok();
+    drop(config);
     let view = |p: &Proc| p.log().last_view().map(|(id, _)| id.to_string());
     let formed: Vec<_> = procs.iter().map(view).collect();
     // Two and a half failure timeouts of quiet.
