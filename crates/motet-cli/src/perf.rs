@@ -29,7 +29,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use throughput::{offer, throughput, throughput_params, turn, RAW_CHECK_EVERY, RAW_LOOP_EVERY};
+use throughput::{drain_parked, offer, throughput, throughput_params, turn, RAW_CHECK_EVERY, RAW_LOOP_EVERY};
 
 #[derive(Subcommand)]
 pub(crate) enum PerfCommand {
@@ -94,8 +94,10 @@ pub(crate) struct ThroughputArgs {
     /// quarter of a second at the start of each later block is not counted).
     #[arg(long, default_value_t = 3)]
     blocks: u32,
-    /// Casts each member offers per second (0: as fast as flow control allows). Beyond saturation
-    /// this shows whether throughput levels off.
+    /// Casts each member offers per second, open loop (0: as fast as flow control allows, just
+    /// ahead of it). Beyond saturation this shows whether throughput levels off: what a member
+    /// cannot take waits parked, and what its parked lot has no room for is refused and counted
+    /// (`offered_msgs_per_s`, `refused_msgs_per_s`).
     #[arg(long, default_value_t = 0)]
     rate: u64,
     /// CPU placement: `none` (the scheduler's), or `split`: this process (the one measured, and
@@ -325,6 +327,11 @@ const TO_RAW: &[u8] = b"raw";
 /// Cast by the echo peer once an empty raw datagram has sent it back to its event loop; by the
 /// measuring process of `perf throughput` to end a raw block.
 const TO_MOTET: &[u8] = b"mot";
+/// Cast by the measuring process of `perf throughput --rate` before a raw block: the peers stop
+/// offering casts, and those they hold parked go while no member floods the loopback device with
+/// raw datagrams. (A peer that emptied its parked casts while another already blasted lost them to
+/// the device's backlog, in turn after turn of retransmissions, and the raw block measured nothing.)
+const STOP: &[u8] = b"stp";
 
 /// Round trips discarded at the start of each block: the first after a switch finds the caches
 /// and branch predictors trained on the other path.
@@ -595,9 +602,13 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
             let me = event_loop.join(&config).map_err(|e| e.to_string())?;
             let interval = (args.rate > 0).then(|| Duration::from_secs_f64(1.0 / args.rate as f64));
             let mut next_cast = Instant::now();
-            let (mut formed, mut to_raw) = (false, false);
+            let (mut formed, mut to_raw, mut offering) = (false, false, true);
             loop {
                 if to_raw {
+                    if interval.is_some() {
+                        // Empty already after `STOP`, unless the switch came without one.
+                        to_raw = drain_parked(&mut event_loop, me)?.unwrap_or(true);
+                    }
                     let mut last_turn = Instant::now();
                     while to_raw {
                         if stopped() {
@@ -614,11 +625,12 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
                         }
                     }
                     next_cast = Instant::now(); // offer the rate from now, not since the switch
+                    offering = true;
                 }
                 if stopped() {
                     return Ok(());
                 }
-                if formed {
+                if formed && offering {
                     offer(&mut event_loop, me, &payload, interval, &mut next_cast)?;
                 }
                 event_loop.poll(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
@@ -631,6 +643,7 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
                             formed = view.members.len() > 1;
                         }
                         Event::Cast { from, data } if from != me && data[..] == *TO_RAW => to_raw = true,
+                        Event::Cast { from, data } if from != me && data[..] == *STOP => offering = false,
                         _ => {}
                     }
                 }

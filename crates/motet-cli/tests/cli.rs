@@ -42,6 +42,76 @@ fn issue_2_sim_with_a_crash_has_no_violations() {
     assert_eq!(json(&stdout)["violations"], 0);
 }
 
+/// Issue 6, "done when", on fewer seeds: `--bypass diff` runs every input through both paths and
+/// fails on any difference in deliveries or layer states; the swarms of `vsync` and `total`, and
+/// `fifo` under loss, report no violation, and fault-free runs take the bypass for at least 95%
+/// of the application's messages (`bypass_hit_rate`).
+#[test]
+fn issue_6_sim_bypass_diff_contract() {
+    let base = ["sim", "--nodes", "5", "--seeds", "1..20", "--bypass", "diff", "--json"];
+    for (stack, faults) in [("vsync", &["--swarm"][..]), ("total", &["--swarm"]), ("fifo", &["--loss", "0.2"])] {
+        let args = [&base[..], &["--stack", stack], faults].concat();
+        let (code, stdout, stderr) = motet(&args);
+        assert_eq!(code, 0, "{args:?}: {stdout}{stderr}");
+        let report = json(&stdout);
+        assert_eq!(report["violations"], 0, "{args:?}: {report}");
+        assert!(report["bypass_hit_rate"].as_f64().is_some(), "{args:?}: {report}");
+    }
+    for stack in ["vsync", "total"] {
+        let args = [&base[..], &["--stack", stack]].concat();
+        let (code, stdout, stderr) = motet(&args);
+        assert_eq!(code, 0, "{args:?}: {stdout}{stderr}");
+        let report = json(&stdout);
+        assert_eq!(report["violations"], 0, "{args:?}: {report}");
+        let rate = report["bypass_hit_rate"].as_f64().unwrap();
+        assert!(rate >= 0.95, "{stack}: a fault-free run took the bypass for {rate} of its messages: {report}");
+    }
+}
+
+/// `motet bench stack` keeps its JSON and its plot (issue 6): the three paths' costs, the heads on
+/// the wire, the sweeps over message size, group size and layers, the cost of one more layer, and
+/// an SVG of the sweeps. Nanoseconds only, and few casts, so the suite stays fast; the figures
+/// are measured and reported, not judged here (docs/bypass.md).
+#[test]
+fn bench_stack_reports_every_path_sweep_and_head_and_plots_the_sweeps() {
+    let plot = std::env::temp_dir().join(format!("motet-bench-{}.svg", std::process::id()));
+    let plot_arg = plot.to_str().unwrap();
+    let args =
+        ["bench", "stack", "--stack", "fifo", "--no-instructions", "--count", "400", "--json", "--plot", plot_arg];
+    let (code, stdout, stderr) = motet(&args);
+    let svg = std::fs::read_to_string(&plot);
+    std::fs::remove_file(&plot).ok();
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let report = json(&stdout);
+    assert_eq!(report["unit"], "ns", "{report}");
+    for path in ["layered", "bypass", "hand"] {
+        assert!(report[path]["ns_per_msg"].as_f64().unwrap() > 0.0, "{path}: {report}");
+    }
+    assert!(
+        report["layered_over_bypass"].as_f64().unwrap() > 0.0 && report["bypass_over_hand"].as_f64().unwrap() > 0.0
+    );
+    let heads = &report["header_bytes"];
+    assert!(heads["cast"].as_u64().unwrap() <= 8 && heads["send"].as_u64().unwrap() <= 8, "{heads}");
+    let points = |sweep: &str, key: &str| -> Vec<u64> {
+        let mut values: Vec<u64> =
+            report["sweeps"][sweep].as_array().unwrap().iter().map(|c| c[key].as_u64().unwrap()).collect();
+        values.dedup();
+        values
+    };
+    assert_eq!(points("size", "size"), [4, 24, 100, 1024]);
+    assert_eq!(points("members", "members"), [2, 4, 8, 16, 32, 64]);
+    assert_eq!(report["sweeps"]["size"].as_array().unwrap().len(), 12, "three paths a point");
+    assert_eq!(report["sweeps"]["layers"].as_array().unwrap().len(), 8, "layered and bypass a point");
+    assert!(report["extra_layer"]["bypass"].as_f64().is_some(), "{report}");
+    let svg = svg.expect("the plot was written");
+    assert!(svg.starts_with("<svg") && svg.contains("</svg>"), "{svg}");
+    // The plot needs the sweeps.
+    let (code, _, stderr) =
+        motet(&["bench", "stack", "--quick", "--no-instructions", "--count", "200", "--plot", plot_arg]);
+    assert_eq!(code, 0);
+    assert!(stderr.contains("--plot needs the sweeps"), "{stderr}");
+}
+
 #[test]
 fn the_same_seed_gives_the_same_trace_hash_across_processes() {
     for seed in ["3", "17", "99"] {

@@ -195,6 +195,14 @@ fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> Option<String
     }
 }
 
+/// Says `line` on the process's standard error itself, which the test harness does not capture
+/// (`eprintln!` in a passing test is shown nowhere): a skipped test, and the loss a run used, are
+/// seen in every run's output, CI's included.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 fn can_run(tag: char) -> Result<(), String> {
     let uid = Command::new("id").arg("-u").output().map_err(|e| e.to_string())?;
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
@@ -208,14 +216,14 @@ fn can_run(tag: char) -> Result<(), String> {
 #[test]
 fn a_partition_splits_the_group_into_two_views_and_the_heal_merges_them() {
     if let Err(why) = can_run('p') {
-        eprintln!("SKIPPED netns partition test: it needs root and network namespaces ({why}); CI runs it as root");
+        say(&format!("SKIPPED netns partition test: it needs root and network namespaces ({why}); CI runs it as root"));
         return;
     }
     let topology = Topology::build('p').expect("network namespaces and bridges");
     if topology.netem {
-        eprintln!("netns test: tc netem adds 2% loss and 1 ms delay on every member's link");
+        say("netns test: tc netem adds 2% loss and 1 ms delay on every member's link");
     } else {
-        eprintln!("netns test: this kernel has no tc netem; the members inject 2% receive loss themselves instead");
+        say("netns test: this kernel has no tc netem; the members inject 2% receive loss themselves instead");
     }
     let mut procs: Vec<Proc> = (0..MEMBERS).map(|i| Proc::spawn(&topology, i, None)).collect();
     let first = wait_for(Duration::from_secs(60), "one view of four", || one_view_of(&all(&procs)));
@@ -272,7 +280,7 @@ fn a_partition_splits_the_group_into_two_views_and_the_heal_merges_them() {
     let logs: Vec<MemberLog> = procs.iter().map(Proc::log).collect();
     let problems = logcheck::check(&logs, false);
     assert!(problems.is_empty(), "{problems:#?}");
-    eprintln!("netns test: views {first} -> {left} | {right} -> {merged}");
+    say(&format!("netns test: views {first} -> {left} | {right} -> {merged}"));
 }
 
 /// A one-way partition (issue 4's real networks; docs/membership.md, `heal`): the two halves of
@@ -284,9 +292,9 @@ fn a_partition_splits_the_group_into_two_views_and_the_heal_merges_them() {
 #[test]
 fn a_one_way_partition_blocks_nobody_and_the_heal_merges_the_group() {
     if let Err(why) = can_run('o') {
-        eprintln!(
+        say(&format!(
             "SKIPPED netns one-way partition test: it needs root and network namespaces ({why}); CI runs it as root"
-        );
+        ));
         return;
     }
     let topology = Topology::build('o').expect("network namespaces and bridges");
@@ -342,7 +350,7 @@ fn a_one_way_partition_blocks_nobody_and_the_heal_merges_the_group() {
     let logs: Vec<MemberLog> = procs.iter().map(Proc::log).collect();
     let problems = logcheck::check(&logs, false);
     assert!(problems.is_empty(), "{problems:#?}");
-    eprintln!("netns one-way test: {left} | {right}, one way from {view}'s side for 8 s, then {merged}");
+    say(&format!("netns one-way test: {left} | {right}, one way from {view}'s side for 8 s, then {merged}"));
 }
 
 fn all(procs: &[Proc]) -> Vec<&Proc> {
@@ -352,7 +360,7 @@ fn all(procs: &[Proc]) -> Vec<&Proc> {
 #[test]
 fn on_a_lan_members_find_each_other_and_cast_by_ip_multicast() {
     if let Err(why) = can_run('m') {
-        eprintln!("SKIPPED netns multicast test: it needs root and network namespaces ({why}); CI runs it as root");
+        say(&format!("SKIPPED netns multicast test: it needs root and network namespaces ({why}); CI runs it as root"));
         return;
     }
     let topology = Topology::build('m').expect("network namespaces and bridges");

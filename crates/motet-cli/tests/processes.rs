@@ -209,6 +209,44 @@ fn members_survive_a_sigkill_and_a_restart_with_consistent_deliveries() {
     }
 }
 
+/// The contract's end of stdin: a member whose standard input ends keeps running in the group (a
+/// script may pipe it a fixed list of casts, or nothing): what it cast before the end is
+/// delivered, it goes on delivering what the others cast, for longer than a failure timeout, and
+/// SIGTERM still leaves gracefully, with its `exit` event and status 0.
+#[test]
+fn a_member_whose_stdin_ends_stays_in_the_group_until_sigterm() {
+    let ports = free_ports(2);
+    let peers: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let peers = peers.join(",");
+    let mut procs: Vec<Proc> = (0..2).map(|i| Proc::spawn(&format!("e{i}"), ports[i], &peers)).collect();
+    wait(Duration::from_secs(30), "two processes in one view", || one_view_of(&procs.iter().collect::<Vec<_>>()));
+    procs[0].cast("e0-before-the-end".into());
+    drop(procs[0].stdin.take()); // the end of its standard input
+    let lines = procs[0].sent.clone();
+    wait(Duration::from_secs(30), "its cast delivered", || {
+        delivered(&procs.iter().collect::<Vec<_>>(), &procs[0], &lines)
+    });
+    // Longer than the failure timeout (1 s): a member that had stopped, or left, would be out of
+    // the other's view by now.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(procs[0].child.try_wait().unwrap().is_none(), "the member exited at the end of its stdin");
+    for round in 0..5 {
+        procs[1].cast(format!("e1-after-the-end-{round}"));
+    }
+    let lines = procs[1].sent.clone();
+    wait(Duration::from_secs(30), "the other's casts delivered to it", || {
+        delivered(&procs.iter().collect::<Vec<_>>(), &procs[1], &lines)
+    });
+    assert!(one_view_of(&procs.iter().collect::<Vec<_>>()), "still one view of both");
+    procs[0].signal("-TERM");
+    let status = procs[0].child.wait().unwrap();
+    assert!(status.success(), "exited with {status}");
+    std::thread::sleep(Duration::from_millis(100)); // let the reader drain
+    assert_eq!(procs[0].events().last(), Some(&LogEvent::Exit), "no exit event");
+    let problems = logcheck::check(&procs.iter().map(Proc::log).collect::<Vec<_>>(), false);
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
 /// The failure detector over real sockets (docs/membership.md, "Failure detection"): a quiet
 /// view of five processes holds (the members' pings reach the coordinator and the deputy over the
 /// gossip channel, their beats reach the others: were either lost, the view would change one

@@ -80,11 +80,18 @@ pub(super) fn throughput(args: &ThroughputArgs) -> Result<(), String> {
     for block in 0..2 * args.blocks {
         let is_raw = raw_at(block);
         let first = if is_raw { udp.blocks.is_empty() } else { motet.blocks.is_empty() };
-        let settle = if first { Duration::from_secs(1) } else { BLOCK_SETTLE };
+        // With offered load, the peers first wait for their parked casts to go (`drain_parked`)
+        // when they switch to raw: a raw block then settles as long as a first one.
+        let settle = if first || (is_raw && args.rate > 0) { Duration::from_secs(1) } else { BLOCK_SETTLE };
         if is_raw {
             // The peers blast raw datagrams at our raw socket until we say otherwise (two raw
             // blocks in a row need no switch between them); we stop casting meanwhile.
             if block == 0 || !raw_at(block - 1) {
+                if args.rate > 0 {
+                    // Offered load: the peers stop offering and empty their parked casts first.
+                    event_loop.cast(me, STOP.into()).map_err(|e| e.to_string())?;
+                    quiesce(&mut event_loop, me)?;
+                }
                 event_loop.cast(me, TO_RAW.into()).map_err(|e| e.to_string())?;
             }
             udp.add(raw_block(&raw, &mut event_loop, me, settle, length, &mut buf)?);
@@ -106,6 +113,8 @@ pub(super) fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         "receive_offload": offload,
         "receive_offload_on": event_loop.runtime_stats().receive_offload,
         "offered_per_member": args.rate,
+        "offered_msgs_per_s": (motet.offered as f64 / motet.secs).round(),
+        "refused_msgs_per_s": (motet.refused as f64 / motet.secs).round(),
         "pin": args.pin,
         "blocks": args.blocks,
         "msgs_per_s": rate.round(),
@@ -171,6 +180,9 @@ struct Tally {
     msgs: u64,
     from_others: u64,
     bytes: u64,
+    /// Casts this process offered, and of them those refused (`offer`).
+    offered: u64,
+    refused: u64,
     secs: f64,
     /// Each block's rate, msgs/s.
     blocks: Vec<f64>,
@@ -182,6 +194,8 @@ impl Tally {
         self.msgs += block.msgs;
         self.from_others += block.from_others;
         self.bytes += block.bytes;
+        self.offered += block.offered;
+        self.refused += block.refused;
         self.secs += block.secs;
     }
 
@@ -234,40 +248,106 @@ fn raw_block(
         match start {
             None if now - begin >= settle => start = Some(now),
             Some(at) if now - at >= length => {
-                return Ok(Tally { msgs, bytes: 0, from_others: msgs, secs: (now - at).as_secs_f64(), blocks: vec![] });
+                let secs = (now - at).as_secs_f64();
+                return Ok(Tally { msgs, from_others: msgs, secs, ..Tally::default() });
             }
             _ => {}
         }
-        if now - last_turn >= RAW_LOOP_EVERY {
-            // The group's heartbeats; the peers' last casts before the switch are dropped.
+        // The group's heartbeats; the peers' last casts before the switch are dropped. While the
+        // block settles, at every look at the clock: peers that were offered more than they could
+        // send empty their parked casts before they switch (`drain_parked`), and they need this
+        // member's credit and acknowledgements to do it (at one turn per 5 ms, a backlog of
+        // 65,536 casts outlasted the block, which then measured no raw datagram at all).
+        if start.is_none() || now - last_turn >= RAW_LOOP_EVERY {
             turn(event_loop, me)?;
             last_turn = now;
         }
     }
 }
 
-/// Offers casts of `payload`: one per `interval` from `next_cast` on, or, without a rate, as
-/// long as fewer than 64 wait parked (just ahead of flow control); at most `CASTS_PER_TURN`
-/// before the loop gets a turn (a member alone in its view has no window to stop it).
+/// Offers casts of `payload`, at most `CASTS_PER_TURN` before the loop gets a turn (a member alone
+/// in its view has no window to stop it):
+/// - with a rate (`interval`), every cast due from `next_cast` on, open loop: what the member
+///   cannot send yet waits parked, and what its parked lot has no room for is refused
+///   (`Error::QueueFull`, the runtime's back-pressure), counted and dropped. Offered load beyond
+///   saturation is then really offered: a generator that waited for the lot to empty offered only
+///   what the group took, and could not show whether throughput levels off or collapses;
+/// - without one, as long as fewer than 64 wait parked: just ahead of flow control.
 pub(super) fn offer(
     event_loop: &mut EventLoop,
     me: EndpointId,
     payload: &Bytes,
     interval: Option<Duration>,
     next_cast: &mut Instant,
-) -> Result<(), String> {
-    let mut offered = 0;
-    while offered < CASTS_PER_TURN
-        && event_loop.parked(me) < 64
-        && interval.is_none_or(|_| Instant::now() >= *next_cast)
-    {
-        offered += 1;
-        event_loop.cast(me, payload.clone()).map_err(|e| e.to_string())?;
-        if let Some(interval) = interval {
-            *next_cast += interval;
+) -> Result<Offered, String> {
+    let mut offered = Offered::default();
+    while offered.casts < CASTS_PER_TURN as u64 {
+        match interval {
+            Some(interval) if Instant::now() >= *next_cast => *next_cast += interval,
+            Some(_) => break,
+            None if event_loop.parked(me) < 64 => {}
+            None => break,
+        }
+        offered.casts += 1;
+        match event_loop.cast(me, payload.clone()) {
+            Ok(()) => {}
+            Err(motet_runtime::Error::QueueFull(_)) => offered.refused += 1,
+            Err(e) => return Err(e.to_string()),
         }
     }
-    Ok(())
+    Ok(offered)
+}
+
+/// Casts offered by [`offer`], and of them those refused for want of room.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Offered {
+    pub(super) casts: u64,
+    pub(super) refused: u64,
+}
+
+/// After a block of offered load: waits, offering nothing, until `me`'s parked casts are taken
+/// (at most 10 s), so that the raw block after it does not share the processes and the loopback
+/// device with a backlog of casts. Returns the last switch another member cast meanwhile, as
+/// [`turn`] does.
+pub(super) fn drain_parked(event_loop: &mut EventLoop, me: EndpointId) -> Result<Option<bool>, String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut switch = None;
+    while event_loop.parked(me) > 0 {
+        if Instant::now() > deadline {
+            return Err(format!("{} casts still parked 10 s after the offered load stopped", event_loop.parked(me)));
+        }
+        event_loop.poll(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
+        while let Some((_, event)) = event_loop.next_event() {
+            if let Event::Cast { from, data } = event {
+                if from != me && (data[..] == *TO_RAW || data[..] == *TO_MOTET) {
+                    switch = Some(data[..] == *TO_RAW);
+                }
+            }
+        }
+    }
+    Ok(switch)
+}
+
+/// After `STOP`: waits until no other member's cast has arrived for 100 ms (at most 10 s), so
+/// that their parked casts have gone before anyone blasts raw datagrams.
+fn quiesce(event_loop: &mut EventLoop, me: EndpointId) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = Instant::now();
+    loop {
+        event_loop.poll(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
+        while let Some((_, event)) = event_loop.next_event() {
+            if matches!(event, Event::Cast { from, .. } if from != me) {
+                last = Instant::now();
+            }
+        }
+        let now = Instant::now();
+        if now - last >= Duration::from_millis(100) {
+            return Ok(());
+        }
+        if now > deadline {
+            return Err("the other members' casts had not stopped 10 s after they were asked to".into());
+        }
+    }
 }
 
 /// One Motet block: casts offered (at `args.rate`, or just ahead of flow control) and deliveries
@@ -291,11 +371,18 @@ fn motet_block(
             None if now - begin >= settle => start = Some(now),
             Some(at) if now - at >= length => {
                 tally.secs = (now - at).as_secs_f64();
+                if interval.is_some() {
+                    drain_parked(event_loop, me)?;
+                }
                 return Ok(tally);
             }
             _ => {}
         }
-        offer(event_loop, me, payload, interval, &mut next_cast)?;
+        let offered = offer(event_loop, me, payload, interval, &mut next_cast)?;
+        if start.is_some() {
+            tally.offered += offered.casts;
+            tally.refused += offered.refused;
+        }
         event_loop.poll(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
         while let Some((_, event)) = event_loop.next_event() {
             // Stamps only: the switches between the paths are shorter.

@@ -185,6 +185,48 @@ fn a_unicast_socket_that_always_has_more_does_not_starve_a_retired_one() {
     assert_eq!(event_loop.runtime_stats().datagrams_in_retired, 1);
 }
 
+/// Lookups so far of [`moving_lookup`].
+static MOVES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A name whose address changes after its first lookup, as a container's does when it is
+/// rescheduled.
+fn moving_lookup(_name: &str) -> io::Result<Vec<SocketAddr>> {
+    match MOVES.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+        0 => Ok(vec!["127.0.0.1:7990".parse().unwrap()]),
+        _ => Ok(vec!["127.0.0.1:7991".parse().unwrap()]),
+    }
+}
+
+/// A seed name is looked up again every `resolve_interval`, and a new answer replaces the old
+/// one among the group's peers (issue 4: names re-resolved periodically, as container platforms
+/// expect): the address it had before is no longer gossiped to.
+#[test]
+fn a_seed_name_whose_address_changes_is_followed_at_the_next_lookup() {
+    let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+    event_loop.resolver = resolve::Resolver::with_lookup(moving_lookup);
+    let mut group = GroupConfig::new("moving-seed");
+    group.peers = vec!["seed.invalid:7990".into()];
+    group.resolve_interval = Duration::from_secs(1);
+    event_loop.join(&group).unwrap();
+    let name = GroupName(group.name.as_str().into());
+    let peers = |l: &EventLoop| l.node.peers(&name).to_vec();
+    let at = |port: u16| vec![Address::Inet(SocketAddr::from(([127, 0, 0, 1], port)))];
+    let mut seen = Vec::new();
+    for _ in 0..500 {
+        let now = peers(&event_loop);
+        if seen.last() != Some(&now) {
+            seen.push(now.clone());
+        }
+        if now == at(7991) {
+            break;
+        }
+        event_loop.poll(Some(Duration::from_millis(10))).unwrap();
+    }
+    assert_eq!(seen.last(), Some(&at(7991)), "the new address within 5 s: {seen:?}");
+    assert!(seen.contains(&at(7990)), "the first answer was used first: {seen:?}");
+    assert!(MOVES.load(std::sync::atomic::Ordering::SeqCst) >= 2, "looked up again");
+}
+
 fn slow_lookup(_name: &str) -> io::Result<Vec<SocketAddr>> {
     std::thread::sleep(Duration::from_millis(1_500));
     Ok(vec!["127.0.0.1:7997".parse().unwrap()])
