@@ -168,6 +168,15 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
         motet_core::DropReason::ALL.iter().map(|&r| (r.name().to_string(), json!(protocol.drops(r)))).collect();
     let counters: serde_json::Map<String, serde_json::Value> =
         motet_core::Counter::ALL.iter().map(|&c| (c.name().to_string(), json!(protocol.counter(c)))).collect();
+    // The same by the layer that counted (`node`: the node around the stacks).
+    let mut by_layer = serde_json::Map::new();
+    for &c in motet_core::Counter::ALL {
+        for (layer, value) in protocol.by_layer(c) {
+            let layer = layer.map_or("node", |l| l.name());
+            let entry = by_layer.entry(layer).or_insert_with(|| json!({}));
+            entry[c.name()] = json!(value);
+        }
+    }
     Some(json!({
         "type": "stats",
         "datagrams_in": rt.datagrams_in,
@@ -194,6 +203,7 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
         "bypass_hits": rt.bypass_hits,
         "bypass_misses": rt.bypass_misses,
         "counters": counters,
+        "counters_by_layer": by_layer,
         "drops": drops,
     }))
 }

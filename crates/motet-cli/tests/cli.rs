@@ -325,6 +325,10 @@ fn member_serves_prometheus_metrics_and_prints_stats() {
         "motet_drops_total{reason=\"Malformed\"}",
         "motet_bypass_hits_total",
         "motet_buffered_messages 0",
+        // Per layer: the casts' retransmissions (mnak) apart from the sends' (pt2pt).
+        "motet_protocol_events_total{layer=\"mnak\",kind=\"Retransmit\"}",
+        "motet_protocol_events_total{layer=\"pt2pt\",kind=\"Retransmit\"}",
+        "motet_protocol_events_total{layer=\"suspect\",kind=\"Suspected\"}",
     ] {
         assert!(response.contains(needle), "missing {needle} in {response}");
     }
@@ -342,6 +346,13 @@ fn member_serves_prometheus_metrics_and_prints_stats() {
                     && line.contains("\"buffered\""),
                 "{line}"
             );
+            let stats = json(&line);
+            let by_layer = &stats["counters_by_layer"];
+            for (layer, kind) in
+                [("mnak", "Retransmit"), ("pt2pt", "NakSent"), ("stable", "Gossip"), ("node", "CompressedOut")]
+            {
+                assert!(by_layer[layer][kind].is_u64(), "{layer} {kind} in {line}");
+            }
             break;
         }
     }

@@ -453,8 +453,13 @@ reasons! {
 }
 
 macro_rules! counters {
-    ($($name:ident: $doc:literal),* $(,)?) => {
-        /// Protocol activity counters, aggregated per stack (and by the simulator per run).
+    (@width) => { 1 };
+    (@width $($layer:ident),+) => { 0 $(+ counters!(@one $layer))+ };
+    (@one $layer:ident) => { 1 };
+    ($($name:ident [$($layer:ident),*]: $doc:literal),* $(,)?) => {
+        /// Protocol activity counters, kept per stack by the layer that counts (and by the
+        /// simulator per run): [`crate::layer::Stats::counter`] gives a counter's total,
+        /// [`crate::layer::Stats::by_layer`] what each layer that counts it counted.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
         pub enum Counter { $(#[doc = $doc] $name,)* }
         impl Counter {
@@ -464,22 +469,41 @@ macro_rules! counters {
             pub fn name(self) -> &'static str {
                 match self { $(Counter::$name => stringify!($name),)* }
             }
+            /// The layers that count it; none for the node's own counters (around the stacks).
+            pub fn layers(self) -> &'static [crate::layers::LayerKind] {
+                match self { $(Counter::$name => &[$(crate::layers::LayerKind::$layer),*],)* }
+            }
         }
+        /// Where each counter's slots start in `Stats`: one slot per layer that counts it, one for
+        /// a counter of the node's.
+        pub(crate) const COUNTER_SLOT: [usize; Counter::ALL.len()] = {
+            let widths = [$(counters!(@width $($layer),*)),*];
+            let mut out = [0; Counter::ALL.len()];
+            let (mut i, mut at) = (0, 0);
+            while i < out.len() {
+                out[i] = at;
+                at += widths[i];
+                i += 1;
+            }
+            out
+        };
+        /// Slots of all counters together.
+        pub(crate) const COUNTER_SLOTS: usize = 0 $(+ counters!(@width $($layer),*))*;
     };
 }
 
 counters! {
-    Retransmit: "messages retransmitted (timer or NAK driven)",
-    NakSent: "negative acknowledgements sent",
-    AckSent: "acknowledgements sent",
-    FlowBlocked: "times a flow-control layer blocked its sender",
-    FlowQueueOver: "messages a blocked flow-control layer queued past `pending_max` (the layers' own messages, such as a sequencer's orders, pass `appl`'s refusal; behind a lagging member they may exceed it)",
-    Gossip: "stability messages sent (rows to the coordinator, its columns cast back)",
-    Fragmented: "messages split into fragments",
-    Suspected: "members newly suspected by the failure detector",
-    DetectorWidened: "times the failure detector of a view went from watching through the coordinator to all-to-all heartbeats (a suspicion, a view change, or another member's heartbeat)",
-    MergeDenied: "merge requests answered `busy` (the requester keeps asking)",
-    MergeUnanswered: "merge requests never answered within `merge_timeout` (the requester's partition went on alone, blocked until then)",
-    CompressedOut: "datagrams sent with compressed headers (the common trace's template and a sequence number)",
-    CompressedIn: "compressed datagrams received and expanded",
+    Retransmit [Mnak, Pt2pt]: "messages retransmitted (timer or NAK driven): casts by `mnak`, sends by `pt2pt`",
+    NakSent [Mnak, Pt2pt]: "negative acknowledgements sent: for casts by `mnak`, for sends by `pt2pt`",
+    AckSent [Mflow, Pt2pt, Pt2ptw]: "acknowledgements sent: `pt2pt`'s of sends received, and the flow-control layers' reports of what was consumed (`mflow`'s credit for casts, `pt2ptw`'s for sends)",
+    FlowBlocked [Mflow, Pt2ptw]: "times a flow-control layer blocked its sender (`mflow` casts, `pt2ptw` sends)",
+    FlowQueueOver [Mflow, Pt2ptw]: "messages a blocked flow-control layer queued past `pending_max` (the layers' own messages, such as a sequencer's orders, pass `appl`'s refusal; behind a lagging member they may exceed it)",
+    Gossip [Stable]: "stability messages sent (rows to the coordinator, its columns cast back)",
+    Fragmented [Frag]: "messages split into fragments",
+    Suspected [Suspect]: "members newly suspected by the failure detector",
+    DetectorWidened [Suspect]: "times the failure detector of a view went from watching through the coordinator to all-to-all heartbeats (a suspicion, a view change, or another member's heartbeat)",
+    MergeDenied [Merge]: "merge requests answered `busy` (the requester keeps asking)",
+    MergeUnanswered [Merge]: "merge requests never answered within `merge_timeout` (the requester's partition went on alone, blocked until then)",
+    CompressedOut []: "datagrams sent with compressed headers (the common trace's template and a sequence number; counted by the node)",
+    CompressedIn []: "compressed datagrams received and expanded (counted by the node)",
 }

@@ -6,6 +6,7 @@
 
 use crate::event::{AppEvent, Counter, Dn, DropReason, Msg, Up};
 use crate::fast::{DnStep, Down, UpStep};
+use crate::layers::LayerKind;
 use crate::time::Instant;
 use crate::Rank;
 use motet_wire::Header;
@@ -267,11 +268,12 @@ pub(crate) enum Ev {
     Timer,
 }
 
-/// Per-stack statistics: drops by reason and protocol counters.
+/// Per-stack statistics: drops by reason and protocol counters, each counter by the layer that
+/// counted it (a slot per layer that counts it: [`Counter::layers`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     drops: [u64; DropReason::ALL.len()],
-    counters: [u64; Counter::ALL.len()],
+    counters: [u64; crate::event::COUNTER_SLOTS],
 }
 
 impl Stats {
@@ -279,13 +281,33 @@ impl Stats {
     pub fn drops(&self, reason: DropReason) -> u64 {
         self.drops[reason as usize]
     }
-    /// Value of `counter`.
+    /// Value of `counter`: its total over the layers that count it.
     pub fn counter(&self, counter: Counter) -> u64 {
-        self.counters[counter as usize]
+        self.slots(counter).iter().sum()
     }
-    /// Counts protocol activity.
+    /// What each layer that counts `counter` counted, in the order of [`Counter::layers`]; the
+    /// node's own counters (no layer counts them) come as one entry of `None`.
+    pub fn by_layer(&self, counter: Counter) -> impl Iterator<Item = (Option<LayerKind>, u64)> + '_ {
+        let layers = counter.layers();
+        let node = layers.is_empty().then_some(None);
+        layers.iter().map(|&l| Some(l)).chain(node).zip(self.slots(counter).iter().copied())
+    }
+    fn slots(&self, counter: Counter) -> &[u64] {
+        let at = crate::event::COUNTER_SLOT[counter as usize];
+        &self.counters[at..at + counter.layers().len().max(1)]
+    }
+    /// Counts one of the node's counters (one no layer counts: [`Counter::layers`] is empty).
     pub fn count(&mut self, counter: Counter) {
-        self.counters[counter as usize] += 1;
+        debug_assert!(counter.layers().is_empty(), "{counter:?} is counted by a layer: count_by");
+        self.counters[crate::event::COUNTER_SLOT[counter as usize]] += 1;
+    }
+    /// Counts protocol activity of `layer`, which must be one of `counter`'s
+    /// ([`Counter::layers`]; another is a mistake in the declaration, counted in the counter's
+    /// first slot outside debug builds).
+    pub fn count_by(&mut self, layer: LayerKind, counter: Counter) {
+        let position = counter.layers().iter().position(|&l| l == layer);
+        debug_assert!(position.is_some(), "{layer:?} counts {counter:?}: declare it in `counters!`");
+        self.counters[crate::event::COUNTER_SLOT[counter as usize] + position.unwrap_or(0)] += 1;
     }
     /// Counts a drop.
     pub fn drop_one(&mut self, reason: DropReason) {
@@ -342,9 +364,9 @@ impl Outbox<'_> {
     pub fn drop_input(&mut self, reason: DropReason) {
         self.stats.drop_one(reason);
     }
-    /// Counts protocol activity.
-    pub fn count(&mut self, counter: Counter) {
-        self.stats.counters[counter as usize] += 1;
+    /// Counts protocol activity of `layer` (the layer calling: each counter is kept per layer).
+    pub fn count(&mut self, layer: LayerKind, counter: Counter) {
+        self.stats.count_by(layer, counter);
     }
 
     /// The common case of a layer whose header on this message is the trivial `expected`: pops it

@@ -88,10 +88,15 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
     );
     let _ = writeln!(
         out,
-        "# HELP motet_protocol_events_total protocol activity by kind\n# TYPE motet_protocol_events_total counter"
+        "# HELP motet_protocol_events_total protocol activity by kind and by the layer that counted it (`node`: the node around the stacks)\n# TYPE motet_protocol_events_total counter"
     );
+    // One series per layer that counts a kind (mnak's retransmissions of casts apart from pt2pt's
+    // of sends): a kind's total is their sum, `sum by (kind)`.
     for &c in Counter::ALL {
-        let _ = writeln!(out, "motet_protocol_events_total{{kind=\"{}\"}} {}", c.name(), protocol.counter(c));
+        for (layer, value) in protocol.by_layer(c) {
+            let layer = layer.map_or("node", |l| l.name());
+            let _ = writeln!(out, "motet_protocol_events_total{{layer=\"{layer}\",kind=\"{}\"}} {value}", c.name());
+        }
     }
     let _ = writeln!(
         out,
@@ -139,12 +144,23 @@ mod tests {
             bypass_hits: 5,
             ..RuntimeStats::default()
         };
-        let text = render(&stats, &Stats::default());
+        let mut protocol = Stats::default();
+        protocol.count_by(motet_core::LayerKind::Pt2pt, Counter::Retransmit);
+        protocol.count_by(motet_core::LayerKind::Pt2pt, Counter::Retransmit);
+        protocol.count_by(motet_core::LayerKind::Mnak, Counter::Retransmit);
+        protocol.count(Counter::CompressedIn);
+        let text = render(&stats, &protocol);
         assert!(text.contains("motet_datagrams_received_total 7"));
         assert!(text.contains("# TYPE motet_connected_sockets gauge\nmotet_connected_sockets 2"));
         assert!(text.contains("motet_connected_fallbacks_total 3"));
         assert!(text.contains("motet_bypass_hits_total 5\n") && text.contains("motet_bypass_misses_total 0\n"));
-        assert!(text.contains("motet_protocol_events_total{kind=\"Retransmit\"} 0"));
+        // By the layer that counted: casts' retransmissions (mnak) apart from sends' (pt2pt).
+        assert!(text.contains("motet_protocol_events_total{layer=\"mnak\",kind=\"Retransmit\"} 1\n"), "{text}");
+        assert!(text.contains("motet_protocol_events_total{layer=\"pt2pt\",kind=\"Retransmit\"} 2\n"), "{text}");
+        assert!(text.contains("motet_protocol_events_total{layer=\"node\",kind=\"CompressedIn\"} 1\n"), "{text}");
+        assert!(text.contains("motet_protocol_events_total{layer=\"suspect\",kind=\"Suspected\"} 0\n"), "{text}");
+        let series = text.lines().filter(|l| l.starts_with("motet_protocol_events_total{")).count();
+        assert_eq!(series, Counter::ALL.iter().map(|c| c.layers().len().max(1)).sum::<usize>());
         assert!(text.contains("motet_drops_total{reason=\"Malformed\"} 0"));
         assert_eq!(text.lines().filter(|l| l.starts_with("motet_drops_total")).count(), DropReason::ALL.len());
     }

@@ -32,6 +32,31 @@ fn fifo_delivers_every_cast_everywhere_under_loss_dup_and_reorder() {
     }
 }
 
+/// Protocol counters are kept by the layer that counts (issue 4: per-layer counters): under loss,
+/// casts are retransmitted by `mnak` and sends by `pt2pt`, each on its own line, and a kind's
+/// total is their sum.
+#[test]
+fn retransmissions_and_naks_are_counted_by_the_layer_that_made_them() {
+    use motet_core::{Counter, LayerKind};
+    let (mut casts, mut sends) = (0, 0);
+    for seed in 1..=10 {
+        let report = run(&lossy(seed));
+        for counter in [Counter::Retransmit, Counter::NakSent] {
+            let by_layer: Vec<_> = report.stats.by_layer(counter).collect();
+            assert_eq!(
+                by_layer.iter().map(|&(l, _)| l).collect::<Vec<_>>(),
+                [Some(LayerKind::Mnak), Some(LayerKind::Pt2pt)],
+                "{counter:?}"
+            );
+            assert_eq!(by_layer.iter().map(|&(_, n)| n).sum::<u64>(), report.stats.counter(counter), "{counter:?}");
+        }
+        let retransmitted: Vec<u64> = report.stats.by_layer(Counter::Retransmit).map(|(_, n)| n).collect();
+        casts += retransmitted[0];
+        sends += retransmitted[1];
+    }
+    assert!(casts > 0 && sends > 0, "both kinds retransmitted under 20% loss: casts {casts}, sends {sends}");
+}
+
 #[test]
 fn fifo_survives_a_crash() {
     for seed in 1..=40 {

@@ -15,6 +15,7 @@
 //! a blocked sender has `window` messages outstanding, so each receiver eventually crosses a
 //! report boundary.
 
+use super::LayerKind;
 use crate::event::{Counter, Dn, Msg};
 use crate::layer::Outbox;
 use crate::time::Duration;
@@ -43,7 +44,7 @@ pub(crate) enum Offer {
 
 impl Window {
     /// Offers a message given the receiver-reported `consumed` count. A message queued beyond
-    /// `pending_max` is counted in `out` (see the module documentation).
+    /// `pending_max` is counted in `out`, as `layer`'s (see the module documentation).
     pub(crate) fn offer(
         &mut self,
         msg: Msg,
@@ -51,13 +52,14 @@ impl Window {
         window: u64,
         pending_max: usize,
         out: &mut Outbox<'_>,
+        layer: LayerKind,
     ) -> Offer {
         if self.pending.is_empty() && self.sent - consumed < window {
             self.sent += 1;
             return Offer::Send(msg);
         }
         if self.pending.len() >= pending_max {
-            out.count(Counter::FlowQueueOver);
+            out.count(layer, Counter::FlowQueueOver);
         }
         self.pending.push_back(msg);
         if self.pending.len() == 1 {
@@ -154,12 +156,14 @@ pub(crate) struct Receivers {
     lagging: bool,
     /// A flush has begun in this view: a lag no longer withholds reports.
     flushed: bool,
+    /// The layer whose reports these are (`mflow` or `pt2ptw`), which counts them.
+    layer: LayerKind,
 }
 
 impl Receivers {
-    /// For a view of `members`.
-    pub(crate) fn new(members: usize) -> Receivers {
-        Receivers { consumers: vec![Consumer::default(); members], lagging: false, flushed: false }
+    /// For a view of `members`, in `layer`.
+    pub(crate) fn new(members: usize, layer: LayerKind) -> Receivers {
+        Receivers { consumers: vec![Consumer::default(); members], lagging: false, flushed: false, layer }
     }
 
     /// Origins counted (the view's size).
@@ -246,7 +250,7 @@ impl Receivers {
                 continue;
             }
             if let Some(count) = consumer.owed(cap) {
-                send_report(out, origin, report(count));
+                send_report(out, self.layer, origin, report(count));
             }
         }
     }
@@ -254,7 +258,7 @@ impl Receivers {
 
 /// Sends `origin` a report of what this member consumed of its messages (`mflow`'s credit,
 /// `pt2ptw`'s acknowledgement).
-pub(crate) fn send_report(out: &mut Outbox<'_>, origin: Rank, report: impl Into<Header>) {
-    out.count(Counter::AckSent);
+pub(crate) fn send_report(out: &mut Outbox<'_>, layer: LayerKind, origin: Rank, report: impl Into<Header>) {
+    out.count(layer, Counter::AckSent);
     out.dn(Dn::Send { dest: origin, msg: Msg::default().with(report.into()) });
 }

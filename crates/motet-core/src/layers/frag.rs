@@ -97,7 +97,7 @@ impl Frag {
             emit(msg.with(Header::Whole), out);
             return;
         }
-        out.count(Counter::Fragmented);
+        out.count(super::LayerKind::Frag, Counter::Fragmented);
         let len = msg.payload.len();
         let count = len.div_ceil(self.frag_size) as u32;
         let mut hdrs = Some(msg.hdrs);
@@ -224,7 +224,7 @@ impl Layer for Frag {
 
     fn fast_dn_apply(&mut self, down: &Down, out: &mut Outbox<'_>) {
         if down.qos != crate::event::Qos::Unreliable && down.len > self.frag_size {
-            out.count(Counter::Fragmented);
+            out.count(super::LayerKind::Frag, Counter::Fragmented);
         }
     }
 

@@ -146,7 +146,7 @@ impl Layer for Merge {
                     Some(Header::Denied { request }) => {
                         // Busy: keep repeating (see the module documentation).
                         if self.pending.as_ref().is_some_and(|p| p.id == request) {
-                            out.count(crate::event::Counter::MergeDenied);
+                            out.count(super::LayerKind::Merge, crate::event::Counter::MergeDenied);
                         }
                     }
                     _ => out.drop_input(DropReason::HeaderMismatch),
@@ -191,7 +191,7 @@ impl Layer for Merge {
         let Some(pending) = &self.pending else { return };
         if now >= pending.deadline {
             self.pending = None;
-            out.count(crate::event::Counter::MergeUnanswered);
+            out.count(super::LayerKind::Merge, crate::event::Counter::MergeUnanswered);
             out.up(Up::MergeFailed);
         } else {
             Merge::send(pending.contact, pending.request.clone(), out);

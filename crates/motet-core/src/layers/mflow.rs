@@ -101,7 +101,7 @@ impl Mflow {
             window: Window::default(),
             credit: vec![0; view.len()],
             slowest: (view.len() > 1).then_some(0),
-            receivers: Receivers::new(view.len()),
+            receivers: Receivers::new(view.len(), super::LayerKind::Mflow),
             block_held: false,
         }
     }
@@ -162,7 +162,7 @@ impl Layer for Mflow {
                 Some(Header::NoHdr) => {
                     if qos == Qos::Reliable {
                         if let Some(count) = self.receivers.consume(origin, self.config.window) {
-                            send_report(out, origin, credit(count));
+                            send_report(out, super::LayerKind::Mflow, origin, credit(count));
                         }
                     }
                     out.up(Up::Cast { origin, msg, qos });
@@ -186,10 +186,17 @@ impl Layer for Mflow {
             Dn::Cast { msg, qos: Qos::Reliable } => {
                 let consumed = self.consumed();
                 let (window, pending_max) = (self.config.window, self.config.pending_max);
-                match self.window.offer(msg.with(Header::NoHdr), consumed, window, pending_max, out) {
+                match self.window.offer(
+                    msg.with(Header::NoHdr),
+                    consumed,
+                    window,
+                    pending_max,
+                    out,
+                    super::LayerKind::Mflow,
+                ) {
                     Offer::Send(msg) => out.dn(Dn::Cast { msg, qos: Qos::Reliable }),
                     Offer::Blocked => {
-                        out.count(Counter::FlowBlocked);
+                        out.count(super::LayerKind::Mflow, Counter::FlowBlocked);
                         out.up(Up::FlowBlock { dest: None, blocked: true });
                     }
                     Offer::Queued => {}
@@ -262,7 +269,7 @@ impl Layer for Mflow {
             return self.take_credit(up.origin, *count);
         }
         if up.cast && up.qos == Qos::Reliable && self.receivers.consume(up.origin, self.config.window).is_some() {
-            out.count(Counter::AckSent);
+            out.count(super::LayerKind::Mflow, Counter::AckSent);
         }
     }
 

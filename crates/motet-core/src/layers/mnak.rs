@@ -240,7 +240,7 @@ impl Mnak {
     /// NAKs `lo..=hi` of `origin`: to the origin while it lives, else to the whole view.
     fn nak(&mut self, origin: Rank, lo: Seqno, hi: Seqno, out: &mut Outbox<'_>) {
         self.origins[usize::from(origin)].asked.asked(hi);
-        out.count(Counter::NakSent);
+        out.count(super::LayerKind::Mnak, Counter::NakSent);
         let msg = Msg::default().with(Header::Nak { origin, lo, hi });
         if self.failed.contains(origin) {
             out.dn(Dn::Cast { msg, qos: Qos::Unreliable });
@@ -271,7 +271,7 @@ impl Mnak {
         let end = hi.saturating_add(1).min(o.received);
         for seqno in (lo..end).take(self.config.retransmit_max) {
             let msg = o.buf[(seqno - o.buf_lo) as usize].clone().with(Header::Retrans { origin, seqno });
-            out.count(Counter::Retransmit);
+            out.count(super::LayerKind::Mnak, Counter::Retransmit);
             out.dn(Dn::Send { dest: to, msg });
         }
     }
@@ -394,7 +394,7 @@ impl Mnak {
             // The rest of what `nak` does.
             Hold::Nak(_, hi) => {
                 o.asked.asked(hi);
-                out.count(Counter::NakSent);
+                out.count(super::LayerKind::Mnak, Counter::NakSent);
                 sweep_due(&mut self.sweep_at, out.now() + self.config.sweep_interval, out);
             }
             Hold::Timer(at) => sweep_due(&mut self.sweep_at, at, out),

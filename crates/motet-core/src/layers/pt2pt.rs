@@ -157,13 +157,13 @@ impl Pt2pt {
     fn send_ack(&mut self, peer: Rank, out: &mut Outbox<'_>) {
         let p = &mut self.peers[usize::from(peer)];
         p.ack_sent = p.expected;
-        out.count(Counter::AckSent);
+        out.count(super::LayerKind::Pt2pt, Counter::AckSent);
         out.dn(Dn::Send { dest: peer, msg: Msg::default().with(Header::Ack { next: p.expected }) });
     }
 
     fn send_nak(&mut self, peer: Rank, lo: Seqno, hi: Seqno, out: &mut Outbox<'_>) {
         self.peers[usize::from(peer)].asked.asked(hi);
-        out.count(Counter::NakSent);
+        out.count(super::LayerKind::Pt2pt, Counter::NakSent);
         out.dn(Dn::Send { dest: peer, msg: Msg::default().with(Header::Nak { lo, hi }) });
     }
 
@@ -178,7 +178,7 @@ impl Pt2pt {
             }
             let entry = &mut p.unacked[(seqno - p.acked) as usize];
             entry.1 = now;
-            out.count(Counter::Retransmit);
+            out.count(super::LayerKind::Pt2pt, Counter::Retransmit);
             out.dn(Dn::Send { dest: peer, msg: entry.0.clone().with(Header::Data { seqno }) });
         }
     }
@@ -394,7 +394,7 @@ impl Layer for Pt2pt {
                 // The trace's reply is the NAK: the rest of what `send_nak` does.
                 Hold::Nak(_, hi) => {
                     p.asked.asked(hi);
-                    out.count(Counter::NakSent);
+                    out.count(super::LayerKind::Pt2pt, Counter::NakSent);
                 }
                 Hold::Timer(at) => out.alarm(at),
                 Hold::Nothing => {}
@@ -407,7 +407,7 @@ impl Layer for Pt2pt {
         p.expected += 1;
         if next - p.ack_sent >= self.config.ack_batch {
             p.ack_sent = next;
-            out.count(Counter::AckSent);
+            out.count(super::LayerKind::Pt2pt, Counter::AckSent);
         } else {
             out.alarm(out.now() + self.ack_delay());
         }

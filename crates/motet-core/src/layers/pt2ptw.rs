@@ -83,7 +83,7 @@ impl Pt2ptw {
             failed: RankSet::new(),
             windows: (0..view.len()).map(|_| Window::default()).collect(),
             acked: vec![0; view.len()],
-            receivers: Receivers::new(view.len()),
+            receivers: Receivers::new(view.len(), super::LayerKind::Pt2ptw),
             block_held: false,
         }
     }
@@ -108,7 +108,7 @@ impl Layer for Pt2ptw {
             Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => {
                     if let Some(count) = self.receivers.consume(origin, self.config.window) {
-                        send_report(out, origin, ack(count));
+                        send_report(out, super::LayerKind::Pt2ptw, origin, ack(count));
                     }
                     out.up(Up::Send { origin, msg });
                 }
@@ -138,10 +138,17 @@ impl Layer for Pt2ptw {
             Dn::Send { dest, msg } => {
                 let d = usize::from(dest);
                 let (window, pending_max) = (self.config.window, self.config.pending_max);
-                match self.windows[d].offer(msg.with(Header::NoHdr), self.acked[d], window, pending_max, out) {
+                match self.windows[d].offer(
+                    msg.with(Header::NoHdr),
+                    self.acked[d],
+                    window,
+                    pending_max,
+                    out,
+                    super::LayerKind::Pt2ptw,
+                ) {
                     Offer::Send(msg) => out.dn(Dn::Send { dest, msg }),
                     Offer::Blocked => {
-                        out.count(Counter::FlowBlocked);
+                        out.count(super::LayerKind::Pt2ptw, Counter::FlowBlocked);
                         out.up(Up::FlowBlock { dest: Some(dest), blocked: true });
                     }
                     Offer::Queued => {}
@@ -213,7 +220,7 @@ impl Layer for Pt2ptw {
 
     fn fast_up_apply(&mut self, up: &fast::Up<'_>, _msg: &Msg, out: &mut Outbox<'_>) {
         if !up.cast && self.receivers.consume(up.origin, self.config.window).is_some() {
-            out.count(Counter::AckSent);
+            out.count(super::LayerKind::Pt2ptw, Counter::AckSent);
         }
     }
 

@@ -248,7 +248,7 @@ impl Stable {
         self.heard = RankSet::new();
         self.moved = false;
         self.cast_seq += 1;
-        out.count(Counter::Gossip);
+        out.count(super::LayerKind::Stable, Counter::Gossip);
         let failed = self.failed.iter().map(u64::from).collect();
         let (stable, max) = (self.columns.stable.clone(), self.columns.max.clone());
         let columns = Columns { seq: self.cast_seq, stable, max, failed };
@@ -262,7 +262,7 @@ impl Stable {
     /// `pt2pt` holds a flush until every reliable send is acknowledged.
     fn send_row(&mut self, out: &mut Outbox<'_>) {
         self.dirty = false;
-        out.count(Counter::Gossip);
+        out.count(super::LayerKind::Stable, Counter::Gossip);
         let row = Row {
             view_ltime: self.view_id.ltime,
             view_coord: self.view_id.coord.0,

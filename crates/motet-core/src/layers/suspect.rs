@@ -151,7 +151,7 @@ impl Suspect {
             }
         }
         self.all_to_all = true;
-        out.count(Counter::DetectorWidened);
+        out.count(super::LayerKind::Suspect, Counter::DetectorWidened);
         tracing::debug!("failure detector: all-to-all heartbeats until the next view");
     }
 }
@@ -233,7 +233,7 @@ impl Layer for Suspect {
         }
         if !newly.is_empty() {
             for _ in newly.iter() {
-                out.count(Counter::Suspected);
+                out.count(super::LayerKind::Suspect, Counter::Suspected);
             }
             tracing::info!(suspected = ?newly, "no heartbeat within the timeout: suspected");
             out.up(Up::Suspect(newly));
