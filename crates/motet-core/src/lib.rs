@@ -12,6 +12,8 @@
 mod error;
 pub mod event;
 pub mod fast;
+#[cfg(feature = "fault-injection")]
+pub mod faults;
 pub mod layer;
 pub mod layers;
 pub mod node;

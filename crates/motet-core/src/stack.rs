@@ -40,11 +40,14 @@ mod delayed;
 
 use delayed::{Delayed, DelayedQueue, DELAYED_MAX};
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fault-injection"))]
 thread_local! {
     /// Testing the checker: inputs do not settle delayed processing first (a seeded bug).
     static SETTLE_LATE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
+
+#[cfg(feature = "fault-injection")]
+pub(crate) use bypass::set_skip_action;
 
 /// Whether a stack runs its common traces through the bypass ([`crate::fast`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -21,6 +21,22 @@ fn options(seed: u64, nodes: usize, stack: StackSpec, swarm: bool, bypass: Bypas
     options
 }
 
+/// The simulator reports what the `Diff` checker catches (issue 6, end to end): with a seeded bug
+/// in the bypass (it skips `mnak`'s action: `motet_core::faults`), a `--bypass diff` run reports a
+/// "bypass diff" violation that says what differs; without it, the same run is clean.
+#[test]
+fn a_seeded_bypass_bug_is_reported_by_the_simulator() {
+    let options = options(7, 3, StackSpec::parse("vsync").unwrap(), false, Bypass::Diff);
+    assert_eq!(bypass_differences(&run(&options).violations), Vec::<&Violation>::new(), "clean without the bug");
+    motet_core::faults::skip_action(Some(motet_core::LayerKind::Mnak));
+    let skipped = run(&options);
+    motet_core::faults::skip_action(None);
+    let found = bypass_differences(&skipped.violations);
+    assert_eq!(found.len(), 1, "the run stops at the first difference: {:?}", skipped.violations);
+    let Violation::Invariant { detail } = found[0] else { unreachable!() };
+    assert!(detail.contains("differ"), "it says what differs: {detail}");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 

@@ -103,7 +103,7 @@ impl Took {
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fault-injection"))]
 thread_local! {
     /// Testing the checker: the bypass skips this layer's action (a seeded bug).
     static SKIP_ACTION: std::cell::Cell<Option<crate::LayerKind>> = const { std::cell::Cell::new(None) };
@@ -122,6 +122,12 @@ thread_local! {
     static COMPILES: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     /// Casts and sends from the network that the bypass left to the layered path.
     static TO_LAYERED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Sets the seeded bug of `SKIP_ACTION` on this thread (`crate::faults`).
+#[cfg(feature = "fault-injection")]
+pub(crate) fn set_skip_action(layer: Option<crate::LayerKind>) {
+    SKIP_ACTION.with(|skip| skip.set(layer));
 }
 
 /// The layers of `mask`, top down.
@@ -238,7 +244,7 @@ impl Stack {
     #[cold]
     #[inline(never)]
     pub(super) fn compile(&mut self) {
-        #[cfg(test)]
+        #[cfg(any(test, feature = "fault-injection"))]
         COMPILES.with(|n| n.set(n.get() + 1));
         let before = self.plans;
         for trace in Trace::ALL {
@@ -249,7 +255,7 @@ impl Stack {
             let mut plan = Plan { active: 0, len_max: usize::MAX, loopback: None };
             let mut loops = false;
             for (i, layer) in self.layers.iter().enumerate().skip(self.appl) {
-                #[cfg(test)]
+                #[cfg(any(test, feature = "fault-injection"))]
                 if FORCE_INERT.with(std::cell::Cell::get) == Some(self.view.stack.layers()[i]) && i != template.layer {
                     continue;
                 }
@@ -338,7 +344,7 @@ impl Stack {
         now: Instant,
         f: impl FnOnce(&mut crate::layers::AnyLayer, &mut Outbox<'_>),
     ) {
-        #[cfg(test)]
+        #[cfg(any(test, feature = "fault-injection"))]
         if SKIP_ACTION.with(std::cell::Cell::get) == Some(self.view.stack.layers()[index]) {
             return;
         }

@@ -3,7 +3,7 @@
 //! batches when the driver is idle, by a deadline no later than any alarm filing sets, or before
 //! any input that needs them (docs/bypass.md, "Delayed processing").
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fault-injection"))]
 use super::SETTLE_LATE;
 use super::{merge_alarm, Stack};
 use crate::event::Msg;
@@ -169,7 +169,7 @@ impl Stack {
     /// Settles before an input that is not an application message on a compiled trace: only
     /// those may run ahead of delayed processing (their conditions and actions do not read it).
     pub(super) fn settle_for_input(&mut self) {
-        #[cfg(test)]
+        #[cfg(any(test, feature = "fault-injection"))]
         if SETTLE_LATE.with(std::cell::Cell::get) {
             return;
         }

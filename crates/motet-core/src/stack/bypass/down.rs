@@ -6,7 +6,7 @@
 //! and helpers of [`super`] (`keep`, `apply`, the layer masks), and meet only at the loop-back
 //! branch, whose actions are a trace going up's ([`Stack::loop_back`]).
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fault-injection"))]
 use super::SKIP_LAST_PART;
 use super::{bottom_up, fused, span, top_down, DnAsked, Fused, Loopback, Split, Steps, Took, UpAsked};
 use crate::event::{Dn, Msg, Qos};
@@ -188,7 +188,7 @@ impl Stack {
     fn parts_dn(&mut self, now: Instant, dest: Option<Rank>, at: usize, parts: u32, qos: Qos, whole: &Msg) -> Took {
         let below = span(at + 1, self.layers.len());
         for index in 0..parts {
-            #[cfg(test)]
+            #[cfg(any(test, feature = "fault-injection"))]
             if SKIP_LAST_PART.with(std::cell::Cell::get) && index + 1 == parts {
                 break;
             }

@@ -88,9 +88,9 @@ impl Stack {
                 // compact form, a new length).
                 msg.hdrs.truncate(at);
                 let header = hdrs.at(i);
-                #[cfg(test)]
+                #[cfg(any(test, feature = "fault-injection"))]
                 let skip = super::SKIP_ACTION.with(std::cell::Cell::get) == Some(self.view.stack.layers()[i]);
-                #[cfg(not(test))]
+                #[cfg(not(any(test, feature = "fault-injection")))]
                 let skip = false;
                 if !skip {
                     let up = Up { origin, cast, qos: a.qos, header };

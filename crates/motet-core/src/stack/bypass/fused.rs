@@ -104,9 +104,9 @@ impl Stack {
         kept: Kept,
         alarm: &'a mut Option<Instant>,
     ) -> (&'a mut [AnyLayer], Act<'a>, &'a [Option<crate::stack::Template>; 2]) {
-        #[cfg(test)]
+        #[cfg(any(test, feature = "fault-injection"))]
         let skip = super::SKIP_ACTION.with(std::cell::Cell::get);
-        #[cfg(not(test))]
+        #[cfg(not(any(test, feature = "fault-injection")))]
         let skip = None;
         let act = Act {
             out: outbox!(self, now, alarm),
@@ -392,7 +392,7 @@ fn fused_dn<C: DnChain>(
     }
     // The actions: the branch first (it leaves above every asked layer), then the asked layers'.
     if let Some(header) = own {
-        #[cfg(test)]
+        #[cfg(any(test, feature = "fault-injection"))]
         super::APPL_BRANCHES.with(|n| n.set(n.get() + 1));
         own_cast_up(stack, now, &header, &msg);
     }
@@ -425,7 +425,7 @@ fn fused_dn<C: DnChain>(
 #[inline(always)]
 fn own_cast_up(stack: &mut Stack, now: Instant, header: &motet_wire::Header, msg: &Msg) {
     let (rank, top) = (stack.rank, stack.appl);
-    #[cfg(test)]
+    #[cfg(any(test, feature = "fault-injection"))]
     if super::SKIP_ACTION.with(std::cell::Cell::get) == Some(LayerKind::Appl) {
         return;
     }

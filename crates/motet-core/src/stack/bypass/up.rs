@@ -8,7 +8,7 @@
 //! loop-back branch, whose conditions a trace going down asks ([`Stack::loopback_branch`]).
 
 use super::{below, bottom_up, fused, pop_unpredicted, span, top_down, DnAsked, Fused, Reply, Steps, Took, UpAsked};
-#[cfg(test)]
+#[cfg(any(test, feature = "fault-injection"))]
 use super::{REVERSE_RELEASE, SKIP_RELEASE};
 use crate::event::{Msg, Qos};
 use crate::fast::{Down, Kept, Trace, Up};
@@ -34,7 +34,7 @@ impl Stack {
         let trace = Trace::up(cast);
         let qos = if cast { Qos::Unreliable } else { Qos::Reliable };
         let took = self.trace_up_from_network(now, origin, cast, msg, qos, trace, fast);
-        #[cfg(test)]
+        #[cfg(any(test, feature = "fault-injection"))]
         if took.is_err() {
             super::TO_LAYERED.with(|n| n.set(n.get() + 1));
         }
@@ -234,13 +234,13 @@ impl Stack {
         }
         // Then what a layer held behind this message, in order, as its handler would pass it up
         // right after this one.
-        #[cfg(test)]
+        #[cfg(any(test, feature = "fault-injection"))]
         if SKIP_RELEASE.with(std::cell::Cell::get) {
             release = None;
         }
         if let Some((at, qos, keep)) = release {
             let trace = Trace::up(cast);
-            #[cfg(test)]
+            #[cfg(any(test, feature = "fault-injection"))]
             if REVERSE_RELEASE.with(std::cell::Cell::get) {
                 let mut run = Vec::new();
                 self.apply(at, now, |layer, out| {

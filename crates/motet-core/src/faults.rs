@@ -1,0 +1,10 @@
+//! Seeded bugs, switched on per thread, for tests outside this crate that must show a checker
+//! catching them: the simulator reporting a difference its `--bypass diff` runs find (issue 6),
+//! end to end. Only with the feature `fault-injection`, which the workspace's test builds turn on
+//! (`motet-sim`'s tests ask for it): the switches are checked on the bypass's path.
+
+/// The bypass skips `layer`'s action on this thread's stacks (`None`: none), a bug the `Diff`
+/// checker must report.
+pub fn skip_action(layer: Option<crate::LayerKind>) {
+    crate::stack::set_skip_action(layer);
+}
