@@ -114,6 +114,9 @@ struct Report {
     size: usize,
     /// "instructions" (callgrind) or "ns" (valgrind missing or skipped).
     unit: &'static str,
+    /// The build has the core's test hooks (`motet_core::FAULT_INJECTION`: a workspace-wide build
+    /// with the simulator's tests), checked on the bypass's path: its figures are not a release's.
+    fault_injection: bool,
     layered: Cost,
     bypass: Cost,
     hand: Cost,
@@ -230,6 +233,11 @@ fn stack(args: StackArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if motet_core::FAULT_INJECTION {
+        eprintln!(
+            "motet: this build has the core's test hooks (feature fault-injection) on the bypass's path; for figures, build with `cargo build --release -p motet-cli`"
+        );
+    }
     let instructions = !args.no_instructions && valgrind_works();
     if !args.no_instructions && !instructions {
         eprintln!("motet: valgrind not found; reporting nanoseconds only (install valgrind for instruction counts)");
@@ -282,6 +290,7 @@ fn stack(args: StackArgs) -> ExitCode {
         members: 2,
         size: 4,
         unit: if instructions { "instructions" } else { "ns" },
+        fault_injection: motet_core::FAULT_INJECTION,
         layered_over_bypass: layered.figure() / bypass.figure(),
         bypass_over_hand: bypass.figure() / hand.figure(),
         bypass_delayed,

@@ -332,6 +332,8 @@ const TO_MOTET: &[u8] = b"mot";
 /// raw datagrams. (A peer that emptied its parked casts while another already blasted lost them to
 /// the device's backlog, in turn after turn of retransmissions, and the raw block measured nothing.)
 const STOP: &[u8] = b"stp";
+/// A peer's answer to `STOP`, cast once its parked casts are taken (delivered after them).
+const STOPPED: &[u8] = b"std";
 
 /// Round trips discarded at the start of each block: the first after a switch finds the caches
 /// and branch predictors trained on the other path.
@@ -602,13 +604,15 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
             let me = event_loop.join(&config).map_err(|e| e.to_string())?;
             let interval = (args.rate > 0).then(|| Duration::from_secs_f64(1.0 / args.rate as f64));
             let mut next_cast = Instant::now();
-            let (mut formed, mut to_raw, mut offering) = (false, false, true);
+            // `offering`: not asked to stop (`STOP`); `answered`: `STOPPED` cast since.
+            let (mut formed, mut to_raw, mut offering, mut answered) = (false, false, true, false);
             loop {
                 if to_raw {
                     if interval.is_some() {
                         // Empty already after `STOP`, unless the switch came without one.
                         to_raw = drain_parked(&mut event_loop, me)?.unwrap_or(true);
                     }
+                    answered = false;
                     let mut last_turn = Instant::now();
                     while to_raw {
                         if stopped() {
@@ -632,6 +636,9 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
                 }
                 if formed && offering {
                     offer(&mut event_loop, me, &payload, interval, &mut next_cast)?;
+                }
+                if !offering && !answered && event_loop.parked(me) == 0 {
+                    answered = event_loop.cast(me, STOPPED.into()).is_ok();
                 }
                 event_loop.poll(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
                 while let Some((_, event)) = event_loop.next_event() {

@@ -84,6 +84,7 @@ fn bench_stack_reports_every_path_sweep_and_head_and_plots_the_sweeps() {
     assert_eq!(code, 0, "{stdout}{stderr}");
     let report = json(&stdout);
     assert_eq!(report["unit"], "ns", "{report}");
+    assert!(report["fault_injection"].is_boolean(), "the report says whether the core's test hooks are in: {report}");
     for path in ["layered", "bypass", "hand"] {
         assert!(report[path]["ns_per_msg"].as_f64().unwrap() > 0.0, "{path}: {report}");
     }

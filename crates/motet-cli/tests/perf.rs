@@ -45,7 +45,9 @@ fn throughput_reports_the_contract_keys_from_interleaved_blocks() {
 /// (docs/PERFORMANCE.md).
 #[test]
 fn throughput_under_offered_load_beyond_saturation_counts_what_is_refused() {
-    let args = ["throughput", "--members", "2", "--size", "64", "--seconds", "2", "--blocks", "2"];
+    // One block of each path: raw first, after the members stopped offering and emptied their
+    // parked casts (`STOP`, answered by each), then the overloaded one.
+    let args = ["throughput", "--members", "2", "--size", "64", "--seconds", "1", "--blocks", "1"];
     let report = perf(&[&args[..], &["--rate", "5000000", "--json"]].concat());
     let figure = |key: &str| report[key].as_f64().unwrap_or_else(|| panic!("{key}: {report}"));
     assert_eq!(report["offered_per_member"], 5_000_000);

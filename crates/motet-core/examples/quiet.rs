@@ -3,9 +3,9 @@
 //! partition discovery. `valgrind --tool=callgrind target/release/examples/quiet S MEMBERS STACK`
 //! for two values of S; the difference over the difference in seconds, divided by MEMBERS, is the
 //! instructions a member spends per quiet second. Defaults: 10 s, 2 members, `vsync`, the clock
-//! moving in steps of STEP = 10 ms (4th argument), each member's due alarms firing at each step (a
-//! runtime's timers are no finer: `RuntimeConfig::timer_slack_ms`). See docs/PERFORMANCE.md, "A
-//! quiet group".
+//! moving in steps of STEP = 10 ms (4th argument): each alarm fires at the first step at or after
+//! its time, up to a step late. Each step costs the test kit itself about 470 instructions a
+//! member, so the figures in docs/PERFORMANCE.md ("A quiet group") use steps of 50 ms.
 
 use motet_core::testkit::Group;
 use motet_core::Duration;

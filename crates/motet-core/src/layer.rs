@@ -270,10 +270,17 @@ pub(crate) enum Ev {
 
 /// Per-stack statistics: drops by reason and protocol counters, each counter by the layer that
 /// counted it (a slot per layer that counts it: [`Counter::layers`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stats {
     drops: [u64; DropReason::ALL.len()],
     counters: [u64; crate::event::COUNTER_SLOTS],
+}
+
+// Written out: arrays derive `Default` only up to 32 entries, which the slots may pass.
+impl Default for Stats {
+    fn default() -> Stats {
+        Stats { drops: [0; DropReason::ALL.len()], counters: [0; crate::event::COUNTER_SLOTS] }
+    }
 }
 
 impl Stats {

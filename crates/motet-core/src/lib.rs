@@ -14,6 +14,12 @@ pub mod event;
 pub mod fast;
 #[cfg(feature = "fault-injection")]
 pub mod faults;
+
+/// Whether this build has the test hooks of [`faults`] (feature `fault-injection`): checked on the
+/// bypass's path, so a benchmark says so. Cargo turns the feature on in any build of the
+/// workspace that includes `motet-sim`'s tests (`cargo test --workspace`, `cargo bench
+/// --workspace`); `cargo build --release -p motet-cli` has none.
+pub const FAULT_INJECTION: bool = cfg!(feature = "fault-injection");
 pub mod layer;
 pub mod layers;
 pub mod node;

@@ -80,17 +80,15 @@ pub(super) fn throughput(args: &ThroughputArgs) -> Result<(), String> {
     for block in 0..2 * args.blocks {
         let is_raw = raw_at(block);
         let first = if is_raw { udp.blocks.is_empty() } else { motet.blocks.is_empty() };
-        // With offered load, the peers first wait for their parked casts to go (`drain_parked`)
-        // when they switch to raw: a raw block then settles as long as a first one.
-        let settle = if first || (is_raw && args.rate > 0) { Duration::from_secs(1) } else { BLOCK_SETTLE };
+        let settle = if first { Duration::from_secs(1) } else { BLOCK_SETTLE };
         if is_raw {
             // The peers blast raw datagrams at our raw socket until we say otherwise (two raw
             // blocks in a row need no switch between them); we stop casting meanwhile.
             if block == 0 || !raw_at(block - 1) {
                 if args.rate > 0 {
-                    // Offered load: the peers stop offering and empty their parked casts first.
-                    event_loop.cast(me, STOP.into()).map_err(|e| e.to_string())?;
-                    quiesce(&mut event_loop, me)?;
+                    // Offered load: every member stops offering and empties its parked casts
+                    // first, while nobody blasts raw datagrams.
+                    stop_offering(&mut event_loop, me, args.members - 1)?;
                 }
                 event_loop.cast(me, TO_RAW.into()).map_err(|e| e.to_string())?;
             }
@@ -305,16 +303,23 @@ pub(super) struct Offered {
     pub(super) refused: u64,
 }
 
+/// How long the members may take to empty their parked casts after offered load stops: up to
+/// 65,536 each, in a debug build on a loaded machine.
+const DRAIN_LIMIT: Duration = Duration::from_secs(120);
+
 /// After a block of offered load: waits, offering nothing, until `me`'s parked casts are taken
-/// (at most 10 s), so that the raw block after it does not share the processes and the loopback
-/// device with a backlog of casts. Returns the last switch another member cast meanwhile, as
-/// [`turn`] does.
+/// (at most [`DRAIN_LIMIT`]), so that the raw block after it does not share the processes and the
+/// loopback device with a backlog of casts. Returns the last switch another member cast
+/// meanwhile, as [`turn`] does.
 pub(super) fn drain_parked(event_loop: &mut EventLoop, me: EndpointId) -> Result<Option<bool>, String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + DRAIN_LIMIT;
     let mut switch = None;
     while event_loop.parked(me) > 0 {
         if Instant::now() > deadline {
-            return Err(format!("{} casts still parked 10 s after the offered load stopped", event_loop.parked(me)));
+            return Err(format!(
+                "{} casts still parked {DRAIN_LIMIT:?} after the offered load stopped",
+                event_loop.parked(me)
+            ));
         }
         event_loop.poll(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
         while let Some((_, event)) = event_loop.next_event() {
@@ -328,26 +333,39 @@ pub(super) fn drain_parked(event_loop: &mut EventLoop, me: EndpointId) -> Result
     Ok(switch)
 }
 
-/// After `STOP`: waits until no other member's cast has arrived for 100 ms (at most 10 s), so
-/// that their parked casts have gone before anyone blasts raw datagrams.
-fn quiesce(event_loop: &mut EventLoop, me: EndpointId) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut last = Instant::now();
-    loop {
-        event_loop.poll(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
-        while let Some((_, event)) = event_loop.next_event() {
-            if matches!(event, Event::Cast { from, .. } if from != me) {
-                last = Instant::now();
+/// Before a raw block with offered load: casts `STOP` (once its parked lot has room for it), and
+/// waits until its own parked casts are taken and `others` members have answered `STOPPED` (each
+/// casts it once its own parked casts are taken: delivered after all of them, as casts of one
+/// sender are). Then nobody's backlog shares the raw block.
+fn stop_offering(event_loop: &mut EventLoop, me: EndpointId, others: usize) -> Result<(), String> {
+    let deadline = Instant::now() + DRAIN_LIMIT;
+    let mut stopped = std::collections::BTreeSet::new();
+    let mut asked = false;
+    while !asked || event_loop.parked(me) > 0 || stopped.len() < others {
+        if !asked {
+            match event_loop.cast(me, STOP.into()) {
+                Ok(()) => asked = true,
+                Err(motet_runtime::Error::QueueFull(_)) => {} // its parked casts go first
+                Err(e) => return Err(e.to_string()),
             }
         }
-        let now = Instant::now();
-        if now - last >= Duration::from_millis(100) {
-            return Ok(());
+        if Instant::now() > deadline {
+            return Err(format!(
+                "after {DRAIN_LIMIT:?}, {} of {others} members had stopped offering and {} casts were still parked here",
+                stopped.len(),
+                event_loop.parked(me)
+            ));
         }
-        if now > deadline {
-            return Err("the other members' casts had not stopped 10 s after they were asked to".into());
+        event_loop.poll(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
+        while let Some((_, event)) = event_loop.next_event() {
+            if let Event::Cast { from, data } = event {
+                if from != me && data[..] == *STOPPED {
+                    stopped.insert(from);
+                }
+            }
         }
     }
+    Ok(())
 }
 
 /// One Motet block: casts offered (at `args.rate`, or just ahead of flow control) and deliveries
@@ -371,9 +389,6 @@ fn motet_block(
             None if now - begin >= settle => start = Some(now),
             Some(at) if now - at >= length => {
                 tally.secs = (now - at).as_secs_f64();
-                if interval.is_some() {
-                    drain_parked(event_loop, me)?;
-                }
                 return Ok(tally);
             }
             _ => {}

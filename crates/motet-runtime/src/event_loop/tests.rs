@@ -201,6 +201,7 @@ fn moving_lookup(_name: &str) -> io::Result<Vec<SocketAddr>> {
 /// one among the group's peers (issue 4: names re-resolved periodically, as container platforms
 /// expect): the address it had before is no longer gossiped to.
 #[test]
+#[allow(clippy::disallowed_types)] // a wall-clock bound: the lookups run on a thread of their own
 fn a_seed_name_whose_address_changes_is_followed_at_the_next_lookup() {
     let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
     event_loop.resolver = resolve::Resolver::with_lookup(moving_lookup);
@@ -212,7 +213,8 @@ fn a_seed_name_whose_address_changes_is_followed_at_the_next_lookup() {
     let peers = |l: &EventLoop| l.node.peers(&name).to_vec();
     let at = |port: u16| vec![Address::Inet(SocketAddr::from(([127, 0, 0, 1], port)))];
     let mut seen = Vec::new();
-    for _ in 0..500 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
         let now = peers(&event_loop);
         if seen.last() != Some(&now) {
             seen.push(now.clone());
@@ -222,7 +224,7 @@ fn a_seed_name_whose_address_changes_is_followed_at_the_next_lookup() {
         }
         event_loop.poll(Some(Duration::from_millis(10))).unwrap();
     }
-    assert_eq!(seen.last(), Some(&at(7991)), "the new address within 5 s: {seen:?}");
+    assert_eq!(seen.last(), Some(&at(7991)), "the new address within 10 s (the interval is 1 s): {seen:?}");
     assert!(seen.contains(&at(7990)), "the first answer was used first: {seen:?}");
     assert!(MOVES.load(std::sync::atomic::Ordering::SeqCst) >= 2, "looked up again");
 }
