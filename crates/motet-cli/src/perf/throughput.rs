@@ -143,6 +143,14 @@ pub(super) fn throughput(args: &ThroughputArgs) -> Result<(), String> {
             others / udp_rate,
             args.blocks
         );
+        if args.rate > 0 {
+            println!(
+                "offered by this member: {:.0} casts/s of the {} asked, {:.0} of them refused (its parked lot full)",
+                motet.offered as f64 / motet.secs,
+                args.rate,
+                motet.refused as f64 / motet.secs
+            );
+        }
     }
     Ok(())
 }
