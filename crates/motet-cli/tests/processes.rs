@@ -93,6 +93,11 @@ fn free_ports(n: usize) -> Vec<u16> {
     ports::free_ports(n).unwrap()
 }
 
+/// `--peers` for members on these loopback ports.
+fn peer_list(ports: &[u16]) -> String {
+    ports.iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
+}
+
 /// Waits until `done` holds, or fails with `what` after `limit`.
 fn wait(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
@@ -136,8 +141,7 @@ fn delivered(receivers: &[&Proc], sender: &Proc, lines: &[String]) -> bool {
 #[test]
 fn members_survive_a_sigkill_and_a_restart_with_consistent_deliveries() {
     let ports = free_ports(4);
-    let peers: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let peers = peers.join(",");
+    let peers = peer_list(&ports);
     let mut procs: Vec<Proc> = (0..4).map(|i| Proc::spawn(&format!("p{i}"), ports[i], &peers)).collect();
     wait(Duration::from_secs(30), "four processes in one view", || one_view_of(&procs.iter().collect::<Vec<_>>()));
 
@@ -216,8 +220,7 @@ fn members_survive_a_sigkill_and_a_restart_with_consistent_deliveries() {
 #[test]
 fn a_member_whose_stdin_ends_stays_in_the_group_until_sigterm() {
     let ports = free_ports(2);
-    let peers: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let peers = peers.join(",");
+    let peers = peer_list(&ports);
     let mut procs: Vec<Proc> = (0..2).map(|i| Proc::spawn(&format!("e{i}"), ports[i], &peers)).collect();
     wait(Duration::from_secs(30), "two processes in one view", || one_view_of(&procs.iter().collect::<Vec<_>>()));
     procs[0].cast("e0-before-the-end".into());
@@ -268,8 +271,7 @@ fn a_quiet_view_holds_and_survives_losing_its_coordinator_and_deputy_at_once() {
     let config_text = "[group]\nname = \"quiet\"\n[group.params.suspect]\ntimeout_ms = 2000\n";
     std::fs::write(&config.0, config_text).unwrap();
     let ports = free_ports(5);
-    let peers: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let peers = peers.join(",");
+    let peers = peer_list(&ports);
     let extra = ["--config", config.0.to_str().unwrap()];
     let mut procs: Vec<Proc> = (0..5).map(|i| Proc::spawn_with(&format!("q{i}"), ports[i], &peers, &extra)).collect();
     wait(Duration::from_secs(30), "five processes in one view", || one_view_of(&procs.iter().collect::<Vec<_>>()));
@@ -330,8 +332,7 @@ fn a_quiet_view_holds_and_survives_losing_its_coordinator_and_deputy_at_once() {
 #[test]
 fn members_switch_to_total_order_and_back_under_traffic() {
     let ports = free_ports(3);
-    let peers: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let peers = peers.join(",");
+    let peers = peer_list(&ports);
     let mut procs: Vec<Proc> =
         (0..3).map(|i| Proc::spawn_with(&format!("s{i}"), ports[i], &peers, &["--commands"])).collect();
     wait(Duration::from_secs(30), "three processes in one view", || one_view_of(&procs.iter().collect::<Vec<_>>()));
@@ -382,8 +383,7 @@ fn members_switch_to_total_order_and_back_under_traffic() {
 #[test]
 fn a_member_migrates_to_a_new_port_under_traffic_and_nothing_is_lost() {
     let ports = free_ports(4);
-    let peers: Vec<String> = ports[..3].iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let peers = peers.join(",");
+    let peers = peer_list(&ports[..3]);
     let mut procs: Vec<Proc> =
         (0..3).map(|i| Proc::spawn_with(&format!("m{i}"), ports[i], &peers, &["--commands"])).collect();
     wait(Duration::from_secs(30), "three processes in one view", || one_view_of(&procs.iter().collect::<Vec<_>>()));

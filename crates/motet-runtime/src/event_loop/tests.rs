@@ -139,16 +139,32 @@ fn lookup_300ms(_name: &str) -> io::Result<Vec<SocketAddr>> {
     Ok(vec!["127.0.0.1:7996".parse().unwrap()])
 }
 
+/// A loop whose seed names `lookup` answers, joined to `group` with the one seed `seed`, its
+/// names looked up again every `interval` (the default when `None`).
+fn joined_with_seed(
+    lookup: resolve::Lookup,
+    group: &str,
+    seed: &str,
+    interval: Option<Duration>,
+) -> (EventLoop, EndpointId, GroupName) {
+    let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+    event_loop.resolver = resolve::Resolver::with_lookup(lookup);
+    let mut config = GroupConfig::new(group);
+    config.peers = vec![seed.into()];
+    if let Some(interval) = interval {
+        config.resolve_interval = interval;
+    }
+    let endpoint = event_loop.join(&config).unwrap();
+    (event_loop, endpoint, GroupName(group.into()))
+}
+
 /// The answer to a lookup of a group that has gone meanwhile is still read, and the waker it
 /// holds let go: held, it kept the loop out of the receive-call wait for good.
 #[test]
 #[allow(clippy::disallowed_types)] // waits for the stand-in lookup
 fn an_answer_for_a_group_gone_meanwhile_is_read_and_its_waker_let_go() {
-    let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
-    event_loop.resolver = resolve::Resolver::with_lookup(lookup_300ms);
-    let mut group = GroupConfig::new("gone-before-the-answer");
-    group.peers = vec!["seed.invalid:7996".into()];
-    let endpoint = event_loop.join(&group).unwrap();
+    let (mut event_loop, endpoint, _) =
+        joined_with_seed(lookup_300ms, "gone-before-the-answer", "seed.invalid:7996", None);
     event_loop.poll(Some(Duration::from_millis(1))).unwrap();
     assert!(!event_loop.resolver.idle(), "the lookup is in flight");
     event_loop.leave(endpoint).unwrap();
@@ -203,13 +219,8 @@ fn moving_lookup(_name: &str) -> io::Result<Vec<SocketAddr>> {
 #[test]
 #[allow(clippy::disallowed_types)] // a wall-clock bound: the lookups run on a thread of their own
 fn a_seed_name_whose_address_changes_is_followed_at_the_next_lookup() {
-    let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
-    event_loop.resolver = resolve::Resolver::with_lookup(moving_lookup);
-    let mut group = GroupConfig::new("moving-seed");
-    group.peers = vec!["seed.invalid:7990".into()];
-    group.resolve_interval = Duration::from_secs(1);
-    event_loop.join(&group).unwrap();
-    let name = GroupName(group.name.as_str().into());
+    let (mut event_loop, _, name) =
+        joined_with_seed(moving_lookup, "moving-seed", "seed.invalid:7990", Some(Duration::from_secs(1)));
     let peers = |l: &EventLoop| l.node.peers(&name).to_vec();
     let at = |port: u16| vec![Address::Inet(SocketAddr::from(([127, 0, 0, 1], port)))];
     let mut seen = Vec::new();
@@ -239,13 +250,8 @@ fn slow_lookup(_name: &str) -> io::Result<Vec<SocketAddr>> {
 /// flight made every wait zero until the answer came.)
 #[test]
 fn a_lookup_that_outlasts_the_interval_does_not_make_the_loop_spin() {
-    let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
-    event_loop.resolver = resolve::Resolver::with_lookup(slow_lookup);
-    let mut group = GroupConfig::new("slower-than-the-interval");
-    group.peers = vec!["seed.invalid:7997".into()];
-    group.resolve_interval = Duration::from_secs(1);
-    event_loop.join(&group).unwrap();
-    let name = GroupName(group.name.as_str().into());
+    let (mut event_loop, _, name) =
+        joined_with_seed(slow_lookup, "slower-than-the-interval", "seed.invalid:7997", Some(Duration::from_secs(1)));
     let mut polls = 0;
     while event_loop.node.peers(&name).is_empty() {
         assert!(polls < 2_000, "the loop spun while the lookup was in flight");
