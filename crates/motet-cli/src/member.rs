@@ -177,6 +177,13 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
             entry[c.name()] = json!(value);
         }
     }
+    // Drops by who dropped, then why: only those above zero.
+    let mut drops_by_layer = serde_json::Map::new();
+    for (layer, reason, value) in protocol.drops_by_layer() {
+        let layer = layer.map_or("node", |l| l.name());
+        let entry = drops_by_layer.entry(layer).or_insert_with(|| json!({}));
+        entry[reason.name()] = json!(value);
+    }
     Some(json!({
         "type": "stats",
         "datagrams_in": rt.datagrams_in,
@@ -205,6 +212,7 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
         "counters": counters,
         "counters_by_layer": by_layer,
         "drops": drops,
+        "drops_by_layer": drops_by_layer,
     }))
 }
 

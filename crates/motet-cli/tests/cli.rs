@@ -330,6 +330,7 @@ fn member_serves_prometheus_metrics_and_prints_stats() {
         "motet_protocol_events_total{layer=\"mnak\",kind=\"Retransmit\"}",
         "motet_protocol_events_total{layer=\"pt2pt\",kind=\"Retransmit\"}",
         "motet_protocol_events_total{layer=\"suspect\",kind=\"Suspected\"}",
+        "# TYPE motet_drops_by_layer_total counter",
     ] {
         assert!(response.contains(needle), "missing {needle} in {response}");
     }
@@ -354,6 +355,7 @@ fn member_serves_prometheus_metrics_and_prints_stats() {
             {
                 assert!(by_layer[layer][kind].is_u64(), "{layer} {kind} in {line}");
             }
+            assert!(stats["drops_by_layer"].is_object(), "{line}");
             break;
         }
     }

@@ -569,6 +569,9 @@ impl Node {
         }
         self.unsettled.retain(|&other| other != id);
         self.bypass_done.merge(entry.stack.bypass_stats());
+        // Its counts stay the node's: every view change replaces a stack, and the counters the
+        // runtime exports must never go down (Prometheus counters are monotonic).
+        self.stats.merge(entry.stack.stats());
         self.last_route = None;
         for conn in [entry.conn, gossip_conn_id(&entry.stack.view().group)] {
             if let Some(ids) = self.routes.get_mut(&conn) {

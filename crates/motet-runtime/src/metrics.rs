@@ -105,6 +105,16 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
     for &r in DropReason::ALL {
         let _ = writeln!(out, "motet_drops_total{{reason=\"{}\"}} {}", r.name(), protocol.drops(r));
     }
+    // Who dropped: only the layers (and the node) that dropped anything, since any of some 30
+    // layers may drop for any reason; `sum by (reason)` gives `motet_drops_total` back.
+    let _ = writeln!(
+        out,
+        "# HELP motet_drops_by_layer_total inputs dropped by the protocol, by the layer that dropped (`node`: the node around the stacks) and reason; only those above zero\n# TYPE motet_drops_by_layer_total counter"
+    );
+    for (layer, reason, value) in protocol.drops_by_layer() {
+        let layer = layer.map_or("node", |l| l.name());
+        let _ = writeln!(out, "motet_drops_by_layer_total{{layer=\"{layer}\",reason=\"{}\"}} {value}", reason.name());
+    }
     out
 }
 
@@ -149,6 +159,8 @@ mod tests {
         protocol.count_by(motet_core::LayerKind::Pt2pt, Counter::Retransmit);
         protocol.count_by(motet_core::LayerKind::Mnak, Counter::Retransmit);
         protocol.count(Counter::CompressedIn);
+        protocol.drop_by(motet_core::LayerKind::Mnak, DropReason::Duplicate);
+        protocol.drop_one(DropReason::Malformed);
         let text = render(&stats, &protocol);
         assert!(text.contains("motet_datagrams_received_total 7"));
         assert!(text.contains("# TYPE motet_connected_sockets gauge\nmotet_connected_sockets 2"));
@@ -161,7 +173,18 @@ mod tests {
         assert!(text.contains("motet_protocol_events_total{layer=\"suspect\",kind=\"Suspected\"} 0\n"), "{text}");
         let series = text.lines().filter(|l| l.starts_with("motet_protocol_events_total{")).count();
         assert_eq!(series, Counter::ALL.iter().map(|c| c.layers().len().max(1)).sum::<usize>());
-        assert!(text.contains("motet_drops_total{reason=\"Malformed\"} 0"));
+        assert!(text.contains("motet_drops_total{reason=\"Malformed\"} 1"));
+        assert!(text.contains("motet_drops_total{reason=\"Duplicate\"} 1"));
+        assert!(text.contains("motet_drops_total{reason=\"Orphan\"} 0"));
         assert_eq!(text.lines().filter(|l| l.starts_with("motet_drops_total")).count(), DropReason::ALL.len());
+        // Who dropped: the two that did, and nothing else.
+        let by_layer: Vec<_> = text.lines().filter(|l| l.starts_with("motet_drops_by_layer_total")).collect();
+        assert_eq!(
+            by_layer,
+            [
+                "motet_drops_by_layer_total{layer=\"mnak\",reason=\"Duplicate\"} 1",
+                "motet_drops_by_layer_total{layer=\"node\",reason=\"Malformed\"} 1"
+            ]
+        );
     }
 }

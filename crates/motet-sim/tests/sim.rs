@@ -37,10 +37,11 @@ fn fifo_delivers_every_cast_everywhere_under_loss_dup_and_reorder() {
 /// and a group that only casts has `mnak`'s; a kind's total is the sum of its layers'.
 #[test]
 fn retransmissions_and_naks_are_counted_by_the_layer_that_made_them() {
-    use motet_core::{Counter, LayerKind};
+    use motet_core::{Counter, DropReason, LayerKind};
     // Per workload, per counter: what mnak and pt2pt counted over ten seeds.
     let counted = |casts: u32, sends: u32| {
-        let mut sums = [[0u64; 2]; 2];
+        // Retransmissions, NAKs and duplicates dropped, by mnak and by pt2pt.
+        let mut sums = [[0u64; 2]; 3];
         for seed in 1..=10 {
             let mut options = lossy(seed);
             (options.casts, options.sends) = (casts, sends);
@@ -56,14 +57,28 @@ fn retransmissions_and_naks_are_counted_by_the_layer_that_made_them() {
                 sums[k][0] += by_layer[0].1;
                 sums[k][1] += by_layer[1].1;
             }
+            // Drops too are kept by the layer that dropped; a reason's entries add up to its total.
+            let duplicates: Vec<_> =
+                report.stats.drops_by_layer().filter(|&(_, reason, _)| reason == DropReason::Duplicate).collect();
+            let total: u64 = duplicates.iter().map(|&(_, _, n)| n).sum();
+            assert_eq!(total, report.stats.drops(DropReason::Duplicate), "seed {seed}: {duplicates:?}");
+            for (layer, _, n) in duplicates {
+                match layer {
+                    Some(LayerKind::Mnak) => sums[2][0] += n,
+                    Some(LayerKind::Pt2pt) => sums[2][1] += n,
+                    _ => {}
+                }
+            }
         }
         sums
     };
     let sends_only = counted(0, 10);
     assert_eq!((sends_only[0][0], sends_only[1][0]), (0, 0), "mnak counted for sends: {sends_only:?}");
     assert!(sends_only[0][1] > 0 && sends_only[1][1] > 0, "pt2pt retransmitted and NAKed sends: {sends_only:?}");
+    assert!(sends_only[2][1] > 0, "pt2pt dropped duplicated sends: {sends_only:?}");
     let casts = counted(20, 0);
     assert!(casts[0][0] > 0 && casts[1][0] > 0, "mnak retransmitted and NAKed casts: {casts:?}");
+    assert!(casts[2][0] > 0, "mnak dropped duplicated casts: {casts:?}");
 }
 
 #[test]

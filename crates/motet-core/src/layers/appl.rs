@@ -258,13 +258,13 @@ impl Layer for Appl {
                 Some(Header::Subset(ranks)) if !ranks.contains(&self.rank) => {}
                 Some(Header::Subset(_)) => out.deliver(AppEvent::Cast { origin, payload: msg.payload }),
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
-                None => out.drop_input(DropReason::HeaderMismatch),
+                None => out.drop_input(super::LayerKind::Appl, DropReason::HeaderMismatch),
             },
             Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
                 Some(Header::Data) => out.deliver(AppEvent::Send { origin, payload: msg.payload }),
                 Some(Header::NoHdr) => out.up(Up::Send { origin, msg }),
-                Some(Header::Subset(_)) => out.drop_input(DropReason::HeaderMismatch),
-                None => out.drop_input(DropReason::HeaderMismatch),
+                Some(Header::Subset(_)) => out.drop_input(super::LayerKind::Appl, DropReason::HeaderMismatch),
+                None => out.drop_input(super::LayerKind::Appl, DropReason::HeaderMismatch),
             },
             Up::FlowBlock { dest, blocked } => {
                 match dest {

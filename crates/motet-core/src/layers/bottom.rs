@@ -44,9 +44,12 @@ impl Layer for Bottom {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
         match ev {
             Up::Cast { origin, .. } | Up::Send { origin, .. } if !self.enabled || self.failed.contains(origin) => {
-                out.drop_input(if self.enabled { DropReason::FromFailed } else { DropReason::Disabled });
+                out.drop_input(
+                    super::LayerKind::Bottom,
+                    if self.enabled { DropReason::FromFailed } else { DropReason::Disabled },
+                );
             }
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Bottom, other, Header::NoHdr),
         }
     }
 
@@ -55,8 +58,8 @@ impl Layer for Bottom {
             ev @ (Dn::Cast { .. } | Dn::Send { .. }) if self.enabled => out.pass_dn(ev, Header::NoHdr),
             // Gossip crosses partitions on the group's channel: no per-view header below.
             ev @ Dn::Gossip { .. } if self.enabled => out.dn(ev),
-            Dn::Gossip { .. } => out.drop_input(DropReason::Disabled),
-            Dn::Cast { .. } | Dn::Send { .. } => out.drop_input(DropReason::Disabled),
+            Dn::Gossip { .. } => out.drop_input(super::LayerKind::Bottom, DropReason::Disabled),
+            Dn::Cast { .. } | Dn::Send { .. } => out.drop_input(super::LayerKind::Bottom, DropReason::Disabled),
             Dn::Fail(ranks) => self.failed.union_with(&ranks),
             Dn::Leave => self.enabled = false,
             // The flush reached the bottom: everything above is drained. (`mnak`, if present,
@@ -117,5 +120,14 @@ mod tests {
         let foreign = Msg::default().with(motet_wire::hdr::local::Header::NoHdr);
         assert!(h.up(Up::Send { origin: 1, msg: foreign }).is_empty());
         assert_eq!(h.stats.drops(DropReason::HeaderMismatch), 1);
+        // Both are `bottom`'s, and nothing is the node's.
+        let by_layer: Vec<_> = h.stats.drops_by_layer().collect();
+        assert_eq!(
+            by_layer,
+            [
+                (Some(super::super::LayerKind::Bottom), DropReason::FromFailed, 1),
+                (Some(super::super::LayerKind::Bottom), DropReason::HeaderMismatch, 1)
+            ]
+        );
     }
 }

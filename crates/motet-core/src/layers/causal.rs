@@ -151,7 +151,7 @@ impl Causal {
     fn recv(&mut self, origin: Rank, entries: &[(u16, u64)], msg: Msg, out: &mut Outbox<'_>) {
         let o = usize::from(origin);
         if entries.iter().any(|&(rank, _)| usize::from(rank) >= self.delivered.len() || rank == origin) {
-            return out.drop_input(DropReason::Malformed);
+            return out.drop_input(super::LayerKind::Causal, DropReason::Malformed);
         }
         self.stamp(o, entries);
         if self.completed {
@@ -160,7 +160,7 @@ impl Causal {
                 self.delivered[o] += 1;
                 out.up(Up::Cast { origin, msg, qos: Qos::Reliable });
             } else {
-                out.drop_input(DropReason::Orphan);
+                out.drop_input(super::LayerKind::Causal, DropReason::Orphan);
             }
             return;
         }
@@ -175,19 +175,19 @@ impl Layer for Causal {
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
                 Some(Header::Data(entries)) => self.recv(origin, &entries, msg, out),
-                None => out.drop_input(DropReason::HeaderMismatch),
+                None => out.drop_input(super::LayerKind::Causal, DropReason::HeaderMismatch),
             },
             Up::CutReached => {
                 self.deliver_ready(out);
                 for held in &mut self.held {
                     for _ in held.drain(..) {
-                        out.drop_input(DropReason::Orphan);
+                        out.drop_input(super::LayerKind::Causal, DropReason::Orphan);
                     }
                 }
                 self.completed = true;
                 out.up(Up::CutReached);
             }
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Causal, other, Header::NoHdr),
         }
     }
 

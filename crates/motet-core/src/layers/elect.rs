@@ -57,7 +57,7 @@ impl Layer for Elect {
                     out.up(Up::Elect(coord));
                 }
             }
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Elect, other, Header::NoHdr),
         }
     }
 

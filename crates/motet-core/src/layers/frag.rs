@@ -119,12 +119,12 @@ impl Frag {
         out: &mut Outbox<'_>,
     ) -> Option<Msg> {
         if count < 2 || count > count_max || index >= count {
-            out.drop_input(DropReason::FragViolation);
+            out.drop_input(super::LayerKind::Frag, DropReason::FragViolation);
             return None;
         }
         if index == 0 {
             if slot.is_some() {
-                out.drop_input(DropReason::FragViolation);
+                out.drop_input(super::LayerKind::Frag, DropReason::FragViolation);
             }
             *slot = Some(Box::new(Partial { hdrs: msg.hdrs, payload: msg.payload, next: 1, count }));
             return None;
@@ -141,7 +141,7 @@ impl Frag {
             }
             _ => {
                 *slot = None;
-                out.drop_input(DropReason::FragViolation);
+                out.drop_input(super::LayerKind::Frag, DropReason::FragViolation);
                 None
             }
         }
@@ -152,7 +152,7 @@ impl Layer for Frag {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
         match ev {
             Up::Cast { origin, .. } | Up::Send { origin, .. } if self.cut.contains(origin) => {
-                out.drop_input(DropReason::Orphan);
+                out.drop_input(super::LayerKind::Frag, DropReason::Orphan);
             }
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 Some(Header::Whole) => out.up(Up::Cast { origin, msg, qos }),
@@ -162,7 +162,7 @@ impl Layer for Frag {
                         out.up(Up::Cast { origin, msg, qos });
                     }
                 }
-                None => out.drop_input(DropReason::HeaderMismatch),
+                None => out.drop_input(super::LayerKind::Frag, DropReason::HeaderMismatch),
             },
             Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
                 Some(Header::Whole) => out.up(Up::Send { origin, msg }),
@@ -172,7 +172,7 @@ impl Layer for Frag {
                         out.up(Up::Send { origin, msg });
                     }
                 }
-                None => out.drop_input(DropReason::HeaderMismatch),
+                None => out.drop_input(super::LayerKind::Frag, DropReason::HeaderMismatch),
             },
             other => out.up(other),
         }
@@ -190,7 +190,7 @@ impl Layer for Frag {
                 // sends), so an unfinished send can never complete.
                 for rank in ranks.iter() {
                     if self.sends.get_mut(usize::from(rank)).and_then(Option::take).is_some() {
-                        out.drop_input(DropReason::Orphan);
+                        out.drop_input(super::LayerKind::Frag, DropReason::Orphan);
                     }
                 }
                 self.failed.union_with(&ranks);
@@ -202,7 +202,7 @@ impl Layer for Frag {
                     let o = usize::from(origin);
                     if stability.stable[o] == stability.max[o] && self.casts[o].take().is_some() {
                         self.cut.insert(origin);
-                        out.drop_input(DropReason::Orphan);
+                        out.drop_input(super::LayerKind::Frag, DropReason::Orphan);
                     }
                 }
                 out.dn(Dn::Stable(stability));

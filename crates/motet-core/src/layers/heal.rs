@@ -168,7 +168,7 @@ impl Layer for Heal {
                     (false, true) => {}
                 }
             }
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Heal, other, Header::NoHdr),
         }
     }
 

@@ -231,7 +231,7 @@ impl Layer for Inter {
                 self.phase = Phase::Done;
                 out.up(Up::NewView(view));
             }
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Inter, other, Header::NoHdr),
         }
     }
 

@@ -263,7 +263,7 @@ impl Intra {
         // Ranks of this view in rank order, as a coordinator lists them: anything else (a rank
         // twice, one out of range) is a faulty coordinator's, and no view at all.
         if survivors.iter().any(|&r| r as usize >= self.view.len()) || survivors.windows(2).any(|w| w[0] >= w[1]) {
-            out.drop_input(DropReason::Gossip);
+            out.drop_input(super::LayerKind::Intra, DropReason::Gossip);
             return;
         }
         self.installed = true;
@@ -359,7 +359,7 @@ impl Layer for Intra {
                     self.leave_view(out);
                 }
             }
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Intra, other, Header::NoHdr),
         }
     }
 

@@ -60,7 +60,7 @@ impl Layer for Leave {
                     out.up(Up::LeaveReq(origin));
                 }
             }
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Leave, other, Header::NoHdr),
         }
     }
 

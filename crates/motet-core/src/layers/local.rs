@@ -41,7 +41,7 @@ impl Local {
 
 impl Layer for Local {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
-        out.pass_up(ev, Header::NoHdr);
+        out.pass_up(super::LayerKind::Local, ev, Header::NoHdr);
     }
 
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {

@@ -149,10 +149,10 @@ impl Layer for Merge {
                             out.count(super::LayerKind::Merge, crate::event::Counter::MergeDenied);
                         }
                     }
-                    _ => out.drop_input(DropReason::HeaderMismatch),
+                    _ => out.drop_input(super::LayerKind::Merge, DropReason::HeaderMismatch),
                 }
             }
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Merge, other, Header::NoHdr),
         }
     }
 

@@ -167,7 +167,7 @@ impl Layer for Mflow {
                     }
                     out.up(Up::Cast { origin, msg, qos });
                 }
-                _ => out.drop_input(DropReason::HeaderMismatch),
+                _ => out.drop_input(super::LayerKind::Mflow, DropReason::HeaderMismatch),
             },
             Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => out.up(Up::Send { origin, msg }),
@@ -175,7 +175,7 @@ impl Layer for Mflow {
                     self.take_credit(origin, count);
                     self.release(out);
                 }
-                None => out.drop_input(DropReason::HeaderMismatch),
+                None => out.drop_input(super::LayerKind::Mflow, DropReason::HeaderMismatch),
             },
             other => out.up(other),
         }

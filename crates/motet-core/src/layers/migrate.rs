@@ -64,9 +64,9 @@ impl Layer for Migrate {
                     tracing::info!(member = origin, ?address, "a member moves to a new address at the next view");
                     out.up(Up::Migrate { origin, address: address.into() })
                 }
-                None => out.drop_input(DropReason::HeaderMismatch),
+                None => out.drop_input(super::LayerKind::Migrate, DropReason::HeaderMismatch),
             },
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Migrate, other, Header::NoHdr),
         }
     }
 

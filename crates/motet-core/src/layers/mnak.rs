@@ -209,7 +209,7 @@ impl Mnak {
 
     fn set_cut(&mut self, cut: Arc<[u64]>, out: &mut Outbox<'_>) {
         if cut.len() != self.origins.len() {
-            out.drop_input(DropReason::Gossip);
+            out.drop_input(super::LayerKind::Mnak, DropReason::Gossip);
             return;
         }
         for (rank, (o, &c)) in self.origins.iter_mut().zip(cut.iter()).enumerate() {
@@ -261,7 +261,7 @@ impl Mnak {
     /// Answers a NAK from `to` with what this member holds of `origin`'s `lo..=hi`.
     fn answer(&self, origin: Rank, lo: Seqno, hi: Seqno, to: Rank, out: &mut Outbox<'_>) {
         let Some(o) = self.origins.get(usize::from(origin)) else {
-            out.drop_input(DropReason::NotForMe);
+            out.drop_input(super::LayerKind::Mnak, DropReason::NotForMe);
             return;
         };
         if to == self.rank {
@@ -307,14 +307,14 @@ impl Mnak {
     /// Receives cast `seqno` of `origin` (first transmission or retransmission).
     fn recv_cast(&mut self, origin: Rank, seqno: Seqno, msg: Msg, out: &mut Outbox<'_>) {
         if self.beyond_cut(origin, seqno) {
-            out.drop_input(DropReason::Orphan);
+            out.drop_input(super::LayerKind::Mnak, DropReason::Orphan);
             return;
         }
         let limit = self.limit(origin);
         let window = self.config.recv_window_max;
         let o = &mut self.origins[usize::from(origin)];
         if seqno < o.received || o.ooo.contains_key(&seqno) {
-            out.drop_input(DropReason::Duplicate);
+            out.drop_input(super::LayerKind::Mnak, DropReason::Duplicate);
             return;
         }
         if seqno == o.received && seqno < limit {
@@ -328,7 +328,7 @@ impl Mnak {
             return;
         }
         if seqno - o.received > window {
-            out.drop_input(DropReason::OutOfWindow);
+            out.drop_input(super::LayerKind::Mnak, DropReason::OutOfWindow);
             return;
         }
         o.ooo.insert(seqno, msg);
@@ -428,7 +428,7 @@ impl Layer for Mnak {
                 Some(Header::Data { seqno }) => self.recv_cast(origin, seqno, msg, out),
                 Some(Header::Unrel) => out.up(Up::Cast { origin, msg, qos: Qos::Unreliable }),
                 Some(Header::Nak { origin: whose, lo, hi }) => self.answer(whose, lo, hi, origin, out),
-                _ => out.drop_input(DropReason::HeaderMismatch),
+                _ => out.drop_input(super::LayerKind::Mnak, DropReason::HeaderMismatch),
             },
             // The flush reached the bottom: report our counts with it (Ensemble's `collect`).
             Up::BlockOk(_) => out.up(Up::BlockOk(self.origins.iter().map(|o| o.received).collect())),
@@ -437,12 +437,12 @@ impl Layer for Mnak {
                 Some(Header::Nak { origin: whose, lo, hi }) => self.answer(whose, lo, hi, origin, out),
                 Some(Header::Retrans { origin: whose, seqno }) => {
                     if usize::from(whose) >= self.origins.len() || whose == self.rank {
-                        out.drop_input(DropReason::NotForMe);
+                        out.drop_input(super::LayerKind::Mnak, DropReason::NotForMe);
                     } else {
                         self.recv_cast(whose, seqno, msg, out);
                     }
                 }
-                _ => out.drop_input(DropReason::HeaderMismatch),
+                _ => out.drop_input(super::LayerKind::Mnak, DropReason::HeaderMismatch),
             },
             other => out.up(other),
         }

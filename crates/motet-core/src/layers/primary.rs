@@ -86,7 +86,7 @@ impl Layer for Primary {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
         match ev {
             Up::NewView(view) => out.up(Up::NewView(self.mark(view, false))),
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Primary, other, Header::NoHdr),
         }
     }
 

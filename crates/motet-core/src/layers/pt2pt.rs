@@ -187,13 +187,13 @@ impl Pt2pt {
         let window = self.config.recv_window_max;
         let p = &mut self.peers[usize::from(origin)];
         if seqno < p.expected || p.ooo.contains_key(&seqno) {
-            out.drop_input(DropReason::Duplicate);
+            out.drop_input(super::LayerKind::Pt2pt, DropReason::Duplicate);
             self.send_ack(origin, out);
             return;
         }
         if seqno > p.expected {
             if seqno - p.expected > window {
-                out.drop_input(DropReason::OutOfWindow);
+                out.drop_input(super::LayerKind::Pt2pt, DropReason::OutOfWindow);
                 return;
             }
             p.ooo.insert(seqno, msg);
@@ -231,9 +231,9 @@ impl Layer for Pt2pt {
                     self.release_block(out);
                 }
                 Some(Header::Nak { lo, hi }) => self.retransmit(origin, lo, hi, out),
-                Some(Header::NoHdr) | None => out.drop_input(DropReason::HeaderMismatch),
+                Some(Header::NoHdr) | None => out.drop_input(super::LayerKind::Pt2pt, DropReason::HeaderMismatch),
             },
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Pt2pt, other, Header::NoHdr),
         }
     }
 
@@ -242,7 +242,7 @@ impl Layer for Pt2pt {
             Dn::Send { dest, msg } => {
                 assert_ne!(dest, self.rank, "appl delivers sends to self locally");
                 if self.failed.contains(dest) {
-                    out.drop_input(DropReason::FromFailed);
+                    out.drop_input(super::LayerKind::Pt2pt, DropReason::FromFailed);
                     return;
                 }
                 let p = &mut self.peers[usize::from(dest)];

@@ -123,9 +123,9 @@ impl Layer for Pt2ptw {
                     }
                     self.release_block(out);
                 }
-                None => out.drop_input(DropReason::HeaderMismatch),
+                None => out.drop_input(super::LayerKind::Pt2ptw, DropReason::HeaderMismatch),
             },
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Pt2ptw, other, Header::NoHdr),
         }
     }
 
@@ -133,7 +133,7 @@ impl Layer for Pt2ptw {
         match ev {
             Dn::Send { dest, msg } if self.failed.contains(dest) => {
                 let _ = msg;
-                out.drop_input(DropReason::FromFailed);
+                out.drop_input(super::LayerKind::Pt2ptw, DropReason::FromFailed);
             }
             Dn::Send { dest, msg } => {
                 let d = usize::from(dest);

@@ -153,12 +153,12 @@ impl Layer for Safe {
                 Some(Header::Data) => self.hold(usize::from(origin), msg, out),
                 Some(Header::Ack(counts)) => {
                     if counts.len() != self.acked.len() {
-                        return out.drop_input(DropReason::Gossip);
+                        return out.drop_input(super::LayerKind::Safe, DropReason::Gossip);
                     }
                     self.note_ack(usize::from(origin), &counts);
                     self.deliver_stable(out);
                 }
-                None => out.drop_input(DropReason::HeaderMismatch),
+                None => out.drop_input(super::LayerKind::Safe, DropReason::HeaderMismatch),
             },
             Up::CutReached => {
                 // Every survivor holds exactly the cut: what is held is held by all of them.
@@ -171,7 +171,7 @@ impl Layer for Safe {
                 self.completed = true;
                 out.up(Up::CutReached);
             }
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Safe, other, Header::NoHdr),
         }
     }
 

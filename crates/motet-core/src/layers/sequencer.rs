@@ -177,21 +177,21 @@ impl Layer for Sequencer {
                 }
                 Some(Header::Order(runs)) => {
                     if origin != 0 || runs.iter().any(|&(o, _)| usize::from(o) >= self.queues.len()) {
-                        return out.drop_input(DropReason::NotForMe);
+                        return out.drop_input(super::LayerKind::Sequencer, DropReason::NotForMe);
                     }
                     if self.completed {
-                        return out.drop_input(DropReason::Disabled);
+                        return out.drop_input(super::LayerKind::Sequencer, DropReason::Disabled);
                     }
                     self.order.extend(runs.iter().copied().filter(|&(_, count)| count > 0));
                     self.deliver_ordered(out);
                 }
-                None => out.drop_input(DropReason::HeaderMismatch),
+                None => out.drop_input(super::LayerKind::Sequencer, DropReason::HeaderMismatch),
             },
             Up::CutReached => {
                 self.complete(out);
                 out.up(Up::CutReached);
             }
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Sequencer, other, Header::NoHdr),
         }
     }
 

@@ -63,14 +63,14 @@ impl Layer for Slander {
                     return;
                 }
                 if ranks.iter().any(|&r| r as usize >= self.n) {
-                    out.drop_input(DropReason::Gossip);
+                    out.drop_input(super::LayerKind::Slander, DropReason::Gossip);
                     return;
                 }
                 let _ = qos;
                 tracing::debug!(from = origin, ?ranks, "suspicion shared by another member");
                 out.up(Up::Suspect(ranks.iter().map(|&r| r as Rank).collect()));
             }
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Slander, other, Header::NoHdr),
         }
     }
 

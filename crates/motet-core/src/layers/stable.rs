@@ -306,7 +306,7 @@ impl Layer for Stable {
             }
             Up::NumCasts(counts) => {
                 if counts.len() != self.rows.len() {
-                    out.drop_input(DropReason::Gossip);
+                    out.drop_input(super::LayerKind::Stable, DropReason::Gossip);
                     return;
                 }
                 self.own_counts(&counts, out);
@@ -318,10 +318,10 @@ impl Layer for Stable {
                 }
                 let origin = match Rank::try_from(row.rank) {
                     Ok(origin) if usize::from(origin) < self.rows.len() && origin != self.rank => origin,
-                    _ => return out.drop_input(DropReason::Gossip),
+                    _ => return out.drop_input(super::LayerKind::Stable, DropReason::Gossip),
                 };
                 if row.counts.len() != self.rows.len() {
-                    return out.drop_input(DropReason::Gossip);
+                    return out.drop_input(super::LayerKind::Stable, DropReason::Gossip);
                 }
                 // Kept whoever we think coordinates (a member that thinks we do is right soon,
                 // or its row is merely early): the columns stay what the rows say.
@@ -341,7 +341,7 @@ impl Layer for Stable {
                     let n = self.rows.len();
                     let ordered = columns.stable.iter().zip(&columns.max).all(|(s, m)| s <= m);
                     if columns.stable.len() != n || columns.max.len() != n || !ordered {
-                        out.drop_input(DropReason::Gossip);
+                        out.drop_input(super::LayerKind::Stable, DropReason::Gossip);
                         return;
                     }
                     if origin == self.rank {
@@ -384,9 +384,9 @@ impl Layer for Stable {
                     self.announce(stability, out);
                 }
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
-                _ => out.drop_input(DropReason::HeaderMismatch),
+                _ => out.drop_input(super::LayerKind::Stable, DropReason::HeaderMismatch),
             },
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Stable, other, Header::NoHdr),
         }
     }
 

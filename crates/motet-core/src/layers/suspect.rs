@@ -170,7 +170,7 @@ impl Layer for Suspect {
                 match msg.hdrs.last().as_deref() {
                     Some(AnyHeader::Suspect(Header::Heartbeat)) => self.widen(out),
                     Some(AnyHeader::Suspect(Header::Beat)) => {}
-                    _ => out.pass_up(ev, Header::NoHdr),
+                    _ => out.pass_up(super::LayerKind::Suspect, ev, Header::NoHdr),
                 }
             }
             Up::Gossip(mut msg) if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Suspect(Header::Ping(_)))) => {
@@ -182,7 +182,7 @@ impl Layer for Suspect {
                     Ok(origin) if usize::from(origin) < self.last_heard.len() => {
                         self.last_heard[usize::from(origin)] = out.now();
                     }
-                    _ => out.drop_input(DropReason::Gossip),
+                    _ => out.drop_input(super::LayerKind::Suspect, DropReason::Gossip),
                 }
             }
             other => out.up(other),

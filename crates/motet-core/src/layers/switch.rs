@@ -68,11 +68,11 @@ impl Layer for Switch {
                         tracing::info!(from = origin, stack = %spec, "stack switch requested for the next view");
                         out.up(Up::Switch { origin, spec })
                     }
-                    _ => out.drop_input(DropReason::Malformed),
+                    _ => out.drop_input(super::LayerKind::Switch, DropReason::Malformed),
                 },
-                None => out.drop_input(DropReason::HeaderMismatch),
+                None => out.drop_input(super::LayerKind::Switch, DropReason::HeaderMismatch),
             },
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Switch, other, Header::NoHdr),
         }
     }
 

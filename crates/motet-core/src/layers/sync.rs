@@ -84,7 +84,7 @@ impl Sync {
 
     fn ranks(&self, values: &[u64], out: &mut Outbox<'_>) -> Option<RankSet> {
         if values.iter().any(|&r| r as usize >= self.n) {
-            out.drop_input(DropReason::Gossip);
+            out.drop_input(super::LayerKind::Sync, DropReason::Gossip);
             return None;
         }
         Some(values.iter().map(|&r| r as Rank).collect())
@@ -92,7 +92,7 @@ impl Sync {
 
     fn vector(&self, values: Vec<u64>, out: &mut Outbox<'_>) -> Option<Arc<[u64]>> {
         if values.len() != self.n {
-            out.drop_input(DropReason::Gossip);
+            out.drop_input(super::LayerKind::Sync, DropReason::Gossip);
             return None;
         }
         Some(values.into())
@@ -132,7 +132,7 @@ impl Layer for Sync {
                         out.dn(Dn::Cut(cut));
                     }
                     Some(Header::Cut { .. }) => {} // a stale or foreign round
-                    _ => out.drop_input(DropReason::HeaderMismatch),
+                    _ => out.drop_input(super::LayerKind::Sync, DropReason::HeaderMismatch),
                 }
             }
             Up::Send { origin, mut msg } if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Sync(h)) if *h != Header::NoHdr) => {
@@ -142,7 +142,7 @@ impl Layer for Sync {
                         out.up(Up::FlushOk { from: origin, round, counts });
                     }
                     Some(Header::CutOk { round }) => out.up(Up::CutOk { from: origin, round }),
-                    _ => out.drop_input(DropReason::HeaderMismatch),
+                    _ => out.drop_input(super::LayerKind::Sync, DropReason::HeaderMismatch),
                 }
             }
             Up::BlockOk(counts) => {
@@ -159,7 +159,7 @@ impl Layer for Sync {
                     out.up(Up::CutDone { coord, round });
                 }
             }
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Sync, other, Header::NoHdr),
         }
     }
 

@@ -173,7 +173,7 @@ impl Layer for Totem {
                 Some(Header::Data { seq }) => {
                     self.waiting.remove(origin); // it had the token: served
                     if seq < self.deliver_next || self.held.contains_key(&seq) {
-                        return out.drop_input(DropReason::Duplicate);
+                        return out.drop_input(super::LayerKind::Totem, DropReason::Duplicate);
                     }
                     self.held.insert(seq, (origin, msg));
                     self.deliver_ordered(out);
@@ -185,19 +185,21 @@ impl Layer for Totem {
                         self.use_token(out);
                     }
                 }
-                Some(Header::Token { .. }) | None => out.drop_input(DropReason::HeaderMismatch),
+                Some(Header::Token { .. }) | None => {
+                    out.drop_input(super::LayerKind::Totem, DropReason::HeaderMismatch)
+                }
             },
             Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => out.up(Up::Send { origin, msg }),
                 Some(Header::Token { seq }) => {
                     if self.holder {
-                        return out.drop_input(DropReason::Duplicate);
+                        return out.drop_input(super::LayerKind::Totem, DropReason::Duplicate);
                     }
                     self.holder = true;
                     self.next = seq;
                     self.use_token(out);
                 }
-                _ => out.drop_input(DropReason::HeaderMismatch),
+                _ => out.drop_input(super::LayerKind::Totem, DropReason::HeaderMismatch),
             },
             Up::CutReached => {
                 self.complete(out);
@@ -207,7 +209,7 @@ impl Layer for Totem {
                 self.below_blocked = blocked;
                 self.report(out);
             }
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Totem, other, Header::NoHdr),
         }
     }
 

@@ -95,7 +95,7 @@ impl Layer for Xfer {
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
                 Some(h @ (Header::Chunk | Header::Last)) => {
                     if !self.active || origin != 0 {
-                        return out.drop_input(DropReason::NotForMe);
+                        return out.drop_input(super::LayerKind::Xfer, DropReason::NotForMe);
                     }
                     if self.rank != 0 {
                         self.chunks += 1;
@@ -110,9 +110,9 @@ impl Layer for Xfer {
                         out.up(Up::XferComplete);
                     }
                 }
-                None => out.drop_input(DropReason::HeaderMismatch),
+                None => out.drop_input(super::LayerKind::Xfer, DropReason::HeaderMismatch),
             },
-            other => out.pass_up(other, Header::NoHdr),
+            other => out.pass_up(super::LayerKind::Xfer, other, Header::NoHdr),
         }
     }
 

@@ -243,6 +243,33 @@ fn slots_of_exited_stacks_are_reused_and_their_old_handles_name_nothing() {
     assert_eq!(group.delivered[1], 1, "the current stack still works");
 }
 
+/// The node's statistics keep what its replaced stacks counted: every view change replaces a
+/// stack, and the runtime exports these as Prometheus counters, which must never go down. Here
+/// each protocol switch installs a view, and the stability gossip counted by the old stacks
+/// stays in the node's total.
+#[test]
+fn counts_of_replaced_stacks_stay_in_the_nodes_statistics() {
+    let mut group = crate::testkit::Group::new(2, "vsync");
+    let gossip = |group: &crate::testkit::Group| group.nodes[0].0.stats().counter(crate::Counter::Gossip);
+    let mut last = gossip(&group);
+    for (round, target) in ["total", "vsync", "total"].into_iter().enumerate() {
+        for _ in 0..50 {
+            group.act(0, Action::Cast(b"c".as_slice().into())).unwrap();
+            group.tick(crate::time::Duration::from_millis(100));
+        }
+        let before = gossip(&group);
+        assert!(before > last, "round {round}: the stack gossiped ({last} then {before})");
+        group.act(1, Action::Switch(crate::spec::StackSpec::parse(target).unwrap())).unwrap();
+        for _ in 0..20 {
+            group.tick(crate::time::Duration::from_millis(100));
+        }
+        assert_eq!(group.nodes[0].0.stacks().count(), 1, "round {round}: the old stack has exited");
+        let after = gossip(&group);
+        assert!(after >= before, "round {round}: {before} counted before the switch, {after} after");
+        last = after;
+    }
+}
+
 /// A member's loop-back setting is its own and outlives its views: the node gives it to the
 /// stack of every next view (here, through protocol switches). Its casts reach the others
 /// all along, and never itself.
