@@ -82,7 +82,22 @@ fn chat(args: ChatArgs) -> Result<(), String> {
     std::thread::Builder::new()
         .name("stdin".into())
         .spawn(move || {
-            for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+            // Lines as bytes: one that is not UTF-8 is sent with its bad bytes replaced, not
+            // taken for the end of input (which would leave the group).
+            let mut stdin = std::io::stdin().lock();
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                match stdin.read_until(b'\n', &mut buf) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(error) => {
+                        eprintln!("* reading the terminal: {error}");
+                        break;
+                    }
+                }
+                let line = String::from_utf8_lossy(crate::member::strip_newline(&buf));
                 if let Err(error) = crate::member::cast_when_room(&handle, format!("{name}: {line}")) {
                     eprintln!("* not sent: {error}");
                 }

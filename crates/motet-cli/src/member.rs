@@ -35,18 +35,20 @@ pub(crate) struct MemberArgs {
     /// The group to join.
     #[arg(long)]
     group: Option<String>,
-    /// UDP address to bind (`IP:PORT`; port 0 picks one).
-    #[arg(long, default_value = "127.0.0.1:0")]
-    bind: SocketAddr,
+    /// UDP address to bind (`IP:PORT`; port 0 picks one) [default: 127.0.0.1:0]. Not a clap
+    /// default, so that one given explicitly overrides a `--config` file even when it equals it.
+    #[arg(long)]
+    bind: Option<SocketAddr>,
     /// Address other members use to reach this one, if not the bound one (NAT, containers).
     #[arg(long)]
     advertise: Option<SocketAddr>,
     /// Seed addresses of other members, comma-separated (`IP:PORT` or `host:port`).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
-    /// The stack: a preset, a property set or a layer list (see `motet stack explain`).
-    #[arg(long, default_value = "vsync")]
-    stack: String,
+    /// The stack: a preset, a property set or a layer list (see `motet stack explain`)
+    /// [default: vsync].
+    #[arg(long)]
+    stack: Option<String>,
     /// A TOML file with `[runtime]` and `[group]` tables (flags given explicitly override it).
     #[arg(long)]
     config: Option<std::path::PathBuf>,
@@ -61,9 +63,9 @@ pub(crate) struct MemberArgs {
     #[arg(long)]
     multicast: Option<std::net::SocketAddrV4>,
     /// Testing aid: drop this fraction of received datagrams at random (where `tc netem` is not
-    /// available).
-    #[arg(long, default_value_t = 0.0)]
-    inject_loss: f64,
+    /// available) [default: 0].
+    #[arg(long)]
+    inject_loss: Option<f64>,
     /// Print the protocol's and the runtime's counters every `--stats-interval` and at exit.
     #[arg(long)]
     stats: bool,
@@ -79,8 +81,8 @@ pub(crate) struct MemberArgs {
     #[arg(long)]
     switch: Option<String>,
     /// Seconds to wait before `--switch`.
-    #[arg(long, default_value_t = 0.0)]
-    switch_after: f64,
+    #[arg(long, default_value = "0", value_parser = seconds)]
+    switch_after: Duration,
     /// Join as a client (client/server groups): casts to servers only do not reach it.
     #[arg(long)]
     client: bool,
@@ -93,6 +95,17 @@ pub(crate) struct MemberArgs {
     /// views then carry the new address), `/leave` leaves; every other line is cast as usual.
     #[arg(long)]
     commands: bool,
+}
+
+/// A number of seconds for a flag: finite, not negative, and at most a year (a `Duration` that a
+/// clock can be moved by without overflowing).
+fn seconds(text: &str) -> Result<Duration, String> {
+    const YEAR: f64 = 365.0 * 24.0 * 3600.0;
+    let value: f64 = text.parse().map_err(|e| format!("`{text}` is not a number of seconds ({e})"))?;
+    if !(0.0..=YEAR).contains(&value) {
+        return Err(format!("`{text}` seconds: give a number from 0 to {YEAR} (a year)"));
+    }
+    Ok(Duration::from_secs_f64(value))
 }
 
 /// The JSON form of an endpoint id.
@@ -226,19 +239,19 @@ fn configure(args: &MemberArgs) -> Result<(RuntimeConfig, GroupConfig), String> 
         }
         None => {
             let name = args.group.clone().ok_or("--group is required (or --config with a [group] table)")?;
-            (RuntimeConfig::bind(args.bind), GroupConfig::new(&name).stack(&args.stack))
+            let bind = args.bind.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
+            (RuntimeConfig::bind(bind), GroupConfig::new(&name).stack(args.stack.as_deref().unwrap_or("vsync")))
         }
     };
-    if args.config.is_some() {
-        if let Some(name) = &args.group {
-            group.name = name.clone();
-        }
-        if args.bind.port() != 0 {
-            runtime.bind = args.bind;
-        }
-        if args.stack != "vsync" {
-            group.stack = args.stack.clone();
-        }
+    // Flags given explicitly override the file, whatever their value.
+    if let Some(name) = &args.group {
+        group.name = name.clone();
+    }
+    if let Some(bind) = args.bind {
+        runtime.bind = bind;
+    }
+    if let Some(stack) = &args.stack {
+        group.stack = stack.clone();
     }
     if let Some(advertise) = args.advertise {
         runtime.advertise = Some(advertise);
@@ -248,8 +261,8 @@ fn configure(args: &MemberArgs) -> Result<(RuntimeConfig, GroupConfig), String> 
         runtime.multicast =
             Some(motet_runtime::MulticastConfig { group: *group.ip(), port: group.port(), interface: None, ttl: 1 });
     }
-    if args.inject_loss > 0.0 {
-        runtime.inject_loss = args.inject_loss;
+    if let Some(loss) = args.inject_loss {
+        runtime.inject_loss = loss;
     }
     group.peers.extend(args.peers.iter().cloned());
     group.client |= args.client;
@@ -297,24 +310,30 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     }
+    spawn_watchdog(Arc::clone(&stop));
     let runtime = Arc::new(runtime);
     spawn_stdin_caster(member.handle(), Arc::clone(&runtime), args.commands);
-    let print = |event: &Event| {
-        let line = if args.json { event_json(event).to_string() } else { event_text(event) };
+    // A closed stdout (the reader went away) is not a reason to stop being a member: nothing
+    // printed may panic (`println!` does, and the panic hook would end the process unleft).
+    let print_line = |line: &str| {
         let mut out = std::io::stdout().lock();
-        // A closed stdout (the reader went away) is not a reason to stop being a member.
         let _ = writeln!(out, "{line}");
         let _ = out.flush();
     };
+    let print = |event: &Event| {
+        print_line(&if args.json { event_json(event).to_string() } else { event_text(event) });
+    };
     let print_stats = || {
         if let Some(stats) = stats_json(&runtime) {
-            println!("{stats}");
+            print_line(&stats.to_string());
         }
     };
+    // Deadlines by the clock, not by turns of the loop: a turn ends at once when an event waits,
+    // so a busy group would make turns of microseconds.
     let stats_every = Duration::from_secs(args.stats_interval.max(1));
-    let mut since_stats = Duration::ZERO;
+    let mut next_stats = std::time::Instant::now() + stats_every;
     let tick = Duration::from_millis(50);
-    let mut leaving: Option<Duration> = None;
+    let mut leave_by: Option<std::time::Instant> = None;
     // When to ask for `--switch`: set once a view with other members arrives.
     let mut switch_at: Option<std::time::Instant> = None;
     let mut switch = args.switch.clone();
@@ -332,8 +351,8 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
                 }
             }
         }
-        if stop.load(Ordering::SeqCst) && leaving.is_none() {
-            leaving = Some(Duration::ZERO);
+        if stop.load(Ordering::SeqCst) && leave_by.is_none() {
+            leave_by = Some(std::time::Instant::now() + LEAVE_WAIT);
             if member.leave().is_err() {
                 break;
             }
@@ -354,8 +373,7 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
                 }
                 if let Event::View(view) = &event {
                     if view.members.len() > 1 && switch_at.is_none() {
-                        switch_at =
-                            Some(std::time::Instant::now() + Duration::from_secs_f64(args.switch_after.max(0.0)));
+                        switch_at = Some(std::time::Instant::now() + args.switch_after);
                     }
                 }
                 print(&event);
@@ -370,25 +388,46 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
                 return ExitCode::from(1);
             }
         }
-        if let Some(waited) = leaving.as_mut() {
-            *waited += tick;
-            if *waited > Duration::from_secs(5) {
-                eprintln!("motet member: the leave was not confirmed within 5 s; exiting anyway");
-                break;
-            }
+        let now = std::time::Instant::now();
+        if leave_by.is_some_and(|by| now >= by) {
+            eprintln!("motet member: the leave was not confirmed within {LEAVE_WAIT:?}; exiting anyway");
+            break;
         }
-        if args.stats {
-            since_stats += tick;
-            if since_stats >= stats_every {
-                since_stats = Duration::ZERO;
-                print_stats();
-            }
+        if args.stats && now >= next_stats {
+            next_stats = now + stats_every;
+            print_stats();
         }
     }
     if args.stats {
         print_stats();
     }
     ExitCode::SUCCESS
+}
+
+/// How long a member asked to stop (SIGTERM, SIGINT) waits for its leave to be confirmed (its
+/// `exit` event) before it exits anyway.
+const LEAVE_WAIT: Duration = Duration::from_secs(5);
+
+/// Ends the process a little after [`LEAVE_WAIT`] once asked to stop, if the main loop has not
+/// ended it: the loop may be blocked writing to a stdout whose reader stopped reading (a full
+/// pipe), where the signal's flag is never looked at (the write restarts after the handler).
+/// The leave may then not have been taken either (the runtime holds actions while the
+/// application is behind on its events), and the others find the member gone by its silence, as
+/// after a crash. Exits 0, as the main loop's own limit does: the process did as asked.
+#[allow(clippy::disallowed_types)] // wall-clock time of a command-line tool
+fn spawn_watchdog(stop: Arc<AtomicBool>) {
+    let spawned = std::thread::Builder::new().name("watchdog".into()).spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(LEAVE_WAIT + Duration::from_secs(1));
+        eprintln!("motet member: still running after a stop was asked (is its output being read?); exiting");
+        // `exit` only tries the standard output's lock, which the blocked writer holds.
+        std::process::exit(0);
+    });
+    if let Err(error) = spawned {
+        eprintln!("motet member: cannot watch for a stop that does not end the process: {error}");
+    }
 }
 
 /// `/migrate BIND [ADVERTISE]`: moves the process to a new socket.
@@ -423,13 +462,34 @@ pub(crate) fn when_room(mut act: impl FnMut() -> Result<(), Error>) -> Result<()
     }
 }
 
+/// A line without its line ending (`\n` or `\r\n`, as `BufRead::lines` takes them off).
+pub(crate) fn strip_newline(line: &[u8]) -> &[u8] {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
 /// Casts each stdin line on a thread of its own (reading stdin blocks). The end of stdin ends
 /// the thread, not the member.
 fn spawn_stdin_caster(member: Handle, runtime: Arc<Runtime>, commands: bool) {
     let spawned = std::thread::Builder::new().name("stdin".into()).spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { return };
-            let result = match line.strip_prefix('/').filter(|_| commands) {
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = Vec::new();
+        loop {
+            // Lines as bytes: a line that is not UTF-8 is cast as it is (`lines()` would end the
+            // loop at it, and every later line would be lost).
+            buf.clear();
+            match stdin.read_until(b'\n', &mut buf) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(error) => {
+                    eprintln!("motet member: reading stdin: {error}; no more lines are cast");
+                    return;
+                }
+            }
+            let line = strip_newline(&buf);
+            let command = std::str::from_utf8(line).ok().and_then(|l| l.strip_prefix('/')).filter(|_| commands);
+            let result = match command {
                 Some("leave") => member.leave(),
                 Some(command) => match command.split_once(' ') {
                     Some(("switch", spec)) => member.switch(spec.trim()),
@@ -441,7 +501,7 @@ fn spawn_stdin_caster(member: Handle, runtime: Arc<Runtime>, commands: bool) {
                         continue;
                     }
                 },
-                None => cast_when_room(&member, line),
+                None => cast_when_room(&member, bytes::Bytes::copy_from_slice(line)),
             };
             match result {
                 Ok(()) => {}

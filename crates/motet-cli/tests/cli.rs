@@ -378,3 +378,74 @@ fn a_closed_standard_output_ends_the_command_quietly() {
     assert_eq!(output.status.code(), Some(141), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// Flags given explicitly override a `--config` file even where they equal their defaults: a file
+/// that asks for `total` and `--stack vsync` run `vsync` (before, a flag equal to its default was
+/// taken for one not given, and the file's value won).
+#[test]
+#[allow(clippy::disallowed_types)] // wall-clock wait for the first view
+fn an_explicit_flag_equal_to_its_default_overrides_the_config_file() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let first_view_stack = |args: &[&str]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
+            .args(["member", "--json"])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        let stack = loop {
+            line.clear();
+            assert!(stdout.read_line(&mut line).unwrap() > 0, "no view from {args:?}");
+            let event = json(&line);
+            if event["type"] == "view" {
+                break event["stack"].as_str().unwrap().to_string();
+            }
+        };
+        child.kill().unwrap();
+        child.wait().unwrap();
+        stack
+    };
+    let path = std::env::temp_dir().join(format!("motet-explicit-{}.toml", std::process::id()));
+    std::fs::write(&path, "[group]\nname = \"explicit\"\nstack = \"total\"\n").unwrap();
+    let file = path.to_str().unwrap();
+    let from_file = first_view_stack(&["--config", file]);
+    let overridden = first_view_stack(&["--config", file, "--stack", "vsync"]);
+    let plain = first_view_stack(&["--group", "explicit", "--stack", "vsync"]);
+    std::fs::remove_file(&path).unwrap();
+    assert_ne!(from_file, plain, "the file's stack is not vsync");
+    assert_eq!(overridden, plain, "--stack vsync given explicitly");
+}
+
+/// `--switch-after` that no clock can count (infinite, negative, past a year) is refused when the
+/// flags are read (before, an infinite one panicked at the first view with other members).
+#[test]
+#[allow(clippy::disallowed_types)] // a wall-clock limit on the process
+fn a_switch_delay_no_clock_can_count_is_refused_up_front() {
+    for value in ["inf", "-1", "1e12", "NaN"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
+            .args(["member", "--group", "g", "--switch", "total", &format!("--switch-after={value}")])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A member that took the value would run: not waited for without a limit.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                panic!("--switch-after={value} was taken");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{value}: {stderr}");
+        assert!(stderr.contains("--switch-after"), "{value}: {stderr}");
+    }
+}

@@ -437,3 +437,121 @@ fn a_member_migrates_to_a_new_port_under_traffic_and_nothing_is_lost() {
     let problems = logcheck::check(&logs, true);
     assert!(problems.is_empty(), "{problems:#?}");
 }
+
+/// A member whose group is busy keeps its clock-based promises. Its `--stats` reports come every
+/// `--stats-interval` seconds: before, the interval was counted in turns of its loop (50 ms
+/// each), which end at once when an event waits, so a flood made a report every hundred events.
+/// And SIGTERM during a flood still leaves and ends with the `exit` event: the 5 s limit on the
+/// leave was counted the same way, so a hundred events after the signal made the member give up
+/// on its leave at once and exit without it. A line that is not UTF-8 on stdin is cast as it is,
+/// and the lines after it too (before, it ended the reading of stdin).
+#[test]
+fn a_busy_member_reports_stats_by_the_clock_and_leaves_on_sigterm_during_a_flood() {
+    let ports = free_ports(2);
+    let peers = peer_list(&ports);
+    let mut procs = [
+        Proc::spawn_with("f0", ports[0], &peers, &["--stats", "--stats-interval", "3"]),
+        Proc::spawn("f1", ports[1], &peers),
+    ];
+    wait(Duration::from_secs(30), "two processes in one view", || one_view_of(&procs.iter().collect::<Vec<_>>()));
+    let started = Instant::now();
+    for i in 0..3000 {
+        procs[1].cast(format!("flood-{i}"));
+    }
+    let lines = procs[1].sent.clone();
+    wait(Duration::from_secs(60), "the flood delivered", || {
+        delivered(&procs.iter().collect::<Vec<_>>(), &procs[1], &lines)
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let reports = procs[0].lines.lock().unwrap().iter().filter(|l| l.contains("\"type\":\"stats\"")).count();
+    assert!((reports as f64) <= elapsed / 3.0 + 1.0, "{reports} stats reports in {elapsed:.1} s at an interval of 3 s");
+    // Not UTF-8: cast as it is, and the line after it too.
+    procs[1].stdin.as_mut().unwrap().write_all(b"\xff\xfe-bad\n").unwrap();
+    procs[1].cast("after-the-bad-line".into());
+    let lines = procs[1].sent.clone();
+    wait(Duration::from_secs(30), "the line after the bad one", || {
+        delivered(&procs.iter().collect::<Vec<_>>(), &procs[1], &lines)
+    });
+    let bad = procs[0].events().into_iter().any(|e| matches!(e, LogEvent::Cast { data, .. } if data.ends_with("-bad")));
+    assert!(bad, "the line that is not UTF-8 was cast");
+    // SIGTERM in the middle of another flood.
+    for i in 0..3000 {
+        procs[1].cast(format!("second-{i}"));
+    }
+    procs[0].signal("-TERM");
+    let status = procs[0].child.wait().unwrap();
+    assert!(status.success(), "exited with {status}");
+    std::thread::sleep(Duration::from_millis(100)); // let the reader drain
+    let events = procs[0].events();
+    assert_eq!(events.last(), Some(&LogEvent::Exit), "no exit event: the leave was given up");
+}
+
+/// SIGTERM ends a member whose output is not being read (a full pipe blocks its writes, and the
+/// signal only sets a flag the blocked loop never looks at): within a few seconds of the leave's
+/// limit, with status 0. Before, only SIGKILL ended it.
+#[test]
+fn sigterm_ends_a_member_whose_output_is_not_read() {
+    let ports = free_ports(2);
+    let peers = peer_list(&ports);
+    let mut stalled = Command::new(env!("CARGO_BIN_EXE_motet"))
+        .args(["member", "--group", "procs", "--bind", &format!("127.0.0.1:{}", ports[0]), "--peers", &peers, "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn motet member");
+    let _unread = stalled.stdout.take(); // kept open, never read
+    let mut other = Proc::spawn("s1", ports[1], &peers);
+    wait(Duration::from_secs(30), "the other to see the stalled member", || {
+        other.log().last_view().is_some_and(|(_, members)| members.len() == 2)
+    });
+    // Enough JSON lines to fill a 64 KiB pipe many times over.
+    for i in 0..3000 {
+        other.cast(format!("fill-the-pipe-{i:0>40}"));
+    }
+    let lines = other.sent.clone();
+    wait(Duration::from_secs(30), "the flood cast", || delivered(&[&other], &other, &lines));
+    std::thread::sleep(Duration::from_secs(1)); // the stalled member's pipe fills
+    assert!(stalled.try_wait().unwrap().is_none(), "the stalled member is running");
+    let status = Command::new("kill").args(["-TERM", &stalled.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = stalled.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = stalled.kill();
+            panic!("SIGTERM did not end a member whose output is not read");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exited with {status}");
+}
+
+/// With `--stats`, a standard output closed by its reader does not end the member at the next
+/// report (a `println!` would panic, and the process end without leaving): it stays, and leaves
+/// and exits 0 on SIGTERM.
+#[test]
+fn a_member_with_stats_and_a_closed_output_stays_until_sigterm() {
+    let ports = free_ports(1);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
+        .args(["member", "--group", "closed-out", "--bind", &format!("127.0.0.1:{}", ports[0]), "--json"])
+        .args(["--stats", "--stats-interval", "1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn motet member");
+    drop(child.stdout.take()); // the reader went away
+    std::thread::sleep(Duration::from_millis(2500)); // two reports' time
+    assert!(child.try_wait().unwrap().is_none(), "the member ended at a report on a closed output");
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "no exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(child.wait().unwrap().success());
+}

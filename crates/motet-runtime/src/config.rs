@@ -111,6 +111,10 @@ pub struct RuntimeConfig {
     pub migrate_grace_ms: u64,
 }
 
+/// The largest `event_queue`, `action_queue` and `send_backlog` a configuration may give (2^20,
+/// 64 times the defaults): the channels of the threaded runtime allocate every slot up front.
+pub const QUEUE_MAX: usize = 1 << 20;
+
 impl Default for RuntimeConfig {
     fn default() -> RuntimeConfig {
         RuntimeConfig {
@@ -174,6 +178,20 @@ impl RuntimeConfig {
             return Err(Error::Config(
                 "event_queue, event_queue_bytes, action_queue and send_backlog must be at least 1".into(),
             ));
+        }
+        // The threaded runtime's channels (`action_queue`, and `event_queue` per member) allocate
+        // every slot when they are made: a mistyped bound would take gigabytes at `join`, or
+        // abort the process, rather than be refused here.
+        for (name, value) in [
+            ("event_queue", self.event_queue),
+            ("action_queue", self.action_queue),
+            ("send_backlog", self.send_backlog),
+        ] {
+            if value > QUEUE_MAX {
+                return Err(Error::Config(format!(
+                    "{name} {value} is above {QUEUE_MAX}: queues are allocated whole; give at most that"
+                )));
+            }
         }
         if !(0.0..1.0).contains(&self.inject_loss) {
             return Err(Error::Config(format!("inject_loss {} must be in [0, 1)", self.inject_loss)));
@@ -431,6 +449,21 @@ mod tests {
             .contains("must be at least 1000 ms longer than merge.merge_timeout_ms (3000 ms)"));
         assert!(err("[group.params.mnak]\nretransmit_max = 0\n").contains("mnak.retransmit_max must be at least 1"));
         assert!(err("[group.params.mflow]\nlag_trickle = 0\n").contains("mflow.lag_trickle must be at least 1"));
+    }
+
+    /// A queue bound past `QUEUE_MAX` is refused with the bound named, not allocated whole.
+    #[test]
+    fn queue_bounds_past_the_maximum_are_refused() {
+        let text = "[runtime]\nevent_queue = 4000000000\n[group]\nname = \"g\"\n";
+        let err = FileConfig::from_toml(text).unwrap_err().to_string();
+        assert!(err.contains("event_queue 4000000000 is above 1048576"), "{err}");
+        for config in [
+            RuntimeConfig { action_queue: QUEUE_MAX + 1, ..RuntimeConfig::default() },
+            RuntimeConfig { send_backlog: QUEUE_MAX + 1, ..RuntimeConfig::default() },
+        ] {
+            assert!(config.validate().is_err());
+        }
+        assert!(RuntimeConfig { event_queue: QUEUE_MAX, ..RuntimeConfig::default() }.validate().is_ok());
     }
 
     #[test]

@@ -126,8 +126,8 @@ pub struct RuntimeStats {
     pub connected_sockets: u64,
     /// Unicast datagrams the shared socket sent because their connected socket could not: the
     /// table was full, the socket could not be made, its buffer was full, or its send failed (an
-    /// ICMP report of an earlier datagram's fate, such as a member that stopped). Counted since
-    /// the current socket was bound.
+    /// ICMP report of an earlier datagram's fate, such as a member that stopped). Over every
+    /// socket the process has had: a migration's new socket adds to its predecessors' count.
     pub connected_fallbacks: u64,
     /// Receive offload (`UDP_GRO`) is on at the process's unicast socket: it was wanted
     /// (`RuntimeConfig::receive_offload`) and the socket has been busy (docs/runtime.md,
@@ -674,7 +674,8 @@ impl EventLoop {
             bypass_hits: bypass.hits,
             bypass_misses: bypass.misses,
             connected_sockets: open as u64,
-            connected_fallbacks: fallbacks,
+            // The sockets' before a migration (kept in `stats`), and the current one's.
+            connected_fallbacks: self.stats.connected_fallbacks + fallbacks,
             receive_offload: self.io.offload_on(),
             endpoints: self.members.len() as u64,
             buffered: self.members.keys().map(|&e| self.buffered(e) as u64).sum(),

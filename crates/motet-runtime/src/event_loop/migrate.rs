@@ -63,6 +63,8 @@ impl EventLoop {
             return Err(Error::io("registering the new socket", e));
         }
         let mut old = std::mem::replace(&mut self.io, io);
+        // Its count stays the process's: the exported counter must not go down.
+        self.stats.connected_fallbacks += old.connected_stats().1;
         // It is only read from now: its connected sockets are closed at once.
         old.stop_connected_sends();
         tracing::info!(from = %self.advertise, to = %address, "migrating");

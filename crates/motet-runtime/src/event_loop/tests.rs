@@ -201,6 +201,29 @@ fn a_unicast_socket_that_always_has_more_does_not_starve_a_retired_one() {
     assert_eq!(event_loop.runtime_stats().datagrams_in_retired, 1);
 }
 
+/// The count of datagrams sent through the shared socket in place of a connected one is a
+/// Prometheus counter: a migration, which binds a new socket with a new table of connected ones,
+/// must not take it back to zero. Fallbacks come here from a seed that is not there: its ICMP
+/// report fails the connected socket's next send.
+#[test]
+#[allow(clippy::disallowed_types)] // waits for the gossip to the seed
+fn connected_fallbacks_are_not_lost_by_a_migration() {
+    let gone = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+    let mut config = GroupConfig::new("fallbacks");
+    config.peers = vec![gone.to_string()];
+    event_loop.join(&config).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while event_loop.runtime_stats().connected_fallbacks == 0 {
+        assert!(std::time::Instant::now() < deadline, "no fallback for a seed that is not there");
+        event_loop.poll(Some(Duration::from_millis(20))).unwrap();
+        while event_loop.next_event().is_some() {}
+    }
+    let before = event_loop.runtime_stats().connected_fallbacks;
+    event_loop.migrate("127.0.0.1:0".parse().unwrap(), None).unwrap();
+    assert!(event_loop.runtime_stats().connected_fallbacks >= before, "{before} before the migration");
+}
+
 /// Lookups so far of [`moving_lookup`].
 static MOVES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
