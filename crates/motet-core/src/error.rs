@@ -82,6 +82,18 @@ pub enum StackSpecError {
         /// Whether it was required below (else above).
         below: bool,
     },
+    /// A layer is on the wrong side of a layer it must sit above or below.
+    #[error("layer `{layer}` must sit {} `{other}`: every layer that provides {} must be {} `{layer}`", if *.above { "above" } else { "below" }, .service.describe(), if *.above { "below" } else { "above" })]
+    Order {
+        /// The misplaced layer.
+        layer: &'static str,
+        /// The layer on the wrong side of it.
+        other: &'static str,
+        /// What `other` provides.
+        service: Service,
+        /// Whether `layer` must sit above `other` (else below).
+        above: bool,
+    },
     /// Two layers that cannot share a stack.
     #[error(
         "layers `{0}` and `{1}` cannot be in one stack: a stack has one delivery discipline (choose one of Total, Causal, Agree)"

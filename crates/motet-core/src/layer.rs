@@ -258,6 +258,12 @@ pub struct LayerSpec {
     pub requires_below: &'static [Service],
     /// Services that some layer above must provide (e.g. `mnak` frees buffers only on stability).
     pub requires_above: &'static [Service],
+    /// Services whose providers, if the stack has any, must all sit below this layer (`local`
+    /// loops casts back above every layer that keeps per-origin receive state for casts).
+    pub above_every: &'static [Service],
+    /// Services whose providers, if the stack has any, must all sit above this layer (`local`
+    /// sits below `appl`, which must see the casts it loops back).
+    pub below_every: &'static [Service],
 }
 
 /// An event in a stack's scheduler queue.

@@ -315,6 +315,19 @@ impl StackSpec {
                     return Err(StackSpecError::Missing { layer: spec.name, service, below: false });
                 }
             }
+            // Placement: no provider of an `above_every` service above this layer, none of a
+            // `below_every` one below it.
+            let misplaced = |range: &[LayerKind], services: &[Service]| {
+                range
+                    .iter()
+                    .find_map(|k| services.iter().find(|s| k.spec().provides.contains(s)).map(|&s| (k.name(), s)))
+            };
+            if let Some((other, service)) = misplaced(&layers[..i], spec.above_every) {
+                return Err(StackSpecError::Order { layer: spec.name, other, service, above: true });
+            }
+            if let Some((other, service)) = misplaced(&layers[i + 1..], spec.below_every) {
+                return Err(StackSpecError::Order { layer: spec.name, other, service, above: false });
+            }
         }
         Ok(StackSpec { layers: layers.into() })
     }

@@ -193,6 +193,14 @@ impl RuntimeConfig {
                 )));
             }
         }
+        // A bundle is one datagram: one larger than UDP carries fails every send (EMSGSIZE).
+        if self.pack_max > motet_wire::DATAGRAM_SIZE_MAX {
+            return Err(Error::Config(format!(
+                "pack_max {} is above {}, the largest UDP datagram; 1452 (one Ethernet packet) is the default",
+                self.pack_max,
+                motet_wire::DATAGRAM_SIZE_MAX
+            )));
+        }
         if !(0.0..1.0).contains(&self.inject_loss) {
             return Err(Error::Config(format!("inject_loss {} must be in [0, 1)", self.inject_loss)));
         }
@@ -453,7 +461,7 @@ mod tests {
 
     /// A queue bound past `QUEUE_MAX` is refused with the bound named, not allocated whole.
     #[test]
-    fn queue_bounds_past_the_maximum_are_refused() {
+    fn queue_bounds_and_bundles_past_the_maximum_are_refused() {
         let text = "[runtime]\nevent_queue = 4000000000\n[group]\nname = \"g\"\n";
         let err = FileConfig::from_toml(text).unwrap_err().to_string();
         assert!(err.contains("event_queue 4000000000 is above 1048576"), "{err}");
@@ -464,6 +472,12 @@ mod tests {
             assert!(config.validate().is_err());
         }
         assert!(RuntimeConfig { event_queue: QUEUE_MAX, ..RuntimeConfig::default() }.validate().is_ok());
+        // Nor may a bundle be larger than a datagram.
+        let err = RuntimeConfig { pack_max: 70_000, ..RuntimeConfig::default() }.validate().unwrap_err();
+        assert!(err.to_string().contains("pack_max 70000 is above"), "{err}");
+        assert!(RuntimeConfig { pack_max: motet_wire::DATAGRAM_SIZE_MAX, ..RuntimeConfig::default() }
+            .validate()
+            .is_ok());
     }
 
     #[test]

@@ -72,8 +72,12 @@ pub struct View {
     /// while rank 0 streams its state to the others (`Event::XferProvide`, `Event::XferChunk`).
     pub xfer: bool,
     /// The protocol parameters every member of the view runs (the group's: docs/runtime.md,
-    /// "Protocol parameters"); `params.appl.message_size_max` is the largest message it takes.
+    /// "Protocol parameters").
     pub params: std::sync::Arc<motet_core::StackConfig>,
+    /// The largest message the view takes: `params.appl.message_size_max`, or one datagram's
+    /// worth (`motet_core::layers::appl::UNFRAGMENTED_MAX`) on a stack without `frag`. Larger
+    /// casts and sends fail with `ApiError::TooLarge`.
+    pub message_size_max: usize,
 }
 
 /// Parses a stack to switch to and checks it can switch again (it has the `Switch` property).
@@ -103,6 +107,7 @@ impl View {
             stack: view.stack.to_string(),
             xfer: view.xfer_view,
             params: std::sync::Arc::clone(&view.params),
+            message_size_max: view.params.appl.message_size_max_of(&view.stack),
             clients: view.ranks_where(true).iter().map(|&r| view.members[usize::from(r)]).collect(),
         }
     }

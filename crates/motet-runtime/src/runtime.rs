@@ -120,6 +120,9 @@ struct MemberShared {
     /// Members of the latest view handed to the application.
     view: Mutex<Option<Arc<[EndpointId]>>>,
     left: AtomicBool,
+    /// The application asked to leave: its later actions are refused with `Error::Left` (the
+    /// stack would refuse them inside the loop, where the caller cannot hear of it).
+    leaving: AtomicBool,
     /// The loop holds events this member's full channel refused: wake it after a receive.
     want_wake: AtomicBool,
     /// The largest message the member's current view takes (`appl.message_size_max` of the
@@ -407,18 +410,25 @@ impl Handle {
     /// Leaves the group gracefully: the others install a view without this endpoint, and the
     /// member then receives [`Event::Exit`].
     pub fn leave(&self) -> Result<(), Error> {
-        if self.member.left.load(Ordering::SeqCst) {
+        if self.member.left.load(Ordering::SeqCst) || self.member.leaving.load(Ordering::SeqCst) {
             return Err(Error::Left);
         }
-        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Leave })
+        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Leave })?;
+        self.member.leaving.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Casts `data` to the members `to` of the current view only (a subcast): ordered with the
-    /// stack's guarantee among all casts, delivered as a cast at those members. Members that
-    /// have left the view by then are skipped.
+    /// stack's guarantee among all casts, delivered as a cast at those members. An endpoint not
+    /// in the current view is refused with `Error::NotMember`, as `send` refuses it; members that
+    /// leave the view between this call and the cast are skipped.
     pub fn subcast(&self, to: &[EndpointId], data: impl Into<Bytes>) -> Result<(), Error> {
         let data = data.into();
         self.check(data.len())?;
+        let view = self.member.view.lock().map_err(|_| Error::Stopped)?.clone().ok_or(Error::NoView)?;
+        if let Some(&stranger) = to.iter().find(|e| !view.contains(e)) {
+            return Err(Error::NotMember(stranger));
+        }
         self.act_bounded(Op::Subcast(to.to_vec(), data))
     }
 
@@ -442,7 +452,7 @@ impl Handle {
     /// change; a request made during a view change waits for it to end.
     pub fn switch(&self, spec: &str) -> Result<(), Error> {
         let spec = crate::switch_target(spec)?;
-        if self.member.left.load(Ordering::SeqCst) {
+        if self.member.left.load(Ordering::SeqCst) || self.member.leaving.load(Ordering::SeqCst) {
             return Err(Error::Left);
         }
         self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Switch(spec) })
@@ -530,7 +540,7 @@ impl Handle {
     }
 
     fn check(&self, size: usize) -> Result<(), Error> {
-        if self.member.left.load(Ordering::SeqCst) {
+        if self.member.left.load(Ordering::SeqCst) || self.member.leaving.load(Ordering::SeqCst) {
             return Err(Error::Left);
         }
         let max = self.member.message_size_max.load(Ordering::Relaxed);

@@ -92,6 +92,9 @@ fn a_member_that_leaves_is_excluded_and_gets_exit() {
     converge(&members, Duration::from_secs(30));
     let leaver = members[2].id();
     members[2].leave().unwrap();
+    // Refused from the request on, not accepted and dropped in the loop (the stack refuses them).
+    assert!(matches!(members[2].cast("after the request"), Err(motet_runtime::Error::Left)));
+    assert!(matches!(members[2].leave(), Err(motet_runtime::Error::Left)));
     let events: Vec<Event> = members[2].events().collect();
     assert_eq!(events.last(), Some(&Event::Exit), "{events:?}");
     assert!(matches!(members[2].cast("late"), Err(motet_runtime::Error::Left)));
@@ -112,6 +115,17 @@ fn errors_say_what_to_do() {
     assert!(matches!(err, motet_runtime::Error::NoView | motet_runtime::Error::NotMember(_)), "{err}");
     let big = vec![0u8; 2 << 20];
     assert!(member.cast(big).unwrap_err().to_string().contains("exceeds"));
+    // A stack without `frag` takes one datagram's worth, whatever `message_size_max` says: the
+    // handle refuses more (before, it accepted it and the stack dropped it in the loop).
+    let unfragmented = "top:inter:heal:intra:leave:switch:migrate:elect:merge:slander:sync:suspect:stable:appl:local:pt2ptw:mflow:pt2pt:mnak:bottom";
+    let small = runtime.join(GroupConfig::new("g2").stack(unfragmented)).unwrap();
+    let max = motet_core::layers::appl::UNFRAGMENTED_MAX;
+    let err = small.cast(vec![0u8; 100_000]).unwrap_err();
+    assert!(
+        matches!(err, motet_runtime::Error::Api(motet_core::ApiError::TooLarge { size: 100_000, max: m }) if m == max),
+        "{err}"
+    );
+    small.cast(vec![0u8; max]).unwrap();
     let err = Runtime::start(RuntimeConfig::bind("0.0.0.0:0".parse().unwrap())).err().unwrap();
     assert!(err.to_string().contains("advertise"), "{err}");
 }
@@ -270,6 +284,10 @@ fn a_subcast_reaches_the_named_members_only() {
     let members: Vec<Member> =
         runtimes.iter().map(|r| r.join(GroupConfig::new("subcast").peers(addresses.clone())).unwrap()).collect();
     converge(&members, Duration::from_secs(30));
+    // An endpoint that is not a member is refused, as `send` refuses it, not skipped in silence.
+    let stranger = EndpointId(42);
+    let err = members[0].subcast(&[members[2].id(), stranger], "lost").unwrap_err();
+    assert!(matches!(err, motet_runtime::Error::NotMember(e) if e == stranger), "{err}");
     members[0].subcast(&[members[2].id()], "for two").unwrap();
     members[0].cast("for all").unwrap();
     for (i, m) in members.iter().enumerate() {

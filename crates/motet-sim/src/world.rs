@@ -510,7 +510,7 @@ impl<'a> World<'a> {
                 }
                 records.iter_mut().for_each(|r| r.delivered = Some(self.now));
                 self.hasher.update(&self.now.0.to_le_bytes());
-                self.hasher.update(&[b'r', from as u8, to as u8]);
+                mark(&mut self.hasher, b'r', &[from as u64, to as u64]);
                 match datagrams.len() {
                     1 => self.nodes[to].node.handle_datagram(self.now, datagrams.pop().expect("one")),
                     n => {
@@ -691,5 +691,14 @@ impl<'a> World<'a> {
             trace: self.trace,
             datagrams_log: self.datagrams_log,
         }
+    }
+}
+
+/// A trace record: a tag and its values, each in full (node indices past 255 must not hash alike:
+/// the determinism and bypass checks compare these hashes).
+fn mark(hasher: &mut blake3::Hasher, tag: u8, values: &[u64]) {
+    hasher.update(&[tag]);
+    for value in values {
+        hasher.update(&value.to_le_bytes());
     }
 }

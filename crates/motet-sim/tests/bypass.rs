@@ -53,6 +53,8 @@ proptest! {
         prop_assume!(stack.is_ok());
         let stack = stack.unwrap();
         let diff = run(&options(seed, nodes, stack.clone(), swarm, Bypass::Diff));
+        // A run that panicked has no trace hash: two such runs would compare equal.
+        prop_assert!(!diff.trace_hash.is_empty(), "{stack}: the run panicked: {:?}", diff.violations);
         prop_assert!(bypass_differences(&diff.violations).is_empty(), "{stack}: {:?}", diff.violations);
         let off = run(&options(seed, nodes, stack.clone(), swarm, Bypass::Off));
         prop_assert_eq!(&diff.trace_hash, &off.trace_hash, "{}: the bypass changed the run", stack);

@@ -37,6 +37,18 @@ pub const HEAD_ROOM: usize = 4096;
 /// retransmission), and its sender's stream stopped there for good.
 pub const UNFRAGMENTED_MAX: usize = motet_wire::DATAGRAM_SIZE_MAX - HEAD_ROOM;
 
+impl Config {
+    /// The largest message a stack of `spec` takes with these parameters: `message_size_max`,
+    /// or [`UNFRAGMENTED_MAX`] if that is smaller and the stack has no `frag`. What a runtime
+    /// checks an application's message against before queueing it.
+    pub fn message_size_max_of(&self, spec: &crate::spec::StackSpec) -> usize {
+        match spec.layers().contains(&crate::layers::LayerKind::Frag) {
+            true => self.message_size_max,
+            false => self.message_size_max.min(UNFRAGMENTED_MAX),
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Config {
         Config { message_size_max: 1 << 20 }
@@ -50,6 +62,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::Application],
     requires_below: &[],
     requires_above: &[],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `appl` state.
@@ -96,10 +110,7 @@ impl Appl {
         Appl {
             view: Arc::clone(view),
             rank,
-            message_size_max: match view.stack.layers().contains(&crate::layers::LayerKind::Frag) {
-                true => config.message_size_max,
-                false => config.message_size_max.min(UNFRAGMENTED_MAX),
-            },
+            message_size_max: config.message_size_max_of(&view.stack),
             left: false,
             cast_blocked: false,
             send_blocked: RankSet::new(),

@@ -24,6 +24,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::Transport],
     requires_below: &[],
     requires_above: &[],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `bottom` state.

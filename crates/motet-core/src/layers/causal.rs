@@ -42,6 +42,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::CausalOrder],
     requires_below: &[Service::ReliableCast, Service::LocalDelivery],
     requires_above: &[Service::Flush],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `causal` state.

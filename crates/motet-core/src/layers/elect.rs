@@ -24,6 +24,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::Election],
     requires_below: &[Service::FailureDetection],
     requires_above: &[],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `elect` state.

@@ -46,6 +46,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::Fragmentation],
     requires_below: &[Service::ReliableCast, Service::ReliableSend],
     requires_above: &[],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// A message being reassembled.

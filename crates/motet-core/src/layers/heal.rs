@@ -65,6 +65,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::Healing],
     requires_below: &[Service::Membership],
     requires_above: &[Service::Merging],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `heal` state.

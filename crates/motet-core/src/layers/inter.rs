@@ -34,6 +34,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::Merging],
     requires_below: &[Service::Membership, Service::MergeProtocol],
     requires_above: &[],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// What this coordinator is doing about a merge.

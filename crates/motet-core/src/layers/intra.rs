@@ -57,6 +57,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::Membership],
     requires_below: &[Service::Flush, Service::Election],
     requires_above: &[],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// A flush round this member coordinates.

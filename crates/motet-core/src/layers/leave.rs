@@ -27,6 +27,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::Leave],
     requires_below: &[Service::ReliableCast],
     requires_above: &[Service::Membership],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `leave` state.

@@ -24,6 +24,13 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::LocalDelivery],
     requires_below: &[],
     requires_above: &[],
+    // Its own casts turn back here. Above it they must meet `appl` (else they are never
+    // delivered to their sender, whatever its loop-back setting); below it they must not meet a
+    // layer that keeps per-origin receive state for casts (`mflow` credited them and sent a
+    // credit report to its own rank, which `pt2pt` refuses; `mnak` would take them for another
+    // member's).
+    above_every: &[Service::ReliableCast, Service::CastFlow],
+    below_every: &[Service::Application],
 };
 
 /// `local` state.

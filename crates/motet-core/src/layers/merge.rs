@@ -56,6 +56,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::MergeProtocol],
     requires_below: &[],
     requires_above: &[],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// The request we are waiting on.

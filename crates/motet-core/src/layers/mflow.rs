@@ -70,6 +70,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::CastFlow],
     requires_below: &[Service::ReliableCast, Service::ReliableSend],
     requires_above: &[],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `mflow` state.

@@ -35,6 +35,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::Migration],
     requires_below: &[Service::ReliableCast],
     requires_above: &[Service::Membership],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `migrate` state.

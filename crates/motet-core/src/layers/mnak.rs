@@ -85,6 +85,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::ReliableCast, Service::CastCounts],
     requires_below: &[Service::Transport],
     requires_above: &[Service::Stability],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// What this member knows of one origin's casts.

@@ -42,6 +42,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::PrimaryPartition],
     requires_below: &[Service::Membership],
     requires_above: &[],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `primary` state.

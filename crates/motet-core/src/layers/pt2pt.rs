@@ -69,6 +69,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::ReliableSend],
     requires_below: &[Service::Transport],
     requires_above: &[],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// Per-peer state.

@@ -58,6 +58,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::SendFlow],
     requires_below: &[Service::ReliableSend],
     requires_above: &[],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `pt2ptw` state.

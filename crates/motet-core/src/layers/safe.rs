@@ -50,6 +50,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::SafeDelivery],
     requires_below: &[Service::ReliableCast, Service::LocalDelivery],
     requires_above: &[Service::Flush],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `safe` state.

@@ -57,6 +57,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     requires_below: &[Service::ReliableCast, Service::LocalDelivery],
     // If the sequencer fails, only a view change lets the others complete the view together.
     requires_above: &[Service::Flush],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `sequencer` state.

@@ -25,6 +25,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::SuspicionSharing],
     requires_below: &[Service::FailureDetection, Service::ReliableCast],
     requires_above: &[],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `slander` state.

@@ -68,6 +68,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::Stability],
     requires_below: &[Service::CastCounts],
     requires_above: &[],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `stable` state.

@@ -82,6 +82,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::FailureDetection],
     requires_below: &[Service::Transport],
     requires_above: &[],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `suspect` state.

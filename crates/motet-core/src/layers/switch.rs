@@ -36,6 +36,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::Switching],
     requires_below: &[Service::ReliableCast],
     requires_above: &[Service::Membership],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `switch` state.

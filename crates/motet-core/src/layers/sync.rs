@@ -48,6 +48,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::Flush],
     requires_below: &[Service::ReliableCast, Service::ReliableSend, Service::CastCounts, Service::LocalDelivery],
     requires_above: &[],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `sync` state.

@@ -40,6 +40,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[],
     requires_below: &[],
     requires_above: &[],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `top` state.

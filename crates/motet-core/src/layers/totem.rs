@@ -31,6 +31,10 @@ use crate::Rank;
 use motet_wire::hdr::totem::Header;
 use std::collections::{BTreeMap, VecDeque};
 
+/// The largest sequence number a token may carry: 2^62, as for the wire's logical times. No group
+/// numbers that many casts, and counting on from it cannot overflow.
+const SEQ_MAX: u64 = 1 << 62;
+
 /// `totem` parameters.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -53,6 +57,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::TotalOrder],
     requires_below: &[Service::ReliableCast, Service::ReliableSend, Service::LocalDelivery],
     requires_above: &[Service::Flush],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `totem` state.
@@ -195,6 +201,12 @@ impl Layer for Totem {
                     if self.holder {
                         return out.drop_input(super::LayerKind::Totem, DropReason::Duplicate);
                     }
+                    // A token numbers the next casts from `seq`: never below what this member
+                    // has delivered (a genuine token cannot be: its holder numbered those), and
+                    // far from where counting on would overflow. Such a token is not a member's.
+                    if seq < self.deliver_next || seq > SEQ_MAX {
+                        return out.drop_input(super::LayerKind::Totem, DropReason::Malformed);
+                    }
                     self.holder = true;
                     self.next = seq;
                     self.use_token(out);
@@ -323,6 +335,22 @@ impl Layer for Totem {
 mod tests {
     use super::*;
     use crate::layer::harness::{Harness, Out};
+
+    /// A token that would number casts below what was delivered, or count towards overflow, is
+    /// dropped and counted, and leaves the member without the token.
+    #[test]
+    fn a_token_no_member_could_send_is_dropped() {
+        let view = crate::testing::view_of("vsync+Token", 3);
+        let mut b = Harness::new(Totem::new(&Config::default(), &view, 1), 1);
+        for seq in [u64::MAX, SEQ_MAX + 1] {
+            let token = Msg::default().with(Header::Token { seq });
+            assert!(b.up(Up::Send { origin: 0, msg: token }).is_empty());
+        }
+        assert_eq!(b.stats.drops(DropReason::Malformed), 2);
+        // Still not the holder: its cast asks for the token.
+        let request = casts(&b.dn(app(20)));
+        assert_eq!(request[0].hdrs, vec![Header::Request.into()]);
+    }
 
     fn app(tag: u8) -> Dn {
         Dn::Cast { msg: Msg::new(vec![tag].into()), qos: Qos::Total }

@@ -39,6 +39,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     provides: &[Service::StateTransfer],
     requires_below: &[Service::ReliableCast],
     requires_above: &[Service::Membership],
+    above_every: &[],
+    below_every: &[],
 };
 
 /// `xfer` state.

@@ -178,7 +178,12 @@ impl LoopThread {
                 let result = self.event_loop.join(&config).map(|endpoint| {
                     let member = Arc::new(MemberShared::default());
                     // Until its first view, the member's own limit (its view, alone, has it).
-                    member.message_size_max.store(config.params.appl.message_size_max, Ordering::Relaxed);
+                    // (`join` has parsed the stack: it cannot fail here.)
+                    let max = motet_core::StackSpec::parse(&config.stack)
+                        .map_or(config.params.appl.message_size_max, |spec| {
+                            config.params.appl.message_size_max_of(&spec)
+                        });
+                    member.message_size_max.store(max, Ordering::Relaxed);
                     let listener = Listener { sink, shared: Arc::clone(&member), overflow: Overflow::default() };
                     self.members.insert(endpoint, listener);
                     Joined { endpoint, member }
@@ -297,7 +302,7 @@ fn hand(listener: &mut Listener, event: Event, bytes_max: usize) -> Handed {
     let exit = matches!(event, Event::Exit);
     // What the handle checks actions against changes when the application gets the view.
     let view = match &event {
-        Event::View(view) => Some((Arc::<[EndpointId]>::from(&view.members[..]), view.params.appl.message_size_max)),
+        Event::View(view) => Some((Arc::<[EndpointId]>::from(&view.members[..]), view.message_size_max)),
         _ => None,
     };
     let sent = match offer(listener, event, bytes_max) {

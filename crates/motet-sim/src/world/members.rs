@@ -148,7 +148,7 @@ impl World<'_> {
                     Ok(to) => self.transmit(index, to, vec![datagram.clone()]),
                     // A closed socket: the datagram is lost.
                     Err(owner) => {
-                        self.hasher.update(&[b'r', index as u8]);
+                        super::mark(&mut self.hasher, b'r', &[index as u64]);
                         self.datagrams += 1;
                         self.datagrams_lost += 1;
                         if self.options.record_datagrams {
@@ -237,7 +237,7 @@ impl World<'_> {
         let members: Vec<usize> = view.members.iter().map(|e| self.endpoints[e]).collect();
         let view_key = key(&view);
         self.hasher.update(&self.now.0.to_le_bytes());
-        self.hasher.update(&[b'v', node as u8]);
+        super::mark(&mut self.hasher, b'v', &[node as u64]);
         self.hasher.update(&view_key.0.to_le_bytes());
         self.hasher.update(&view_key.1.to_le_bytes());
         if view_key.0 > 0 {
@@ -286,7 +286,7 @@ impl World<'_> {
         let view = &self.nodes[node].views[&stack];
         let (origin, view) = (self.endpoints[&view.members[usize::from(origin)]], key(view));
         self.hasher.update(&self.now.0.to_le_bytes());
-        self.hasher.update(&[b'd', node as u8, origin as u8, cast as u8]);
+        super::mark(&mut self.hasher, b'd', &[node as u64, origin as u64, u64::from(cast)]);
         self.hasher.update(&oracle::digest(&payload).to_le_bytes());
         if let Some(id) = MsgId::parse(&payload).filter(|_| cast) {
             self.nodes[node].know(id);

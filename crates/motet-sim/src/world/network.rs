@@ -39,7 +39,7 @@ impl World<'_> {
         let dropped = self.rng.gen_bool(burst.map_or(net.loss, |b| b.loss));
         let partitioned = self.partitioned(from, to);
         let lost = dropped || partitioned;
-        self.hasher.update(&[b's', from as u8, to as u8, lost as u8]);
+        super::mark(&mut self.hasher, b's', &[from as u64, to as u64, lost as u64]);
         let record = self.options.record_datagrams;
         if lost {
             if record {
