@@ -32,6 +32,16 @@ pub enum ApiError {
         /// View size.
         len: usize,
     },
+    /// A subcast names more members than its header may carry.
+    #[error(
+        "a subcast names at most {max} members ({members} given, duplicates removed); cast to all instead, or split it"
+    )]
+    SubsetTooLarge {
+        /// The members named, without duplicates.
+        members: usize,
+        /// The most a subcast may name.
+        max: usize,
+    },
     /// A view change is in progress; retry after the next `AppEvent::View`.
     #[error("the group is changing view; wait for the next View event and send again")]
     Blocked,

@@ -32,6 +32,10 @@ pub struct Config {
 /// largest is a few hundred bytes; `causal`'s vector grows with the group).
 pub const HEAD_ROOM: usize = 4096;
 
+/// The most members a subcast may name: their ranks take at most 1,922 bytes of header (one byte
+/// each below 128, two above), under half of [`HEAD_ROOM`]. Larger groups cast to all.
+pub const SUBSET_MAX: usize = 1024;
+
 /// The largest message a stack without `frag` accepts: one datagram, less [`HEAD_ROOM`]. A
 /// larger one was numbered, then dropped at the node as too large to send (and again at each
 /// retransmission), and its sender's stream stopped there for good.
@@ -179,10 +183,18 @@ impl Appl {
                 }
                 out.up(Up::MigrateReq(address));
             }
-            Action::Subcast(ranks, payload) => {
+            Action::Subcast(mut ranks, payload) => {
                 self.check_size(payload.len())?;
                 if let Some(&rank) = ranks.iter().find(|&&r| usize::from(r) >= self.view.len()) {
                     return Err(ApiError::NoSuchRank { rank, len: self.view.len() });
+                }
+                // The header carries each rank once, and no more of them than fit the room left
+                // for headers: a datagram too large to send was numbered, then dropped at every
+                // send and retransmission, and its sender's stream (and every later flush) stopped.
+                ranks.sort_unstable();
+                ranks.dedup();
+                if ranks.len() > SUBSET_MAX {
+                    return Err(ApiError::SubsetTooLarge { members: ranks.len(), max: SUBSET_MAX });
                 }
                 if self.view.xfer_view {
                     return Err(ApiError::Blocked);
@@ -384,6 +396,46 @@ mod tests {
         let view = crate::testing::view(2);
         assert!(view.stack.layers().contains(&crate::layers::LayerKind::Frag));
         assert_eq!(Appl::new(&Config::default(), &view, 0).check_size(too_large), Ok(()));
+    }
+
+    /// A subcast's header names each member once, and no more than `SUBSET_MAX` of them: a list
+    /// of 70,000 ranks made a datagram too large to send, which stopped its sender's stream.
+    #[test]
+    fn a_subcast_names_each_member_once_and_no_more_than_fit() {
+        let view = crate::testing::view(3);
+        let mut h = Harness::new(Appl::new(&Config::default(), &view, 0), 0);
+        let mut events = Vec::new();
+        let mut out = Outbox {
+            now: h.now,
+            rank: 0,
+            events: &mut events,
+            alarm: &mut h.alarm,
+            app: &mut h.app,
+            stats: &mut h.stats,
+        };
+        let action = Action::Subcast(vec![2; 70_000].into_iter().chain([1, 2]).collect(), b"x".as_slice().into());
+        assert_eq!(h.layer.handle_action(action, &mut out), Ok(()));
+        match &events[..] {
+            [crate::layer::Ev::Dn(Dn::Cast { msg, .. })] => {
+                assert_eq!(msg.hdrs.get(0).map(|h| h.into_owned()), Some(Header::Subset([1, 2].into()).into()));
+            }
+            other => panic!("{other:?}"),
+        }
+        // More members than a header may name: refused, with what to do.
+        let large = crate::testing::view(SUBSET_MAX + 1);
+        let mut h = Harness::new(Appl::new(&Config::default(), &large, 0), 0);
+        let mut events = Vec::new();
+        let mut out = Outbox {
+            now: h.now,
+            rank: 0,
+            events: &mut events,
+            alarm: &mut h.alarm,
+            app: &mut h.app,
+            stats: &mut h.stats,
+        };
+        let all = (0..=SUBSET_MAX as Rank).collect();
+        let err = h.layer.handle_action(Action::Subcast(all, b"x".as_slice().into()), &mut out).unwrap_err();
+        assert_eq!(err, ApiError::SubsetTooLarge { members: SUBSET_MAX + 1, max: SUBSET_MAX });
     }
 
     #[test]

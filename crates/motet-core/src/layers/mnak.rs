@@ -351,7 +351,11 @@ impl Mnak {
                 o.buf.pop_front();
                 o.buf_lo += 1;
             }
-            o.max_known = o.max_known.max(stability.max[rank]);
+            // This member's own casts: it knows what it sent, whatever the gossip says (a
+            // member's bad count must not make it NAK itself).
+            if rank != usize::from(self.rank) {
+                o.max_known = o.max_known.max(stability.max[rank]);
+            }
             // A failed origin whose casts every live member holds up to the same point: what lies
             // beyond a gap was seen by no one alive and cannot be repaired. Forget it (later
             // gossip can still reveal more, and then it is NAKed again).
@@ -713,6 +717,19 @@ mod tests {
         assert_eq!(naks(out), [Header::Nak { origin: 0, lo: 1, hi: 1 }, Header::Nak { origin: 0, lo: 3, hi: 3 }]);
         let out = h.timer(h.alarm.expect("the sweep"));
         assert_eq!(naks(out), [Header::Nak { origin: 0, lo: 1, hi: 1 }]);
+    }
+
+    /// Gossip that credits this member with more casts than it sent (another member's bug)
+    /// reveals no gap in its own casts: it does not NAK itself, even with no NAK delay (a NAK to
+    /// its own rank reached `pt2pt`'s assertion in a stack with `mnak` above `pt2pt`).
+    #[test]
+    fn gossip_of_own_casts_beyond_what_was_sent_naks_nothing() {
+        let view = crate::testing::view(3);
+        let config = Config { nak_delay: Duration::ZERO, ..Config::default() };
+        let mut h = Harness::new(Mnak::new(&config, &view, 2), 2);
+        let out = h.dn(Dn::Stable(Arc::new(Stability { stable: vec![0, 0, 0], max: vec![0, 0, 5] })));
+        assert!(out.iter().all(|o| !matches!(o, Out::Dn(Dn::Send { .. }))), "{out:?}");
+        assert!(h.alarm.is_none_or(|at| h.timer(at).iter().all(|o| !matches!(o, Out::Dn(Dn::Send { .. })))));
     }
 
     #[test]
