@@ -524,9 +524,12 @@ fn run_size<S>(msg: &sock::RecvMsg<'_, '_, S>) -> Option<usize> {
 }
 
 /// The segment size of a received buffer: a run's, or its whole length (a single datagram).
-/// A truncated control area (which the buffers given here never cause) would leave a run
-/// unsplit, and it would then be decoded as one datagram: rejected or taken whole, never cut
-/// at a wrong place.
+/// A truncated control area (which the buffers given here, room for the one control message
+/// asked for, never cause) would leave a run unsplit, and it would then be decoded as one
+/// datagram: a run of bundles is rejected (their padding), but a run of plain datagrams would be
+/// taken as one message with the others' bytes in it. Nothing checks `MSG_CTRUNC` (nor
+/// `MSG_TRUNC`: a slot is larger than any UDP payload): a control message asked for later must
+/// come with its room.
 fn segment_size<S>(msg: &sock::RecvMsg<'_, '_, S>) -> usize {
     run_size(msg).unwrap_or(msg.bytes)
 }

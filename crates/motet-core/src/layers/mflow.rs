@@ -71,7 +71,11 @@ pub static SPEC: LayerSpec = LayerSpec {
     requires_below: &[Service::ReliableCast, Service::ReliableSend],
     requires_above: &[],
     above_every: &[],
-    below_every: &[],
+    // Below `appl`, so that every application message passes the window, and below `frag`, so
+    // that the window counts what the reliable layer numbers (each fragment): header
+    // compression sends 16 bits of a sequence number and relies on a receiver never being
+    // 2^15 behind, which the window bounds only then (`Stack::compress`).
+    below_every: &[Service::Application, Service::Fragmentation],
 };
 
 /// `mflow` state.
