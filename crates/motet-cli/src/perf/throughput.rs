@@ -130,7 +130,7 @@ pub(super) fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         println!("{report}");
     } else {
         println!(
-            "throughput at one member, {} members casting {} B on `{}`: {:.0} msgs/s ({:.2} MB/s), {:.0} of them from the others; raw UDP from {} senders: {:.0} msgs/s; ratio {:.2} ({:.2} from the others), {} blocks of each",
+            "throughput at one member, {} members casting {} B on `{}`: {:.0} msgs/s ({:.2} MB/s), {:.0} of them from the others; raw UDP from {} senders: {:.0} msgs/s; ratio {:.2} counting this member's own casts, {:.2} like for like (from the others: the raw baseline has no own messages), {} blocks of each",
             args.members,
             args.size,
             args.stack,
