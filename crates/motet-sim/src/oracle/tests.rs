@@ -153,6 +153,31 @@ fn catches_two_concurrent_primary_views() {
     assert!(!check(&trace).iter().any(|v| matches!(v, Violation::Primary { .. })));
 }
 
+/// A primary view must hold a majority of the primary view it follows: the minority of a split
+/// marked primary (and the majority not) is caught, though the primary views still form a chain;
+/// and members that disagree on a view's primary flag break view agreement.
+#[test]
+fn catches_a_primary_view_without_a_majority_and_a_disputed_flag() {
+    let mut trace = good();
+    let mut majority = [installed(0, (1, 0), vec![0, 1]), installed(1, (1, 0), vec![0, 1])];
+    majority.iter_mut().for_each(|v| v.primary = false);
+    trace.views.extend(majority);
+    trace.views.push(installed(2, (1, 2), vec![2]));
+    let violations = check(&trace);
+    assert!(violations.contains(&Violation::PrimaryWithoutMajority { view: (1, 2) }), "{violations:?}");
+    assert!(!violations.iter().any(|v| matches!(v, Violation::Primary { .. })), "one chain: {violations:?}");
+    // The majority primary and the minority not: fine.
+    let mut trace = good();
+    trace.views.extend([installed(0, (1, 0), vec![0, 1]), installed(1, (1, 0), vec![0, 1])]);
+    let mut alone = installed(2, (1, 2), vec![2]);
+    alone.primary = false;
+    trace.views.push(alone);
+    assert!(!check(&trace).iter().any(|v| matches!(v, Violation::PrimaryWithoutMajority { .. })));
+    // One member of (1, 0) thinks it primary, the other not.
+    trace.views[4].primary = false;
+    assert!(check(&trace).contains(&Violation::ViewAgreement { view: (1, 0) }));
+}
+
 #[test]
 fn catches_members_that_never_converge() {
     let mut trace = with_view_change();

@@ -299,6 +299,11 @@ pub enum Violation {
         /// The two views.
         views: (ViewKey, ViewKey),
     },
+    /// A primary view that holds a majority of none of the primary views it follows.
+    PrimaryWithoutMajority {
+        /// The view.
+        view: ViewKey,
+    },
     /// Two members that went on together from a view (or stayed in it to the end) delivered its
     /// casts in different orders.
     TotalOrder {

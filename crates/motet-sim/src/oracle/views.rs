@@ -25,10 +25,11 @@ pub(super) fn check_views(
 ) {
     // View agreement: one membership, one stack and one address per member, per view id.
     let mut membership: BTreeMap<ViewKey, &Vec<usize>> = BTreeMap::new();
-    let mut stacks: BTreeMap<ViewKey, (&String, &Vec<u32>)> = BTreeMap::new();
+    let mut stacks: BTreeMap<ViewKey, (&String, &Vec<u32>, bool)> = BTreeMap::new();
     for v in &trace.views {
         let members_differ = membership.insert(v.view, &v.members).is_some_and(|previous| previous != &v.members);
-        let config = (&v.stack, &v.addresses);
+        // The primary flag too: every member computes it alike (docs/membership.md, `primary`).
+        let config = (&v.stack, &v.addresses, v.primary);
         let stacks_differ = stacks.insert(v.view, config).is_some_and(|previous| previous != config);
         if members_differ || stacks_differ {
             violations.push(Violation::ViewAgreement { view: v.view });
@@ -112,6 +113,24 @@ pub(super) fn check_views(
             if !reaches(a, b) && !reaches(b, a) {
                 violations.push(Violation::Primary { views: (a, b) });
             }
+        }
+    }
+    // And each primary view that follows others holds a majority of a primary one it follows
+    // (docs/membership.md: a view of one partition keeps a majority of its primary previous view;
+    // a merged view, of the granter's, whose survivors are those of its view in the merged one).
+    // A view nobody came to from another is a group's first.
+    let mut predecessors: BTreeMap<ViewKey, BTreeSet<ViewKey>> = BTreeMap::new();
+    for (&(_, from), &to) in successor {
+        predecessors.entry(to).or_default().insert(from);
+    }
+    for &v in &primaries {
+        let Some(before) = predecessors.get(&v) else { continue };
+        let held = |p: &ViewKey| {
+            let (Some(members), Some(previous)) = (membership.get(&v), membership.get(p)) else { return false };
+            primaries.contains(p) && 2 * previous.iter().filter(|m| members.contains(m)).count() > previous.len()
+        };
+        if !before.iter().any(held) {
+            violations.push(Violation::PrimaryWithoutMajority { view: v });
         }
     }
     // Liveness of membership: a quiet run ends with the correct members in one view of exactly
