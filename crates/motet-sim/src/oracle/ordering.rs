@@ -134,11 +134,14 @@ pub(super) fn check_safe(
             at.insert((d.node, d.view, id));
         }
     }
-    let stayed = |n: usize| correct(n) && !trace.left.get(n).copied().unwrap_or(false);
     let installed: BTreeSet<(usize, ViewKey)> = trace.views.iter().map(|v| (v.node, v.view)).collect();
     for &(node, view) in &installed {
-        let went_on = successor.contains_key(&(node, view)) || trace.quiesced;
-        if !stayed(node) || !went_on || !checked.contains(&view) {
+        let next = successor.contains_key(&(node, view));
+        let went_on = next || trace.quiesced;
+        // A member that asked to leave is exempt only in the view it left (its last): in every
+        // view it went on from, it is held to the guarantee like the others.
+        let left_here = !next && trace.left.get(node).copied().unwrap_or(false);
+        if !correct(node) || left_here || !went_on || !checked.contains(&view) {
             continue;
         }
         for &id in anywhere.get(&view).into_iter().flatten() {

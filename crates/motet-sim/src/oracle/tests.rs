@@ -299,6 +299,12 @@ fn catches_a_cast_delivered_by_a_crashed_member_only() {
         violations,
         vec![Violation::Safe { id: last, view: (0, 0), node: 0 }, Violation::Safe { id: last, view: (0, 0), node: 1 }]
     );
+    // A member that asks to leave in a later view is held to it in the views it went on from
+    // (before, asking to leave at any time exempted it in every view).
+    let (left, exited) = (trace.left.clone(), trace.exited.clone());
+    (trace.left, trace.exited) = (vec![true, false, false], vec![true, false, false]);
+    assert!(check(&trace).contains(&Violation::Safe { id: last, view: (0, 0), node: 0 }), "{:?}", check(&trace));
+    (trace.left, trace.exited) = (left, exited);
     // Delivered during the view change (after `Block`), it is safe only among the survivors.
     trace.safe = true;
     trace.deliveries.iter_mut().filter(|d| d.node == 2).for_each(|d| d.blocked = true);
