@@ -97,8 +97,12 @@ pub fn check(trace: &Trace) -> Vec<Violation> {
     // for the same next view as the sender, or stays in V to the end with it.
     let successor = successors(trace);
     let members: BTreeMap<ViewKey, &Vec<usize>> = trace.views.iter().map(|v| (v.view, &v.members)).collect();
+    // Correct in view V: it went on to a next view, or never crashed (a restarted process is a
+    // new node). A member that crashes views later is held to V's guarantees like any other:
+    // the guarantee is per view.
+    let correct_in = |node: usize, view: ViewKey| successor.contains_key(&(node, view)) || correct(node);
     for s in &trace.sent {
-        if !correct(s.id.origin) {
+        if !correct_in(s.id.origin, s.view) {
             continue;
         }
         let next = successor.get(&(s.id.origin, s.view));
@@ -110,7 +114,7 @@ pub fn check(trace: &Trace) -> Vec<Violation> {
             let together =
                 successor.get(&(node, s.view)) == next && (next.is_some() || !exited(node) && !exited(s.id.origin));
             let owed = !trace.discarded(node, s.id);
-            if correct(node) && in_view && together && owed && !delivered.contains(&(node, s.id)) {
+            if correct_in(node, s.view) && in_view && together && owed && !delivered.contains(&(node, s.id)) {
                 violations.push(Violation::Lost { id: s.id, node });
             }
         };

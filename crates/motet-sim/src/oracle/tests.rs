@@ -339,6 +339,19 @@ fn catches_a_lost_delivery() {
     assert!(matches!(check(&trace)[..], [Violation::Lost { node: 1, .. }]), "{:?}", check(&trace));
 }
 
+/// A member that crashes views later is held to the earlier views' guarantees: here nodes 0 and
+/// 1 go on together from (0, 0) to (1, 7), then node 0 crashes; node 1 never delivered node 0's
+/// send of (0, 0). Before, a crash at any time exempted the member in every view, and this passed.
+#[test]
+fn a_member_that_crashes_later_is_held_to_the_views_it_went_on_from() {
+    let mut trace = with_view_change();
+    assert_eq!(check(&trace), vec![]);
+    trace.crashed[0] = Some(Instant::ZERO); // after (1, 7), its last view
+    let send = MsgId { origin: 0, channel: Channel::Send { dest: 1 }, index: 0 };
+    trace.deliveries.retain(|d| MsgId::parse(&d.payload) != Some(send));
+    assert!(check(&trace).contains(&Violation::Lost { id: send, node: 1 }), "{:?}", check(&trace));
+}
+
 #[test]
 fn a_crashed_sender_need_not_be_delivered_but_a_crashed_receiver_is_excused_too() {
     let mut trace = good();
