@@ -353,8 +353,11 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
         }
         if stop.load(Ordering::SeqCst) && leave_by.is_none() {
             leave_by = Some(std::time::Instant::now() + LEAVE_WAIT);
-            if member.leave().is_err() {
-                break;
+            match member.leave() {
+                // `Left`: a leave is already under way (a `/leave` command): wait for its exit
+                // like this one's (had the exit come, the loop would have ended).
+                Ok(()) | Err(Error::Left) => {}
+                Err(_) => break,
             }
         }
         match member.recv_timeout(tick) {

@@ -555,3 +555,25 @@ fn a_member_with_stats_and_a_closed_output_stays_until_sigterm() {
     }
     assert!(child.wait().unwrap().success());
 }
+
+/// A member asked to leave twice, by the `/leave` command and then by SIGTERM (a script's
+/// fallback), waits for its one leave's exit and prints it: the second request finds a leave under
+/// way (`Error::Left`), which is no reason to stop waiting for it.
+#[test]
+fn sigterm_after_a_leave_command_still_waits_for_the_exit() {
+    let ports = free_ports(2);
+    let peers = peer_list(&ports);
+    let mut procs = [Proc::spawn_with("l0", ports[0], &peers, &["--commands"]), Proc::spawn("l1", ports[1], &peers)];
+    wait(Duration::from_secs(30), "two processes in one view", || one_view_of(&procs.iter().collect::<Vec<_>>()));
+    // The other stopped, so that the leave cannot end before the signal comes: it ends once the
+    // leaver has suspected the other (a failure timeout, 1 s).
+    procs[1].signal("-STOP");
+    procs[0].command("/leave");
+    std::thread::sleep(Duration::from_millis(300)); // the command is taken
+    procs[0].signal("-TERM");
+    let status = procs[0].child.wait().unwrap();
+    procs[1].signal("-CONT");
+    assert!(status.success(), "exited with {status}");
+    std::thread::sleep(Duration::from_millis(100)); // let the reader drain
+    assert_eq!(procs[0].events().last(), Some(&LogEvent::Exit), "no exit event");
+}

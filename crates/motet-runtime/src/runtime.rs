@@ -410,12 +410,17 @@ impl Handle {
     /// Leaves the group gracefully: the others install a view without this endpoint, and the
     /// member then receives [`Event::Exit`].
     pub fn leave(&self) -> Result<(), Error> {
-        if self.member.left.load(Ordering::SeqCst) || self.member.leaving.load(Ordering::SeqCst) {
+        // Marked before the request is queued, so that of two threads leaving at once one hears
+        // `Left`. An action another thread checked just before this may still be queued behind
+        // the leave, and is then refused in the loop (counted in `actions_refused`).
+        if self.member.left.load(Ordering::SeqCst) || self.member.leaving.swap(true, Ordering::SeqCst) {
             return Err(Error::Left);
         }
-        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Leave })?;
-        self.member.leaving.store(true, Ordering::SeqCst);
-        Ok(())
+        let result = self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Leave });
+        if result.is_err() {
+            self.member.leaving.store(false, Ordering::SeqCst);
+        }
+        result
     }
 
     /// Casts `data` to the members `to` of the current view only (a subcast): ordered with the
@@ -428,6 +433,12 @@ impl Handle {
         let view = self.member.view.lock().map_err(|_| Error::Stopped)?.clone().ok_or(Error::NoView)?;
         if let Some(&stranger) = to.iter().find(|e| !view.contains(e)) {
             return Err(Error::NotMember(stranger));
+        }
+        // Refused here, where the caller hears of it, rather than in the loop.
+        let named = to.iter().collect::<std::collections::BTreeSet<_>>().len();
+        let max = motet_core::layers::appl::SUBSET_MAX;
+        if named > max {
+            return Err(Error::Api(motet_core::ApiError::SubsetTooLarge { members: named, max }));
         }
         self.act_bounded(Op::Subcast(to.to_vec(), data))
     }

@@ -370,6 +370,11 @@ impl Mnak {
         // `nak_delay`, since with early reports (`report_every`) the gossip often names casts
         // still on their way.
         for origin in 0..self.origins.len() as Rank {
+            // Never its own casts (a count from a cut or gossip that credits it with more than it
+            // sent is another member's error), as the sweep skips them too.
+            if origin == self.rank {
+                continue;
+            }
             let o = &self.origins[usize::from(origin)];
             if let Some((lo, hi)) = o.gap() {
                 if hi >= o.asked.naked_upto {
