@@ -7,7 +7,6 @@
 
 use clap::Args;
 use motet_runtime::{Error, Event, GroupConfig, Runtime, RuntimeConfig};
-use std::io::BufRead;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -82,26 +81,15 @@ fn chat(args: ChatArgs) -> Result<(), String> {
     std::thread::Builder::new()
         .name("stdin".into())
         .spawn(move || {
-            // Lines as bytes: one that is not UTF-8 is sent with its bad bytes replaced, not
-            // taken for the end of input (which would leave the group).
-            let mut stdin = std::io::stdin().lock();
-            let mut buf = Vec::new();
-            loop {
-                buf.clear();
-                match stdin.read_until(b'\n', &mut buf) {
-                    Ok(0) => break,
-                    Ok(_) => {}
-                    Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(error) => {
-                        eprintln!("* reading the terminal: {error}");
-                        break;
-                    }
-                }
-                let line = String::from_utf8_lossy(crate::member::strip_newline(&buf));
+            // A line that is not UTF-8 is sent with its bad bytes replaced, not taken for the end
+            // of input (which would leave the group).
+            crate::member::stdin_lines("*", |line| {
+                let line = String::from_utf8_lossy(line);
                 if let Err(error) = crate::member::cast_when_room(&handle, format!("{name}: {line}")) {
                     eprintln!("* not sent: {error}");
                 }
-            }
+                std::ops::ControlFlow::Continue(())
+            });
             typed_to_end.store(true, Ordering::SeqCst);
         })
         .map_err(|e| e.to_string())?;

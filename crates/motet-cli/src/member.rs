@@ -25,6 +25,7 @@ use motet_runtime::{Error, Event, FileConfig, GroupConfig, Handle, Runtime, Runt
 use serde_json::json;
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
+use std::ops::ControlFlow;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -466,31 +467,37 @@ pub(crate) fn when_room(mut act: impl FnMut() -> Result<(), Error>) -> Result<()
 }
 
 /// A line without its line ending (`\n` or `\r\n`, as `BufRead::lines` takes them off).
-pub(crate) fn strip_newline(line: &[u8]) -> &[u8] {
+fn strip_newline(line: &[u8]) -> &[u8] {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     line.strip_suffix(b"\r").unwrap_or(line)
 }
 
+/// Hands `each` every line of stdin as bytes, without its line ending, until it breaks or stdin
+/// ends. As bytes: `lines()` ends at a line that is not UTF-8, and every later line is lost. A
+/// read error is reported as `who`'s and ends the reading (`read_until` retries interrupted
+/// reads itself).
+pub(crate) fn stdin_lines(who: &str, mut each: impl FnMut(&[u8]) -> ControlFlow<()>) {
+    let mut stdin = std::io::stdin().lock();
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match stdin.read_until(b'\n', &mut buf) {
+            Ok(0) => return,
+            Ok(_) if each(strip_newline(&buf)).is_break() => return,
+            Ok(_) => {}
+            Err(error) => {
+                eprintln!("{who}: reading stdin: {error}; no more lines are read");
+                return;
+            }
+        }
+    }
+}
+
 /// Casts each stdin line on a thread of its own (reading stdin blocks). The end of stdin ends
-/// the thread, not the member.
+/// the thread, not the member. A line that is not UTF-8 is cast as it is.
 fn spawn_stdin_caster(member: Handle, runtime: Arc<Runtime>, commands: bool) {
     let spawned = std::thread::Builder::new().name("stdin".into()).spawn(move || {
-        let mut stdin = std::io::stdin().lock();
-        let mut buf = Vec::new();
-        loop {
-            // Lines as bytes: a line that is not UTF-8 is cast as it is (`lines()` would end the
-            // loop at it, and every later line would be lost).
-            buf.clear();
-            match stdin.read_until(b'\n', &mut buf) {
-                Ok(0) => return,
-                Ok(_) => {}
-                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(error) => {
-                    eprintln!("motet member: reading stdin: {error}; no more lines are cast");
-                    return;
-                }
-            }
-            let line = strip_newline(&buf);
+        stdin_lines("motet member", |line| {
             let command = std::str::from_utf8(line).ok().and_then(|l| l.strip_prefix('/')).filter(|_| commands);
             let result = match command {
                 Some("leave") => member.leave(),
@@ -501,17 +508,20 @@ fn spawn_stdin_caster(member: Handle, runtime: Arc<Runtime>, commands: bool) {
                         eprintln!(
                             "motet member: unknown command /{command} (known: /switch SPEC, /migrate IP:PORT [ADVERTISE], /leave)"
                         );
-                        continue;
+                        return ControlFlow::Continue(());
                     }
                 },
                 None => cast_when_room(&member, bytes::Bytes::copy_from_slice(line)),
             };
             match result {
-                Ok(()) => {}
-                Err(Error::Left | Error::Stopped) => return,
-                Err(error) => eprintln!("motet member: refused: {error}"),
+                Ok(()) => ControlFlow::Continue(()),
+                Err(Error::Left | Error::Stopped) => ControlFlow::Break(()),
+                Err(error) => {
+                    eprintln!("motet member: refused: {error}");
+                    ControlFlow::Continue(())
+                }
             }
-        }
+        });
     });
     if let Err(error) = spawned {
         eprintln!("motet member: cannot read stdin: {error}");

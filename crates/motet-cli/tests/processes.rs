@@ -513,20 +513,26 @@ fn sigterm_ends_a_member_whose_output_is_not_read() {
     wait(Duration::from_secs(30), "the flood cast", || delivered(&[&other], &other, &lines));
     std::thread::sleep(Duration::from_secs(1)); // the stalled member's pipe fills
     assert!(stalled.try_wait().unwrap().is_none(), "the stalled member is running");
-    let status = Command::new("kill").args(["-TERM", &stalled.id().to_string()]).status().unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(status) = stalled.try_wait().unwrap() {
-            break status;
+    let status = terminate(&mut stalled, Duration::from_secs(15), "a member whose output is not read");
+    assert!(status.success(), "exited with {status}");
+}
+
+/// Sends SIGTERM to `child` and waits for it to exit, for at most `limit`; fails (and kills it)
+/// if it does not.
+fn terminate(child: &mut Child, limit: Duration, what: &str) -> std::process::ExitStatus {
+    let sent = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(sent.success());
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
         }
         if Instant::now() > deadline {
-            let _ = stalled.kill();
-            panic!("SIGTERM did not end a member whose output is not read");
+            let _ = child.kill();
+            panic!("SIGTERM did not end {what} within {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(status.success(), "exited with {status}");
+    }
 }
 
 /// With `--stats`, a standard output closed by its reader does not end the member at the next
@@ -546,14 +552,8 @@ fn a_member_with_stats_and_a_closed_output_stays_until_sigterm() {
     drop(child.stdout.take()); // the reader went away
     std::thread::sleep(Duration::from_millis(2500)); // two reports' time
     assert!(child.try_wait().unwrap().is_none(), "the member ended at a report on a closed output");
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "no exit after SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(child.wait().unwrap().success());
+    let status = terminate(&mut child, Duration::from_secs(10), "a member with a closed output");
+    assert!(status.success(), "exited with {status}");
 }
 
 /// A member asked to leave twice, by the `/leave` command and then by SIGTERM (a script's

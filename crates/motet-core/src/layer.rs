@@ -347,10 +347,11 @@ impl Stats {
     }
     /// Counts a drop by `layer`.
     pub fn drop_by(&mut self, layer: LayerKind, reason: DropReason) {
-        self.add_layer_drops(layer, reason, 1);
+        self.drops[reason as usize] += 1;
+        self.add_layer_share(layer, reason, 1);
     }
-    fn add_layer_drops(&mut self, layer: LayerKind, reason: DropReason, n: u64) {
-        self.drops[reason as usize] += n;
+    /// Adds `n` to `layer`'s share of `reason`'s drops (not to the total).
+    fn add_layer_share(&mut self, layer: LayerKind, reason: DropReason, n: u64) {
         match self.layer_drops.iter_mut().find(|d| d.0 == layer && d.1 == reason) {
             Some(entry) => entry.2 += n,
             None => self.layer_drops.push((layer, reason, n)),
@@ -362,9 +363,7 @@ impl Stats {
             *a += b;
         }
         for &(layer, reason, n) in &other.layer_drops {
-            // `add_layer_drops` adds to the total too, which the loop above has done.
-            self.drops[reason as usize] -= n;
-            self.add_layer_drops(layer, reason, n);
+            self.add_layer_share(layer, reason, n);
         }
         for (a, b) in self.counters.iter_mut().zip(&other.counters) {
             *a += b;

@@ -434,11 +434,14 @@ impl Handle {
         if let Some(&stranger) = to.iter().find(|e| !view.contains(e)) {
             return Err(Error::NotMember(stranger));
         }
-        // Refused here, where the caller hears of it, rather than in the loop.
-        let named = to.iter().collect::<std::collections::BTreeSet<_>>().len();
+        // Refused here, where the caller hears of it, rather than in the loop. Duplicates are
+        // counted out only for a list that long (no allocation for the usual subcast).
         let max = motet_core::layers::appl::SUBSET_MAX;
-        if named > max {
-            return Err(Error::Api(motet_core::ApiError::SubsetTooLarge { members: named, max }));
+        if to.len() > max {
+            let named = to.iter().collect::<std::collections::BTreeSet<_>>().len();
+            if named > max {
+                return Err(Error::Api(motet_core::ApiError::SubsetTooLarge { members: named, max }));
+            }
         }
         self.act_bounded(Op::Subcast(to.to_vec(), data))
     }

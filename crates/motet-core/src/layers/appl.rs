@@ -398,12 +398,8 @@ mod tests {
         assert_eq!(Appl::new(&Config::default(), &view, 0).check_size(too_large), Ok(()));
     }
 
-    /// A subcast's header names each member once, and no more than `SUBSET_MAX` of them: a list
-    /// of 70,000 ranks made a datagram too large to send, which stopped its sender's stream.
-    #[test]
-    fn a_subcast_names_each_member_once_and_no_more_than_fit() {
-        let view = crate::testing::view(3);
-        let mut h = Harness::new(Appl::new(&Config::default(), &view, 0), 0);
+    /// `appl`'s answer to the application's `action`, and the events it emitted.
+    fn act(h: &mut Harness<Appl>, action: Action) -> (Result<(), ApiError>, Vec<crate::layer::Ev>) {
         let mut events = Vec::new();
         let mut out = Outbox {
             now: h.now,
@@ -413,8 +409,19 @@ mod tests {
             app: &mut h.app,
             stats: &mut h.stats,
         };
+        let result = h.layer.handle_action(action, &mut out);
+        (result, events)
+    }
+
+    /// A subcast's header names each member once, and no more than `SUBSET_MAX` of them: a list
+    /// of 70,000 ranks made a datagram too large to send, which stopped its sender's stream.
+    #[test]
+    fn a_subcast_names_each_member_once_and_no_more_than_fit() {
+        let view = crate::testing::view(3);
+        let mut h = Harness::new(Appl::new(&Config::default(), &view, 0), 0);
         let action = Action::Subcast(vec![2; 70_000].into_iter().chain([1, 2]).collect(), b"x".as_slice().into());
-        assert_eq!(h.layer.handle_action(action, &mut out), Ok(()));
+        let (result, events) = act(&mut h, action);
+        assert_eq!(result, Ok(()));
         match &events[..] {
             [crate::layer::Ev::Dn(Dn::Cast { msg, .. })] => {
                 assert_eq!(msg.hdrs.get(0).map(|h| h.into_owned()), Some(Header::Subset([1, 2].into()).into()));
@@ -424,34 +431,16 @@ mod tests {
         // More members than a header may name: refused, with what to do.
         let large = crate::testing::view(SUBSET_MAX + 1);
         let mut h = Harness::new(Appl::new(&Config::default(), &large, 0), 0);
-        let mut events = Vec::new();
-        let mut out = Outbox {
-            now: h.now,
-            rank: 0,
-            events: &mut events,
-            alarm: &mut h.alarm,
-            app: &mut h.app,
-            stats: &mut h.stats,
-        };
         let all = (0..=SUBSET_MAX as Rank).collect();
-        let err = h.layer.handle_action(Action::Subcast(all, b"x".as_slice().into()), &mut out).unwrap_err();
-        assert_eq!(err, ApiError::SubsetTooLarge { members: SUBSET_MAX + 1, max: SUBSET_MAX });
+        let (result, _) = act(&mut h, Action::Subcast(all, b"x".as_slice().into()));
+        assert_eq!(result, Err(ApiError::SubsetTooLarge { members: SUBSET_MAX + 1, max: SUBSET_MAX }));
     }
 
     #[test]
     fn a_member_that_asked_to_leave_delivers_until_it_is_excluded() {
         let view = crate::testing::view(3);
         let mut h = Harness::new(Appl::new(&Config::default(), &view, 0), 0);
-        let mut events = Vec::new();
-        let mut out = Outbox {
-            now: h.now,
-            rank: 0,
-            events: &mut events,
-            alarm: &mut h.alarm,
-            app: &mut h.app,
-            stats: &mut h.stats,
-        };
-        assert_eq!(h.layer.handle_action(Action::Leave, &mut out), Ok(()));
+        assert_eq!(act(&mut h, Action::Leave).0, Ok(()));
         h.app.clear();
         // The leave may miss this view's round: the member then goes on to the next view, and
         // must have delivered this view's casts like the others (a seeded swarm found it did not).
@@ -469,16 +458,7 @@ mod tests {
         let view = crate::testing::view(3);
         let mut h = Harness::new(Appl::new(&Config { message_size_max: 4 }, &view, 0), 0);
         let run = |h: &mut Harness<Appl>, action| {
-            let mut events = Vec::new();
-            let mut out = Outbox {
-                now: h.now,
-                rank: 0,
-                events: &mut events,
-                alarm: &mut h.alarm,
-                app: &mut h.app,
-                stats: &mut h.stats,
-            };
-            let result = h.layer.handle_action(action, &mut out);
+            let (result, events) = act(h, action);
             (result, events.len())
         };
         assert_eq!(

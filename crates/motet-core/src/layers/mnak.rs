@@ -351,11 +351,7 @@ impl Mnak {
                 o.buf.pop_front();
                 o.buf_lo += 1;
             }
-            // This member's own casts: it knows what it sent, whatever the gossip says (a
-            // member's bad count must not make it NAK itself).
-            if rank != usize::from(self.rank) {
-                o.max_known = o.max_known.max(stability.max[rank]);
-            }
+            o.max_known = o.max_known.max(stability.max[rank]);
             // A failed origin whose casts every live member holds up to the same point: what lies
             // beyond a gap was seen by no one alive and cannot be repaired. Forget it (later
             // gossip can still reveal more, and then it is NAKed again).
