@@ -4,7 +4,7 @@
 //! object per line:
 //!
 //! ```text
-//! {"type":"view","view_id":"3:e0123456789abcdef","members":["e0123456789abcdef",...],"rank":0,"primary":false,"stack":"top:...:bottom","params":{"mflow":{"window":8}}}
+//! {"type":"view","view_id":"3:e0123456789abcdef","members":["e0123456789abcdef",...],"rank":0,"primary":false,"stack":"top:...:bottom","params":{"mflow":{"window_bytes":4096}}}
 //! {"type":"cast","from":"e0123456789abcdef","data":"hello"}
 //! {"type":"send","from":"e0123456789abcdef","data":"hello"}
 //! {"type":"block"}
@@ -115,7 +115,7 @@ pub(crate) fn id(endpoint: motet_runtime::EndpointId) -> String {
 }
 
 /// The protocol parameters that differ from the defaults, by layer, as a file sets them
-/// (`{"mflow": {"window": 8}}`; `{}` for the defaults): what the view runs, shown where it differs.
+/// (`{"mflow": {"window_bytes": 4096}}`; `{}` for the defaults): what the view runs, shown where it differs.
 fn changed_params(params: &motet_core::StackConfig) -> serde_json::Value {
     let (ours, defaults) = (serde_json::to_value(params), serde_json::to_value(motet_core::StackConfig::default()));
     let (Ok(serde_json::Value::Object(ours)), Ok(serde_json::Value::Object(defaults))) = (ours, defaults) else {

@@ -184,7 +184,7 @@ fn a_view_event_shows_the_parameters_that_differ_from_the_defaults() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
     let path = std::env::temp_dir().join(format!("motet-view-params-{}.toml", std::process::id()));
-    let file = "[group]\nname = \"view-params\"\n[group.params.mflow]\nwindow = 8\n[group.params.suspect]\ntimeout_ms = 3000\n";
+    let file = "[group]\nname = \"view-params\"\n[group.params.mflow]\nwindow_bytes = 4096\n[group.params.suspect]\ntimeout_ms = 3000\n";
     std::fs::write(&path, file).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
         .args(["member", "--config", path.to_str().unwrap(), "--json"])
@@ -200,7 +200,11 @@ fn a_view_event_shows_the_parameters_that_differ_from_the_defaults() {
     std::fs::remove_file(&path).ok();
     let view = json(&line);
     assert_eq!(view["type"], "view", "{line}");
-    assert_eq!(view["params"], serde_json::json!({"mflow": {"window": 8}, "suspect": {"timeout_ms": 3000}}), "{line}");
+    assert_eq!(
+        view["params"],
+        serde_json::json!({"mflow": {"window_bytes": 4096}, "suspect": {"timeout_ms": 3000}}),
+        "{line}"
+    );
 }
 
 #[test]

@@ -332,7 +332,7 @@ pub enum Action {
     /// The application is (`true`) or is no longer (`false`) behind on its events: a driver says
     /// so when the application's event queue is full, and again once it has caught up. Meanwhile
     /// the flow-control layers (`mflow`, `pt2ptw`) report credit only every `lag_report_interval`,
-    /// `lag_trickle` at a time, so the other members' casts and sends to this member wait at their senders instead of
+    /// `lag_trickle_bytes` at a time, so the other members' casts and sends to this member wait at their senders instead of
     /// piling up here, and `appl` refuses this member's own casts (`FlowBlocked`: they would be
     /// delivered back to it) until it catches up; the layers' own casts still go. A flush lifts the
     /// withheld credit (not the refusal) for the rest of the view. No effect on the credit of a

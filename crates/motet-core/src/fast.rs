@@ -145,6 +145,8 @@ pub struct Up<'a> {
     pub qos: Qos,
     /// This layer's header on the message.
     pub header: &'a Header,
+    /// Payload bytes (what the flow-control windows count).
+    pub len: usize,
 }
 
 /// What a layer does to a message going up, in the common case.

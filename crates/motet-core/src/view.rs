@@ -308,7 +308,7 @@ mod tests {
     /// Parameters other than the defaults, with a duration that is not a whole millisecond.
     fn custom() -> StackConfig {
         let mut params = StackConfig::default();
-        params.mflow.window = 8;
+        params.mflow.window_bytes = 1024;
         params.frag.frag_size = 600;
         params.mnak.nak_delay = crate::Duration(1_500_000);
         params.suspect.timeout = crate::Duration::from_millis(2_500);
@@ -334,7 +334,7 @@ mod tests {
         trailing.push(0);
         assert!(StackConfig::from_wire(&trailing).unwrap_err().to_string().contains("after them"));
         let mut zero = custom();
-        zero.mflow.window = 0;
+        zero.mflow.window_bytes = 0;
         let err = StackConfig::from_wire(&zero.to_wire()).unwrap_err();
         assert!(err.to_string().contains("window"), "{err}");
     }

@@ -112,7 +112,7 @@ fn a_slow_receiver_throttles_the_sender_without_loss_and_throughput_recovers() {
     assert_eq!(blocked, ApiError::FlowBlocked { dest: None });
     // The window's worth went out; one more was accepted, found the window full and waits in the
     // bounded pending queue; the next was refused.
-    let window = StackConfig::default().mflow.window as u32;
+    let window = window_of_small_casts();
     assert_eq!(accepted, window + 1);
     let mut released = false;
     while let Some((_, event)) = a.poll_event() {
@@ -133,6 +133,14 @@ fn a_slow_receiver_throttles_the_sender_without_loss_and_throughput_recovers() {
     assert_eq!(next.len(), 11, "the queued cast and the ten new ones");
     assert_eq!(&next[0][..], &window.to_le_bytes()[..], "FIFO across the block");
     assert_eq!(&next[10][..], &(accepted + 9).to_le_bytes()[..]);
+}
+
+/// How many of these tests' casts (4 bytes each) `mflow`'s default window lets out before it
+/// closes: it sends while less than the window is outstanding, each cast costing its bytes and the
+/// charge.
+fn window_of_small_casts() -> u32 {
+    let cost = 4 + motet_core::layers::MESSAGE_CHARGE;
+    StackConfig::default().mflow.window_bytes.div_ceil(cost) as u32
 }
 
 /// Moves datagrams both ways until neither node has anything to send.
@@ -160,7 +168,7 @@ fn a_lagging_application_holds_its_senders_and_refuses_its_own_casts_until_it_ca
         assert!(accepted < 10_000, "a lagging receiver never held its sender back");
     };
     assert_eq!(blocked, ApiError::FlowBlocked { dest: None });
-    let window = StackConfig::default().mflow.window as u32;
+    let window = window_of_small_casts();
     assert_eq!(accepted, window + 1);
     assert_eq!(casts(&mut b).len(), window as usize);
     assert_eq!(casts(&mut a).len(), accepted as usize, "a's own, delivered back to it at once (`local`)");

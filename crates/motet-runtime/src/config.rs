@@ -16,7 +16,7 @@
 //! [group.params.suspect]
 //! timeout_ms = 3000             # suspect a member silent for 3 s (default 1 s)
 //! [group.params.mflow]
-//! window = 512
+//! window_bytes = 1048576        # bytes a sender may run ahead of its slowest receiver (default 512 KiB)
 //! ```
 
 use crate::Error;
@@ -415,11 +415,11 @@ mod tests {
     #[test]
     fn toml_sets_protocol_parameters_per_layer_and_keeps_the_defaults_of_the_rest() {
         let text =
-            "[group]\nname = \"g\"\n[group.params.suspect]\ntimeout_ms = 3000\nall_to_all = true\n[group.params.mflow]\nwindow = 512\n";
+            "[group]\nname = \"g\"\n[group.params.suspect]\ntimeout_ms = 3000\nall_to_all = true\n[group.params.mflow]\nwindow_bytes = 1048576\n";
         let params = FileConfig::from_toml(text).unwrap().group.params;
         assert_eq!(params.suspect.timeout, motet_core::Duration::from_millis(3000));
         assert!(params.suspect.all_to_all);
-        assert_eq!(params.mflow.window, 512);
+        assert_eq!(params.mflow.window_bytes, 1 << 20);
         let defaults = StackConfig::default();
         assert_eq!(params.suspect.sweep_interval, defaults.suspect.sweep_interval);
         assert_eq!(params.mflow.pending_max, defaults.mflow.pending_max);
@@ -447,8 +447,12 @@ mod tests {
         assert!(err("[group.params.mnak]\nnak_delay = 5\n").contains("nak_delay"));
         assert!(err("[group.params.mnak]\nnak_delay_ms = -1\n").contains("nak_delay_ms"));
         assert!(err("[group.params.mnak]\nnak_delay_ms = 18446744073710\n").contains("longer than Motet's clock"));
-        assert!(err("[group.params.mflow]\nwindow = 1\n").contains("mflow.window must be at least 2"));
-        assert!(err("[group.params.pt2ptw]\nwindow = 16385\n").contains("pt2ptw.window must be at most 16384"));
+        assert!(err("[group.params.mflow]\nwindow_bytes = 127\n").contains("mflow.window_bytes must be at least 128"));
+        assert!(err("[group.params.pt2ptw]\nwindow_bytes = 1048577\n")
+            .contains("pt2ptw.window_bytes must be at most 1048576"));
+        // Windows counted messages until the twenty-sixth session: the old name is an error, not
+        // a window of a few bytes.
+        assert!(err("[group.params.mflow]\nwindow = 256\n").contains("unknown field `window`"));
         assert!(err("[group.params.frag]\nfrag_size = 65000\n").contains("frag.frag_size must be between 1 and 61411"));
         assert!(err("[group.params.stable]\nsweep_interval_ms = 0\n")
             .contains("stable.sweep_interval_ms must be at least 1 ms"));
@@ -456,7 +460,9 @@ mod tests {
         assert!(err("[group.params.intra]\ncommit_timeout_ms = 3500\n")
             .contains("must be at least 1000 ms longer than merge.merge_timeout_ms (3000 ms)"));
         assert!(err("[group.params.mnak]\nretransmit_max = 0\n").contains("mnak.retransmit_max must be at least 1"));
-        assert!(err("[group.params.mflow]\nlag_trickle = 0\n").contains("mflow.lag_trickle must be at least 1"));
+        assert!(
+            err("[group.params.mflow]\nlag_trickle_bytes = 0\n").contains("mflow.lag_trickle_bytes must be at least 1")
+        );
     }
 
     /// A queue bound past `QUEUE_MAX` is refused with the bound named, not allocated whole.

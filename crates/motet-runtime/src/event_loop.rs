@@ -631,7 +631,7 @@ impl EventLoop {
     /// full) or has caught up (`false`). Meanwhile the group's flow control holds the other
     /// members' casts and sends to it at their senders instead of piling events up here, and its
     /// own casts are refused (parked) until it catches up. A view change lifts the withheld credit
-    /// for the rest of that view, and `lag_trickle` messages per sender trickle through every
+    /// for the rest of that view, and `lag_trickle_bytes` per sender trickle through every
     /// `lag_report_interval` (docs/runtime.md, "Back-pressure, end to end"). The threaded
     /// [`crate::Runtime`] says it for each member whose event channel is full; a driver that
     /// keeps per-member event queues of its own may say it likewise.

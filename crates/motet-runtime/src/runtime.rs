@@ -27,11 +27,15 @@ use std::time::Duration;
 const LEAVE_GRACE: Duration = Duration::from_secs(5);
 
 /// The least a member's overflow holds before the loop's last resort (it stops reading): a
-/// lagging member still receives the windows in flight when it began to lag (256 casts and 64
-/// sends per sender by default), and then `lag_trickle` casts and as many sends (64 each) per
-/// sender every `lag_report_interval`. In a 100-member group that is about 32,000 events at once
-/// and 12,800 per half second: 65,536 holds about 1.3 s of such a lag, a longer one meets the
-/// last resort, which loses nothing (the senders retransmit).
+/// lagging member still receives the windows in flight when it began to lag (512 KiB of casts
+/// and 64 KiB of sends per sender by default, each message counted as its bytes and 64: 481
+/// fragments of 1 KiB, or 4,096 casts of 64 B), and then `lag_trickle_bytes` of casts and as
+/// much of sends (64 KiB each) per sender every `lag_report_interval`. In a 100-member group of
+/// 1 KiB messages that is about 54,000 events at once and 12,000 per half second: 65,536 holds
+/// the windows, and a lag that lasts meets the last resort, which loses nothing (the senders
+/// retransmit). With small messages the windows alone are more events than this (409,600 casts
+/// of 64 B): the last resort comes sooner. The windows count bytes so that large messages do not
+/// pile up (docs/PERFORMANCE.md, "Windows in bytes").
 const OVERFLOW_MIN: usize = 65_536;
 
 mod loop_thread;

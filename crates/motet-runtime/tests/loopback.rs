@@ -522,14 +522,15 @@ fn common_path_datagrams_on_the_wire_carry_at_most_8_bytes_of_head() {
 
 /// Members whose parameters differ run the group's: those of the view they are in, which a merge
 /// takes from the granting partition, not each its own (before, each ran its own and this test
-/// stalled at 8 casts). A sender whose own `mflow` window is 8, in a group whose window
-/// is the default (256: receivers report credit every 128 casts), is not held after 8 casts
-/// waiting for a report that its receivers, counting to 128, would never send.
+/// stalled at 8 casts). A sender whose own `mflow` window is 512 bytes (8 casts of these sizes),
+/// in a group whose window is the default (512 KiB: receivers report credit every 256 KiB), is
+/// not held after 8 casts waiting for a report that its receivers, counting to 256 KiB, would
+/// never send.
 #[test]
 fn members_run_the_parameters_of_their_view() {
     let (runtimes, addresses) = start(2);
     let mut small = motet_core::StackConfig::default();
-    small.mflow.window = 8;
+    small.mflow.window_bytes = 512;
     small.appl.message_size_max = 100;
     let group = |params| GroupConfig::new("params").peers(addresses.clone()).params(params);
     let members =

@@ -6,8 +6,9 @@
 //! - sender: flow-control window check (`mflow`), sequence number and retransmission buffer
 //!   (`mnak`), loop-back delivery to itself (`local`), 7-byte compressed head (the same encoder);
 //! - receiver: decode, connection and origin checks (`bottom`), next-expected check and receive
-//!   buffer (`mnak`), delivery to the application queue (`appl`), and every `CREDIT_BATCH` casts
-//!   a credit report back to the origin (`mflow`'s reply);
+//!   buffer (`mnak`), delivery to the application queue (`appl`), and every `CREDIT_BATCH` bytes
+//!   (each cast counted as `mflow` counts it) a credit report back to the origin (`mflow`'s
+//!   reply);
 //! - stability: buffers freed up to what every member has received (`stable`), which the
 //!   driver runs every few messages, as the benchmark's timers do for the stacks.
 //!
@@ -15,31 +16,43 @@
 //! path, in the stack as here.
 
 use bytes::Bytes;
+use motet_core::layers::MESSAGE_CHARGE;
 use motet_core::{DatagramHead, Payload, Rank};
 use motet_wire::datagram::{self, Compressed};
 use motet_wire::{ConnId, Mux};
 use std::collections::VecDeque;
 
-/// Casts in flight a sender may have before it waits for credit (`mflow`'s default window; a
-/// test below keeps the two equal).
-const WINDOW: u64 = 256;
-/// Casts a receiver takes before it reports credit (`mflow` reports every half window).
+/// Bytes in flight a sender may have before it waits for credit, each cast counted as its payload
+/// and `MESSAGE_CHARGE` (`mflow`'s default window; a test below keeps the two equal).
+const WINDOW: u64 = 512 * 1024;
+/// Bytes a receiver takes before it reports credit (`mflow` reports every half window).
 const CREDIT_BATCH: u64 = WINDOW / 2;
+/// A credit report carries the bytes consumed in units of this, in the compressed head's 16-bit
+/// sequence-number field: 2^15 units are 2 MiB, more than a window, so the count expands right.
+const CREDIT_UNIT: u64 = MESSAGE_CHARGE;
+
+/// What a cast of `payload` costs against the window (as `mflow` counts it).
+fn cost(payload: &Payload) -> u64 {
+    payload.len() as u64 + MESSAGE_CHARGE
+}
 
 /// One member of a hand-written `fifo` group.
 pub(crate) struct Member {
     rank: Rank,
     conn: ConnId,
-    /// Own casts: the next sequence number, and those not yet stable (for retransmission).
+    /// Own casts: the next sequence number, the bytes sent (as the window counts them), and those
+    /// not yet stable (for retransmission).
     next: u64,
+    sent_bytes: u64,
     sent: VecDeque<Payload>,
     /// Per origin: the next expected sequence number, and casts kept until stable.
     expected: Vec<u64>,
     kept: Vec<VecDeque<Payload>>,
     kept_lo: Vec<u64>,
-    /// Per origin: casts received since the last credit report.
-    owed: Vec<u64>,
-    /// Credit granted by each receiver (casts it has consumed).
+    /// Per origin: bytes received, and as many reported in the last credit report.
+    consumed: Vec<u64>,
+    reported: Vec<u64>,
+    /// Credit granted by each receiver (bytes it has consumed, in whole `CREDIT_UNIT`s).
     credit: Vec<u64>,
     /// Delivered, for the application to read.
     pub(crate) delivered: VecDeque<(Rank, Payload)>,
@@ -59,11 +72,13 @@ impl Member {
             rank,
             conn: ConnId(0x4841_4e44),
             next: 0,
+            sent_bytes: 0,
             sent: VecDeque::new(),
             expected: vec![0; members],
             kept: vec![VecDeque::new(); members],
             kept_lo: vec![0; members],
-            owed: vec![0; members],
+            consumed: vec![0; members],
+            reported: vec![0; members],
             credit: vec![0; members],
             delivered: VecDeque::new(),
             head: Vec::with_capacity(16),
@@ -75,11 +90,12 @@ impl Member {
     pub(crate) fn cast(&mut self, payload: Payload) -> Option<Out> {
         let slowest =
             self.credit.iter().enumerate().filter(|&(r, _)| r != usize::from(self.rank)).map(|(_, c)| *c).min();
-        if slowest.is_some_and(|c| self.next - c >= WINDOW) {
+        if slowest.is_some_and(|c| self.sent_bytes - c >= WINDOW) {
             return None;
         }
         let seqno = self.next;
         self.next += 1;
+        self.sent_bytes += cost(&payload);
         self.sent.push_back(payload.clone());
         self.delivered.push_back((self.rank, payload.clone()));
         self.head.clear();
@@ -97,8 +113,9 @@ impl Member {
             return None;
         }
         if let Mux::Send { .. } = head.mux {
-            // A credit report: the count travels in the sequence-number field.
-            self.credit[origin] = datagram::expand_seqno(head.seqno, self.credit[origin]);
+            // A credit report: the count travels in the sequence-number field, in units.
+            let units = datagram::expand_seqno(head.seqno, self.credit[origin] / CREDIT_UNIT);
+            self.credit[origin] = units * CREDIT_UNIT;
             return None;
         }
         let seqno = datagram::expand_seqno(head.seqno, self.expected[origin]);
@@ -106,15 +123,15 @@ impl Member {
             return None; // out of order: the layered path's business
         }
         self.expected[origin] += 1;
+        self.consumed[origin] += cost(&payload);
         self.kept[origin].push_back(payload.clone());
         self.delivered.push_back((head.origin, payload));
-        self.owed[origin] += 1;
-        if self.owed[origin] < CREDIT_BATCH {
+        if self.consumed[origin] - self.reported[origin] < CREDIT_BATCH {
             return None;
         }
-        self.owed[origin] = 0;
+        self.reported[origin] = self.consumed[origin];
         self.head.clear();
-        let seqno = self.expected[origin] as u16;
+        let seqno = (self.consumed[origin] / CREDIT_UNIT) as u16;
         let report = Compressed { conn: self.conn, mux: Mux::Send { dest: head.origin }, origin: self.rank, seqno };
         datagram::encode_compressed(&report, &mut self.head)?;
         Some(Out { to: Some(head.origin), head: DatagramHead::from_slice(&self.head), payload: Payload::new() })
@@ -206,24 +223,34 @@ mod tests {
     fn every_cast_is_delivered_everywhere_and_stability_frees_the_buffers() {
         let mut group = Group::new(3);
         let payload = Payload::from(vec![1u8; 4]);
-        for k in 0..1000 {
+        // More than a window's worth: the credit that comes back keeps it open.
+        const CASTS: u64 = 20_000;
+        const { assert!(CASTS * (4 + MESSAGE_CHARGE) > 2 * WINDOW) };
+        for k in 0..CASTS {
             assert!(group.cast(2, payload.clone()), "cast {k} within the window");
             if k % 64 == 63 {
                 group.stabilize();
             }
         }
-        assert_eq!(group.delivered, 3000);
+        assert_eq!(group.delivered, 3 * CASTS);
         group.stabilize();
         assert!(group.members.iter().all(|m| m.sent.is_empty() && m.kept.iter().all(VecDeque::is_empty)));
         assert_eq!(group.members[0].credit[2], 0, "credit is granted to the sender, by the receivers");
-        assert!(group.members[2].credit[0] >= 1000 - CREDIT_BATCH);
+        let sent = group.members[2].sent_bytes;
+        assert_eq!(sent, CASTS * (4 + MESSAGE_CHARGE));
+        assert!(group.members[2].credit[0] >= sent - CREDIT_BATCH - CREDIT_UNIT, "reported every half window");
     }
 
     #[test]
     fn without_credit_the_window_closes() {
         let mut a = Member::new(0, 2);
-        let sent = (0..WINDOW + 10).take_while(|_| a.cast(Payload::new()).is_some()).count();
-        assert_eq!(sent as u64, WINDOW);
-        assert_eq!(WINDOW, motet_core::StackConfig::default().mflow.window, "the yardstick does the stack's work");
+        let casts = WINDOW / MESSAGE_CHARGE;
+        let sent = (0..casts + 10).take_while(|_| a.cast(Payload::new()).is_some()).count();
+        assert_eq!(sent as u64, casts, "empty casts, each costing the charge");
+        assert_eq!(
+            WINDOW,
+            motet_core::StackConfig::default().mflow.window_bytes,
+            "the yardstick does the stack's work"
+        );
     }
 }

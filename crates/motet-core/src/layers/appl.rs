@@ -449,7 +449,7 @@ mod tests {
         h.up(Up::Send { origin: 2, msg: Msg::new(b"y".as_slice().into()).with(Header::Data) });
         assert!(matches!(h.app.pop_front(), Some(AppEvent::Cast { origin: 1, .. })));
         assert!(matches!(h.app.pop_front(), Some(AppEvent::Send { origin: 2, .. })));
-        let fast = crate::fast::Up { origin: 1, cast: true, qos: Qos::Reliable, header: &Header::Data.into() };
+        let fast = crate::fast::Up { origin: 1, cast: true, qos: Qos::Reliable, header: &Header::Data.into(), len: 0 };
         assert!(h.layer.fast_up(&fast).is_some(), "and on the bypass");
     }
 

@@ -1,18 +1,29 @@
 //! Shared window bookkeeping of the flow-control layers `pt2ptw` and `mflow` (not a layer).
 //!
-//! A sender may have at most `window` messages that its receiver(s) have not yet reported as
-//! consumed. Beyond that, messages wait in a pending queue and the layer reports `FlowBlock`
+//! Windows count bytes, as TCP's, JGroups' `MFC` and Aeron's do, not messages: a message costs
+//! its payload plus [`MESSAGE_CHARGE`] ([`cost`]). So a window bounds what a sender can make a
+//! receiver hold in bytes whatever the messages' size, and a window that lets small messages
+//! through fast does not let large ones pile up (a window of 256 messages was 16 KiB of 64 B
+//! messages, too little to keep three members casting on loopback busy, and 256 KiB of 1 KiB
+//! fragments; docs/PERFORMANCE.md, "Windows in bytes"). The charge also bounds the number of
+//! messages outstanding (at most `window / MESSAGE_CHARGE` + 1), which header compression relies
+//! on (`WINDOW_BYTES_MAX`).
+//!
+//! A sender may have at most `window` bytes that its receiver(s) have not yet reported as
+//! consumed: it sends while less than that is outstanding, so one message may take it past the
+//! window. Beyond that, messages wait in a pending queue and the layer reports `FlowBlock`
 //! upward; `appl` then refuses new actions until the release, so the application's part of the
 //! queue never exceeds one message's fragments, which `StackConfig::validate` checks against
-//! `pending_max`. The layers' own casts (a sequencer's orders, `safe`'s acknowledgements, a
-//! flush) still queue behind them: few, and bounded by the casts they answer, but not by
-//! `pending_max`, so a queue past it is counted (`Counter::FlowQueueOver`), not a panic (it was
-//! one until the fourteenth session: a sequencer behind a member that lags for long orders the
-//! casts of every sender, and the trickle lets it send `lag_trickle` per interval;
-//! `motet-sim/tests/lag.rs` shows it with a `pending_max` of 16).
+//! `pending_max` (a count of messages: what the queue holds). The layers' own casts (a
+//! sequencer's orders, `safe`'s acknowledgements, a flush) still queue behind them: few, and
+//! bounded by the casts they answer, but not by `pending_max`, so a queue past it is counted
+//! (`Counter::FlowQueueOver`), not a panic (it was one until the fourteenth session: a sequencer
+//! behind a member that lags for long orders the casts of every sender, and the trickle lets it
+//! send `lag_trickle_bytes` per interval; `motet-sim/tests/lag.rs` shows it with a `pending_max`
+//! of 16).
 //!
-//! Receivers report cumulative counts every `window / 2` messages, which keeps the protocol live:
-//! a blocked sender has `window` messages outstanding, so each receiver eventually crosses a
+//! Receivers report cumulative bytes every `window / 2` bytes, which keeps the protocol live: a
+//! blocked sender has at least `window` bytes outstanding, so each receiver eventually crosses a
 //! report boundary.
 
 use super::LayerKind;
@@ -24,10 +35,21 @@ use crate::Rank;
 use motet_wire::Header;
 use std::collections::VecDeque;
 
+/// What a message costs against a window beyond its payload: about what holding it costs a
+/// receiver besides its bytes (its record in a queue and its headers). An empty message costs
+/// this, so a window of `w` bytes has at most `w / MESSAGE_CHARGE` + 1 messages outstanding.
+pub const MESSAGE_CHARGE: u64 = 64;
+
+/// What a message of `len` payload bytes costs against a window.
+#[inline]
+pub(crate) fn cost(len: usize) -> u64 {
+    len as u64 + MESSAGE_CHARGE
+}
+
 /// The sending side of one flow-controlled channel.
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct Window {
-    /// Messages passed down so far.
+    /// Bytes passed down so far (each message's [`cost`]).
     pub(crate) sent: u64,
     pending: VecDeque<Msg>,
 }
@@ -55,7 +77,7 @@ impl Window {
         layer: LayerKind,
     ) -> Offer {
         if self.pending.is_empty() && self.sent - consumed < window {
-            self.sent += 1;
+            self.sent += cost(msg.payload.len());
             return Offer::Send(msg);
         }
         if self.pending.len() >= pending_max {
@@ -69,7 +91,8 @@ impl Window {
         }
     }
 
-    /// Whether [`Window::offer`] would send a message now (the fast path's condition).
+    /// Whether [`Window::offer`] would send a message now (the fast path's condition; the
+    /// message's size does not enter it: what is outstanding is compared, before the message).
     pub(crate) fn admits(&self, consumed: u64, window: u64) -> bool {
         self.pending.is_empty() && self.sent - consumed < window
     }
@@ -79,8 +102,9 @@ impl Window {
     pub(crate) fn release(&mut self, consumed: u64, window: u64, mut emit: impl FnMut(Msg)) -> bool {
         let was_blocked = !self.pending.is_empty();
         while !self.pending.is_empty() && self.sent - consumed < window {
-            self.sent += 1;
-            emit(self.pending.pop_front().expect("non-empty"));
+            let msg = self.pending.pop_front().expect("non-empty");
+            self.sent += cost(msg.payload.len());
+            emit(msg);
         }
         was_blocked && self.pending.is_empty()
     }
@@ -106,7 +130,8 @@ impl Window {
     }
 }
 
-/// The receiving side of one origin: counts consumed messages and says when to report.
+/// The receiving side of one origin: counts the bytes consumed ([`cost`]) and says when to
+/// report.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 struct Consumer {
     consumed: u64,
@@ -114,9 +139,10 @@ struct Consumer {
 }
 
 impl Consumer {
-    /// Counts one message; returns the cumulative count to report, if a report is due.
-    fn consume(&mut self, window: u64) -> Option<u64> {
-        self.consumed += 1;
+    /// Counts one message of `len` bytes; returns the cumulative count to report, if a report
+    /// is due.
+    fn consume(&mut self, window: u64, len: usize) -> Option<u64> {
+        self.consumed += cost(len);
         if self.consumed - self.reported >= (window / 2).max(1) {
             self.reported = self.consumed;
             return Some(self.consumed);
@@ -134,8 +160,8 @@ impl Consumer {
     }
 
     /// What [`Consumer::consume`] would return, without counting (the fast path's condition).
-    fn peek(&self, window: u64) -> Option<u64> {
-        let consumed = self.consumed + 1;
+    fn peek(&self, window: u64, len: usize) -> Option<u64> {
+        let consumed = self.consumed + cost(len);
         (consumed - self.reported >= (window / 2).max(1)).then_some(consumed)
     }
 }
@@ -143,8 +169,8 @@ impl Consumer {
 /// The receiving side of a flow-control layer: what this member consumed of each origin, and
 /// whether its application lags its events (`Dn::Lagging`). While it lags, counts are withheld,
 /// and reported only at the layer's timer (every `lag_report_interval`: the layers' own messages
-/// held at the senders behind the application's must get out), at most `lag_trickle` beyond the
-/// last report each time, so the senders wait for it. The trickle is its own parameter rather
+/// held at the senders behind the application's must get out), at most `lag_trickle_bytes` beyond
+/// the last report each time, so the senders wait for it. The trickle is its own parameter rather
 /// than the window: reporting all that is owed would let a full window through per interval,
 /// which would tie a lagging member's intake to the window that throughput wants large. A
 /// flush (`Block`) lifts the lag for the rest of the view: the others' flushes wait for their
@@ -172,25 +198,25 @@ impl Receivers {
     }
 
     /// Whether reports are withheld (the fast paths leave such messages to the layered path).
-    /// Counts one message of `origin`; the cumulative count to report, if a report is due now
-    /// (never while the application lags).
-    pub(crate) fn consume(&mut self, origin: Rank, window: u64) -> Option<u64> {
+    /// Counts one message of `origin` of `len` payload bytes; the cumulative count to report,
+    /// if a report is due now (never while the application lags).
+    pub(crate) fn consume(&mut self, origin: Rank, window: u64, len: usize) -> Option<u64> {
         let consumer = &mut self.consumers[usize::from(origin)];
         if self.lagging {
-            consumer.consumed += 1;
+            consumer.consumed += cost(len);
             return None;
         }
-        consumer.consume(window)
+        consumer.consume(window, len)
     }
 
     /// What [`Receivers::consume`] would return, without counting (the fast path's condition):
     /// no report while the application lags, so the fast path counts silently as the layered
     /// path does.
-    pub(crate) fn peek(&self, origin: Rank, window: u64) -> Option<u64> {
+    pub(crate) fn peek(&self, origin: Rank, window: u64, len: usize) -> Option<u64> {
         if self.lagging {
             return None;
         }
-        self.consumers[usize::from(origin)].peek(window)
+        self.consumers[usize::from(origin)].peek(window, len)
     }
 
     /// `Dn::Lagging`: a lag that begins arms the layer's timer, one that ends reports what is
@@ -220,7 +246,7 @@ impl Receivers {
     }
 
     /// The layer's timer: while the application lags, what it owes trickles out, at most
-    /// `trickle` messages per origin, and again an `interval` later.
+    /// `trickle` bytes per origin, and again an `interval` later.
     pub(crate) fn tick<H: Into<Header>>(
         &mut self,
         interval: Duration,

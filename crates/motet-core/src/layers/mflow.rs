@@ -2,12 +2,13 @@
 //!
 //! Provides: [`Service::CastFlow`]. Requires below: [`Service::ReliableCast`] (it counts casts
 //! delivered in order) and [`Service::ReliableSend`] (credit goes back point-to-point). Header:
-//! `NoHdr` on casts, `Credit { count }` on feedback. A sender may be at most `window` casts ahead
-//! of its slowest live receiver; beyond that casts queue (bounded) and `FlowBlock { dest: None }`
-//! goes up. Unreliable casts (gossip) are not flow controlled.
+//! `NoHdr` on casts, `Credit { count }` on feedback (cumulative bytes consumed). A sender may be
+//! at most `window_bytes` ahead of its slowest live receiver (each cast costs its payload and
+//! `MESSAGE_CHARGE`, see `flow.rs`); beyond that casts queue (bounded) and
+//! `FlowBlock { dest: None }` goes up. Unreliable casts (gossip) are not flow controlled.
 //!
 //! While the application lags its events (`Dn::Lagging`), credit is counted but reported only
-//! every `lag_report_interval`, at most `lag_trickle` casts beyond the last report each time (not
+//! every `lag_report_interval`, at most `lag_trickle_bytes` beyond the last report each time (not
 //! all that is owed: that would let a whole window through per interval, and the window is sized
 //! for throughput), so the senders' windows close and their casts wait at them
 //! (Ensemble test 26: a slow receiver throttles its senders, with bounded buffering); `appl`
@@ -30,36 +31,44 @@ use motet_wire::hdr::mflow::Header;
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Casts (fragments) a sender may be ahead of its slowest live receiver. Default 256: with
-    /// 64, three members casting 64 B messages on loopback spent a third of their time waiting
-    /// for credit (docs/PERFORMANCE.md, "The flow-control window"); a receiver buffers at most a
-    /// window per live sender.
-    pub window: u64,
+    /// Bytes a sender may be ahead of its slowest live receiver, each cast (fragment) counted as
+    /// its payload and `MESSAGE_CHARGE`. Default 512 KiB: 4,096 casts of 64 B, 481
+    /// fragments of 1 KiB. A receiver buffers at most about a window per live sender. With a
+    /// window of 256 casts whatever their size (until the twenty-sixth session), three members
+    /// casting 64 B messages on loopback were idle 15% of the time, waiting for credit
+    /// (docs/PERFORMANCE.md, "Windows in bytes"). At most `WINDOW_BYTES_MAX`.
+    pub window_bytes: u64,
     /// Casts queued while blocked. Default 2048; must hold the fragments of the largest message.
     pub pending_max: usize,
     /// While the application lags ([`Dn::Lagging`]), credit is still reported this often, so
     /// the layers' own messages held at their senders behind the application's (a view change's
     /// flush among them) get out at the next report, and an application that stopped reading
-    /// receives at most `lag_trickle` from each sender per interval. Default 500 ms.
+    /// receives at most `lag_trickle_bytes` from each sender per interval. Default 500 ms.
     #[serde(
         rename = "lag_report_interval_ms",
         deserialize_with = "crate::time::millis",
         serialize_with = "crate::time::ser_millis"
     )]
     pub lag_report_interval: Duration,
-    /// While the application lags, the casts (fragments) each sender may send it per
-    /// `lag_report_interval`, beyond the window that was in flight when the lag began. Default
-    /// 64: a stopped application takes in little. A view change's flush, queued at a sender
-    /// behind at most one message's fragments, waits up to `ceil(fragments / lag_trickle)`
-    /// intervals: 16 (8 s) behind a 1 MiB message in 1 KiB fragments, none behind small ones.
-    /// (Before the fourteenth session the trickle was the window, then also 64; a deployment
-    /// that raised its window to send large messages through lags faster raises this too.)
-    pub lag_trickle: u64,
+    /// While the application lags, the bytes (counted as the window counts them) each sender may
+    /// send it per `lag_report_interval`, beyond the window that was in flight when the lag
+    /// began. Default 64 KiB: a stopped application takes in little. A view change's flush,
+    /// queued at a sender behind at most one message's fragments, waits up to
+    /// `ceil(cost of the fragments / lag_trickle_bytes)` intervals: 17 (8.5 s) behind a 1 MiB
+    /// message in 1 KiB fragments, none behind small ones. (Before the fourteenth session the
+    /// trickle was the window; a deployment that raises its window to send large messages
+    /// through lags faster raises this too.)
+    pub lag_trickle_bytes: u64,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { window: 256, pending_max: 2048, lag_report_interval: Duration::from_millis(500), lag_trickle: 64 }
+        Config {
+            window_bytes: 512 * 1024,
+            pending_max: 2048,
+            lag_report_interval: Duration::from_millis(500),
+            lag_trickle_bytes: 64 * 1024,
+        }
     }
 }
 
@@ -145,7 +154,7 @@ impl Mflow {
 
     fn release(&mut self, out: &mut Outbox<'_>) {
         let consumed = self.consumed();
-        if self.window.release(consumed, self.config.window, |msg| out.dn(Dn::Cast { msg, qos: Qos::Reliable })) {
+        if self.window.release(consumed, self.config.window_bytes, |msg| out.dn(Dn::Cast { msg, qos: Qos::Reliable })) {
             out.up(Up::FlowBlock { dest: None, blocked: false });
         }
         // A held flush continues once nothing is pending.
@@ -167,7 +176,8 @@ impl Layer for Mflow {
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => {
                     if qos == Qos::Reliable {
-                        if let Some(count) = self.receivers.consume(origin, self.config.window) {
+                        if let Some(count) = self.receivers.consume(origin, self.config.window_bytes, msg.payload.len())
+                        {
                             send_report(out, super::LayerKind::Mflow, origin, credit(count));
                         }
                     }
@@ -191,7 +201,7 @@ impl Layer for Mflow {
         match ev {
             Dn::Cast { msg, qos: Qos::Reliable } => {
                 let consumed = self.consumed();
-                let (window, pending_max) = (self.config.window, self.config.pending_max);
+                let (window, pending_max) = (self.config.window_bytes, self.config.pending_max);
                 match self.window.offer(
                     msg.with(Header::NoHdr),
                     consumed,
@@ -231,13 +241,15 @@ impl Layer for Mflow {
 
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
         // While the application lags, what it owes trickles out (`Config::lag_report_interval`).
-        self.receivers.tick(self.config.lag_report_interval, self.config.lag_trickle, &self.failed, out, credit);
+        self.receivers.tick(self.config.lag_report_interval, self.config.lag_trickle_bytes, &self.failed, out, credit);
     }
 
     // Fast path: a reliable cast the window admits (counted); a reliable cast received
     // (consumed, with a `Credit` reply when a report is due); the rest passes.
     fn fast_dn(&self, down: &Down) -> Option<DnStep> {
-        if down.dest.is_none() && down.qos == Qos::Reliable && !self.window.admits(self.consumed(), self.config.window)
+        if down.dest.is_none()
+            && down.qos == Qos::Reliable
+            && !self.window.admits(self.consumed(), self.config.window_bytes)
         {
             return None;
         }
@@ -246,7 +258,7 @@ impl Layer for Mflow {
 
     fn fast_dn_apply(&mut self, down: &Down, _out: &mut Outbox<'_>) {
         if down.dest.is_none() && down.qos == Qos::Reliable {
-            self.window.sent += 1;
+            self.window.sent += super::flow::cost(down.len);
         }
     }
 
@@ -263,7 +275,7 @@ impl Layer for Mflow {
         let reply = match up.cast && up.qos == Qos::Reliable {
             true => self
                 .receivers
-                .peek(up.origin, self.config.window)
+                .peek(up.origin, self.config.window_bytes, up.len)
                 .map(|count| (up.origin, Header::Credit { count }.into())),
             false => None,
         };
@@ -274,7 +286,10 @@ impl Layer for Mflow {
         if let motet_wire::Header::Mflow(Header::Credit { count }) = up.header {
             return self.take_credit(up.origin, *count);
         }
-        if up.cast && up.qos == Qos::Reliable && self.receivers.consume(up.origin, self.config.window).is_some() {
+        if up.cast
+            && up.qos == Qos::Reliable
+            && self.receivers.consume(up.origin, self.config.window_bytes, up.len).is_some()
+        {
             out.count(super::LayerKind::Mflow, Counter::AckSent);
         }
     }
@@ -286,7 +301,7 @@ impl Layer for Mflow {
 
     fn check_invariants(&self) {
         assert_eq!(self.slowest, self.slowest_live(), "the slowest receiver's credit is kept");
-        self.window.check(self.consumed(), self.config.window);
+        self.window.check(self.consumed(), self.config.window_bytes);
         assert_eq!(self.credit.len(), self.receivers.len());
     }
 
@@ -310,9 +325,21 @@ mod tests {
             .collect()
     }
 
+    /// An empty cast: it costs the charge alone.
     fn cast() -> Up {
         Up::Cast { origin: 0, msg: Msg::default().with(Header::NoHdr), qos: Qos::Reliable }
     }
+
+    /// What an empty cast costs against the window.
+    const C: u64 = crate::layers::MESSAGE_CHARGE;
+
+    /// Empty casts in a window.
+    fn per_window(config: &Config) -> u64 {
+        config.window_bytes / C
+    }
+
+    /// What a cast of one byte costs.
+    const ONE: u64 = 1 + C;
 
     /// Rank 1 of two, with the default parameters, whose application has just begun to lag.
     fn lagging() -> (Config, Harness<Mflow>) {
@@ -327,32 +354,33 @@ mod tests {
     #[test]
     fn the_slowest_live_receiver_holds_the_window_as_credit_and_failures_change() {
         let view = crate::testing::view(3);
-        let config = Config { window: 4, ..Config::default() };
+        let config = Config { window_bytes: 4 * ONE, ..Config::default() };
         let mut h = Harness::new(Mflow::new(&config, &view, 0), 0);
         let went = |out: Vec<Out>| out.iter().filter(|o| matches!(o, Out::Dn(Dn::Cast { .. }))).count();
         let sent: usize =
             (0..6u8).map(|k| went(h.dn(Dn::Cast { msg: Msg::new(vec![k].into()), qos: Qos::Reliable }))).sum();
-        assert_eq!(sent, 4, "a window");
+        assert_eq!(sent, 4, "a window: four casts of one byte");
         let credit = |h: &mut Harness<Mflow>, origin: Rank, count: u64| {
             went(h.up(Up::Send { origin, msg: Msg::default().with(Header::Credit { count }) }))
         };
-        assert_eq!(credit(&mut h, 1, 4), 0, "rank 2 has consumed nothing yet");
-        assert_eq!(credit(&mut h, 2, 1), 1, "rank 2, now the slowest at 1, lets one more go");
-        assert_eq!(h.layer.consumed(), 1);
+        assert_eq!(credit(&mut h, 1, 4 * ONE), 0, "rank 2 has consumed nothing yet");
+        assert_eq!(credit(&mut h, 2, ONE), 1, "rank 2, now the slowest at one cast, lets one more go");
+        assert_eq!(h.layer.consumed(), ONE);
         let mut failed = RankSet::new();
         failed.insert(2);
         assert_eq!(went(h.dn(Dn::Fail(failed))), 1, "with rank 2 failed, rank 1's credit holds it");
-        assert_eq!(h.layer.consumed(), 4);
+        assert_eq!(h.layer.consumed(), 4 * ONE);
     }
 
     #[test]
     fn a_lag_withholds_credit_until_the_application_catches_up() {
         let (config, mut h) = lagging();
-        let reported: Vec<_> = (0..3 * config.window).flat_map(|_| credits(&h.up(cast()))).collect();
+        let per = per_window(&config);
+        let reported: Vec<_> = (0..3 * per).flat_map(|_| credits(&h.up(cast()))).collect();
         assert!(reported.is_empty(), "{reported:?}");
-        assert_eq!(credits(&h.dn(Dn::Lagging(false))), vec![(0, 3 * config.window)], "all of it, at once");
-        let reported: Vec<_> = (0..config.window).flat_map(|_| credits(&h.up(cast()))).collect();
-        assert_eq!(reported.len(), 2, "every window / 2 casts again");
+        assert_eq!(credits(&h.dn(Dn::Lagging(false))), vec![(0, 3 * config.window_bytes)], "all of it, at once");
+        let reported: Vec<_> = (0..per).flat_map(|_| credits(&h.up(cast()))).collect();
+        assert_eq!(reported.len(), 2, "every half window again");
     }
 
     #[test]
@@ -361,7 +389,7 @@ mod tests {
         let at = h.alarm.expect("the lag's timer");
         assert_eq!(at, h.now + config.lag_report_interval);
         (0..5).for_each(|_| drop(h.up(cast())));
-        assert_eq!(credits(&h.timer(at)), vec![(0, 5)], "what is owed, though the application still lags");
+        assert_eq!(credits(&h.timer(at)), vec![(0, 5 * C)], "what is owed, though the application still lags");
         assert_eq!(h.alarm, Some(at + config.lag_report_interval), "and again later");
         assert!(credits(&h.timer(at + config.lag_report_interval)).is_empty(), "nothing more owed");
         h.dn(Dn::Lagging(false));
@@ -374,7 +402,7 @@ mod tests {
     #[test]
     fn a_blocked_sender_queues_the_layers_casts_past_pending_max_and_counts_them() {
         let view = crate::testing::view(2);
-        let config = Config { window: 2, pending_max: 3, ..Config::default() };
+        let config = Config { window_bytes: 2 * ONE, pending_max: 3, ..Config::default() };
         let mut h = Harness::new(Mflow::new(&config, &view, 0), 0);
         let cast = |k: u8| Dn::Cast { msg: Msg::new(vec![k].into()), qos: Qos::Reliable };
         let went: Vec<_> =
@@ -383,7 +411,7 @@ mod tests {
         assert_eq!(h.stats.counter(Counter::FlowQueueOver), 5, "8 queued, 5 of them past pending_max");
         // Credit, a window at a time: the rest goes, in order.
         let released: Vec<u8> = (1..=4u64)
-            .flat_map(|k| h.up(Up::Send { origin: 1, msg: Msg::default().with(Header::Credit { count: 2 * k }) }))
+            .flat_map(|k| h.up(Up::Send { origin: 1, msg: Msg::default().with(Header::Credit { count: 2 * k * ONE }) }))
             .filter_map(|o| match o {
                 Out::Dn(Dn::Cast { msg, .. }) => Some(msg.payload.chunks()[0][0]),
                 _ => None,
@@ -395,21 +423,22 @@ mod tests {
     #[test]
     fn each_interval_lets_through_at_most_a_trickle_not_a_window() {
         let (config, mut h) = lagging();
-        assert!(config.lag_trickle < config.window, "the defaults decouple the two");
+        assert!(config.lag_trickle_bytes < config.window_bytes, "the defaults decouple the two");
         let mut at = h.alarm.expect("the lag's timer");
-        (0..config.window + 2).for_each(|_| drop(h.up(cast())));
+        let per = per_window(&config);
+        (0..per + 2).for_each(|_| drop(h.up(cast())));
         let mut reported = Vec::new();
         for _ in 0..5 {
             reported.extend(credits(&h.timer(at)));
             at = at + config.lag_report_interval;
         }
-        let trickle = config.lag_trickle;
-        let mut expected: Vec<_> = (1..=5).map(|k| (0, (k * trickle).min(config.window + 2))).collect();
+        let trickle = config.lag_trickle_bytes;
+        let mut expected: Vec<_> = (1..=5).map(|k| (0, (k * trickle).min((per + 2) * C))).collect();
         expected.dedup();
         assert_eq!(reported, expected, "a trickle per interval, until all that is owed is reported");
         // A flush, or the lag's end, reports the rest at once.
         (0..3).for_each(|_| drop(h.up(cast())));
-        assert_eq!(credits(&h.dn(Dn::Lagging(false))), vec![(0, config.window + 5)]);
+        assert_eq!(credits(&h.dn(Dn::Lagging(false))), vec![(0, (per + 5) * C)]);
     }
 
     #[test]
@@ -421,11 +450,11 @@ mod tests {
         assert!(matches!(own[..], [Out::Dn(Dn::Cast { .. })]), "{own:?}");
         // The others' flushes need this member's credit: the flush reports it.
         let flush = h.dn(Dn::Block);
-        assert_eq!(credits(&flush), vec![(0, 1)]);
+        assert_eq!(credits(&flush), vec![(0, C)]);
         assert!(flush.iter().any(|o| matches!(o, Out::Dn(Dn::Block))), "{flush:?}");
         // A lag asked for during the view's flush is passed on but withholds nothing.
         h.dn(Dn::Lagging(true));
-        let reported: Vec<_> = (0..config.window).flat_map(|_| credits(&h.up(cast()))).collect();
+        let reported: Vec<_> = (0..per_window(&config)).flat_map(|_| credits(&h.up(cast()))).collect();
         assert_eq!(reported.len(), 2);
     }
 }

@@ -9,16 +9,21 @@ use crate::view::ViewState;
 use crate::{Rank, StackSpecError};
 use std::sync::Arc;
 
-/// The largest flow-control window (`mflow.window`, `pt2ptw.window`): half the range of a
+/// The largest flow-control window (`mflow.window_bytes`, `pt2ptw.window_bytes`): 2^14 messages
+/// at their least cost (`MESSAGE_CHARGE` bytes, an empty message), half the range of a
 /// compressed datagram's 16-bit sequence number, which the receiver expands correctly only while
-/// the sender is less than 2^15 ahead of it.
-pub const WINDOW_MAX: u64 = 1 << 14;
+/// the sender is less than 2^15 messages ahead of it. 1 MiB.
+pub const WINDOW_BYTES_MAX: u64 = (1 << 14) * flow::MESSAGE_CHARGE;
+
+/// The smallest flow-control window: two empty messages (a report is due every half window).
+pub const WINDOW_BYTES_MIN: u64 = 2 * flow::MESSAGE_CHARGE;
 
 pub mod appl;
 pub mod bottom;
 pub mod causal;
 pub mod elect;
 mod flow;
+pub use flow::MESSAGE_CHARGE;
 pub mod frag;
 mod gaps;
 pub mod heal;
@@ -335,8 +340,8 @@ impl StackConfig {
             ("pt2pt.ack_batch", self.pt2pt.ack_batch),
             // A trickle of nothing would hold a lagging member's senders, and the view change
             // their flushes wait in, until the application catches up.
-            ("mflow.lag_trickle", self.mflow.lag_trickle),
-            ("pt2ptw.lag_trickle", self.pt2ptw.lag_trickle),
+            ("mflow.lag_trickle_bytes", self.mflow.lag_trickle_bytes),
+            ("pt2ptw.lag_trickle_bytes", self.pt2ptw.lag_trickle_bytes),
             ("totem.pending_max", self.totem.pending_max as u64),
             ("appl.message_size_max", self.appl.message_size_max as u64),
         ];
@@ -358,15 +363,16 @@ impl StackConfig {
                 ));
             }
         }
-        for (name, window) in [("mflow", self.mflow.window), ("pt2ptw", self.pt2ptw.window)] {
-            if window < 2 {
-                return bad(format!("{name}.window must be at least 2"));
+        for (name, window) in [("mflow", self.mflow.window_bytes), ("pt2ptw", self.pt2ptw.window_bytes)] {
+            if window < WINDOW_BYTES_MIN {
+                return bad(format!("{name}.window_bytes must be at least {WINDOW_BYTES_MIN}"));
             }
-            // The window bounds how far a sender runs ahead of a receiver, which a compressed
-            // datagram's 16-bit sequence number relies on (`Stack::compress`).
-            if window > WINDOW_MAX {
+            // The window bounds how many messages a sender runs ahead of a receiver, which a
+            // compressed datagram's 16-bit sequence number relies on (`Stack::compress`).
+            if window > WINDOW_BYTES_MAX {
                 return bad(format!(
-                    "{name}.window must be at most {WINDOW_MAX} (compressed datagrams carry 16 bits of the sequence number)"
+                    "{name}.window_bytes must be at most {WINDOW_BYTES_MAX} (1 MiB: compressed datagrams carry 16 bits of the sequence number, and an empty message costs {} bytes of the window)",
+                    flow::MESSAGE_CHARGE
                 ));
             }
         }

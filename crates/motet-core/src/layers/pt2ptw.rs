@@ -2,7 +2,8 @@
 //!
 //! Provides: [`Service::SendFlow`]. Requires below: [`Service::ReliableSend`] (its acknowledgements
 //! are cumulative counts sent point-to-point). Header: `NoHdr` on data, `Ack { count }` on
-//! feedback. At most `window` messages to one destination are unconsumed; more wait in a bounded
+//! feedback (cumulative bytes consumed). At most `window_bytes` to one destination are unconsumed
+//! (each message costs its payload and `MESSAGE_CHARGE`); more wait in a bounded
 //! queue and `FlowBlock { dest: Some(rank) }` goes up to `appl` (see `flow.rs`). While the
 //! application lags its events (`Dn::Lagging`), acknowledgements are counted but not sent, but for
 //! a trickle every `lag_report_interval`, until it catches up or a flush begins (as in `mflow`).
@@ -20,34 +21,38 @@ use motet_wire::hdr::pt2ptw::Header;
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Messages (fragments) in flight to one destination before the sender blocks. Default 64.
-    pub window: u64,
+    /// Bytes in flight to one destination before the sender blocks, each message (fragment)
+    /// counted as its payload and `MESSAGE_CHARGE`. Default 64 KiB (about the 64 fragments
+    /// of 1 KiB that were the window until the twenty-sixth session, when windows counted
+    /// messages). At most `WINDOW_BYTES_MAX`.
+    pub window_bytes: u64,
     /// Messages queued per destination while blocked. Default 2048; must hold the fragments of
     /// the largest message (`StackConfig::validate`).
     pub pending_max: usize,
     /// While the application lags ([`Dn::Lagging`]), credit is still reported this often, so
     /// the layers' own messages held at their senders behind the application's (a view change's
     /// flush among them) get out at the next report, and an application that stopped reading
-    /// receives at most `lag_trickle` from each sender per interval. Default 500 ms.
+    /// receives at most `lag_trickle_bytes` from each sender per interval. Default 500 ms.
     #[serde(
         rename = "lag_report_interval_ms",
         deserialize_with = "crate::time::millis",
         serialize_with = "crate::time::ser_millis"
     )]
     pub lag_report_interval: Duration,
-    /// While the application lags, the messages (fragments) each sender may send it per
-    /// `lag_report_interval`, beyond the window that was in flight when the lag began. Default
-    /// 64: a stopped application takes in little. A view change's flush, queued at a sender
-    /// behind at most one message's fragments, waits up to `ceil(fragments / lag_trickle)`
-    /// intervals: 16 (8 s) behind a 1 MiB message in 1 KiB fragments, none behind small ones.
-    /// (Before the fourteenth session the trickle was the window, then also 64; a deployment
-    /// that raised its window to send large messages through lags faster raises this too.)
-    pub lag_trickle: u64,
+    /// While the application lags, the bytes (counted as the window counts them) each sender may
+    /// send it per `lag_report_interval`, beyond the window that was in flight when the lag
+    /// began. Default 64 KiB, as `mflow`'s (see there).
+    pub lag_trickle_bytes: u64,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { window: 64, pending_max: 2048, lag_report_interval: Duration::from_millis(500), lag_trickle: 64 }
+        Config {
+            window_bytes: 64 * 1024,
+            pending_max: 2048,
+            lag_report_interval: Duration::from_millis(500),
+            lag_trickle_bytes: 64 * 1024,
+        }
     }
 }
 
@@ -113,7 +118,7 @@ impl Layer for Pt2ptw {
         match ev {
             Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => {
-                    if let Some(count) = self.receivers.consume(origin, self.config.window) {
+                    if let Some(count) = self.receivers.consume(origin, self.config.window_bytes, msg.payload.len()) {
                         send_report(out, super::LayerKind::Pt2ptw, origin, ack(count));
                     }
                     out.up(Up::Send { origin, msg });
@@ -123,7 +128,7 @@ impl Layer for Pt2ptw {
                     // A count beyond what we sent is a protocol violation; clamp rather than trust it.
                     self.acked[o] = self.acked[o].max(count.min(self.windows[o].sent));
                     let released = self.windows[o]
-                        .release(self.acked[o], self.config.window, |msg| out.dn(Dn::Send { dest: origin, msg }));
+                        .release(self.acked[o], self.config.window_bytes, |msg| out.dn(Dn::Send { dest: origin, msg }));
                     if released {
                         out.up(Up::FlowBlock { dest: Some(origin), blocked: false });
                     }
@@ -143,7 +148,7 @@ impl Layer for Pt2ptw {
             }
             Dn::Send { dest, msg } => {
                 let d = usize::from(dest);
-                let (window, pending_max) = (self.config.window, self.config.pending_max);
+                let (window, pending_max) = (self.config.window_bytes, self.config.pending_max);
                 match self.windows[d].offer(
                     msg.with(Header::NoHdr),
                     self.acked[d],
@@ -188,7 +193,7 @@ impl Layer for Pt2ptw {
 
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
         // While the application lags, what it owes trickles out (`Config::lag_report_interval`).
-        self.receivers.tick(self.config.lag_report_interval, self.config.lag_trickle, &self.failed, out, ack);
+        self.receivers.tick(self.config.lag_report_interval, self.config.lag_trickle_bytes, &self.failed, out, ack);
     }
 
     // Fast path: a send the window admits (counted); a send received (consumed, with an `Ack`
@@ -199,14 +204,16 @@ impl Layer for Pt2ptw {
             Some(dest) if self.failed.contains(dest) => None,
             Some(dest) => {
                 let d = usize::from(dest);
-                self.windows[d].admits(self.acked[d], self.config.window).then(|| DnStep::pass(Header::NoHdr, down))?
+                self.windows[d]
+                    .admits(self.acked[d], self.config.window_bytes)
+                    .then(|| DnStep::pass(Header::NoHdr, down))?
             }
         }
     }
 
     fn fast_dn_apply(&mut self, down: &Down, _out: &mut Outbox<'_>) {
         if let Some(dest) = down.dest {
-            self.windows[usize::from(dest)].sent += 1;
+            self.windows[usize::from(dest)].sent += super::flow::cost(down.len);
         }
     }
 
@@ -218,14 +225,14 @@ impl Layer for Pt2ptw {
             true => None,
             false => self
                 .receivers
-                .peek(up.origin, self.config.window)
+                .peek(up.origin, self.config.window_bytes, up.len)
                 .map(|count| (up.origin, Header::Ack { count }.into())),
         };
         Some(UpStep { reply, ..UpStep::to(up.qos) })
     }
 
     fn fast_up_apply(&mut self, up: &fast::Up<'_>, _msg: &Msg, out: &mut Outbox<'_>) {
-        if !up.cast && self.receivers.consume(up.origin, self.config.window).is_some() {
+        if !up.cast && self.receivers.consume(up.origin, self.config.window_bytes, up.len).is_some() {
             out.count(super::LayerKind::Pt2ptw, Counter::AckSent);
         }
     }
@@ -237,7 +244,7 @@ impl Layer for Pt2ptw {
 
     fn check_invariants(&self) {
         for (window, &acked) in self.windows.iter().zip(&self.acked) {
-            window.check(acked, self.config.window);
+            window.check(acked, self.config.window_bytes);
         }
     }
 
@@ -272,20 +279,27 @@ mod tests {
         let mut h = Harness::new(Pt2ptw::new(&config, &view, 1), 1);
         h.dn(Dn::Lagging(true));
         let at = h.alarm.expect("the lag's timer");
-        let sent: Vec<_> = (0..config.window).flat_map(|_| acks(&h.up(send()))).collect();
+        // Empty sends, each costing the charge alone.
+        let (c, per) = (crate::layers::MESSAGE_CHARGE, config.window_bytes / crate::layers::MESSAGE_CHARGE);
+        let sent: Vec<_> = (0..per).flat_map(|_| acks(&h.up(send()))).collect();
         assert!(sent.is_empty(), "{sent:?}");
         // The sends are delivered all the same: only the acknowledgement waits.
         assert!(matches!(h.up(send())[..], [Out::Up(Up::Send { origin: 0, .. })]));
-        let fast =
-            crate::fast::Up { origin: 0, cast: false, qos: crate::event::Qos::Reliable, header: &Header::NoHdr.into() };
+        let fast = crate::fast::Up {
+            origin: 0,
+            cast: false,
+            qos: crate::event::Qos::Reliable,
+            header: &Header::NoHdr.into(),
+            len: 0,
+        };
         let step = h.layer.fast_up(&fast).expect("the fast path takes a send during a lag");
         assert_eq!(step.reply, None, "and, as the layered path, counts it with no acknowledgement");
-        let trickle = config.lag_trickle.min(config.window + 1);
+        let trickle = config.lag_trickle_bytes.min((per + 1) * c);
         assert_eq!(acks(&h.timer(at)), vec![(0, trickle)], "what is owed trickles out, a trickle at a time");
         h.up(send());
-        assert_eq!(acks(&h.dn(Dn::Block)), vec![(0, config.window + 2)], "a flush reports the rest");
+        assert_eq!(acks(&h.dn(Dn::Block)), vec![(0, (per + 2) * c)], "a flush reports the rest");
         h.dn(Dn::Lagging(true));
-        let sent: Vec<_> = (0..config.window).flat_map(|_| acks(&h.up(send()))).collect();
-        assert_eq!(sent.len(), 2, "after the flush, every window / 2 sends as usual");
+        let sent: Vec<_> = (0..per).flat_map(|_| acks(&h.up(send()))).collect();
+        assert_eq!(sent.len(), 2, "after the flush, every half window as usual");
     }
 }

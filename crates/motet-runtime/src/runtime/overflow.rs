@@ -6,9 +6,8 @@ use crate::Event;
 
 /// The most payload bytes a member's overflow holds before the last resort (one more message may
 /// pass it): a stack without flow control could otherwise hold [`super::OVERFLOW_MIN`] messages
-/// of any size, a megabyte each. With flow control and 1 KiB fragments, a 100-member group reaches it
-/// in about the time it reaches the count (its windows, about 31 MiB, then 12.5 MiB per
-/// half-second trickle). The member's own channel is bounded by `event_queue_bytes` too.
+/// of any size, a megabyte each. With flow control and 1 KiB fragments, a 100-member group's
+/// windows are about 56 MiB, then 12.5 MiB per half-second trickle. The member's own channel is bounded by `event_queue_bytes` too.
 pub(super) const OVERFLOW_BYTES_MAX: usize = 64 << 20;
 
 /// A member's overflow: its events in order, and the payload bytes they carry.

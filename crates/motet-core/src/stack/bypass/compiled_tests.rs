@@ -83,16 +83,22 @@ fn common_traces_run_compiled_and_equal_the_layered_path() {
 #[test]
 fn credit_reports_and_acknowledgements_are_absorbed_on_the_bypass() {
     let mut group = Group::with_bypass(2, "vsync", Bypass::Diff);
+    // Messages of 1,000 B (one fragment each), so that 256 of each cross report boundaries of
+    // both windows, which count bytes.
+    const LEN: usize = 1000;
     for k in 0..256u16 {
-        group.act(1, Action::Cast(k.to_be_bytes().to_vec().into())).unwrap();
-        group.act(1, Action::send(0, k.to_be_bytes().to_vec().into())).unwrap();
+        let payload = |k: u16| [&k.to_be_bytes()[..], &[0; LEN - 2]].concat();
+        group.act(1, Action::Cast(payload(k).into())).unwrap();
+        group.act(1, Action::send(0, payload(k).into())).unwrap();
     }
     assert_eq!(group.delivered, [512, 256]);
     // Rank 0 reported credit every half `mflow` window and acknowledged sends every half
     // `pt2ptw` window; rank 1 kept both on the bypass, compared with the layered path at every
     // step.
     let config = crate::StackConfig::default();
-    let reports = 256 / (config.mflow.window / 2) + 256 / (config.pt2ptw.window / 2);
+    let bytes = 256 * (LEN as u64 + crate::layers::MESSAGE_CHARGE);
+    let reports = bytes / (config.mflow.window_bytes / 2) + bytes / (config.pt2ptw.window_bytes / 2);
+    assert!(reports >= 2, "a report from each layer at least: {reports}");
     let sender = group.nodes[1].0.bypass_stats();
     assert!(sender.absorbed >= reports, "{reports} reports: {sender:?}");
     let (_, stack) = group.nodes[1].0.stacks().next().expect("one stack");

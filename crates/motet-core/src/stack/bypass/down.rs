@@ -165,7 +165,7 @@ impl Stack {
         let mut steps = Steps::<UpAsked>::new();
         for i in bottom_up(branch) {
             let header = msg.hdrs.get(i - top).expect("one header per layer above the loop-back");
-            let up = Up { origin: self.rank, cast: true, qos, header: &header };
+            let up = Up { origin: self.rank, cast: true, qos, header: &header, len: msg.payload.len() };
             match self.layers[i].fast_up(&up) {
                 Some(step) if step.reply.is_none() && !step.join && !step.release => {
                     steps.push(UpAsked { layer: i as u8, qos, keep: step.keep, join: false });

@@ -54,6 +54,7 @@ impl Stack {
         let mut asked = [NOBODY; EXPRESS_MAX];
         let mut n = 0;
         let mut q = qos;
+        let len = msg.payload.len();
         // The caller hands over a whole message in the compact form of the trace's template:
         // each layer's header by reference, as the fused traces read them.
         let Some(hdrs) = self.templates[usize::from(!cast)].as_ref().and_then(|t| Hdrs::of(&t.hdrs, &msg.hdrs, top))
@@ -64,7 +65,7 @@ impl Stack {
             if n == EXPRESS_MAX {
                 return Err(msg);
             }
-            let step = self.layers[i].fast_up(&Up { origin, cast, qos: q, header: hdrs.at(i) });
+            let step = self.layers[i].fast_up(&Up { origin, cast, qos: q, header: hdrs.at(i), len });
             // The step by reference (see `fused`: moving it out copies its room for a header).
             match &step {
                 Some(step) if step.reply.is_none() && !step.absorb && !step.join && !step.release => {
@@ -93,7 +94,7 @@ impl Stack {
                 #[cfg(not(any(test, feature = "fault-injection")))]
                 let skip = false;
                 if !skip {
-                    let up = Up { origin, cast, qos: a.qos, header };
+                    let up = Up { origin, cast, qos: a.qos, header, len };
                     self.layers[i].fast_up_apply(&up, &msg, &mut out);
                     if let Some(at) = out.alarm.take() {
                         merge_alarm(&mut self.alarms, &mut self.next_alarm, i, at);

@@ -138,7 +138,13 @@ impl Act<'_> {
 trait UpChain {
     /// The conditions from this layer on: false unless every one is a plain step (`steps` then
     /// holds each layer's guarantee in and whether it keeps a copy).
-    fn cond(layers: &[AnyLayer], at: &[u8], up: (Rank, bool, Qos), hdrs: &Hdrs<'_>, steps: &mut [(Qos, bool)]) -> bool;
+    fn cond(
+        layers: &[AnyLayer],
+        at: &[u8],
+        up: (Rank, bool, Qos, usize),
+        hdrs: &Hdrs<'_>,
+        steps: &mut [(Qos, bool)],
+    ) -> bool;
 
     /// The actions from this layer on, as `act_up` runs them.
     fn act(
@@ -154,7 +160,7 @@ trait UpChain {
 
 impl UpChain for () {
     #[inline(always)]
-    fn cond(_: &[AnyLayer], _: &[u8], _: (Rank, bool, Qos), _: &Hdrs<'_>, _: &mut [(Qos, bool)]) -> bool {
+    fn cond(_: &[AnyLayer], _: &[u8], _: (Rank, bool, Qos, usize), _: &Hdrs<'_>, _: &mut [(Qos, bool)]) -> bool {
         true
     }
 
@@ -176,7 +182,7 @@ impl<H: Typed, T: UpChain> UpChain for (H, T) {
     fn cond(
         layers: &[AnyLayer],
         at: &[u8],
-        (origin, cast, qos): (Rank, bool, Qos),
+        (origin, cast, qos, len): (Rank, bool, Qos, usize),
         hdrs: &Hdrs<'_>,
         steps: &mut [(Qos, bool)],
     ) -> bool {
@@ -184,10 +190,10 @@ impl<H: Typed, T: UpChain> UpChain for (H, T) {
         let header = hdrs.at(i);
         // The step by reference: moving it out (it has room for a reply's header) was a copy of
         // 64 bytes per layer.
-        match &H::typed(&layers[i]).fast_up(&Up { origin, cast, qos, header }) {
+        match &H::typed(&layers[i]).fast_up(&Up { origin, cast, qos, header, len }) {
             Some(step) if step.reply.is_none() && !step.absorb && !step.join && !step.release => {
                 steps[0] = (qos, step.keep);
-                T::cond(layers, &at[1..], (origin, cast, step.qos), hdrs, &mut steps[1..])
+                T::cond(layers, &at[1..], (origin, cast, step.qos, len), hdrs, &mut steps[1..])
             }
             _ => false,
         }
@@ -209,7 +215,7 @@ impl<H: Typed, T: UpChain> UpChain for (H, T) {
         // form, a new length (the action sees the message as the layer's handler would).
         msg.hdrs.truncate(pos);
         if cx.skip != Some(H::KIND) {
-            let up = Up { origin, cast, qos, header: hdrs.at(i) };
+            let up = Up { origin, cast, qos, header: hdrs.at(i), len: msg.payload.len() };
             H::typed_mut(&mut layers[i]).fast_up_apply(&up, msg, &mut cx.out);
             cx.alarm(i);
         }
@@ -245,7 +251,7 @@ fn fused_up<C: UpChain>(
     let Some(hdrs) = templates[usize::from(!cast)].as_ref().and_then(|t| Hdrs::of(&t.hdrs, &msg.hdrs, top)) else {
         return Err(msg);
     };
-    if !C::cond(layers, at, (origin, cast, qos), &hdrs, &mut steps) {
+    if !C::cond(layers, at, (origin, cast, qos, msg.payload.len()), &hdrs, &mut steps) {
         return Err(msg);
     }
     C::act(layers, at, (origin, cast), &mut msg, &hdrs, &steps, &mut cx);
@@ -377,7 +383,7 @@ fn fused_dn<C: DnChain>(
             let appl = Appl::typed(&stack.layers[top]);
             if !crate::layer::Layer::fast_loopback_inert(appl) {
                 let header = msg.hdrs.get(0).expect("appl's header, first");
-                let up = Up { origin: stack.rank, cast: true, qos: Qos::Reliable, header: &header };
+                let up = Up { origin: stack.rank, cast: true, qos: Qos::Reliable, header: &header, len };
                 match &crate::layer::Layer::fast_up(appl, &up) {
                     Some(step) if *step == crate::fast::UpStep::to(Qos::Reliable) => own = Some(header),
                     _ => return Err(msg.payload),
@@ -429,7 +435,7 @@ fn own_cast_up(stack: &mut Stack, now: Instant, header: &motet_wire::Header, msg
     if super::SKIP_ACTION.with(std::cell::Cell::get) == Some(LayerKind::Appl) {
         return;
     }
-    let up = Up { origin: rank, cast: true, qos: Qos::Reliable, header };
+    let up = Up { origin: rank, cast: true, qos: Qos::Reliable, header, len: msg.payload.len() };
     let mut alarm = None;
     let mut out = outbox!(stack, now, &mut alarm);
     crate::layer::Layer::fast_up_apply(Appl::typed_mut(&mut stack.layers[top]), &up, msg, &mut out);

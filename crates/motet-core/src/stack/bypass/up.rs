@@ -188,7 +188,7 @@ impl Stack {
         for i in bottom_up(active) {
             let step = {
                 let header = msg.hdrs.get(i - first).expect("one header per layer from the first");
-                self.layers[i].fast_up(&Up { origin, cast, qos, header: &header })
+                self.layers[i].fast_up(&Up { origin, cast, qos, header: &header, len: msg.payload.len() })
             };
             let Some(step) = step else { return Err((msg, refused(i))) };
             if let Some((dest, header)) = step.reply {
@@ -346,7 +346,7 @@ impl Stack {
                 debug_assert!(keep_whole.is_none(), "a part of a split message is never compact");
                 msg.hdrs.truncate(at + 1);
                 let header = msg.hdrs.pop().expect("one header per layer, checked");
-                let up = Up { origin, cast, qos: asked.qos, header: &header };
+                let up = Up { origin, cast, qos: asked.qos, header: &header, len: msg.payload.len() };
                 let part = std::mem::take(&mut msg);
                 let mut whole = None;
                 self.apply(i, now, |layer, out| whole = Some(layer.fast_join(&up, part, out)));
@@ -354,7 +354,7 @@ impl Stack {
             }
             let popped = pop_unpredicted(&mut msg.hdrs, at);
             let header = popped.as_ref().unwrap_or_else(|| msg.hdrs.predicted(at).expect("compact"));
-            let up = Up { origin, cast, qos: asked.qos, header };
+            let up = Up { origin, cast, qos: asked.qos, header, len: msg.payload.len() };
             self.apply(i, now, |layer, out| layer.fast_up_apply(&up, &msg, out));
             if asked.keep {
                 if keep_whole.is_none() && msg.hdrs.is_compact() {
@@ -395,7 +395,7 @@ impl Stack {
             debug_assert!(!asked.keep && !asked.join, "only branches that keep nothing run in place");
             let popped = pop_unpredicted(&mut msg.hdrs, at);
             let header = popped.as_ref().unwrap_or_else(|| msg.hdrs.predicted(at).expect("compact"));
-            let up = Up { origin, cast: true, qos: asked.qos, header };
+            let up = Up { origin, cast: true, qos: asked.qos, header, len: msg.payload.len() };
             self.apply(i, now, |layer, out| layer.fast_up_apply(&up, msg, out));
         }
         let regrown = msg.hdrs.regrow(len);
