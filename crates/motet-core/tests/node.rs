@@ -47,7 +47,7 @@ fn bad_datagrams_are_dropped_and_counted_by_reason() {
     let mut node = Node::new();
     node.join(Instant::ZERO, view(0, 2), 1).unwrap();
     node.handle_datagram(Instant::ZERO, Bytes::from_static(b"\x01\x02"));
-    node.handle_datagram(Instant::ZERO, Bytes::from_static(&[9; 40]));
+    node.handle_datagram(Instant::ZERO, Bytes::from_static(&[0x20; 40]));
     assert_eq!(node.stats().drops(DropReason::Malformed), 2);
     // A well-formed datagram of a connection nobody here has.
     let mut other = Node::new();

@@ -79,7 +79,7 @@ fn local_out_of_place_is_refused_and_says_where_it_must_sit() {
 }
 
 /// A flow-control layer above `appl` (the application's messages pass no window) or above `frag`
-/// (the window counts messages, the reliable layer numbers fragments) is refused: a receiver could
+/// (the window counts the whole message, the reliable layer numbers fragments) is refused: a receiver could
 /// then fall 2^15 behind, and a compressed sequence number would expand to the wrong message.
 #[test]
 fn flow_control_out_of_place_is_refused() {

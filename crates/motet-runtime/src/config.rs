@@ -450,6 +450,9 @@ mod tests {
         assert!(err("[group.params.mflow]\nwindow_bytes = 127\n").contains("mflow.window_bytes must be at least 128"));
         assert!(err("[group.params.pt2ptw]\nwindow_bytes = 1048577\n")
             .contains("pt2ptw.window_bytes must be at most 1048576"));
+        // A receiver must hold what a window lets out ahead of a gap.
+        assert!(err("[group.params.mnak]\nrecv_window_max = 100\n")
+            .contains("mnak.recv_window_max (100) must hold the messages a mflow window lets out"));
         // Windows counted messages until the twenty-sixth session: the old name is an error, not
         // a window of a few bytes.
         assert!(err("[group.params.mflow]\nwindow = 256\n").contains("unknown field `window`"));
@@ -460,9 +463,8 @@ mod tests {
         assert!(err("[group.params.intra]\ncommit_timeout_ms = 3500\n")
             .contains("must be at least 1000 ms longer than merge.merge_timeout_ms (3000 ms)"));
         assert!(err("[group.params.mnak]\nretransmit_max = 0\n").contains("mnak.retransmit_max must be at least 1"));
-        assert!(
-            err("[group.params.mflow]\nlag_trickle_bytes = 0\n").contains("mflow.lag_trickle_bytes must be at least 1")
-        );
+        assert!(err("[group.params.mflow]\nlag_trickle_bytes = 1\n")
+            .contains("mflow.lag_trickle_bytes (1) must be at least a fragment's cost"));
     }
 
     /// A queue bound past `QUEUE_MAX` is refused with the bound named, not allocated whole.

@@ -28,15 +28,17 @@ const LEAVE_GRACE: Duration = Duration::from_secs(5);
 
 /// The least a member's overflow holds before the loop's last resort (it stops reading): a
 /// lagging member still receives the windows in flight when it began to lag (512 KiB of casts
-/// and 64 KiB of sends per sender by default, each message counted as its bytes and 64: 481
-/// fragments of 1 KiB, or 4,096 casts of 64 B), and then `lag_trickle_bytes` of casts and as
-/// much of sends (64 KiB each) per sender every `lag_report_interval`. In a 100-member group of
-/// 1 KiB messages that is about 54,000 events at once and 12,000 per half second: 65,536 holds
-/// the windows, and a lag that lasts meets the last resort, which loses nothing (the senders
-/// retransmit). With small messages the windows alone are more events than this (409,600 casts
-/// of 64 B): the last resort comes sooner. The windows count bytes so that large messages do not
-/// pile up (docs/PERFORMANCE.md, "Windows in bytes").
-const OVERFLOW_MIN: usize = 65_536;
+/// and 64 KiB of sends per sender by default, each message counted as its bytes and 64: 4,096
+/// casts of 64 B, or 481 fragments of 1 KiB), and then `lag_trickle_bytes` of casts and as much
+/// of sends (64 KiB each) per sender every `lag_report_interval`. In a 100-member group of 64 B
+/// messages that is about 410,000 events at once and 51,000 per half second: 2^19 holds the
+/// windows and about a second of trickles. Of 1 KiB messages the windows are 48,000 events and
+/// 50 MiB, and the overflow's byte bound (`overflow::OVERFLOW_BYTES_MAX`, 64 MiB) holds them and
+/// about a second of trickles too. A longer lag meets the last resort, which loses nothing (the
+/// senders retransmit). The count was 65,536 while windows counted 256 messages (until the
+/// twenty-sixth session; docs/PERFORMANCE.md, "Windows in bytes"). An overflow is empty until
+/// its member lags.
+const OVERFLOW_MIN: usize = 1 << 19;
 
 mod loop_thread;
 mod overflow;

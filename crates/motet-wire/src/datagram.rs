@@ -23,11 +23,13 @@ use bytes::{Buf, Bytes};
 /// answers a smaller partition's hello with an `answer` hello, and a coordinator asks to merge
 /// only once answered (a member of version 2 would never answer, and its partition would never be
 /// asked). 4 (2026-11-27): `suspect`'s `Beat` and `Ping` (a failure detector through the
-/// coordinator; a member of version 3 would drop them as malformed and suspect everyone). A
-/// datagram of another version
+/// coordinator; a member of version 3 would drop them as malformed and suspect everyone). 5
+/// (2026-11-27): `mflow`'s `Credit` and `pt2ptw`'s `Ack` count bytes, not messages (a member of
+/// version 4 would read a report of bytes as one of messages, and its window, or ours, would
+/// never reopen). A datagram of another version
 /// does not decode (`WireErrorKind::Version`; the node counts it as `OtherVersion`), so members
 /// of different versions never form a view together.
-pub const VERSION: u8 = 4;
+pub const VERSION: u8 = 5;
 /// The largest datagram accepted (the UDP/IPv4 payload limit).
 pub const DATAGRAM_SIZE_MAX: usize = 65_507;
 /// The largest number of headers in one datagram.

@@ -94,13 +94,13 @@ pub struct Mflow {
     rank: Rank,
     failed: RankSet,
     window: Window,
-    /// Per receiver: how many of our casts it reported consumed.
+    /// Per receiver: how many bytes of our casts it reported consumed.
     credit: Vec<u64>,
     /// The least of `credit` over the live receivers (`None`: none is live), kept as credit and
     /// failures change: every cast asks it, and the minimum over the view cost a pass over every
     /// member per cast (about 30 instructions with two members, 300 with 64).
     slowest: Option<u64>,
-    /// Per origin: how many of its casts we consumed (and whether the application lags).
+    /// Per origin: how many bytes of its casts we consumed (and whether the application lags).
     receivers: Receivers,
     /// A flush (`Block`) waits here until every pending cast is out.
     block_held: bool,
@@ -140,7 +140,7 @@ impl Mflow {
         live.map(|r| self.credit[usize::from(r)]).min()
     }
 
-    /// Records a credit report from `origin` (cumulative casts it consumed, never more than we
+    /// Records a credit report from `origin` (cumulative bytes it consumed, never more than we
     /// sent). The layered handler and the fast path share it. Credit only grows, so the slowest
     /// receiver's changes only when it was `origin`'s.
     fn take_credit(&mut self, origin: Rank, count: u64) {
@@ -427,14 +427,21 @@ mod tests {
         let mut at = h.alarm.expect("the lag's timer");
         let per = per_window(&config);
         (0..per + 2).for_each(|_| drop(h.up(cast())));
+        // Enough intervals for every trickle and then what is left of the debt, and then none.
+        let owed = (per + 2) * C;
+        let trickle = config.lag_trickle_bytes;
+        let intervals = owed.div_ceil(trickle) + 2;
         let mut reported = Vec::new();
-        for _ in 0..5 {
+        for _ in 0..intervals {
             reported.extend(credits(&h.timer(at)));
             at = at + config.lag_report_interval;
         }
-        let trickle = config.lag_trickle_bytes;
-        let mut expected: Vec<_> = (1..=5).map(|k| (0, (k * trickle).min((per + 2) * C))).collect();
+        let mut expected: Vec<_> = (1..=intervals).map(|k| (0, (k * trickle).min(owed))).collect();
         expected.dedup();
+        assert!(
+            expected.len() as u64 == owed.div_ceil(trickle) && !owed.is_multiple_of(trickle),
+            "the last one is a remainder"
+        );
         assert_eq!(reported, expected, "a trickle per interval, until all that is owed is reported");
         // A flush, or the lag's end, reports the rest at once.
         (0..3).for_each(|_| drop(h.up(cast())));

@@ -41,7 +41,10 @@ pub struct Config {
         serialize_with = "crate::time::ser_millis"
     )]
     pub sweep_interval: Duration,
-    /// Casts buffered ahead of a gap, per origin; further-ahead ones are dropped. Default 4096.
+    /// Casts buffered ahead of a gap, per origin; further-ahead ones are dropped. Default 16,384:
+    /// what the largest `mflow` window (1 MiB) lets out of empty casts, each counted as 64 bytes
+    /// (`StackConfig::validate` checks that it holds the window configured). A window bounds
+    /// these casts' bytes too, so the count costs nothing until a gap holds them.
     pub recv_window_max: u64,
     /// Casts retransmitted in answer to one NAK. Default 256.
     pub retransmit_max: usize,
@@ -70,7 +73,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             sweep_interval: Duration::from_millis(50),
-            recv_window_max: 4096,
+            recv_window_max: 16_384,
             retransmit_max: 256,
             nak_delay: Duration::from_millis(2),
             report_every: 1024,

@@ -338,10 +338,6 @@ impl StackConfig {
             ("pt2pt.recv_window_max", self.pt2pt.recv_window_max),
             ("pt2pt.retransmit_max", self.pt2pt.retransmit_max as u64),
             ("pt2pt.ack_batch", self.pt2pt.ack_batch),
-            // A trickle of nothing would hold a lagging member's senders, and the view change
-            // their flushes wait in, until the application catches up.
-            ("mflow.lag_trickle_bytes", self.mflow.lag_trickle_bytes),
-            ("pt2ptw.lag_trickle_bytes", self.pt2ptw.lag_trickle_bytes),
             ("totem.pending_max", self.totem.pending_max as u64),
             ("appl.message_size_max", self.appl.message_size_max as u64),
         ];
@@ -363,6 +359,18 @@ impl StackConfig {
                 ));
             }
         }
+        // A trickle of less than a fragment would hold a lagging member's senders, and the view
+        // change their flushes wait in, for as many intervals as the bytes queued ahead of the
+        // flush (a trickle of one byte: days behind a 1 MiB message); at least a fragment each
+        // interval bounds the wait by the fragments queued.
+        let fragment = self.frag.frag_size as u64 + MESSAGE_CHARGE;
+        for (name, trickle) in [("mflow", self.mflow.lag_trickle_bytes), ("pt2ptw", self.pt2ptw.lag_trickle_bytes)] {
+            if trickle < fragment {
+                return bad(format!(
+                    "{name}.lag_trickle_bytes ({trickle}) must be at least a fragment's cost, frag.frag_size + {MESSAGE_CHARGE} ({fragment})"
+                ));
+            }
+        }
         for (name, window) in [("mflow", self.mflow.window_bytes), ("pt2ptw", self.pt2ptw.window_bytes)] {
             if window < WINDOW_BYTES_MIN {
                 return bad(format!("{name}.window_bytes must be at least {WINDOW_BYTES_MIN}"));
@@ -373,6 +381,22 @@ impl StackConfig {
                 return bad(format!(
                     "{name}.window_bytes must be at most {WINDOW_BYTES_MAX} (1 MiB: compressed datagrams carry 16 bits of the sequence number, and an empty message costs {} bytes of the window)",
                     flow::MESSAGE_CHARGE
+                ));
+            }
+        }
+        // A receiver keeps what arrives ahead of a gap up to its `recv_window_max` messages and
+        // drops the rest, to be asked for again: that must hold what the sender's window lets out
+        // (at most one message per `MESSAGE_CHARGE` bytes of it), or every loss would cost
+        // rounds of repair for casts that were in flight.
+        for (name, window, flow) in [
+            ("mnak", self.mnak.recv_window_max, ("mflow", self.mflow.window_bytes)),
+            ("pt2pt", self.pt2pt.recv_window_max, ("pt2ptw", self.pt2ptw.window_bytes)),
+        ] {
+            let (flow, bytes) = flow;
+            let messages = bytes.div_ceil(MESSAGE_CHARGE);
+            if window < messages {
+                return bad(format!(
+                    "{name}.recv_window_max ({window}) must hold the messages a {flow} window lets out, {flow}.window_bytes / {MESSAGE_CHARGE} ({messages})"
                 ));
             }
         }

@@ -36,7 +36,9 @@ pub struct Config {
     pub sweep_interval: Duration,
     /// Messages received before an ack is sent at once instead of at the next sweep. Default 16.
     pub ack_batch: u64,
-    /// Out-of-order messages buffered per sender; further-ahead ones are dropped. Default 4096.
+    /// Out-of-order messages buffered per sender; further-ahead ones are dropped. Default 16,384:
+    /// what the largest `pt2ptw` window (1 MiB) lets out of empty messages, each counted as 64
+    /// bytes (`StackConfig::validate` checks that it holds the window configured).
     pub recv_window_max: u64,
     /// Messages retransmitted per peer per NAK or sweep. Default 64.
     pub retransmit_max: usize,
@@ -55,7 +57,7 @@ impl Default for Config {
         Config {
             sweep_interval: Duration::from_millis(50),
             ack_batch: 16,
-            recv_window_max: 4096,
+            recv_window_max: 16_384,
             retransmit_max: 64,
             nak_delay: Duration::from_millis(2),
         }

@@ -29,7 +29,7 @@ mod tests {
 
     /// An overflow is full at its count of events or at [`OVERFLOW_BYTES_MAX`] of payload,
     /// whichever comes first: 64 messages of 1 MiB fill it though far fewer than its count (a
-    /// stack without flow control could otherwise hold 65,536 of them), and its bytes follow
+    /// stack without flow control could otherwise hold 2^19 of them), and its bytes follow
     /// what leaves it.
     #[test]
     fn an_overflow_is_full_at_its_count_or_its_bytes() {

@@ -11,7 +11,8 @@ pub enum Header {
     NoHdr,
     /// Flow-control feedback, sent point-to-point to the sender.
     Credit {
-        /// How many casts of the origin the receiver has consumed (cumulative).
+        /// How many bytes of the origin's casts the receiver has consumed (cumulative; each cast
+        /// counted as its payload and 64, as `mflow`'s window counts it).
         count: u64,
     },
 }

@@ -11,7 +11,9 @@ pub enum Header {
     NoHdr,
     /// Flow-control feedback, sent point-to-point to the sender.
     Ack {
-        /// How many point-to-point messages from the destination's peer the receiver has consumed (cumulative).
+        /// How many bytes of point-to-point messages from the destination's peer the receiver has
+        /// consumed (cumulative; each message counted as its payload and 64, as `pt2ptw`'s window
+        /// counts it).
         count: u64,
     },
 }
