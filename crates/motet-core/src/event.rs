@@ -117,6 +117,15 @@ pub enum Dn {
     /// Deliver casts up to this cut (per origin counts) before the view ends, and none of a failed
     /// origin's casts beyond it. Answered by [`Up::CutReached`].
     Cut(Arc<[u64]>),
+    /// (`sync` → `mnak`) This member delivered the cut of `coord`'s round and is committed to its
+    /// view, which `coord` casts next, once: `mnak` expects one more cast of `coord`, so that a
+    /// lost view is NAKed (and asked of the other members if `coord` does not answer: a
+    /// coordinator that leaves exits as it casts its view) instead of waited for until the commit
+    /// timeout.
+    AwaitView {
+        /// The round's coordinator.
+        coord: Rank,
+    },
     /// The coordinator's membership layer asks `sync` to start flush round `round`, excluding
     /// `failed`.
     SyncFlush {

@@ -107,6 +107,9 @@ struct Origin {
     asked: super::gaps::Asked,
     /// Some live member holds casts below this (from stability gossip).
     max_known: Seqno,
+    /// Sweeps in a row that found the origin's first hole where it was (`received` then), which
+    /// choose whom its re-NAK goes to ([`Mnak::repairer`]).
+    stalled: (Seqno, u32),
 }
 
 impl Origin {
@@ -244,15 +247,38 @@ impl Mnak {
 
     /// NAKs `lo..=hi` of `origin`: to the origin while it lives, else to the whole view.
     fn nak(&mut self, origin: Rank, lo: Seqno, hi: Seqno, out: &mut Outbox<'_>) {
+        self.nak_to(origin, lo, hi, origin, out);
+    }
+
+    /// NAKs `lo..=hi` of `origin` to `dest`, or to the whole view if the origin has failed.
+    fn nak_to(&mut self, origin: Rank, lo: Seqno, hi: Seqno, dest: Rank, out: &mut Outbox<'_>) {
         self.origins[usize::from(origin)].asked.asked(hi);
         out.count(super::LayerKind::Mnak, Counter::NakSent);
         let msg = Msg::default().with(Header::Nak { origin, lo, hi });
         if self.failed.contains(origin) {
             out.dn(Dn::Cast { msg, qos: Qos::Unreliable });
         } else {
-            out.dn(Dn::Send { dest: origin, msg });
+            out.dn(Dn::Send { dest, msg });
         }
         sweep_due(&mut self.sweep_at, out.now() + self.config.sweep_interval, out);
+    }
+
+    /// Whom the sweep asks for `origin`'s first hole, after `stalled` sweeps found it where it
+    /// was: the origin first, then each other live member in turn (any member answers from what
+    /// it holds, `answer`). An origin that stays silent though not (yet) failed cannot repair: a
+    /// coordinator that left casts its last view once and its stack exits at once, and a
+    /// survivor that lost that cast would wait out the commit timeout and go on alone (found by
+    /// reading `intra` and `top`; `tests/leave.rs`). One member at a time, not the view: a NAK
+    /// cast to all is answered by all.
+    fn repairer(&self, origin: Rank, stalled: u32) -> Rank {
+        let n = self.origins.len() as u32;
+        let live = |r: &Rank| *r != self.rank && !self.failed.contains(*r);
+        let ring = || (0..n).map(|i| ((u32::from(origin) + i) % n) as Rank).filter(live);
+        let count = ring().count() as u32;
+        match count {
+            0 => origin,
+            _ => ring().nth((stalled % count) as usize).unwrap_or(origin),
+        }
     }
 
     /// Reports what this member has received of each origin to `stable` (asked by its sweep, or
@@ -369,24 +395,41 @@ impl Mnak {
         // `nak_delay`, since with early reports (`report_every`) the gossip often names casts
         // still on their way.
         for origin in 0..self.origins.len() as Rank {
-            // Never its own casts (a count from a cut or gossip that credits it with more than it
-            // sent is another member's error), as the sweep skips them too.
-            if origin == self.rank {
-                continue;
-            }
-            let o = &self.origins[usize::from(origin)];
-            if let Some((lo, hi)) = o.gap() {
-                if hi >= o.asked.naked_upto {
-                    let lo = lo.max(o.asked.naked_upto);
-                    self.origins[usize::from(origin)].asked.naked_upto = hi + 1;
-                    if self.config.nak_delay.is_zero() {
-                        self.nak(origin, lo, hi, out);
-                    } else {
-                        sweep_due(&mut self.sweep_at, out.now() + self.config.nak_delay, out);
-                    }
+            self.nak_revealed(origin, out);
+        }
+    }
+
+    /// NAKs a gap of `origin` that gossip or an expectation revealed (`max_known`), once it has
+    /// lasted `nak_delay`. Never its own casts (a count from a cut or gossip that credits it with
+    /// more than it sent is another member's error), as the sweep skips them too.
+    fn nak_revealed(&mut self, origin: Rank, out: &mut Outbox<'_>) {
+        if origin == self.rank {
+            return;
+        }
+        let o = &self.origins[usize::from(origin)];
+        if let Some((lo, hi)) = o.gap() {
+            if hi >= o.asked.naked_upto {
+                let lo = lo.max(o.asked.naked_upto);
+                self.origins[usize::from(origin)].asked.naked_upto = hi + 1;
+                if self.config.nak_delay.is_zero() {
+                    self.nak(origin, lo, hi, out);
+                } else {
+                    sweep_due(&mut self.sweep_at, out.now() + self.config.nak_delay, out);
                 }
             }
         }
+    }
+
+    /// `Dn::AwaitView`: `coord`'s next cast is the view this member committed to. Nothing else
+    /// tells a member that it lost that cast: it is `coord`'s last in the view, no later cast
+    /// reveals the gap, and stability gossip, which goes through the coordinator, stops with it.
+    fn await_view(&mut self, coord: Rank, out: &mut Outbox<'_>) {
+        if usize::from(coord) >= self.origins.len() || self.failed.contains(coord) {
+            return;
+        }
+        let o = &mut self.origins[usize::from(coord)];
+        o.max_known = o.max_known.max(o.received + 1);
+        self.nak_revealed(coord, out);
     }
 }
 
@@ -490,6 +533,7 @@ impl Layer for Mnak {
                 out.dn(Dn::Block);
             }
             Dn::Cut(cut) => self.set_cut(cut, out),
+            Dn::AwaitView { coord } => self.await_view(coord, out),
             other @ (Dn::Leave
             | Dn::Lagging(_)
             | Dn::SyncFlush { .. }
@@ -525,9 +569,20 @@ impl Layer for Mnak {
             if origin == self.rank {
                 continue;
             }
-            let o = &self.origins[usize::from(origin)];
-            for (lo, hi) in super::gaps::to_ask(o.holes(), o.asked.asked_upto) {
-                self.nak(origin, lo, hi, out);
+            let o = &mut self.origins[usize::from(origin)];
+            let asks = super::gaps::to_ask(o.holes(), o.asked.asked_upto);
+            if asks.is_empty() {
+                continue;
+            }
+            // The first hole still where the last sweep found it: ask someone else this time.
+            o.stalled = match o.stalled {
+                (at, sweeps) if at == o.received => (at, sweeps + 1),
+                _ => (o.received, 0),
+            };
+            let stalled = o.stalled.1;
+            let dest = self.repairer(origin, stalled);
+            for (lo, hi) in asks {
+                self.nak_to(origin, lo, hi, dest, out);
             }
         }
     }
@@ -637,7 +692,7 @@ impl Layer for Mnak {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layer::harness::{Harness, Out};
+    use crate::layer::harness::{sent, Harness, Out};
 
     fn data(seqno: Seqno) -> Msg {
         Msg::new(vec![seqno as u8].into()).with(Header::Data { seqno })
@@ -668,6 +723,32 @@ mod tests {
         let out = lagger.up(Up::Send { origin: 1, msg: retrans });
         assert_eq!(out.iter().filter(|o| matches!(o, Out::Up(Up::Cast { origin: 0, .. }))).count(), 2);
         assert_eq!(lagger.layer.origins[0].received, 2);
+    }
+
+    /// A member committed to a coordinator's view expects one more cast of it (`AwaitView`) and
+    /// NAKs it once `nak_delay` is over; a gap its origin does not repair is asked of the origin
+    /// and then of each other live member in turn, one per sweep (never itself, never a failed
+    /// member), since any member answers from what it holds.
+    #[test]
+    fn an_awaited_view_is_naked_and_a_silent_origins_gap_is_asked_of_the_others_in_turn() {
+        let view = crate::testing::view(5);
+        let mut h = Harness::new(Mnak::new(&Config::default(), &view, 3), 3);
+        h.dn(Dn::Fail([4].into_iter().collect()));
+        h.up(Up::Cast { origin: 1, msg: data(0), qos: Qos::Unreliable });
+        assert!(h.dn(Dn::AwaitView { coord: 1 }).is_empty(), "not at once: it may be on its way");
+        let mut at = h.alarm.expect("the NAK's alarm");
+        let mut asked = Vec::new();
+        for _ in 0..6 {
+            for (dest, header) in sent::<Header>(&h.timer(at)) {
+                assert_eq!(header, Header::Nak { origin: 1, lo: 1, hi: 1 }, "the awaited cast");
+                asked.push(dest);
+            }
+            at = h.alarm.expect("the sweep goes on while the gap is open");
+        }
+        assert_eq!(asked, [1, 2, 0, 1, 2, 0], "the origin, then the others in turn (not 3 itself, not 4, failed)");
+        // The view arrives: nothing more is asked.
+        h.up(Up::Cast { origin: 1, msg: data(1), qos: Qos::Unreliable });
+        assert!(sent::<Header>(&h.timer(at)).is_empty());
     }
 
     /// After `report_every` casts entered the buffers (own and received together), the counts go

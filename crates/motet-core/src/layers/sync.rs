@@ -157,6 +157,9 @@ impl Layer for Sync {
                 if let Some((coord, round)) = self.cutting.take() {
                     tracing::debug!(coord, round, "cut delivered: committed to this round's view");
                     self.committed = Some((coord, round));
+                    if coord != self.rank {
+                        out.dn(Dn::AwaitView { coord });
+                    }
                     self.to_coord(coord, Header::CutOk { round }, Up::CutOk { from: self.rank, round }, out);
                     out.up(Up::CutDone { coord, round });
                 }
