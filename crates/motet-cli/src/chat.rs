@@ -62,6 +62,7 @@ fn start(args: &ChatArgs) -> Result<Runtime, String> {
     Err(format!("ports {}-{} on 127.0.0.1 are all taken; give --bind", LOCAL_PORTS.start(), LOCAL_PORTS.end()))
 }
 
+#[allow(clippy::disallowed_types)] // wall-clock time of a command-line tool
 fn chat(args: ChatArgs) -> Result<(), String> {
     let name = args.name.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "anonymous".into());
     let runtime = start(&args)?;
@@ -76,6 +77,9 @@ fn chat(args: ChatArgs) -> Result<(), String> {
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(|e| e.to_string())?;
     }
+    // A stop (a signal, or the end of input) that the loop below cannot act on, because it is
+    // blocked writing to a terminal or pipe nobody reads, still ends the process.
+    crate::member::spawn_watchdog("*", Arc::clone(&stop));
     let handle = member.handle();
     let typed_to_end = Arc::clone(&stop);
     std::thread::Builder::new()
@@ -94,11 +98,16 @@ fn chat(args: ChatArgs) -> Result<(), String> {
         })
         .map_err(|e| e.to_string())?;
     let mut previous: Vec<motet_runtime::EndpointId> = Vec::new();
-    let mut leaving = false;
+    // Once asked to stop: until when the leave may take to be confirmed (`exit`), as `member`'s.
+    let mut leave_by: Option<std::time::Instant> = None;
     loop {
-        if stop.load(Ordering::SeqCst) && !leaving {
-            leaving = true;
+        if stop.load(Ordering::SeqCst) && leave_by.is_none() {
+            leave_by = Some(std::time::Instant::now() + crate::member::LEAVE_WAIT);
             let _ = member.leave();
+        }
+        if leave_by.is_some_and(|by| std::time::Instant::now() >= by) {
+            println!("* left without a confirmation within {:?}", crate::member::LEAVE_WAIT);
+            return Ok(());
         }
         match member.recv_timeout(Duration::from_millis(100)) {
             Ok(Some(Event::Cast { data, .. })) => println!("{}", String::from_utf8_lossy(&data)),

@@ -23,7 +23,7 @@ use clap::Args;
 use motet_runtime::{Event, GroupConfig, Runtime, RuntimeConfig};
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::mpsc;
@@ -156,25 +156,30 @@ fn serve(args: KvArgs) -> Result<(), String> {
     std::thread::Builder::new()
         .name("stdin".into())
         .spawn(move || {
-            for line in std::io::stdin().lock().lines().map_while(Result::ok) {
-                if line.trim() == "digest" {
+            // Byte-wise: `lines()` ends at a line that is not UTF-8, and every later update would
+            // be lost (such a line is cast as it is: every replica reads it alike).
+            crate::member::stdin_lines("motet kv", |line| {
+                if line.trim_ascii() == b"digest" {
                     if digest_tx.send(()).is_err() {
-                        return;
+                        return std::ops::ControlFlow::Break(());
                     }
-                } else if let Err(error) = crate::member::cast_when_room(&handle, line) {
+                } else if let Err(error) = crate::member::cast_when_room(&handle, Bytes::copy_from_slice(line)) {
                     eprintln!("motet kv: update refused: {error}");
                 }
-            }
+                std::ops::ControlFlow::Continue(())
+            });
         })
         .map_err(|e| e.to_string())?;
     let json = args.json;
     let print = |value: serde_json::Value| {
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{}", if json { value.to_string() } else { format!("{value}") });
+        let _ = writeln!(out, "{}", if json { value.to_string() } else { human(&value) });
         let _ = out.flush();
     };
     let mut staging: Vec<u8> = Vec::new();
     let mut view_started = Instant::now();
+    // A state's chunks fit the view's largest message (one datagram on a stack without `frag`).
+    let mut chunk = CHUNK;
     loop {
         while digest_rx.try_recv().is_ok() {
             print(
@@ -183,7 +188,8 @@ fn serve(args: KvArgs) -> Result<(), String> {
         }
         let Some(event) = member.recv_timeout(Duration::from_millis(20)).map_err(|e| e.to_string())? else { continue };
         match &event {
-            Event::View(_) => {
+            Event::View(view) => {
+                chunk = CHUNK.min(view.message_size_max).max(1);
                 staging.clear(); // a transfer cut short by a view change starts over
                 view_started = Instant::now();
                 print(event_json(&event));
@@ -191,9 +197,9 @@ fn serve(args: KvArgs) -> Result<(), String> {
             Event::Cast { data, .. } => store.apply(data),
             Event::XferProvide { view } => {
                 let state = Bytes::from(store.encode());
-                let chunks = state.len().div_ceil(CHUNK).max(1);
+                let chunks = state.len().div_ceil(chunk).max(1);
                 for i in 0..chunks {
-                    let piece = state.slice((i * CHUNK).min(state.len())..((i + 1) * CHUNK).min(state.len()));
+                    let piece = state.slice((i * chunk).min(state.len())..((i + 1) * chunk).min(state.len()));
                     // Chunks held at their bound (`QueueFull`) go as the receivers acknowledge.
                     crate::member::when_room(|| member.xfer_chunk(*view, piece.clone(), i + 1 == chunks))
                         .map_err(|e| e.to_string())?;
@@ -219,6 +225,15 @@ fn serve(args: KvArgs) -> Result<(), String> {
             Event::Send { .. } | Event::Block => {}
         }
     }
+}
+
+/// An output line for a person (without `--json`): the event's type, then its fields as
+/// `key=value`.
+fn human(value: &serde_json::Value) -> String {
+    let Some(fields) = value.as_object() else { return value.to_string() };
+    let kind = fields.get("type").and_then(|t| t.as_str()).unwrap_or("event");
+    let rest: Vec<String> = fields.iter().filter(|(k, _)| *k != "type").map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{kind} {}", rest.join(" "))
 }
 
 #[cfg(test)]

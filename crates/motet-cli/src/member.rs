@@ -96,6 +96,11 @@ pub(crate) struct MemberArgs {
     /// views then carry the new address), `/leave` leaves; every other line is cast as usual.
     #[arg(long)]
     commands: bool,
+    /// Leave the group and exit, as on SIGTERM, when the process that started this one ends
+    /// (the demo's members use it: a demo killed, or ended by a closed pipe, leaves nothing
+    /// running). Looked at every 200 ms.
+    #[arg(long)]
+    exit_with_parent: bool,
 }
 
 /// A number of seconds for a flag: finite, not negative, and at most a year (a `Duration` that a
@@ -311,7 +316,10 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    spawn_watchdog(Arc::clone(&stop));
+    spawn_watchdog("motet member", Arc::clone(&stop));
+    if args.exit_with_parent {
+        spawn_parent_watch(Arc::clone(&stop));
+    }
     let runtime = Arc::new(runtime);
     spawn_stdin_caster(member.handle(), Arc::clone(&runtime), args.commands);
     // A closed stdout (the reader went away) is not a reason to stop being a member: nothing
@@ -410,7 +418,7 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
 
 /// How long a member asked to stop (SIGTERM, SIGINT) waits for its leave to be confirmed (its
 /// `exit` event) before it exits anyway.
-const LEAVE_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const LEAVE_WAIT: Duration = Duration::from_secs(5);
 
 /// Ends the process a little after [`LEAVE_WAIT`] once asked to stop, if the main loop has not
 /// ended it: the loop may be blocked writing to a stdout whose reader stopped reading (a full
@@ -419,18 +427,33 @@ const LEAVE_WAIT: Duration = Duration::from_secs(5);
 /// application is behind on its events), and the others find the member gone by its silence, as
 /// after a crash. Exits 0, as the main loop's own limit does: the process did as asked.
 #[allow(clippy::disallowed_types)] // wall-clock time of a command-line tool
-fn spawn_watchdog(stop: Arc<AtomicBool>) {
+pub(crate) fn spawn_watchdog(who: &'static str, stop: Arc<AtomicBool>) {
     let spawned = std::thread::Builder::new().name("watchdog".into()).spawn(move || {
         while !stop.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(50));
         }
         std::thread::sleep(LEAVE_WAIT + Duration::from_secs(1));
-        eprintln!("motet member: still running after a stop was asked (is its output being read?); exiting");
+        eprintln!("{who}: still running after a stop was asked (is its output being read?); exiting");
         // `exit` only tries the standard output's lock, which the blocked writer holds.
         std::process::exit(0);
     });
     if let Err(error) = spawned {
-        eprintln!("motet member: cannot watch for a stop that does not end the process: {error}");
+        eprintln!("{who}: cannot watch for a stop that does not end the process: {error}");
+    }
+}
+
+/// `--exit-with-parent`: sets `stop` (as SIGTERM does) once this process's parent is no longer
+/// the one that started it (it ended, and the process was given to another).
+fn spawn_parent_watch(stop: Arc<AtomicBool>) {
+    let parent = std::os::unix::process::parent_id();
+    let spawned = std::thread::Builder::new().name("parent".into()).spawn(move || {
+        while std::os::unix::process::parent_id() == parent {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    if let Err(error) = spawned {
+        eprintln!("motet member: cannot watch the parent process: {error}");
     }
 }
 

@@ -25,7 +25,9 @@ impl MemberProcess {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let bind = format!("127.0.0.1:{port}");
         let mut child = Command::new(exe)
-            .args(["member", "--group", group, "--bind", &bind, "--peers", peers, "--json"])
+            // Nothing left running if this process ends without dropping its members (killed, or
+            // ended by a closed stdout).
+            .args(["member", "--group", group, "--bind", &bind, "--peers", peers, "--json", "--exit-with-parent"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

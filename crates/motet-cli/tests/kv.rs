@@ -134,3 +134,46 @@ fn replicas_converge_through_a_crash_and_a_join_with_state_transfer() {
     assert!(installed["bytes"].as_u64().unwrap() > 2_000_000, "{installed}");
     assert!(digest["keys"].as_u64().unwrap() > 488, "{digest}");
 }
+
+/// A line of stdin that is not UTF-8 does not end the updates: it and the lines after it are
+/// cast (before, `lines()` ended at it and the replica read nothing more).
+#[test]
+fn a_line_that_is_not_utf8_does_not_end_the_updates() {
+    let port = ports::free_ports(1).unwrap()[0];
+    let mut a = Replica::spawn(port, &format!("127.0.0.1:{port}"), &[]);
+    wait(Duration::from_secs(30), "the replica's view", || a.view_size() == 1);
+    a.say("set a 1");
+    a.stdin.write_all(b"set \xff\xfe 2\n").unwrap();
+    a.say("set b 3");
+    // The key that is not UTF-8 is applied with its bytes replaced (U+FFFD), as at every replica.
+    wait(Duration::from_secs(30), "a digest of all three updates", || {
+        a.say("digest");
+        std::thread::sleep(Duration::from_millis(100));
+        a.last("digest").is_some_and(|d| d["keys"] == 3)
+    });
+}
+
+/// On a stack without `frag` a message is at most one datagram (61,411 B), and a state larger
+/// than that goes in chunks that fit it: before, the provider sent 64 KiB chunks, was refused
+/// (`TooLarge`) and exited. Two founders hold the state, so that their view, later than the
+/// joiner's fresh one, is the one whose state wins the merge (as in the test above).
+#[test]
+fn a_state_larger_than_a_datagram_transfers_on_a_stack_without_frag() {
+    let ports = ports::free_ports(3).unwrap();
+    let peers: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let peers = peers.join(",");
+    let stack = ["--stack", "Gmp+Sync+Heal+Suspect+Slander+Flow+Local+Total+Xfer"];
+    let founder = [&stack[..], &["--preload-bytes", "300000"]].concat();
+    let a = Replica::spawn(ports[0], &peers, &founder);
+    let b = Replica::spawn(ports[1], &peers, &founder);
+    wait(Duration::from_secs(30), "the founders in one view", || a.view_size() == 2 && b.view_size() == 2);
+    let c = Replica::spawn(ports[2], &peers, &stack);
+    wait(Duration::from_secs(60), "the joiner installing the state", || c.last("xfer_installed").is_some());
+    let installed = c.last("xfer_installed").unwrap();
+    assert!(installed["bytes"].as_u64().unwrap() > 300_000, "{installed}");
+    let provided = [&a, &b].iter().find_map(|r| r.last("xfer_provided")).expect("a founder provided it");
+    assert!(provided["chunks"].as_u64().unwrap() >= 5, "chunks of at most a datagram: {provided}");
+    for mut founder in [a, b] {
+        assert!(founder.child.try_wait().unwrap().is_none(), "the founders are still running");
+    }
+}

@@ -577,3 +577,33 @@ fn sigterm_after_a_leave_command_still_waits_for_the_exit() {
     std::thread::sleep(Duration::from_millis(100)); // let the reader drain
     assert_eq!(procs[0].events().last(), Some(&LogEvent::Exit), "no exit event");
 }
+
+/// `--exit-with-parent` (the demo's members use it): a member whose parent ends without stopping
+/// it (killed, or ended by a closed stdout before it could drop its children) leaves and exits
+/// instead of running on. A shell starts the member in the background and is then killed.
+#[test]
+fn a_member_started_with_exit_with_parent_ends_with_its_parent() {
+    let port = free_ports(1)[0];
+    let script = format!(
+        "\"$0\" member --group orphan --bind 127.0.0.1:{port} --peers 127.0.0.1:{port} --exit-with-parent </dev/null >/dev/null 2>&1 & echo $!; wait"
+    );
+    let mut shell =
+        Command::new("sh").args(["-c", &script, env!("CARGO_BIN_EXE_motet")]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut pid = String::new();
+    BufReader::new(shell.stdout.take().unwrap()).read_line(&mut pid).unwrap();
+    let pid: u32 = pid.trim().parse().unwrap();
+    // Running (a member keeps running at the end of its stdin) until its parent goes.
+    let running = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(running(pid), "the member runs while its parent does");
+    shell.kill().unwrap();
+    shell.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while running(pid) {
+        assert!(Instant::now() < deadline, "the member {pid} still runs 10 s after its parent ended");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
