@@ -63,6 +63,11 @@ impl Drop for Replica {
     }
 }
 
+/// The `--peers` list of replicas on `ports` of loopback.
+fn seeds(ports: &[u16]) -> String {
+    ports.iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
+}
+
 fn wait(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !done() {
@@ -95,8 +100,7 @@ fn converge(replicas: &mut [&mut Replica], min_keys: u64) -> serde_json::Value {
 #[test]
 fn replicas_converge_through_a_crash_and_a_join_with_state_transfer() {
     let ports = ports::free_ports(4).unwrap();
-    let peers: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let peers = peers.join(",");
+    let peers = seeds(&ports);
     // Two founders start with the same 2 MB of state; the third starts empty, joins the group
     // they formed (whose view is later than its fresh one, so theirs is the state that wins) and
     // receives it.
@@ -160,8 +164,7 @@ fn a_line_that_is_not_utf8_does_not_end_the_updates() {
 #[test]
 fn a_state_larger_than_a_datagram_transfers_on_a_stack_without_frag() {
     let ports = ports::free_ports(3).unwrap();
-    let peers: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let peers = peers.join(",");
+    let peers = seeds(&ports);
     let stack = ["--stack", "Gmp+Sync+Heal+Suspect+Slander+Flow+Local+Total+Xfer"];
     let founder = [&stack[..], &["--preload-bytes", "300000"]].concat();
     let a = Replica::spawn(ports[0], &peers, &founder);

@@ -576,7 +576,7 @@ impl Layer for Mnak {
             }
             // The first hole still where the last sweep found it: ask someone else this time.
             o.stalled = match o.stalled {
-                (at, sweeps) if at == o.received => (at, sweeps + 1),
+                (at, sweeps) if at == o.received => (at, sweeps.wrapping_add(1)),
                 _ => (o.received, 0),
             };
             let stalled = o.stalled.1;
