@@ -325,6 +325,46 @@ fn a_quiet_view_holds_and_survives_losing_its_coordinator_and_deputy_at_once() {
     assert!(problems.is_empty(), "{problems:#?}");
 }
 
+/// Three members stopped together (`SIGSTOP`) for two and a half failure timeouts, as a paused
+/// host or virtual machine stops them, keep their view when they run again: each member's own
+/// stall counts against nobody (docs/membership.md, "Failure detection"). Before, each suspected
+/// the other two at its first sweep after waking and went on alone.
+#[test]
+fn members_stopped_together_past_the_timeout_keep_their_view() {
+    let ports = free_ports(3);
+    let peers = peer_list(&ports);
+    let mut procs: Vec<Proc> = (0..3).map(|i| Proc::spawn(&format!("s{i}"), ports[i], &peers)).collect();
+    wait(Duration::from_secs(30), "three processes in one view", || one_view_of(&procs.iter().collect::<Vec<_>>()));
+    let view = |p: &Proc| p.log().last_view().map(|(id, _)| id.to_string());
+    let formed: Vec<_> = procs.iter().map(view).collect();
+    procs.iter().for_each(|p| p.signal("-STOP"));
+    std::thread::sleep(Duration::from_millis(2_500)); // the default timeout is 1 s
+    procs.iter().for_each(|p| p.signal("-CONT"));
+    for p in procs.iter_mut() {
+        let line = format!("{}-after", p.name);
+        p.cast(line);
+    }
+    for i in 0..3 {
+        let lines = procs[i].sent.clone();
+        let all: Vec<&Proc> = procs.iter().collect();
+        wait(Duration::from_secs(30), "casts after the stop delivered", || delivered(&all, &procs[i], &lines));
+    }
+    // Two more timeouts: a suspicion would have changed the view by then.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(procs.iter().map(view).collect::<Vec<_>>(), formed, "the view changed: a stopped member suspected");
+    for p in &procs {
+        p.signal("-TERM");
+    }
+    for p in procs.iter_mut() {
+        let status = p.child.wait().unwrap();
+        assert!(status.success(), "{} exited with {status}", p.name);
+    }
+    std::thread::sleep(Duration::from_millis(100)); // let the readers drain
+    let logs: Vec<MemberLog> = procs.iter().map(Proc::log).collect();
+    let problems = logcheck::check(&logs, false);
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
 /// Issue 5: protocol switching on the fly between real processes. Three members cast
 /// continuously while one asks for `total` and, later, another for `vsync` again. Every member
 /// runs the same stack in every view, nothing is lost or duplicated, and the view running `total`

@@ -34,6 +34,10 @@ impl Duration {
     pub const fn is_zero(self) -> bool {
         self.0 == 0
     }
+    /// `self - other`, or zero if `other` is longer.
+    pub const fn saturating_sub(self, other: Duration) -> Duration {
+        Duration(self.0.saturating_sub(other.0))
+    }
 }
 
 /// Reads a [`Duration`] given in whole milliseconds (configuration files: `nak_delay_ms = 2`),

@@ -72,6 +72,10 @@ pub enum ScriptAction {
     /// The node's application falls behind on its events (`true`) or catches up (`false`):
     /// `Action::Lagging`, as the runtime says it when a member's event queue is full.
     Lag(usize, bool),
+    /// The node's process stops running for this many milliseconds (a `SIGSTOP`, a garbage
+    /// collector's pause, a virtual machine descheduled, or an application that holds its event
+    /// loop): what reaches it waits, its timers fire late, and then it goes on where it was.
+    Stall(usize, u64),
 }
 
 fn display<S: serde::Serializer>(spec: &StackSpec, s: S) -> Result<S::Ok, S::Error> {
@@ -273,6 +277,15 @@ impl SimOptions {
             }
         }
         options.bundles = rng.gen_bool(0.5);
+        // Stalls (drawn last, likewise): in a fifth of the runs one node, or every node at once
+        // (a host paused), stops running for up to 2.5 s, past the failure detector's timeout in
+        // about half of them: what reaches a stalled node waits and its timers fire late.
+        if rng.gen_bool(0.2) {
+            let (at, ms) = (rng.gen_range(0..options.workload_ms + 1_000), rng.gen_range(50..2_500));
+            let stalled: Vec<usize> =
+                if rng.gen_bool(0.5) { (0..nodes).collect() } else { vec![rng.gen_range(0..nodes)] };
+            options.script.extend(stalled.into_iter().map(|node| (at, ScriptAction::Stall(node, ms))));
+        }
         options
     }
 

@@ -15,7 +15,8 @@
 //! ```
 //!
 //! Commands: `nodes N`, `stack SPEC`, `seed S`, `loss P`, `casts K`, `sends K`, `workload_ms T`,
-//! `initial all|none|N...`, `at T crash|start|leave|migrate|lag|catch-up N...`, `at T partition N... [one-way]` (the
+//! `initial all|none|N...`, `at T crash|start|leave|migrate|lag|catch-up N...`, `at T stall N... for MS` (the
+//! processes stop running for `MS` milliseconds), `at T partition N... [one-way]` (the
 //! listed nodes are cut off from the rest), `at T heal` (ends the open partitions), `expect views
 //! N: [members]...` (the member sets, as sets, of the views node N installs after its first), and
 //! `expect final: N...` (every live node ends in one view of exactly these members), `expect
@@ -129,6 +130,13 @@ impl Scenario {
                         let (t, node) =
                             (t.parse().map_err(|e| format!("{e}"))?, node.parse().map_err(|e| format!("{e}"))?);
                         options.script.push((t, ScriptAction::Switch(node, spec)));
+                    }
+                    ["at", t, "stall", rest @ ..] if rest.len() >= 3 && rest[rest.len() - 2] == "for" => {
+                        let t: u64 = t.parse().map_err(|e| format!("{e}"))?;
+                        let ms: u64 = rest[rest.len() - 1].parse().map_err(|e| format!("{e}"))?;
+                        for node in numbers(&rest[..rest.len() - 2])? {
+                            options.script.push((t, ScriptAction::Stall(node, ms)));
+                        }
                     }
                     ["at", t, action, rest @ ..] => {
                         let t: u64 = t.parse().map_err(|e| format!("{e}"))?;

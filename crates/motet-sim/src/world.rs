@@ -103,6 +103,18 @@ enum Event {
         node: usize,
         again: bool,
     },
+    /// A node's process stops running until `until` (`ScriptAction::Stall`).
+    Stall {
+        node: usize,
+        until: Instant,
+    },
+    /// A stalled node runs again (deferred events were re-queued for this time): a note, and the
+    /// fault phase kept open for `AFTER_STALL` more.
+    Resume {
+        node: usize,
+    },
+    /// Nothing: keeps a run from ending before what a stall set off has played out.
+    AfterStall,
     /// The crashed process of `node` starts again as a new endpoint (a new node index).
     Restart {
         node: usize,
@@ -112,6 +124,29 @@ enum Event {
         failed: usize,
     },
     PartitionChange,
+}
+
+impl Event {
+    /// The node whose process handles this event (deferred while it is stalled); `None` for what
+    /// happens to a process or the network from outside (crashes, starts, stalls, partitions).
+    fn runs_at(&self) -> Option<usize> {
+        match *self {
+            Event::Deliver { to, .. } => Some(to),
+            Event::Submit { node, .. }
+            | Event::Leave { node }
+            | Event::Lag { node, .. }
+            | Event::Switch { node, .. }
+            | Event::Migrate { node, .. }
+            | Event::FailNotice { node, .. } => Some(node),
+            Event::Crash { .. }
+            | Event::Start { .. }
+            | Event::Stall { .. }
+            | Event::Resume { .. }
+            | Event::AfterStall
+            | Event::Restart { .. }
+            | Event::PartitionChange => None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -161,6 +196,9 @@ struct SimNode {
     lagging: bool,
     /// The application takes its own casts back (`SimOptions::no_loopback`).
     loopback: bool,
+    /// The process does not run before this time (`Event::Stall`): what reaches it is deferred to
+    /// then, and its timers fire then at the earliest.
+    stalled_until: Instant,
 }
 
 impl SimNode {
@@ -179,6 +217,7 @@ impl SimNode {
             staging: Default::default(),
             lagging: false,
             loopback,
+            stalled_until: Instant::ZERO,
         }
     }
 
@@ -248,6 +287,9 @@ struct World<'a> {
     migrate_tries: Vec<u32>,
 }
 
+/// How long a run goes on at least after a stalled node runs again: two failure-detector
+/// timeouts, for the late sweeps to suspect (or not) and a view change to start.
+const AFTER_STALL: Duration = Duration::from_millis(2_000);
 /// Addresses nodes migrate to are numbered from here (node indices stay below).
 const MIGRATED_BASE: u32 = 1 << 20;
 /// How long a migrated node still receives at its old address once its view has the new one.
@@ -417,6 +459,9 @@ impl<'a> World<'a> {
                 crate::options::ScriptAction::Switch(node, ref spec) => Event::Switch { node, spec: spec.clone() },
                 crate::options::ScriptAction::Migrate(node) => Event::Migrate { node, again: false },
                 crate::options::ScriptAction::Lag(node, lagging) => Event::Lag { node, lagging },
+                crate::options::ScriptAction::Stall(node, ms) => {
+                    Event::Stall { node, until: at + Duration::from_millis(ms) }
+                }
             };
             self.schedule(at, event);
         }
@@ -440,7 +485,12 @@ impl<'a> World<'a> {
         }
         loop {
             let next_event = self.queue.peek().map(|Reverse(s)| s.at);
-            let next_timer = self.nodes.iter().filter(|n| n.alive).filter_map(|n| n.node.poll_timeout()).min();
+            let next_timer = self
+                .nodes
+                .iter()
+                .filter(|n| n.alive)
+                .filter_map(|n| n.node.poll_timeout().map(|at| at.max(n.stalled_until)))
+                .min();
             let Some(at) = [next_event, next_timer].into_iter().flatten().min() else { break };
             if at > time_max {
                 break;
@@ -452,7 +502,8 @@ impl<'a> World<'a> {
             } else {
                 for index in 0..self.nodes.len() {
                     let node = &mut self.nodes[index];
-                    if node.alive && node.node.poll_timeout().is_some_and(|t| t <= self.now) {
+                    let running = node.alive && node.stalled_until <= self.now;
+                    if running && node.node.poll_timeout().is_some_and(|t| t <= self.now) {
                         node.node.handle_timeout(self.now);
                         self.flush(index);
                     }
@@ -499,6 +550,14 @@ impl<'a> World<'a> {
         if !matches!(event, Event::Deliver { .. } | Event::Submit { .. }) {
             self.faults_left -= 1;
         }
+        // What reaches a stalled process waits until it runs again, in the order it came.
+        if let Some(node) = event.runs_at() {
+            let until = self.nodes[node].stalled_until;
+            if until > self.now {
+                self.schedule(until, event);
+                return;
+            }
+        }
         match event {
             Event::Deliver { from, to, mut datagrams, record } => {
                 self.in_flight -= 1;
@@ -542,6 +601,24 @@ impl<'a> World<'a> {
                     }
                 }
             }
+            Event::Stall { node, until } => {
+                if self.nodes[node].alive {
+                    let ms = until.saturating_since(self.now).as_millis();
+                    self.note(format!("node {node} stops running for {ms} ms"));
+                    mark(&mut self.hasher, b's', &[node as u64, until.0]);
+                    self.nodes[node].stalled_until = until;
+                    self.schedule(until, Event::Resume { node });
+                }
+            }
+            Event::Resume { node } => {
+                if self.nodes[node].alive && self.nodes[node].stalled_until <= self.now {
+                    self.note(format!("node {node} runs again"));
+                    // Its late timers fire now, and what they do (a suspicion, at worst) must be
+                    // part of the run: a group that looked quiet as it woke would end it first.
+                    self.schedule(self.now + AFTER_STALL, Event::AfterStall);
+                }
+            }
+            Event::AfterStall => {}
             Event::Restart { node } => self.restart(node),
             Event::Start { node } => self.start(node),
             Event::Leave { node } => {

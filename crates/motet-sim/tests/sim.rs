@@ -368,3 +368,36 @@ fn the_liveness_oracle_wants_every_leaver_gone_and_accepts_an_empty_group() {
         "{violations:?}"
     );
 }
+
+/// Stalls in the swarm: a fifth of the seeds stop one member, or every member at once, for up to
+/// 2.5 s. Each run passes every oracle and converges, and where every member stalled past the
+/// failure detector's timeout the detectors saw their own stalls (`Stalled`) rather than suspect.
+#[test]
+fn swarm_stalls_pass() {
+    let (mut one, mut all) = (0, 0);
+    for seed in 1..=200 {
+        let options = SimOptions::swarm(seed, 5, StackSpec::parse("vsync").unwrap());
+        let stalls: Vec<(u64, usize, u64)> = options
+            .script
+            .iter()
+            .filter_map(|&(at, ref action)| match *action {
+                ScriptAction::Stall(node, ms) => Some((at, node, ms)),
+                _ => None,
+            })
+            .collect();
+        if stalls.is_empty() {
+            continue;
+        }
+        let report = run(&options);
+        assert_eq!(first(&report.violations), [], "seed {seed}: {}", options.replay_command(true));
+        assert!(report.trace.quiesced, "seed {seed} did not converge: {}", options.replay_command(true));
+        if stalls.len() == 5 {
+            all += 1;
+            let stalled = report.stats.counter(motet_core::Counter::Stalled);
+            assert!(stalls[0].2 < 200 || stalled > 0, "seed {seed}: stalls {stalls:?}, none seen");
+        } else {
+            one += 1;
+        }
+    }
+    assert!(one >= 10 && all >= 10, "stalls of one member in {one} seeds, of all in {all}");
+}

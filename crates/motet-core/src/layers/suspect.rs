@@ -35,6 +35,16 @@
 //! the deputy among them (three crashes, or a partition that leaves both): the rank that takes
 //! over takes one timeout to suspect those two and another for the others it cannot hear, where
 //! the all-to-all detector takes one (docs/membership.md, "Failure detection").
+//!
+//! **Our own stalls count against nobody.** Silence is measured in the time this member ran. A
+//! sweep that comes more than one period late (the process was stopped, descheduled, swapped, or
+//! its application held the event loop) moves every member's last-heard time on by the lateness
+//! beyond one period. A member that stalled past the timeout used to suspect every other member at
+//! its first sweep after waking, before it had read what they sent meanwhile, and went on alone:
+//! two `motet perf latency` processes, each serving a raw socket for longer than the timeout,
+//! split this way every time. A member that really failed during our stall is suspected a timeout
+//! after we resume. The other members' view of us is theirs to judge: a stall longer than their
+//! timeout still gets us suspected by them, as it must.
 
 use crate::event::{Counter, Dn, DropReason, Msg, Qos, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -98,8 +108,11 @@ pub struct Suspect {
     deputy: Rank,
     coord_address: Address,
     deputy_address: Address,
-    /// When each member was last heard from.
+    /// When each member was last heard from (moved on by our own stalls: the module's comment).
     last_heard: Vec<Instant>,
+    /// When the last sweep ran (or the layer started): a sweep much later than one period after
+    /// it finds that this member stalled.
+    last_sweep: Instant,
     /// Suspected or failed: no longer watched.
     suspected: RankSet,
     /// Every member heartbeats to all and watches all (see the module's comment); off while the
@@ -121,6 +134,7 @@ impl Suspect {
             coord_address: view.addresses[usize::from(view.coord)],
             deputy_address: view.addresses[usize::from(deputy)],
             last_heard: vec![Instant::ZERO; view.len()],
+            last_sweep: Instant::ZERO,
             suspected: RankSet::new(),
             all_to_all: config.all_to_all,
         }
@@ -163,6 +177,7 @@ impl Layer for Suspect {
         match ev {
             Up::Init => {
                 self.last_heard.iter_mut().for_each(|t| *t = out.now());
+                self.last_sweep = out.now();
                 out.alarm(out.now() + self.config.sweep_interval);
                 out.up(Up::Init);
             }
@@ -207,6 +222,17 @@ impl Layer for Suspect {
 
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
         let now = out.now();
+        // A missed sweep means we did not run: that time counts against nobody (the module's
+        // comment). Capped at now: a member heard as we woke was heard now, not later.
+        let late = (now - self.last_sweep).saturating_sub(self.config.sweep_interval);
+        if late >= self.config.sweep_interval {
+            for heard in &mut self.last_heard {
+                *heard = (*heard + late).min(now);
+            }
+            out.count(super::LayerKind::Suspect, Counter::Stalled);
+            tracing::info!(late_ms = late.as_millis(), "this member's sweep came late: its own stall suspects nobody");
+        }
+        self.last_sweep = now;
         let mut newly = RankSet::new();
         for (rank, &heard) in self.last_heard.iter().enumerate() {
             let rank = rank as Rank;
@@ -298,6 +324,41 @@ mod tests {
             .collect()
     }
 
+    /// Sweeps every 100 ms from `from` to `to` (inclusive), hearing nothing: what they output.
+    fn sweeps(h: &mut Harness<Suspect>, from: u64, to: u64) -> Vec<Out> {
+        (from..=to).step_by(100).flat_map(|t| h.timer(at_ms(t))).collect()
+    }
+
+    #[test]
+    fn a_stall_of_our_own_suspects_nobody() {
+        // The coordinator hears everyone until 500 ms, then does not run until 3 s: its first
+        // sweep after that stall suspects nobody, though all were silent for 2.5 s.
+        let (mut coord, view) = endpoint(4, 0);
+        for t in (100..=500).step_by(100) {
+            coord.now = at_ms(t);
+            (1..4).for_each(|rank| drop(coord.up(ping(&view, rank))));
+            coord.timer(at_ms(t));
+        }
+        let out = coord.timer(at_ms(3_000));
+        assert!(suspected(&out).is_empty());
+        assert_eq!(sent(&out), ["Beat"]);
+        assert_eq!(coord.stats.counter(Counter::Stalled), 1);
+        // Ranks 1 and 2 are heard from again as it resumes, rank 3 never: it is suspected after
+        // a timeout of the coordinator's running time (the stall counting as one period), at
+        // 4 s, not at once.
+        for t in (3_100..=4_000).step_by(100) {
+            coord.now = at_ms(t);
+            (1..3).for_each(|rank| drop(coord.up(ping(&view, rank))));
+            let out = coord.timer(at_ms(t));
+            assert_eq!(suspected(&out), if t == 4_000 { vec![3] } else { vec![] }, "at {t} ms");
+        }
+        // A sweep late by less than a period is not a stall: timers are not exact.
+        let (mut member, _) = endpoint(4, 2);
+        member.timer(at_ms(190));
+        assert_eq!(member.stats.counter(Counter::Stalled), 0);
+        // Without the rule, the stalled sweep suspected all three (checked by disabling it).
+    }
+
     #[test]
     fn a_quiet_view_runs_through_the_coordinator() {
         let (mut coord, view) = endpoint(4, 0);
@@ -317,6 +378,8 @@ mod tests {
         let mut all = Harness::new(Suspect::new(&config, &view, 2), 2);
         all.up(Up::Init);
         assert_eq!(sent(&all.timer(at_ms(100))), ["Heartbeat"]);
+        let quiet = sweeps(&mut all, 200, 1_000);
+        assert!(suspected(&quiet).is_empty());
         assert_eq!(suspected(&all.timer(at_ms(1_100))), [0, 1, 3]);
         assert_eq!(all.stats.counter(Counter::DetectorWidened), 0);
         // The coordinator's beat and pings are consumed here: nothing above hears of them.
@@ -389,8 +452,12 @@ mod tests {
     #[test]
     fn another_members_heartbeat_or_a_view_change_widens_the_detector() {
         let (mut member, _) = endpoint(4, 2);
-        member.now = at_ms(5_000);
-        member.up(cast(0, Header::Beat));
+        for t in (100..=5_000).step_by(100) {
+            member.now = at_ms(t);
+            member.up(cast(0, Header::Beat));
+            member.up(cast(1, Header::Beat));
+            assert!(suspected(&member.timer(at_ms(t))).is_empty(), "at {t} ms");
+        }
         // Rank 1 casts a heartbeat: the all-to-all detector is on; rank 3, never heard from,
         // gets a timeout from now.
         assert!(member.up(cast(1, Header::Heartbeat)).is_empty());
@@ -398,6 +465,7 @@ mod tests {
         let out = member.timer(at_ms(5_100));
         assert_eq!(sent(&out), ["Heartbeat"]);
         assert!(suspected(&out).is_empty());
+        assert!(suspected(&sweeps(&mut member, 5_200, 6_000)).is_empty());
         assert_eq!(suspected(&member.timer(at_ms(6_100))), [0, 1, 3]);
 
         let (mut member, _) = endpoint(4, 1);
