@@ -153,6 +153,10 @@ pub enum Dn {
         contact: crate::view::Address,
         /// Our partition after its flush.
         view: Box<motet_wire::hdr::intra::FullView>,
+        /// When the merge flush began: `merge_timeout` counts from here, so a flush that took
+        /// long leaves the request less time, and the round ends before its members' own
+        /// `commit_timeout` (which counts from their cut, after this).
+        since: crate::time::Instant,
     },
     /// (`inter` → `merge`, at the granter) send the merged view to the requester, and answer its
     /// repeated requests with it.

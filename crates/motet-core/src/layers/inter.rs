@@ -16,6 +16,7 @@
 
 use crate::event::{Dn, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::time::Instant;
 use crate::view::{Address, EndpointId, ViewId, ViewState};
 use crate::Rank;
 use motet_wire::hdr::inter::Header;
@@ -43,9 +44,10 @@ pub static SPEC: LayerSpec = LayerSpec {
 enum Phase {
     Idle,
     /// We asked to merge into `contact`'s partition; `round` once our own flush is done and the
-    /// request is sent.
+    /// request is sent. `since`: when the merge flush began, from which `merge_timeout` counts.
     Requesting {
         contact: Address,
+        since: Instant,
         round: Option<(u64, Vec<Rank>)>,
     },
     /// We are flushing to grant `request`.
@@ -130,9 +132,9 @@ impl Inter {
 
     fn on_ready(&mut self, round: u64, survivors: Vec<Rank>, out: &mut Outbox<'_>) {
         match std::mem::replace(&mut self.phase, Phase::Idle) {
-            Phase::Requesting { contact, round: None } => {
-                out.dn(Dn::MergeRequest { contact, view: Box::new(self.partition(&survivors).to_full()) });
-                self.phase = Phase::Requesting { contact, round: Some((round, survivors)) };
+            Phase::Requesting { contact, since, round: None } => {
+                out.dn(Dn::MergeRequest { contact, view: Box::new(self.partition(&survivors).to_full()), since });
+                self.phase = Phase::Requesting { contact, since, round: Some((round, survivors)) };
             }
             Phase::Granting { request } => {
                 let merged = Arc::new(self.merged(&survivors, &request));
@@ -168,7 +170,7 @@ impl Layer for Inter {
             Up::Elect(coord) => self.coord = coord,
             Up::MergeWith { contact, .. } if matches!(self.phase, Phase::Idle) && self.coord == self.rank => {
                 tracing::info!(?contact, "another partition found: flushing to merge with it");
-                self.phase = Phase::Requesting { contact, round: None };
+                self.phase = Phase::Requesting { contact, since: out.now(), round: None };
                 out.dn(Dn::MergeFlush);
             }
             Up::MergeWith { .. } => {}

@@ -6,7 +6,8 @@
 //!
 //! Gossip is unreliable, so this layer makes a merge request reliable the way Ensemble's does:
 //! the requester repeats `Request` every `retry_interval` until the granter answers `Granted`, and
-//! gives up after `merge_timeout` (`MergeFailed`), so a requester is never blocked for long.
+//! gives up `merge_timeout` after its merge flush began (`MergeFailed`), so a requester is never
+//! blocked for long, and not for longer than its members wait for the round's view.
 //! `Denied` ("busy with another view change") does not end the request: a repeat that reached the
 //! granter before the denial may still be granted once it is free, and a requester that had given
 //! up would then be counted in a view it never installs (found by the simulator with state
@@ -34,7 +35,9 @@ pub struct Config {
         serialize_with = "crate::time::ser_millis"
     )]
     pub retry_interval: Duration,
-    /// How long the requester waits for an answer before giving up. Default 3 s.
+    /// How long a requester's merge round may take, from the start of its flush to an answer,
+    /// before it gives up and goes on as its partition (`MergeFailed`). Default 3 s. Keep it
+    /// well under `intra.commit_timeout`, which its members wait for the round's view.
     #[serde(
         rename = "merge_timeout_ms",
         deserialize_with = "crate::time::millis",
@@ -160,11 +163,16 @@ impl Layer for Merge {
 
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
         match ev {
-            Dn::MergeRequest { contact, view } => {
+            Dn::MergeRequest { contact, view, since } => {
                 let id = (view.ltime, view.coord);
                 let request = Header::Request { view };
                 Merge::send(contact, request.clone(), out);
-                let deadline = out.now() + self.config.merge_timeout;
+                // From the start of the merge flush, not from now: the requester's members wait
+                // for the round's view `intra.commit_timeout` (5 s) from their cut, which came
+                // after that start. Counted from the request, a flush of over 2 s let their wait
+                // end first, and each went on alone instead of in the partition's view that an
+                // unanswered request ends in. A request still gets one repeat's time.
+                let deadline = (since + self.config.merge_timeout).max(out.now() + self.config.retry_interval);
                 self.pending = Some(Pending { contact, id, request, deadline });
                 out.alarm(out.now() + self.config.retry_interval);
             }
@@ -249,7 +257,7 @@ mod tests {
     fn request_is_repeated_then_fails_at_the_timeout() {
         let view = crate::testing::view(2);
         let mut h = Harness::new(Merge::new(&Config::default(), &view, 0), 0);
-        let out = h.dn(Dn::MergeRequest { contact: Address::Sim(9), view: full(3, 1) });
+        let out = h.dn(Dn::MergeRequest { contact: Address::Sim(9), view: full(3, 1), since: Instant::ZERO });
         assert!(matches!(gossip(&out)[..], [Header::Request { .. }]));
         let out = run_until(&mut h, Instant::ZERO + Duration::from_millis(10_000));
         assert!(matches!(out.last(), Some(Out::Up(Up::MergeFailed))), "{out:?}");
@@ -261,11 +269,28 @@ mod tests {
         assert!(out.is_empty(), "{out:?}");
     }
 
+    /// The timeout counts from the start of the merge flush: a request sent after a long flush
+    /// gets what is left of it (and at least one repeat's time), so the round ends before its
+    /// members stop waiting for its view (`intra.commit_timeout` from their cut).
+    #[test]
+    fn the_timeout_counts_from_the_start_of_the_merge_flush() {
+        let view = crate::testing::view(2);
+        let at = |ms| Instant::ZERO + Duration::from_millis(ms);
+        for (sent_ms, failed_ms) in [(1_000, 3_000), (2_900, 3_100), (4_000, 4_200)] {
+            let mut h = Harness::new(Merge::new(&Config::default(), &view, 0), 0);
+            h.now = at(sent_ms);
+            h.dn(Dn::MergeRequest { contact: Address::Sim(9), view: full(3, 1), since: Instant::ZERO });
+            assert!(run_until(&mut h, at(failed_ms - 1)).iter().all(|o| !matches!(o, Out::Up(Up::MergeFailed))));
+            let out = run_until(&mut h, at(failed_ms));
+            assert!(matches!(out.last(), Some(Out::Up(Up::MergeFailed))), "sent at {sent_ms} ms: {out:?}");
+        }
+    }
+
     #[test]
     fn only_the_answer_to_our_request_counts() {
         let view = crate::testing::view(2);
         let mut h = Harness::new(Merge::new(&Config::default(), &view, 0), 0);
-        h.dn(Dn::MergeRequest { contact: Address::Sim(9), view: full(3, 1) });
+        h.dn(Dn::MergeRequest { contact: Address::Sim(9), view: full(3, 1), since: Instant::ZERO });
         let out = h.up(incoming(Header::Denied { request: (2, 1) }));
         assert!(out.is_empty(), "an answer to another request: {out:?}");
         // Our request denied (busy): nothing goes up, and the request is repeated until granted.
