@@ -136,8 +136,8 @@ struct Summary {
     naks: u64,
     liveness_failures: usize,
     views_installed: u64,
-    /// Merge requests that went unanswered for `merge_timeout` (the requester's partition was
-    /// blocked that long, then went on alone).
+    /// Merge requests that went unanswered until `merge_timeout` from the start of their merge
+    /// flush (the requester's partition was blocked that long, then went on alone).
     merges_unanswered: u64,
     /// Endpoint migrations the runs made (swarm runs draw some).
     migrations: u64,

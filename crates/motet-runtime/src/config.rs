@@ -102,7 +102,7 @@ pub struct RuntimeConfig {
     /// sweep is then late beyond the slack only if the flow stops just before it, by at most the
     /// shortest receive timeout and the kernel's overshoot, counted from the deadline (about 8 ms
     /// at 250 Hz, 20 ms at 100 Hz; docs/runtime.md, "Timers"). 0: timers fire on time and the
-    /// loop waits in `epoll` near them. Default 5.
+    /// loop waits in `epoll` near them. Default 5, at most [`TIMER_SLACK_MAX_MS`].
     pub timer_slack_ms: u64,
     /// After a migration ([`crate::Runtime::migrate`]), how long the old socket is still read once
     /// every endpoint's view has the new address, in milliseconds: datagrams peers sent to the
@@ -114,6 +114,10 @@ pub struct RuntimeConfig {
 /// The largest `event_queue`, `action_queue` and `send_backlog` a configuration may give (2^20,
 /// 64 times the defaults): the channels of the threaded runtime allocate every slot up front.
 pub const QUEUE_MAX: usize = 1 << 20;
+
+/// The largest [`RuntimeConfig::timer_slack_ms`] a configuration may give: a tenth of the failure
+/// detector's default timeout. More is no longer slack but a delay of every protocol timer.
+pub const TIMER_SLACK_MAX_MS: u64 = 100;
 
 impl Default for RuntimeConfig {
     fn default() -> RuntimeConfig {
@@ -199,6 +203,14 @@ impl RuntimeConfig {
                 "pack_max {} is above {}, the largest UDP datagram; 1452 (one Ethernet packet) is the default",
                 self.pack_max,
                 motet_wire::DATAGRAM_SIZE_MAX
+            )));
+        }
+        // Timers this late are protocol delays, not slack: a failure detector's sweep 500 ms late
+        // reads as this member's own stall (`suspect`), and NAKs and credit wait as long.
+        if self.timer_slack_ms > TIMER_SLACK_MAX_MS {
+            return Err(Error::Config(format!(
+                "timer_slack_ms {} is above {TIMER_SLACK_MAX_MS}: it lets protocol timers fire that late; the default is 5",
+                self.timer_slack_ms
             )));
         }
         if !(0.0..1.0).contains(&self.inject_loss) {
@@ -486,6 +498,10 @@ mod tests {
         assert!(RuntimeConfig { pack_max: motet_wire::DATAGRAM_SIZE_MAX, ..RuntimeConfig::default() }
             .validate()
             .is_ok());
+        // Nor timers allowed to fire so late that a failure detector takes it for a stall.
+        let err = RuntimeConfig { timer_slack_ms: 500, ..RuntimeConfig::default() }.validate().unwrap_err();
+        assert!(err.to_string().contains("timer_slack_ms 500 is above 100"), "{err}");
+        assert!(RuntimeConfig { timer_slack_ms: TIMER_SLACK_MAX_MS, ..RuntimeConfig::default() }.validate().is_ok());
     }
 
     #[test]

@@ -26,7 +26,10 @@ mod network;
 pub struct SimReport {
     /// The seed.
     pub seed: u64,
-    /// BLAKE3 of every delivery and every datagram's fate, in order: equal seeds give equal hashes.
+    /// BLAKE3 of every delivery (payload digest), every datagram's fate, every view installed
+    /// (its id, members and primary flag), every crash and stall, in order: equal seeds give equal
+    /// hashes. Not the datagrams' bytes, which the bypass's compressed headers change (the
+    /// bypass's tests compare runs with it on and off by this hash).
     pub trace_hash: String,
     /// Broken guarantees (empty when the run passed).
     pub violations: Vec<Violation>,
@@ -103,13 +106,14 @@ enum Event {
         node: usize,
         again: bool,
     },
-    /// A node's process stops running until `until` (`ScriptAction::Stall`).
+    /// A node's process stops running until `until` (`ScriptAction::Stall`), or until a later
+    /// stall it is already in ends.
     Stall {
         node: usize,
         until: Instant,
     },
-    /// A stalled node runs again (deferred events were re-queued for this time): a note, and the
-    /// fault phase kept open for `AFTER_STALL` more.
+    /// A stalled node runs again, if no later stall holds it: it handles what came meanwhile, and
+    /// the fault phase stays open for `AFTER_STALL` more.
     Resume {
         node: usize,
     },
@@ -196,9 +200,12 @@ struct SimNode {
     lagging: bool,
     /// The application takes its own casts back (`SimOptions::no_loopback`).
     loopback: bool,
-    /// The process does not run before this time (`Event::Stall`): what reaches it is deferred to
-    /// then, and its timers fire then at the earliest.
-    stalled_until: Instant,
+    /// The process is stopped until this time (`Event::Stall`, ended by its `Resume`): what
+    /// reaches it meanwhile waits in `held`, and its timers fire then at the earliest.
+    stalled: Option<Instant>,
+    /// Events that reached the process while it was stopped, in the order they came: handled at
+    /// its `Resume`, before anything else.
+    held: VecDeque<Event>,
 }
 
 impl SimNode {
@@ -217,7 +224,8 @@ impl SimNode {
             staging: Default::default(),
             lagging: false,
             loopback,
-            stalled_until: Instant::ZERO,
+            stalled: None,
+            held: VecDeque::new(),
         }
     }
 
@@ -489,7 +497,7 @@ impl<'a> World<'a> {
                 .nodes
                 .iter()
                 .filter(|n| n.alive)
-                .filter_map(|n| n.node.poll_timeout().map(|at| at.max(n.stalled_until)))
+                .filter_map(|n| n.node.poll_timeout().map(|at| n.stalled.map_or(at, |until| at.max(until))))
                 .min();
             let Some(at) = [next_event, next_timer].into_iter().flatten().min() else { break };
             if at > time_max {
@@ -502,7 +510,7 @@ impl<'a> World<'a> {
             } else {
                 for index in 0..self.nodes.len() {
                     let node = &mut self.nodes[index];
-                    let running = node.alive && node.stalled_until <= self.now;
+                    let running = node.alive && node.stalled.is_none();
                     if running && node.node.poll_timeout().is_some_and(|t| t <= self.now) {
                         node.node.handle_timeout(self.now);
                         self.flush(index);
@@ -550,13 +558,14 @@ impl<'a> World<'a> {
         if !matches!(event, Event::Deliver { .. } | Event::Submit { .. }) {
             self.faults_left -= 1;
         }
-        // What reaches a stalled process waits until it runs again, in the order it came.
-        if let Some(node) = event.runs_at() {
-            let until = self.nodes[node].stalled_until;
-            if until > self.now {
-                self.schedule(until, event);
-                return;
+        // What reaches a stalled process waits until it runs again, in the order it came (still
+        // pending: the counters above are put back, and taken when it is handled).
+        if let Some(node) = event.runs_at().filter(|&node| self.nodes[node].stalled.is_some()) {
+            if !matches!(event, Event::Deliver { .. } | Event::Submit { .. }) {
+                self.faults_left += 1;
             }
+            self.nodes[node].held.push_back(event);
+            return;
         }
         match event {
             Event::Deliver { from, to, mut datagrams, record } => {
@@ -587,6 +596,7 @@ impl<'a> World<'a> {
                 }
             }
             Event::Crash { node } => {
+                mark(&mut self.hasher, b'c', &[node as u64, self.now.0]);
                 self.nodes[node].alive = false;
                 self.trace.crashed[node] = Some(self.now);
                 self.note(format!("node {node} crashes (fail-stop)"));
@@ -605,17 +615,28 @@ impl<'a> World<'a> {
                 if self.nodes[node].alive {
                     let ms = until.saturating_since(self.now).as_millis();
                     self.note(format!("node {node} stops running for {ms} ms"));
-                    mark(&mut self.hasher, b's', &[node as u64, until.0]);
-                    self.nodes[node].stalled_until = until;
+                    mark(&mut self.hasher, b'p', &[node as u64, until.0]);
+                    // A stall within a stall ends with the later of the two.
+                    let until = self.nodes[node].stalled.map_or(until, |other| other.max(until));
+                    self.nodes[node].stalled = Some(until);
                     self.schedule(until, Event::Resume { node });
                 }
             }
             Event::Resume { node } => {
-                if self.nodes[node].alive && self.nodes[node].stalled_until <= self.now {
-                    self.note(format!("node {node} runs again"));
-                    // Its late timers fire now, and what they do (a suspicion, at worst) must be
-                    // part of the run: a group that looked quiet as it woke would end it first.
-                    self.schedule(self.now + AFTER_STALL, Event::AfterStall);
+                if self.nodes[node].stalled.is_some_and(|until| until <= self.now) {
+                    self.nodes[node].stalled = None;
+                    if self.nodes[node].alive {
+                        self.note(format!("node {node} runs again"));
+                        // Its late timers fire now, and what they do (a suspicion, at worst) must
+                        // be part of the run: a group that looked quiet as it woke would end it
+                        // first.
+                        self.schedule(self.now + AFTER_STALL, Event::AfterStall);
+                    }
+                    // What came meanwhile, in order, before anything else (a crashed process's
+                    // deliveries are lost as any to it).
+                    while let Some(event) = self.nodes[node].held.pop_front() {
+                        self.handle(event);
+                    }
                 }
             }
             Event::AfterStall => {}

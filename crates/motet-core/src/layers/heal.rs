@@ -18,7 +18,7 @@
 //! messages reach us; so we send our hello to its coordinator, which answers a
 //! smaller partition's hello with an `answer` hello sent to us alone, and only an answer makes us
 //! ask. Asking floods our own partition (an `intra` round: the application is blocked) and waits
-//! up to `merge.merge_timeout` (3 s) for a grant; with a partition that heals in one direction
+//! for a grant until `merge.merge_timeout` (3 s) from the start of that flush; with a partition that heals in one direction
 //! only, the request could never arrive, and every member of ours would be blocked for those 3 s
 //! and then get a new view of the same members. So nothing happens until the other direction
 //! heals.

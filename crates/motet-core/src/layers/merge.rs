@@ -171,8 +171,10 @@ impl Layer for Merge {
                 // for the round's view `intra.commit_timeout` (5 s) from their cut, which came
                 // after that start. Counted from the request, a flush of over 2 s let their wait
                 // end first, and each went on alone instead of in the partition's view that an
-                // unanswered request ends in. A request still gets one repeat's time.
-                let deadline = (since + self.config.merge_timeout).max(out.now() + self.config.retry_interval);
+                // unanswered request ends in. A request still gets two repeats' time (a flush of
+                // over 4 s ends its members' wait first anyway).
+                let floor = out.now() + Duration(self.config.retry_interval.0.saturating_mul(3));
+                let deadline = (since + self.config.merge_timeout).max(floor);
                 self.pending = Some(Pending { contact, id, request, deadline });
                 out.alarm(out.now() + self.config.retry_interval);
             }
@@ -270,17 +272,20 @@ mod tests {
     }
 
     /// The timeout counts from the start of the merge flush: a request sent after a long flush
-    /// gets what is left of it (and at least one repeat's time), so the round ends before its
+    /// gets what is left of it (and at least two repeats' time), so the round ends before its
     /// members stop waiting for its view (`intra.commit_timeout` from their cut).
     #[test]
     fn the_timeout_counts_from_the_start_of_the_merge_flush() {
         let view = crate::testing::view(2);
         let at = |ms| Instant::ZERO + Duration::from_millis(ms);
-        for (sent_ms, failed_ms) in [(1_000, 3_000), (2_900, 3_100), (4_000, 4_200)] {
+        for (sent_ms, failed_ms) in [(1_000, 3_000), (2_900, 3_500), (4_000, 4_600)] {
             let mut h = Harness::new(Merge::new(&Config::default(), &view, 0), 0);
             h.now = at(sent_ms);
-            h.dn(Dn::MergeRequest { contact: Address::Sim(9), view: full(3, 1), since: Instant::ZERO });
-            assert!(run_until(&mut h, at(failed_ms - 1)).iter().all(|o| !matches!(o, Out::Up(Up::MergeFailed))));
+            let mut out = h.dn(Dn::MergeRequest { contact: Address::Sim(9), view: full(3, 1), since: Instant::ZERO });
+            out.extend(run_until(&mut h, at(failed_ms - 1)));
+            assert!(out.iter().all(|o| !matches!(o, Out::Up(Up::MergeFailed))), "sent at {sent_ms} ms: {out:?}");
+            // Sent, then repeated every 200 ms: at least twice however late the request went.
+            assert!(gossip(&out).len() >= 3, "sent at {sent_ms} ms: {out:?}");
             let out = run_until(&mut h, at(failed_ms));
             assert!(matches!(out.last(), Some(Out::Up(Up::MergeFailed))), "sent at {sent_ms} ms: {out:?}");
         }

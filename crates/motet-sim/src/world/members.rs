@@ -240,6 +240,9 @@ impl World<'_> {
         super::mark(&mut self.hasher, b'v', &[node as u64]);
         self.hasher.update(&view_key.0.to_le_bytes());
         self.hasher.update(&view_key.1.to_le_bytes());
+        // What the view holds, not only its name: members in rank order and the primary flag.
+        let primary = u64::from(view.primary);
+        super::mark(&mut self.hasher, b'm', &members.iter().map(|&m| m as u64).chain([primary]).collect::<Vec<_>>());
         if view_key.0 > 0 {
             self.note(format!("node {node} installs view {} of {:?}", view_key.0, members));
         }
