@@ -110,7 +110,7 @@ fn chat(args: ChatArgs) -> Result<(), String> {
             return Ok(());
         }
         match member.recv_timeout(Duration::from_millis(100)) {
-            Ok(Some(Event::Cast { data, .. })) => println!("{}", String::from_utf8_lossy(&data)),
+            Ok(Some(Event::Cast { data, .. })) => println!("{}", crate::member::printable(&data)),
             Ok(Some(Event::View(view))) => {
                 let joined = view.members.iter().filter(|m| !previous.contains(m)).count();
                 let left = previous.iter().filter(|m| !view.members.contains(m)).count();

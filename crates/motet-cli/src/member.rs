@@ -73,8 +73,8 @@ pub(crate) struct MemberArgs {
     /// Serve the counters as Prometheus text over HTTP on this address (e.g. 127.0.0.1:9464).
     #[arg(long)]
     metrics: Option<SocketAddr>,
-    /// Seconds between `--stats` reports.
-    #[arg(long, default_value_t = 5)]
+    /// Seconds between `--stats` reports (1 to a year).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=31_536_000))]
     stats_interval: u64,
     /// Ask the group to switch to this stack (protocol switching), `--switch-after` seconds after
     /// this member first sees a view with other members. Both stacks need the `Switch` property
@@ -112,6 +112,21 @@ fn seconds(text: &str) -> Result<Duration, String> {
         return Err(format!("`{text}` seconds: give a number from 0 to {YEAR} (a year)"));
     }
     Ok(Duration::from_secs_f64(value))
+}
+
+/// A payload as one line of text for a terminal: not UTF-8 replaced (U+FFFD), and control
+/// characters but the tab escaped (`\n`, `\u{1b}`), so a payload can neither forge another line
+/// of the output nor drive the operator's terminal.
+pub(crate) fn printable(data: &[u8]) -> String {
+    let mut out = String::with_capacity(data.len());
+    for c in String::from_utf8_lossy(data).chars() {
+        match c {
+            '\t' => out.push(c),
+            c if c.is_control() => out.extend(c.escape_default()),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The JSON form of an endpoint id.
@@ -170,8 +185,8 @@ fn event_text(event: &Event) -> String {
             let members: Vec<String> = view.members.iter().map(|&e| id(e)).collect();
             format!("view {}:{} rank {} members [{}]", view.id.ltime, id(view.id.coord), view.rank, members.join(" "))
         }
-        Event::Cast { from, data } => format!("cast {}: {}", id(*from), String::from_utf8_lossy(data)),
-        Event::Send { from, data } => format!("send {}: {}", id(*from), String::from_utf8_lossy(data)),
+        Event::Cast { from, data } => format!("cast {}: {}", id(*from), printable(data)),
+        Event::Send { from, data } => format!("send {}: {}", id(*from), printable(data)),
         Event::Block => "block".into(),
         Event::Exit => "exit".into(),
         Event::XferProvide { .. } => "state transfer: providing (a member process has no state: empty)".into(),
@@ -264,8 +279,11 @@ fn configure(args: &MemberArgs) -> Result<(RuntimeConfig, GroupConfig), String> 
     }
     runtime.busy_poll |= args.busy_poll;
     if let Some(group) = args.multicast {
+        // The group and port from the flag; the interface and hop limit a configuration file set
+        // are kept.
+        let (interface, ttl) = runtime.multicast.as_ref().map_or((None, 1), |m| (m.interface, m.ttl));
         runtime.multicast =
-            Some(motet_runtime::MulticastConfig { group: *group.ip(), port: group.port(), interface: None, ttl: 1 });
+            Some(motet_runtime::MulticastConfig { group: *group.ip(), port: group.port(), interface, ttl });
     }
     if let Some(loss) = args.inject_loss {
         runtime.inject_loss = loss;
@@ -279,6 +297,9 @@ fn configure(args: &MemberArgs) -> Result<(RuntimeConfig, GroupConfig), String> 
 // `--switch-after` is wall-clock time of a command-line tool, not protocol time.
 #[allow(clippy::disallowed_types)]
 pub(crate) fn run(args: MemberArgs) -> ExitCode {
+    // Read first: a parent that dies while this process starts leaves it to a reaper, whose id a
+    // later read would take for the parent's, and the watch would never fire.
+    let parent = std::os::unix::process::parent_id();
     let (runtime_config, group) = match configure(&args) {
         Ok(config) => config,
         Err(message) => {
@@ -293,13 +314,8 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let member = match runtime.join(group) {
-        Ok(member) => member,
-        Err(error) => {
-            eprintln!("motet member: {error}");
-            return ExitCode::from(2);
-        }
-    };
+    // Before joining: a port in use then ends the process before the group saw it (after, it
+    // cost the group two view changes and this process a leave).
     if let Some(address) = args.metrics {
         match motet_runtime::metrics::serve(address, runtime.stats_handle()) {
             Ok(bound) => eprintln!("motet member: metrics at http://{bound}/metrics"),
@@ -309,6 +325,13 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
             }
         }
     }
+    let member = match runtime.join(group) {
+        Ok(member) => member,
+        Err(error) => {
+            eprintln!("motet member: {error}");
+            return ExitCode::from(2);
+        }
+    };
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         if let Err(error) = signal_hook::flag::register(signal, Arc::clone(&stop)) {
@@ -318,7 +341,7 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
     }
     spawn_watchdog("motet member", Arc::clone(&stop));
     if args.exit_with_parent {
-        spawn_parent_watch(Arc::clone(&stop));
+        spawn_parent_watch(parent, Arc::clone(&stop));
     }
     let runtime = Arc::new(runtime);
     spawn_stdin_caster(member.handle(), Arc::clone(&runtime), args.commands);
@@ -339,7 +362,7 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
     };
     // Deadlines by the clock, not by turns of the loop: a turn ends at once when an event waits,
     // so a busy group would make turns of microseconds.
-    let stats_every = Duration::from_secs(args.stats_interval.max(1));
+    let stats_every = Duration::from_secs(args.stats_interval);
     let mut next_stats = std::time::Instant::now() + stats_every;
     let tick = Duration::from_millis(50);
     let mut leave_by: Option<std::time::Instant> = None;
@@ -444,8 +467,8 @@ pub(crate) fn spawn_watchdog(who: &'static str, stop: Arc<AtomicBool>) {
 
 /// `--exit-with-parent`: sets `stop` (as SIGTERM does) once this process's parent is no longer
 /// the one that started it (it ended, and the process was given to another).
-fn spawn_parent_watch(stop: Arc<AtomicBool>) {
-    let parent = std::os::unix::process::parent_id();
+/// Stops the member once its parent is no longer `parent` (read when the process started).
+fn spawn_parent_watch(parent: u32, stop: Arc<AtomicBool>) {
     let spawned = std::thread::Builder::new().name("parent".into()).spawn(move || {
         while std::os::unix::process::parent_id() == parent {
             std::thread::sleep(Duration::from_millis(200));
@@ -504,14 +527,48 @@ pub(crate) fn stdin_lines(who: &str, mut each: impl FnMut(&[u8]) -> ControlFlow<
     let mut buf = Vec::new();
     loop {
         buf.clear();
-        match stdin.read_until(b'\n', &mut buf) {
+        // At most a line's limit and its newline: a stream without newlines (a binary file piped
+        // in) must not grow the buffer until the process runs out of memory.
+        match std::io::Read::take(&mut stdin, LINE_MAX as u64 + 1).read_until(b'\n', &mut buf) {
             Ok(0) => return,
+            Ok(_) if buf.len() > LINE_MAX && buf.last() != Some(&b'\n') => {
+                eprintln!("{who}: a line longer than {LINE_MAX} bytes was skipped");
+                if !skip_line(who, &mut stdin) {
+                    return;
+                }
+            }
             Ok(_) if each(strip_newline(&buf)).is_break() => return,
             Ok(_) => {}
             Err(error) => {
                 eprintln!("{who}: reading stdin: {error}; no more lines are read");
                 return;
             }
+        }
+    }
+}
+
+/// The longest stdin line taken (16 MiB, more than a stack takes in one message by default:
+/// such a line is refused by the stack, with its reason).
+pub(crate) const LINE_MAX: usize = 16 << 20;
+
+/// Reads on to the end of the current line, keeping nothing; false if stdin ended or failed.
+fn skip_line(who: &str, stdin: &mut impl BufRead) -> bool {
+    loop {
+        let (done, used) = match stdin.fill_buf() {
+            Ok([]) => return false,
+            Ok(bytes) => match bytes.iter().position(|&b| b == b'\n') {
+                Some(end) => (true, end + 1),
+                None => (false, bytes.len()),
+            },
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(error) => {
+                eprintln!("{who}: reading stdin: {error}; no more lines are read");
+                return false;
+            }
+        };
+        stdin.consume(used);
+        if done {
+            return true;
         }
     }
 }

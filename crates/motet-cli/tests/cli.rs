@@ -453,3 +453,83 @@ fn a_switch_delay_no_clock_can_count_is_refused_up_front() {
         assert!(stderr.contains("--switch-after"), "{value}: {stderr}");
     }
 }
+
+/// A `--stats-interval` no clock can count, or of 0, is refused with a reason (it panicked on
+/// adding it to the clock, or was silently taken as 1), and a metrics port in use ends the member
+/// before it joins (it joined and left, two view changes for the group).
+#[test]
+#[allow(clippy::disallowed_types)] // a wall-clock limit on the process
+fn member_arguments_and_a_busy_metrics_port_are_refused_before_joining() {
+    for value in ["0", "18446744073709551615"] {
+        let (code, _, stderr) = motet(&["member", "--group", "g", "--stats-interval", value]);
+        assert_eq!(code, 2, "{value}: {stderr}");
+        assert!(stderr.contains("--stats-interval"), "{value}: {stderr}");
+    }
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
+        .args(["member", "--group", "busy-metrics", "--json", "--metrics", &port])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("a member whose metrics port is taken kept running");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot serve metrics"), "{stderr}");
+    assert!(!stdout.contains("\"view\""), "it joined the group first: {stdout}");
+}
+
+/// A stdin line longer than `motet member` takes (16 MiB: a stream without newlines grew its
+/// buffer without bound) is skipped with a message, and the lines after it are cast. Without
+/// `--json` a payload's control characters are escaped: a cast cannot forge another output line.
+#[test]
+#[allow(clippy::disallowed_types)] // a wall-clock limit on the process
+fn a_line_past_the_limit_is_skipped_and_payloads_print_as_one_line() {
+    use std::io::{BufRead, BufReader, Write};
+    let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
+        .args(["member", "--group", "long-lines", "--bind", &port])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::Builder::new()
+        .spawn(move || {
+            let long = vec![b'a'; (16 << 20) + 10];
+            stdin.write_all(&long).unwrap();
+            stdin.write_all(b"\nafter\x1b[2J\rexit\n").unwrap();
+            stdin
+        })
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut seen = Vec::new();
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        assert!(std::time::Instant::now() < deadline, "{seen:?}");
+        if line.starts_with("cast ") {
+            seen.push(line);
+            break;
+        }
+        seen.push(line);
+    }
+    drop(writer.join().unwrap());
+    child.kill().unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("longer than 16777216 bytes was skipped"), "{stderr}");
+    let cast = seen.last().unwrap();
+    assert!(cast.ends_with(": after\\u{1b}[2J\\rexit"), "{cast}");
+}

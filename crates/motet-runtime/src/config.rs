@@ -216,6 +216,14 @@ impl RuntimeConfig {
         if !(0.0..1.0).contains(&self.inject_loss) {
             return Err(Error::Config(format!("inject_loss {} must be in [0, 1)", self.inject_loss)));
         }
+        if let Some(multicast) = &self.multicast {
+            if !multicast.group.is_multicast() || multicast.port == 0 || !(1..=255).contains(&multicast.ttl) {
+                return Err(Error::Config(format!(
+                    "multicast {}:{} ttl {}: give a multicast group (224.0.0.0/4, e.g. 239.255.77.1), a port other than 0 and a ttl from 1 to 255",
+                    multicast.group, multicast.port, multicast.ttl
+                )));
+            }
+        }
         if let Some(advertise) = self.advertise {
             if advertise.ip().is_unspecified() || advertise.port() == 0 {
                 return Err(Error::Config(format!(
@@ -337,6 +345,16 @@ impl GroupConfig {
                 self.resolve_interval
             )));
         }
+        // A seed is `host:port`: without a port (or with port 0) it was taken for a DNS name
+        // that never resolves, and reported every interval as a lookup failure.
+        for peer in &self.peers {
+            let port = peer.rsplit_once(':').and_then(|(host, port)| (!host.is_empty()).then_some(port));
+            if port.and_then(|p| p.parse::<u16>().ok()).is_none_or(|p| p == 0) {
+                return Err(Error::Config(format!(
+                    "peer `{peer}` needs a host and a port, as in `10.0.0.6:7001` or `motet-0.motet:7001`"
+                )));
+            }
+        }
         Ok((GroupName::new(&self.name), spec))
     }
 }
@@ -438,6 +456,28 @@ mod tests {
         assert_eq!(params.mnak, defaults.mnak);
         let none = FileConfig::from_toml("[group]\nname = \"g\"\n").unwrap().group.params;
         assert_eq!(none, defaults);
+    }
+
+    #[test]
+    fn a_peer_without_a_port_and_multicast_settings_out_of_range_are_refused() {
+        for peer in ["seed1", "10.0.0.6", "", "10.0.0.6:0", ":7001", "host:port"] {
+            let err = GroupConfig::new("g").peers([peer]).resolve_spec().unwrap_err().to_string();
+            assert!(err.contains(&format!("peer `{peer}` needs a host and a port")), "{err}");
+        }
+        let good = GroupConfig::new("g").peers(["10.0.0.6:7001", "motet-0.motet:7001", "[::1]:7001"]);
+        assert!(good.resolve_spec().is_ok());
+        let multicast = |group: &str, port, ttl| RuntimeConfig {
+            multicast: Some(MulticastConfig { group: group.parse().unwrap(), port, interface: None, ttl }),
+            ..RuntimeConfig::default()
+        };
+        for config in
+            [multicast("10.0.0.1", 7500, 1), multicast("239.255.77.1", 0, 1), multicast("239.255.77.1", 7500, 0)]
+        {
+            assert!(config.validate().unwrap_err().to_string().contains("give a multicast group"));
+        }
+        let err = multicast("239.255.77.1", 7500, 256).validate().unwrap_err().to_string();
+        assert!(err.contains("ttl 256") && err.contains("from 1 to 255"), "{err}");
+        assert!(multicast("239.255.77.1", 7500, 255).validate().is_ok());
     }
 
     #[test]

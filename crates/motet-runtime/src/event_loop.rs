@@ -225,8 +225,9 @@ impl EventLoop {
         let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER).map_err(|e| Error::io("creating the waker", e))?);
         let multicast = match &config.multicast {
             Some(m) => {
-                let interface = multicast_interface(m, advertise)?;
-                io.set_multicast_sender(interface, m.ttl).map_err(|e| Error::io("setting up multicast sends", e))?;
+                let local = io.local_addr().map_err(|e| Error::io("reading the bound address", e))?;
+                let interface = multicast_interface(m, local, advertise)?;
+                migrate::multicast_sender(&mut io, interface, m.ttl)?;
                 let mut receiver = UdpIo::bind_multicast(
                     m.group,
                     m.port,

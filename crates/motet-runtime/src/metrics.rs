@@ -1,6 +1,6 @@
 //! Counters as Prometheus text (exposition format 0.0.4), and a minimal HTTP endpoint serving
-//! them: a scrape is one `GET`, answered and closed, on a thread of its own so a slow scraper
-//! never delays the event loop.
+//! them: a scrape is one `GET /metrics`, answered and closed, each on a thread of its own (a
+//! bounded number) so a slow or idle client delays neither the event loop nor other scrapes.
 
 use crate::event_loop::RuntimeStats;
 use crate::runtime::StatsHandle;
@@ -8,7 +8,9 @@ use motet_core::layer::Stats;
 use motet_core::{Counter, DropReason};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Renders the runtime's and the protocol's counters.
@@ -118,27 +120,105 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
     out
 }
 
-/// Serves `GET /metrics` (any path) on `address` from a thread, until the runtime stops.
+/// At most this many scrapes are served at once; a connection past them is closed unanswered. A
+/// client that connects and sends nothing holds its slot for [`IO_TIMEOUT`] at most, so a few
+/// idle connections no longer hold every scrape behind them (one connection at a time, two idle
+/// ones outlasted a Prometheus scrape timeout).
+pub const CONNECTIONS_MAX: usize = 16;
+/// The largest request read: headers beyond it get `431`.
+pub const REQUEST_MAX: usize = 8 * 1024;
+/// How long a connection may take to send its request, and to take the answer.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Serves `GET /metrics` (and `HEAD`) on `address`, each connection on a thread of its own (at
+/// most [`CONNECTIONS_MAX`]), until the runtime stops. Other paths get `404`, other methods `405`.
 pub fn serve(address: SocketAddr, stats: StatsHandle) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(address)?;
     let bound = listener.local_addr()?;
+    let stats = Arc::new(stats);
+    let open = Arc::new(AtomicUsize::new(0));
+    let stopped = Arc::new(AtomicBool::new(false));
     std::thread::Builder::new().name("motet-metrics".into()).spawn(move || {
         for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-            let mut request = [0u8; 1024];
-            // The request itself does not matter: every path gets the metrics.
-            let _ = stream.read(&mut request);
-            let Ok((runtime, protocol)) = stats.get() else { return };
-            let body = render(&runtime, &protocol);
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+            if stopped.load(Ordering::Relaxed) {
+                return;
+            }
+            let Ok(stream) = stream else { continue };
+            if open.fetch_add(1, Ordering::AcqRel) >= CONNECTIONS_MAX {
+                open.fetch_sub(1, Ordering::AcqRel);
+                continue; // closed: the scraper retries at its next interval
+            }
+            let (stats, open_now, stopped) = (Arc::clone(&stats), Arc::clone(&open), Arc::clone(&stopped));
+            let spawned = std::thread::Builder::new().name("motet-metrics-scrape".into()).spawn(move || {
+                if answer(stream, &stats).is_err() {
+                    stopped.store(true, Ordering::Relaxed);
+                }
+                open_now.fetch_sub(1, Ordering::AcqRel);
+            });
+            if spawned.is_err() {
+                open.fetch_sub(1, Ordering::AcqRel);
+            }
         }
     })?;
     Ok(bound)
+}
+
+/// Reads one request and answers it. `Err` only when the runtime has stopped.
+fn answer(mut stream: TcpStream, stats: &StatsHandle) -> Result<(), crate::Error> {
+    let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
+    let clock = crate::clock::Clock::new();
+    let deadline = motet_core::Instant::ZERO + motet_core::Duration(IO_TIMEOUT.as_nanos() as u64);
+    // Up to the blank line that ends the headers, however the request was split into segments.
+    let mut request = Vec::with_capacity(1024);
+    let mut buf = [0u8; 1024];
+    let complete = loop {
+        if request.windows(4).any(|w| w == b"\r\n\r\n") {
+            break true;
+        }
+        if request.len() > REQUEST_MAX || clock.now() > deadline {
+            break false;
+        }
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break false,
+            Ok(n) => request.extend_from_slice(&buf[..n]),
+        }
+    };
+    let line = request.split(|&b| b == b'\r').next().unwrap_or_default();
+    let mut words = line.split(|&b| b == b' ');
+    let (method, path) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
+    let path = path.split(|&b| b == b'?').next().unwrap_or_default();
+    let (status, body) = if request.len() > REQUEST_MAX {
+        ("431 Request Header Fields Too Large", String::from("request headers too large\n"))
+    } else if !complete {
+        return Ok(()); // nothing complete came in time: closed unanswered
+    } else if method != b"GET" && method != b"HEAD" {
+        ("405 Method Not Allowed", String::from("only GET and HEAD\n"))
+    } else if path != b"/metrics" {
+        ("404 Not Found", String::from("the metrics are at /metrics\n"))
+    } else {
+        let (runtime, protocol) = stats.get()?;
+        ("200 OK", render(&runtime, &protocol))
+    };
+    let content = if status.starts_with("200") { "text/plain; version=0.0.4" } else { "text/plain" };
+    let mut head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    if status.starts_with("405") {
+        head.push_str("Allow: GET, HEAD\r\n");
+    }
+    head.push_str("\r\n");
+    if method != b"HEAD" {
+        head.push_str(&body);
+    }
+    let _ = stream.write_all(head.as_bytes());
+    // Closing with unread request bytes makes the kernel reset the connection, which can cost
+    // the client the answer: say we are done, then read what is left (briefly).
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+    while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+    Ok(())
 }
 
 #[cfg(test)]

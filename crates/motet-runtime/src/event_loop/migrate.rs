@@ -42,8 +42,8 @@ impl EventLoop {
         }
         let (mut io, address) = bind_socket(&self.config, bind, advertise)?;
         if let Some(m) = &self.config.multicast {
-            io.set_multicast_sender(multicast_interface(m, address)?, m.ttl)
-                .map_err(|e| Error::io("setting up multicast sends", e))?;
+            let local = io.local_addr().map_err(|e| Error::io("reading the bound address", e))?;
+            multicast_sender(&mut io, multicast_interface(m, local, address)?, m.ttl)?;
         }
         // What earlier actions produced leaves from the old socket; the backlog from the new one.
         self.send_packed();
@@ -166,13 +166,36 @@ pub(super) fn bind_socket(
     Ok((io, advertise))
 }
 
-/// The interface multicast is sent from: the configured one, or the advertised address's.
+/// The interface multicast is sent from and joined on: the configured one; else the bound
+/// address's, when bound to one (an advertised address may be a NAT's or a container host's,
+/// which no local interface has: taking it failed with "Cannot assign requested address"); else,
+/// bound to the wildcard, the advertised address's.
 pub(super) fn multicast_interface(
     m: &crate::config::MulticastConfig,
+    local: SocketAddr,
     advertise: SocketAddr,
 ) -> Result<std::net::Ipv4Addr, Error> {
-    match advertise.ip() {
-        std::net::IpAddr::V4(ip) => Ok(m.interface.unwrap_or(ip)),
-        std::net::IpAddr::V6(_) => Err(Error::Config("IP multicast needs an IPv4 address to send from".into())),
+    use std::net::IpAddr;
+    match (m.interface, local.ip(), advertise.ip()) {
+        (Some(interface), _, _) => Ok(interface),
+        (None, IpAddr::V4(ip), _) if !ip.is_unspecified() => Ok(ip),
+        (None, IpAddr::V4(_), IpAddr::V4(ip)) => Ok(ip),
+        _ => Err(Error::Config(
+            "IP multicast needs an IPv4 interface to send from: bind an IPv4 address or set [runtime.multicast] interface"
+                .into(),
+        )),
     }
+}
+
+/// Sets `io` up to send multicast on `interface`, with an error that names the interface and
+/// where to choose another.
+pub(super) fn multicast_sender(io: &mut UdpIo, interface: std::net::Ipv4Addr, ttl: u32) -> Result<(), Error> {
+    io.set_multicast_sender(interface, ttl).map_err(|e| {
+        Error::io(
+            format!(
+                "setting up multicast sends on interface {interface} (choose one with [runtime.multicast] interface)"
+            ),
+            e,
+        )
+    })
 }

@@ -317,3 +317,23 @@ fn a_cast_goes_to_every_other_address_and_simulated_ones_count_as_errors() {
         me.set_nonblocking(false).unwrap();
     }
 }
+
+/// Multicast goes out on the configured interface; else on the bound address's (an advertised
+/// NAT or container-host address is on no local interface); else, bound to the wildcard, on the
+/// advertised address's.
+#[test]
+fn multicast_is_sent_from_the_bound_interface_not_a_nat_address() {
+    let m = |interface: Option<&str>| crate::config::MulticastConfig {
+        group: "239.255.77.1".parse().unwrap(),
+        port: 7500,
+        interface: interface.map(|i| i.parse().unwrap()),
+        ttl: 1,
+    };
+    let at = |s: &str| -> SocketAddr { s.parse().unwrap() };
+    let pick = |interface, local, advertise| migrate::multicast_interface(&m(interface), at(local), at(advertise));
+    assert_eq!(pick(None, "10.0.0.5:7001", "203.0.113.9:7001").unwrap().to_string(), "10.0.0.5");
+    assert_eq!(pick(None, "0.0.0.0:7001", "10.0.0.5:7001").unwrap().to_string(), "10.0.0.5");
+    assert_eq!(pick(Some("10.0.0.7"), "10.0.0.5:7001", "203.0.113.9:7001").unwrap().to_string(), "10.0.0.7");
+    let err = pick(None, "[::1]:7001", "[::1]:7001").unwrap_err().to_string();
+    assert!(err.contains("[runtime.multicast] interface"), "{err}");
+}

@@ -1,0 +1,57 @@
+//! The Prometheus endpoint over real TCP: idle connections do not hold scrapes up, a request
+//! split across segments is read whole, and other paths, methods and oversized requests get the
+//! HTTP answers a scraper or an operator expects.
+
+use motet_runtime::{metrics, Runtime, RuntimeConfig};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+/// Sends `parts` (pausing between them) and reads the whole answer; fails if it takes longer
+/// than one second, well under the server's 2 s wait for an idle client.
+fn ask(address: SocketAddr, parts: &[&[u8]]) -> String {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stream.write_all(part).unwrap();
+    }
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).expect("an answer within a second");
+    String::from_utf8(answer).unwrap()
+}
+
+#[test]
+fn scrapes_are_answered_beside_idle_connections_and_bad_requests_get_http_errors() {
+    let runtime = Runtime::start(RuntimeConfig::default()).unwrap();
+    let address = metrics::serve("127.0.0.1:0".parse().unwrap(), runtime.stats_handle()).unwrap();
+    // Idle clients that connect and never send: one connection at a time, these held every scrape
+    // behind them for 2 s each.
+    let idle: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(address).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    // A scrape whose request arrives in two segments.
+    let answer = ask(address, &[b"GET /metrics HTTP/1.1\r\nHost: x\r\n", b"Accept: text/plain\r\n\r\n"]);
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    assert!(answer.contains("Content-Type: text/plain; version=0.0.4\r\n"), "{answer}");
+    assert!(answer.contains("\nmotet_datagrams_received_total "), "{answer}");
+    let query = ask(address, &[b"GET /metrics?x=1 HTTP/1.1\r\n\r\n"]);
+    assert!(query.starts_with("HTTP/1.1 200 OK\r\n"), "{query}");
+    // HEAD: the headers alone.
+    let head = ask(address, &[b"HEAD /metrics HTTP/1.1\r\n\r\n"]);
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n") && head.ends_with("\r\n\r\n"), "{head}");
+    assert!(!head.contains("motet_"), "{head}");
+    // Another path, another method, headers past the limit.
+    assert!(ask(address, &[b"GET / HTTP/1.1\r\n\r\n"]).starts_with("HTTP/1.1 404 "));
+    let post = ask(address, &[b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n"]);
+    assert!(post.starts_with("HTTP/1.1 405 ") && post.contains("Allow: GET, HEAD\r\n"), "{post}");
+    let big = format!("GET /metrics HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(metrics::REQUEST_MAX));
+    assert!(ask(address, &[big.as_bytes()]).starts_with("HTTP/1.1 431 "));
+    // Still answering with more idle clients than it serves at once: those past the limit are
+    // closed, and the ones held time out.
+    let more: Vec<TcpStream> = (0..metrics::CONNECTIONS_MAX).map(|_| TcpStream::connect(address).unwrap()).collect();
+    std::thread::sleep(metrics::IO_TIMEOUT + Duration::from_millis(500));
+    assert!(ask(address, &[b"GET /metrics HTTP/1.0\r\n\r\n"]).starts_with("HTTP/1.1 200 OK\r\n"));
+    drop((idle, more));
+}
