@@ -149,6 +149,8 @@ struct Seeds {
     id: u64,
     /// A lookup was asked and not answered yet (at most one at a time).
     in_flight: bool,
+    /// The lookup in flight has outlasted the interval, and a warning said so.
+    slow_told: bool,
     /// The endpoint that joined with them (they go when it exits).
     endpoint: EndpointId,
     group: GroupName,
@@ -157,7 +159,7 @@ struct Seeds {
     next: crate::clock::Deadline,
     /// Each name's addresses at its last successful lookup: a lookup that fails (a DNS server
     /// restarting) keeps them instead of dropping the name from the peers until the next one.
-    last: BTreeMap<String, Vec<SocketAddr>>,
+    last: BTreeMap<String, resolve::Known>,
 }
 
 /// The event loop of one process. See the module documentation.
@@ -328,6 +330,7 @@ impl EventLoop {
             let seeds = Seeds {
                 id,
                 in_flight: true,
+                slow_told: false,
                 endpoint,
                 group: name,
                 peers: group.peers.clone(),
@@ -741,11 +744,19 @@ impl EventLoop {
             // The seeds of an endpoint that has exited since are gone: nothing to update.
             let Some(seeds) = self.seeds.iter_mut().find(|s| s.id == answer.id) else { continue };
             seeds.in_flight = false;
+            seeds.slow_told = false;
             let peers = resolve::seed_addresses(&seeds.peers, self.advertise, &mut seeds.last, answer.found);
             self.node.set_peers(seeds.group.clone(), peers);
         }
         for seeds in &mut self.seeds {
-            if seeds.in_flight || seeds.next.from(now) > Duration::ZERO {
+            let due = seeds.next.from(now).is_zero();
+            // Lookups are made one after another on one thread: a name whose servers do not
+            // answer (or a stuck resolver) holds every later one. Said once per lookup.
+            if seeds.in_flight && due && !seeds.slow_told {
+                seeds.slow_told = true;
+                tracing::warn!(group = ?seeds.group, peers = ?seeds.peers, interval = ?seeds.interval, "seed names asked of DNS a whole interval ago are not resolved yet: a name's servers do not answer, and lookups wait behind it");
+            }
+            if seeds.in_flight || !due {
                 continue;
             }
             seeds.in_flight = true;

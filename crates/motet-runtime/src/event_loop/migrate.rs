@@ -155,6 +155,11 @@ pub(super) fn bind_socket(
                 "advertise address {address} must be a concrete IP and port other members can reach"
             )))
         }
+        Some(address) if address.is_ipv4() != local.is_ipv4() => {
+            return Err(Error::Config(format!(
+                "advertise address {address} is of the other IP family than the bound address {local}: other members would send where this socket cannot receive"
+            )))
+        }
         Some(address) => address,
         None if local.ip().is_unspecified() => {
             return Err(Error::Config(format!(

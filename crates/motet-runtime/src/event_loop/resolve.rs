@@ -169,34 +169,65 @@ fn serve(wanted: &(Mutex<Wanted>, Condvar), answers: &mpsc::Sender<Answer>, look
     }
 }
 
+/// Lookups of a name that may fail in a row before its last addresses are dropped (5 minutes at
+/// the default `resolve_interval` of 30 s): long enough to ride out a DNS server restarting,
+/// short enough that a name that is gone (a scaled-down pod) stops being gossiped to, at an
+/// address another deployment may have by then.
+pub(super) const FAILURES_KEPT: u32 = 10;
+
+/// What the last lookups of a name gave: its addresses, and how many lookups failed since.
+#[derive(Debug, Default)]
+pub(super) struct Known {
+    addresses: Vec<SocketAddr>,
+    failures: u32,
+}
+
 /// The addresses of `peers` (IP literals as they are, names from `found` or, when their lookup
-/// failed or has not been answered yet, from `last`), leaving out `own`. A name's successful
-/// lookup replaces its entry in `last`: a lookup that fails (a DNS server restarting) keeps the
-/// name's last addresses instead of dropping it from the peers until the next one.
+/// failed or has not been answered yet, from `last`), leaving out `own` and any address of the
+/// other IP family than `own` (an IPv4 socket cannot send to `::1`, which `localhost` also
+/// gives: every send there failed). A name's successful lookup replaces its entry in `last`; a
+/// lookup that fails (a DNS server restarting) keeps the name's last addresses, for
+/// [`FAILURES_KEPT`] failures in a row.
 pub(super) fn seed_addresses(
     peers: &[String],
     own: SocketAddr,
-    last: &mut BTreeMap<String, Vec<SocketAddr>>,
+    last: &mut BTreeMap<String, Known>,
     found: Vec<(String, io::Result<Vec<SocketAddr>>)>,
 ) -> Vec<Address> {
     for (name, result) in found {
         match result {
             Ok(addresses) => {
-                last.insert(name, addresses);
+                let (usable, other): (Vec<_>, Vec<_>) =
+                    addresses.into_iter().partition(|a| a.is_ipv4() == own.is_ipv4());
+                if usable.is_empty() && !other.is_empty() {
+                    let family = if own.is_ipv4() { "IPv4" } else { "IPv6" };
+                    tracing::warn!(peer = %name, ?other, "seed name has no {family} address, which this member's socket needs: it is no seed");
+                }
+                last.insert(name, Known { addresses: usable, failures: 0 });
             }
             Err(error) => {
-                let kept = last.get(&name).map_or(0, Vec::len);
-                tracing::warn!(peer = %name, %error, kept, "seed address does not resolve (yet); keeping its last addresses");
+                let known = last.entry(name.clone()).or_default();
+                known.failures = known.failures.saturating_add(1);
+                if known.failures >= FAILURES_KEPT && !known.addresses.is_empty() {
+                    tracing::warn!(peer = %name, %error, failures = known.failures, "seed name has not resolved for {FAILURES_KEPT} lookups in a row: its last addresses are dropped");
+                    known.addresses.clear();
+                } else {
+                    let kept = known.addresses.len();
+                    tracing::warn!(peer = %name, %error, kept, "seed address does not resolve (yet); keeping its last addresses");
+                }
             }
         }
     }
     let mut out = std::collections::BTreeSet::new();
     for peer in peers {
         match peer.parse::<SocketAddr>() {
+            Ok(address) if address.is_ipv4() != own.is_ipv4() => {
+                tracing::warn!(%peer, %own, "seed of the other IP family than this member's socket: ignored");
+            }
             Ok(address) => {
                 out.insert(address);
             }
-            Err(_) => out.extend(last.get(peer).into_iter().flatten().copied()),
+            Err(_) => out.extend(last.get(peer).into_iter().flat_map(|k| k.addresses.iter().copied())),
         }
     }
     out.remove(&own);
@@ -238,5 +269,27 @@ mod tests {
         assert_eq!(inet(&seed_addresses(&peers, own, &mut last, found)), both);
         assert_eq!(inet(&seed_addresses(&peers, own, &mut last, failed())), both, "kept");
         assert_eq!(inet(&seed_addresses(&peers, own, &mut last, Vec::new())), both, "kept between lookups");
+        // Kept through FAILURES_KEPT - 1 more failures in a row, then dropped; found again later.
+        for _ in 2..FAILURES_KEPT {
+            assert_eq!(inet(&seed_addresses(&peers, own, &mut last, failed())), both, "kept");
+        }
+        assert_eq!(inet(&seed_addresses(&peers, own, &mut last, failed())), ["127.0.0.1:7001"], "dropped");
+        let found = vec![(peers[2].clone(), Ok(vec!["127.0.0.9:7002".parse().unwrap()]))];
+        assert_eq!(inet(&seed_addresses(&peers, own, &mut last, found)), both, "found again");
+    }
+
+    /// An IPv4 member takes no IPv6 seed (`localhost` gives `::1` too), literal or resolved.
+    #[test]
+    fn seeds_of_the_other_ip_family_are_left_out() {
+        let own: SocketAddr = "127.0.0.1:7000".parse().unwrap();
+        let peers = ["[::1]:7001".to_string(), "localhost:7002".to_string()];
+        let mut last = BTreeMap::new();
+        let found =
+            vec![(peers[1].clone(), Ok(vec!["[::1]:7002".parse().unwrap(), "127.0.0.1:7002".parse().unwrap()]))];
+        assert_eq!(inet(&seed_addresses(&peers, own, &mut last, found)), ["127.0.0.1:7002"]);
+        let v6: SocketAddr = "[::1]:7000".parse().unwrap();
+        let found =
+            vec![(peers[1].clone(), Ok(vec!["[::1]:7002".parse().unwrap(), "127.0.0.1:7002".parse().unwrap()]))];
+        assert_eq!(inet(&seed_addresses(&peers, v6, &mut BTreeMap::new(), found)), ["[::1]:7001", "[::1]:7002"]);
     }
 }

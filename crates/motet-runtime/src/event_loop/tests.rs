@@ -337,3 +337,13 @@ fn multicast_is_sent_from_the_bound_interface_not_a_nat_address() {
     let err = pick(None, "[::1]:7001", "[::1]:7001").unwrap_err().to_string();
     assert!(err.contains("[runtime.multicast] interface"), "{err}");
 }
+
+/// An advertised address of the other IP family than the bound socket is refused at start:
+/// members would send where the socket cannot receive.
+#[test]
+fn an_advertised_address_of_the_other_family_is_refused() {
+    let config = RuntimeConfig { bind: "127.0.0.1:0".parse().unwrap(), ..RuntimeConfig::default() }
+        .advertise("[::1]:7001".parse().unwrap());
+    let err = EventLoop::new(config).err().expect("refused").to_string();
+    assert!(err.contains("other IP family"), "{err}");
+}
