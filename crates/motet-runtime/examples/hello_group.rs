@@ -10,11 +10,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let alice = a.join(GroupConfig::new("hello").peers(seeds.clone()))?;
     let bob = b.join(GroupConfig::new("hello").peers(seeds))?;
     for (name, member) in [("alice", &alice), ("bob", &bob)] {
-        // Wait for the view of both, then greet.
-        while member.view().map_or(0, |v| v.len()) < 2 {
-            if let Some(Event::View(view)) = member.recv_timeout(Duration::from_secs(10))? {
+        // Wait for the view of both (as the events say: the first views are each alone), then
+        // greet. A limit: a member that never finds the other would wait for ever.
+        let mut both = false;
+        for _ in 0..30 {
+            if let Some(Event::View(view)) = member.recv_timeout(Duration::from_secs(1))? {
                 println!("{name}: view {:?} with {} members", view.id, view.members.len());
+                both = view.members.len() == 2;
             }
+            if both {
+                break;
+            }
+        }
+        if !both {
+            return Err(format!("{name}: no view of both within 30 s").into());
         }
         member.cast(format!("hello from {name}"))?;
     }

@@ -517,6 +517,14 @@ mod tests {
         assert!(err("[group.params.mnak]\nretransmit_max = 0\n").contains("mnak.retransmit_max must be at least 1"));
         assert!(err("[group.params.mflow]\nlag_trickle_bytes = 1\n")
             .contains("mflow.lag_trickle_bytes (1) must be at least a fragment's cost"));
+        // Maxima (parameters also come with other members' views): a bound turned off by one
+        // wrong value is refused.
+        assert!(err("[group.params.suspect]\ntimeout_ms = 86400000\n")
+            .contains("suspect.timeout_ms must be at most 3600000 ms"));
+        assert!(err("[group.params.top]\nlinger_ms = 600000\n").contains("top.linger_ms must be at most 60000 ms"));
+        assert!(err("[group.params.mnak]\nrecv_window_max = 100000000\n")
+            .contains("mnak.recv_window_max (100000000) must be at most 65536"));
+        assert!(err("[group.params.appl]\nmessage_size_max = 1000000000000\n").contains("appl.message_size_max"));
     }
 
     /// A queue bound past `QUEUE_MAX` is refused with the bound named, not allocated whole.

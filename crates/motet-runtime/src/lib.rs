@@ -17,7 +17,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! With the `tokio` feature, [`Runtime::join_async`] gives an [`AsyncMember`] whose events are a
+//! With the `tokio` feature, `Runtime::join_async` gives an `AsyncMember` whose events are a
 //! `Stream`.
 //!
 //! Two ways to run it: [`Runtime`] runs the loop on a thread of its own and hands you [`Member`]
@@ -39,7 +39,7 @@ mod slots;
 mod stream;
 mod weighed;
 
-pub use config::{FileConfig, GroupConfig, MulticastConfig, RuntimeConfig};
+pub use config::{FileConfig, GroupConfig, MulticastConfig, RuntimeConfig, TIMER_SLACK_MAX_MS};
 pub use error::Error;
 pub use event_loop::{EventLoop, RuntimeStats};
 pub use motet_core::{EndpointId, ViewId};

@@ -203,11 +203,12 @@ impl Counted {
     }
 }
 
-/// A running event loop on its own thread. Dropping it stops the loop once the leaves its
-/// members asked for ([`Member::leave`], or dropping the `Member`) have run, for at most 5 s: a
-/// program that drops its members and then its runtime leaves its groups gracefully. Members that
-/// did not ask to leave are not told: to the others they have failed. [`Runtime::shutdown`] sets
-/// the wait; in async code, drop the runtime where blocking is allowed (`spawn_blocking`).
+/// A running event loop on its own thread. Dropping it makes every member still in a group leave
+/// (those that asked, with [`Member::leave`] or by dropping the `Member`, and the others) and
+/// stops the loop once the leaves have run, for at most 5 s: a program leaves its groups
+/// gracefully whichever it drops first. A `Member` that outlives its runtime gets
+/// [`Error::Stopped`]. [`Runtime::shutdown`] sets the wait; in async code, drop the runtime where
+/// blocking is allowed (`spawn_blocking`).
 pub struct Runtime {
     shared: Arc<Shared>,
     event_queue: usize,
@@ -259,7 +260,11 @@ impl Runtime {
     }
 
     /// Like [`Runtime::join`], for async code: the member's events are a [`futures_core::Stream`]
-    /// (and [`crate::AsyncMember::recv`]), and nothing blocks a runtime thread.
+    /// (and [`crate::AsyncMember::recv`]), and waiting for them blocks no thread. The calls that
+    /// act (this one, waiting for the loop's answer; `cast`, `send` and `leave`, when
+    /// `action_queue` is full; dropping the `Runtime`, for the leaves' grace) block their thread
+    /// briefly, as `std` channels do: from a tokio runtime, make them where blocking is allowed
+    /// (a multi-threaded runtime, or `spawn_blocking` for the drop).
     #[cfg(feature = "tokio")]
     pub fn join_async(&self, config: GroupConfig) -> Result<crate::AsyncMember, Error> {
         let (sink, events) = tokio::sync::mpsc::channel(self.event_queue);
@@ -313,9 +318,10 @@ impl Runtime {
 }
 
 impl Runtime {
-    /// Stops the loop once the leaves its members asked for have run, waiting at most `grace`
-    /// for them (dropping the `Runtime` waits up to 5 s). `Duration::ZERO` stops at once: the
-    /// others then suspect those members, as if the process had failed.
+    /// Makes every member still in a group leave and stops the loop once the leaves have run,
+    /// waiting at most `grace` for them (dropping the `Runtime` waits up to 5 s).
+    /// `Duration::ZERO` stops at once: the others then suspect those members, as if the process
+    /// had failed.
     pub fn shutdown(mut self, grace: Duration) {
         self.stop(grace);
     }

@@ -586,3 +586,26 @@ fn a_runtime_dropped_right_after_its_member_leaves_the_group_gracefully() {
     assert!(!view.members.contains(&gone));
     assert_eq!(suspected(&runtimes), before, "the others saw a leave, not a failure");
 }
+
+/// A runtime dropped before its member (a struct that declares the runtime first drops it first)
+/// leaves the group too: the stopping runtime asks its remaining members to leave. Before, only
+/// members dropped first had asked, and this one was suspected a second later.
+#[test]
+fn a_runtime_dropped_before_its_member_still_leaves_the_group() {
+    let (mut runtimes, addresses) = start(3);
+    let mut members: Vec<Member> =
+        runtimes.iter().map(|r| r.join(GroupConfig::new("drop-first").peers(addresses.clone())).unwrap()).collect();
+    converge(&members, Duration::from_secs(30));
+    let suspected = |runtimes: &[Runtime]| -> u64 {
+        runtimes[..2].iter().map(|r| r.stats().unwrap().1.counter(motet_core::Counter::Suspected)).sum()
+    };
+    let before = suspected(&runtimes);
+    let leaver = members.pop().unwrap();
+    let gone = leaver.id();
+    drop(runtimes.pop().unwrap());
+    let view = converge(&members, Duration::from_secs(30));
+    assert!(!view.members.contains(&gone));
+    assert_eq!(suspected(&runtimes), before, "the others saw a leave, not a failure");
+    // The member outlived its runtime: its calls say the runtime is gone.
+    assert!(matches!(leaver.cast(bytes::Bytes::from_static(b"late")), Err(motet_runtime::Error::Stopped)));
+}

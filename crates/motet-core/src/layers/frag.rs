@@ -111,16 +111,19 @@ impl Frag {
         }
     }
 
-    /// Adds a fragment; returns the whole message when it is complete.
+    /// Adds a fragment; returns the whole message when it is complete. `(count_max, frag_size)`:
+    /// the most fragments a message may have and the largest fragment (the view's parameters,
+    /// the same at every member); a fragment past either is no member's, and dropped, so a
+    /// partial message holds at most the largest message's bytes.
     fn reassemble(
         slot: &mut Option<Box<Partial>>,
-        count_max: u32,
+        (count_max, frag_size): (u32, usize),
         index: u32,
         count: u32,
         msg: Msg,
         out: &mut Outbox<'_>,
     ) -> Option<Msg> {
-        if count < 2 || count > count_max || index >= count {
+        if count < 2 || count > count_max || index >= count || msg.payload.len() > frag_size {
             out.drop_input(super::LayerKind::Frag, DropReason::FragViolation);
             return None;
         }
@@ -160,7 +163,8 @@ impl Layer for Frag {
                 Some(Header::Whole) => out.up(Up::Cast { origin, msg, qos }),
                 Some(Header::Part { index, count }) => {
                     let slot = &mut self.casts[usize::from(origin)];
-                    if let Some(msg) = Frag::reassemble(slot, self.count_max, index, count, msg, out) {
+                    if let Some(msg) = Frag::reassemble(slot, (self.count_max, self.frag_size), index, count, msg, out)
+                    {
                         out.up(Up::Cast { origin, msg, qos });
                     }
                 }
@@ -170,7 +174,8 @@ impl Layer for Frag {
                 Some(Header::Whole) => out.up(Up::Send { origin, msg }),
                 Some(Header::Part { index, count }) => {
                     let slot = &mut self.sends[usize::from(origin)];
-                    if let Some(msg) = Frag::reassemble(slot, self.count_max, index, count, msg, out) {
+                    if let Some(msg) = Frag::reassemble(slot, (self.count_max, self.frag_size), index, count, msg, out)
+                    {
                         out.up(Up::Send { origin, msg });
                     }
                 }
@@ -343,5 +348,13 @@ mod tests {
         assert!(h.up(Up::Send { origin: 0, msg: part(0, 1) }).is_empty());
         assert!(h.up(Up::Send { origin: 0, msg: part(0, u32::MAX) }).is_empty());
         assert_eq!(h.stats.drops(DropReason::FragViolation), 3);
+        // A fragment larger than the view's fragments: no member's, dropped, nothing held.
+        let big = Msg::new(vec![0u8; 5].into()).with(Header::Part { index: 0, count: 2 });
+        assert!(h.up(Up::Send { origin: 0, msg: big }).is_empty());
+        assert_eq!(h.stats.drops(DropReason::FragViolation), 4);
+        assert_eq!(h.layer.buffered(), 0);
+        let fits = Msg::new(vec![0u8; 4].into()).with(Header::Part { index: 0, count: 2 });
+        h.up(Up::Send { origin: 0, msg: fits });
+        assert_eq!(h.stats.drops(DropReason::FragViolation), 4);
     }
 }

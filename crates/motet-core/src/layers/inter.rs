@@ -197,6 +197,20 @@ impl Layer for Inter {
                     }
                     return;
                 }
+                // A view's member lists travel in one vector each, at most `RANKS_MAX` long: a
+                // merged view past it could never be cast (nor decoded), and n-by-n state
+                // (`causal`, `safe`) grows with its square. The smaller partition stays apart.
+                let merged = self.view.len() + request.members.len();
+                if merged > motet_wire::RANKS_MAX && matches!(self.phase, Phase::Idle) {
+                    tracing::warn!(
+                        requester = request.coord,
+                        merged,
+                        max = motet_wire::RANKS_MAX,
+                        "merge request refused: the merged view would have too many members"
+                    );
+                    out.dn(Dn::MergeDeny { contact: contact_of(&request), request: request_id(&request) });
+                    return;
+                }
                 match &self.phase {
                     Phase::Idle => {
                         tracing::info!(
@@ -288,5 +302,18 @@ mod tests {
         let mut coordinator = inter(0);
         coordinator.up(Up::NewView(crate::testing::view(3)));
         assert!(coordinator.up(Up::MergeRequest(request())).is_empty());
+    }
+
+    /// A merge whose view would pass `RANKS_MAX` members is refused: it could never be cast.
+    #[test]
+    fn a_merge_past_the_largest_view_is_refused() {
+        let mut big = request();
+        big.members = (100..100 + motet_wire::RANKS_MAX as u64 - 3).collect();
+        big.coord = 100;
+        let out = inter(0).up(Up::MergeRequest(big.clone()));
+        assert!(matches!(&out[..], [Out::Dn(Dn::MergeFlush)]), "3 + 4,093 fits: {out:?}");
+        big.members.push(99);
+        let out = inter(0).up(Up::MergeRequest(big));
+        assert!(matches!(&out[..], [Out::Dn(Dn::MergeDeny { .. })]), "3 + 4,094 does not: {out:?}");
     }
 }

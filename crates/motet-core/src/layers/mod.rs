@@ -14,6 +14,17 @@ use std::sync::Arc;
 /// compressed datagram's 16-bit sequence number, which the receiver expands correctly only while
 /// the sender is less than 2^15 messages ahead of it. 1 MiB.
 pub const WINDOW_BYTES_MAX: u64 = (1 << 14) * flow::MESSAGE_CHARGE;
+/// The longest protocol period or timeout a configuration (or a view) may give: an hour.
+pub const PERIOD_MAX: crate::time::Duration = crate::time::Duration::from_millis(3_600_000);
+/// The longest a replaced stack may linger (`top.linger_ms`): a minute.
+pub const LINGER_MAX: crate::time::Duration = crate::time::Duration::from_millis(60_000);
+/// The largest receive window (`mnak`/`pt2pt` `recv_window_max`), in messages: four of the
+/// largest flow-control windows of the smallest messages.
+pub const RECV_WINDOW_MAX: u64 = 4 * (WINDOW_BYTES_MAX / flow::MESSAGE_CHARGE);
+/// The largest message (`appl.message_size_max`): 256 MiB.
+pub const MESSAGE_SIZE_MAX: u64 = 256 << 20;
+/// The longest pending queue (`pending_max` of `mflow`, `pt2ptw`, `totem`), in messages.
+pub const PENDING_MAX: u64 = 1 << 20;
 
 /// The smallest flow-control window: two empty messages (a report is due every half window).
 pub const WINDOW_BYTES_MIN: u64 = 2 * flow::MESSAGE_CHARGE;
@@ -312,6 +323,18 @@ impl StackConfig {
         if let Some((name, _)) = periods.iter().find(|(_, d)| d.as_millis() == 0) {
             return bad(format!("{name} must be at least 1 ms"));
         }
+        // Parameters also arrive with views, from other members (a merge's grant): maxima keep
+        // one that is wrong from turning a bound off (a failure timeout of days, a replaced stack
+        // lingering for ever with its buffers, a receive window of any size).
+        if let Some((name, _)) = periods.iter().find(|(_, d)| *d > PERIOD_MAX) {
+            return bad(format!("{name} must be at most {} ms (an hour)", PERIOD_MAX.as_millis()));
+        }
+        if self.top.linger > LINGER_MAX {
+            return bad(format!(
+                "top.linger_ms must be at most {} ms: a replaced stack keeps its buffers while it lingers",
+                LINGER_MAX.as_millis()
+            ));
+        }
         if self.suspect.timeout <= self.suspect.sweep_interval {
             return bad(format!(
                 "suspect.timeout_ms ({} ms) must be longer than suspect.sweep_interval_ms ({} ms), the heartbeat period",
@@ -343,6 +366,18 @@ impl StackConfig {
         ];
         if let Some((name, _)) = counts.iter().find(|(_, n)| *n == 0) {
             return bad(format!("{name} must be at least 1"));
+        }
+        for (name, value, max) in [
+            ("mnak.recv_window_max", self.mnak.recv_window_max, RECV_WINDOW_MAX),
+            ("pt2pt.recv_window_max", self.pt2pt.recv_window_max, RECV_WINDOW_MAX),
+            ("appl.message_size_max", self.appl.message_size_max as u64, MESSAGE_SIZE_MAX),
+            ("totem.pending_max", self.totem.pending_max as u64, PENDING_MAX),
+            ("mflow.pending_max", self.mflow.pending_max as u64, PENDING_MAX),
+            ("pt2ptw.pending_max", self.pt2ptw.pending_max as u64, PENDING_MAX),
+        ] {
+            if value > max {
+                return bad(format!("{name} ({value}) must be at most {max}"));
+            }
         }
         if self.frag.frag_size == 0 || self.frag.frag_size > appl::UNFRAGMENTED_MAX {
             return bad(format!(

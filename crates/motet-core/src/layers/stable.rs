@@ -72,6 +72,10 @@ pub static SPEC: LayerSpec = LayerSpec {
     below_every: &[],
 };
 
+/// How far ahead of the last one taken a coordinator's `Columns` may be numbered (2^16 casts in a
+/// row lost: at one a sweep, hours). Beyond, it is dropped (`OutOfWindow`): see `handle_up`.
+const COLUMNS_AHEAD_MAX: u64 = 1 << 16;
+
 /// `stable` state.
 #[derive(Debug, PartialEq)]
 pub struct Stable {
@@ -349,9 +353,17 @@ impl Layer for Stable {
                     if origin == self.rank {
                         return; // our own cast, looped back by `local`
                     }
-                    // An older cast of that coordinator's, arriving late, is old news.
+                    // An older cast of that coordinator's, arriving late, is old news. One far ahead
+                    // of the last taken is no coordinator's: its casts are numbered one by one, and
+                    // so many lost in a row would have had it suspected. Taken, one forged cast
+                    // would make every later genuine one look old, freezing stability (and every
+                    // retransmission buffer) for the rest of the view.
                     let seq = &mut self.taken_seq[usize::from(origin)];
                     if columns.seq <= *seq {
+                        return;
+                    }
+                    if columns.seq - *seq > COLUMNS_AHEAD_MAX {
+                        out.drop_input(super::LayerKind::Stable, DropReason::OutOfWindow);
                         return;
                     }
                     *seq = columns.seq;
@@ -593,6 +605,23 @@ mod tests {
         assert_eq!(held(&coordinator), [true, false, true, false]);
         // An empty row reads as zeros: rank 1 and 3 hold the minimum at 0.
         assert_eq!(coordinator.layer.columns, Stability { stable: vec![0; 4], max: vec![1; 4] });
+    }
+
+    /// A cast of columns numbered far ahead of the last one taken (forged, or corrupt) is dropped:
+    /// taken, it made every later genuine cast look old, and stability froze for the view.
+    #[test]
+    fn columns_numbered_far_ahead_are_dropped() {
+        let view = crate::testing::view(3);
+        let mut member = at(&view, 1);
+        member.up(Up::NumCasts(Arc::from(vec![1, 1, 0])));
+        let out = member.up(columns_from(0, u64::MAX, vec![0, 0, 0], vec![1, 1, 0], vec![]));
+        assert!(announced(&out).is_empty(), "{out:?}");
+        assert_eq!(member.stats.drops(DropReason::OutOfWindow), 1);
+        let out = member.up(columns_from(0, 1, vec![1, 1, 0], vec![1, 1, 0], vec![]));
+        assert_eq!(announced(&out), [Stability { stable: vec![1, 1, 0], max: vec![1, 1, 0] }], "the genuine one");
+        member.up(columns_from(0, 1 + COLUMNS_AHEAD_MAX, vec![1, 1, 0], vec![1, 1, 0], vec![]));
+        assert_eq!(member.stats.drops(DropReason::OutOfWindow), 1, "at the limit: taken");
+        assert_eq!(member.layer.taken_seq[0], 1 + COLUMNS_AHEAD_MAX);
     }
 
     /// Losses repair themselves: a member that has not heard that everything is stable sends its

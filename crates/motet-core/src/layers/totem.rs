@@ -35,6 +35,10 @@ use std::collections::{BTreeMap, VecDeque};
 /// numbers that many casts, and counting on from it cannot overflow.
 const SEQ_MAX: u64 = 1 << 62;
 
+/// Ordered casts a member can have in flight: a flow-control window of the smallest messages
+/// (`WINDOW_BYTES_MAX` / `MESSAGE_CHARGE`, 2^14).
+const WINDOW_CASTS_MAX: u64 = super::WINDOW_BYTES_MAX / super::flow::MESSAGE_CHARGE;
+
 /// `totem` parameters.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -87,6 +91,9 @@ pub struct Totem {
     deliver_next: u64,
     /// Casts that were never ordered (cast during the flush), per origin.
     unordered: Vec<VecDeque<Msg>>,
+    /// How far ahead of `deliver_next` an ordered cast or a token may be numbered: every member's
+    /// window of casts in flight (see [`Totem::ahead`]).
+    ahead_max: u64,
     blocked: bool,
     completed: bool,
 }
@@ -109,9 +116,24 @@ impl Totem {
             held: BTreeMap::new(),
             deliver_next: 0,
             unordered: vec![VecDeque::new(); view.len()],
+            ahead_max: WINDOW_CASTS_MAX.saturating_mul(view.len() as u64),
             blocked: false,
             completed: false,
         }
+    }
+
+    /// Whether `seq` is too far ahead of what this member has delivered to be any member's: the
+    /// casts numbered between are in flight from their senders, at most a window of casts each.
+    /// One forged or corrupt number far ahead would otherwise hold every later cast here for the
+    /// rest of the view (`held` growing at the group's rate), or, as a token, number every cast
+    /// from there.
+    fn ahead(&self, seq: u64) -> bool {
+        seq.saturating_sub(self.deliver_next) > self.ahead_max
+    }
+
+    /// The most unordered casts one origin can have cast in a view.
+    fn unordered_max(&self) -> u64 {
+        (self.pending_max as u64).saturating_add(WINDOW_CASTS_MAX)
     }
 
     /// Tells `appl` when casts become blocked or free (ours and flow control's, combined).
@@ -177,12 +199,20 @@ impl Layer for Totem {
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
                 Some(Header::Data { .. } | Header::Unordered) if self.completed => self.deliver(origin, msg, out),
                 Some(Header::Data { seq }) => {
+                    if self.ahead(seq) {
+                        return out.drop_input(super::LayerKind::Totem, DropReason::OutOfWindow);
+                    }
                     self.waiting.remove(origin); // it had the token: served
                     if seq < self.deliver_next || self.held.contains_key(&seq) {
                         return out.drop_input(super::LayerKind::Totem, DropReason::Duplicate);
                     }
                     self.held.insert(seq, (origin, msg));
                     self.deliver_ordered(out);
+                }
+                // At most what a member can cast unordered: its pending casts at the flush, and a
+                // window of those cast below meanwhile.
+                Some(Header::Unordered) if self.unordered[usize::from(origin)].len() as u64 >= self.unordered_max() => {
+                    out.drop_input(super::LayerKind::Totem, DropReason::OutOfWindow)
                 }
                 Some(Header::Unordered) => self.unordered[usize::from(origin)].push_back(msg),
                 Some(Header::Request) => {
@@ -206,6 +236,9 @@ impl Layer for Totem {
                     // far from where counting on would overflow. Such a token is not a member's.
                     if seq < self.deliver_next || seq > SEQ_MAX {
                         return out.drop_input(super::LayerKind::Totem, DropReason::Malformed);
+                    }
+                    if self.ahead(seq) {
+                        return out.drop_input(super::LayerKind::Totem, DropReason::OutOfWindow);
                     }
                     self.holder = true;
                     self.next = seq;
@@ -283,8 +316,8 @@ impl Layer for Totem {
         match up.header {
             motet_wire::Header::Totem(Header::NoHdr) => UpStep::pass(up),
             &motet_wire::Header::Totem(Header::Data { seq }) if up.cast && !self.completed => {
-                if seq < self.deliver_next || self.held.contains_key(&seq) {
-                    return None; // a duplicate: the handler drops it
+                if seq < self.deliver_next || self.held.contains_key(&seq) || self.ahead(seq) {
+                    return None; // a duplicate, or too far ahead: the handler drops it
                 }
                 match seq == self.deliver_next {
                     true => Some(UpStep { release: self.held.contains_key(&(seq + 1)), ..UpStep::to(Qos::Reliable) }),
@@ -432,5 +465,37 @@ mod tests {
         let out = b.up(Up::Send { origin: 0, msg: token });
         assert!(out.iter().any(|o| matches!(o, Out::Up(Up::FlowBlock { dest: None, blocked: false }))));
         assert_eq!(casts(&out).len(), 2);
+    }
+
+    /// A cast or a token numbered beyond every member's window of casts in flight is no member's:
+    /// dropped (`OutOfWindow`), it neither holds every later cast here for the view nor numbers
+    /// this member's casts from there; unordered casts past what a member can cast are dropped
+    /// too. The fast path refuses the same cast, so the bypass agrees.
+    #[test]
+    fn casts_and_tokens_numbered_far_ahead_are_dropped() {
+        let view = crate::testing::view_of("vsync+Token", 2);
+        let mut b = Harness::new(Totem::new(&Config { pending_max: 2 }, &view, 1), 1);
+        let far = 2 * WINDOW_CASTS_MAX + 1;
+        let data =
+            |seq| Up::Cast { origin: 0, msg: Msg::new(vec![1].into()).with(Header::Data { seq }), qos: Qos::Reliable };
+        assert!(b.up(data(far)).is_empty());
+        assert_eq!(b.stats.drops(DropReason::OutOfWindow), 1);
+        assert_eq!(b.layer.buffered(), 0, "not held");
+        let header = motet_wire::Header::from(Header::Data { seq: far });
+        let up = fast::Up { origin: 0, cast: true, qos: Qos::Reliable, header: &header, len: 1 };
+        assert!(b.layer.fast_up(&up).is_none(), "the fast path refuses it too");
+        let token = Msg::default().with(Header::Token { seq: far });
+        b.up(Up::Send { origin: 0, msg: token });
+        assert!(!b.layer.holder, "a token far ahead is not taken");
+        assert_eq!(b.stats.drops(DropReason::OutOfWindow), 2);
+        // Just within: held, waiting for the casts before it.
+        b.up(data(far - 1));
+        assert_eq!(b.layer.held.len(), 1);
+        // Unordered: at most pending_max plus a window from one origin.
+        for _ in 0..b.layer.unordered_max() + 3 {
+            b.up(Up::Cast { origin: 0, msg: Msg::default().with(Header::Unordered), qos: Qos::Reliable });
+        }
+        assert_eq!(b.layer.unordered[0].len() as u64, b.layer.unordered_max());
+        assert_eq!(b.stats.drops(DropReason::OutOfWindow), 5);
     }
 }

@@ -131,9 +131,11 @@ impl LoopThread {
         }
     }
 
-    /// The runtime is stopping: leaves the application asked for (a `Member` dropped just before
-    /// the `Runtime`, the usual order at the end of a program) run to their end, for at most
-    /// `grace`, so the others see the members leave instead of suspecting them a second later.
+    /// The runtime is stopping: every member still in a group leaves, and the leaves run to their
+    /// end, for at most `grace`, so the others see the members leave instead of suspecting them a
+    /// second later. Those whose `Member` was dropped first (the usual order) had asked already;
+    /// the others (a `Runtime` dropped before its `Member`s, as a struct whose fields are declared
+    /// in that order does) are asked now: a process shutting down leaves its groups.
     /// Events still coming go to members that still listen, in order: a member whose channel is
     /// full gets nothing more (a gap in its events would be worse than their end).
     fn finish_leaves(&mut self, grace: Duration) {
@@ -147,6 +149,11 @@ impl LoopThread {
         }
         for &endpoint in &cut_off {
             let _ = self.event_loop.set_lagging(endpoint, false);
+        }
+        let staying: Vec<EndpointId> = self.members.keys().copied().collect();
+        for endpoint in staying {
+            // Refused for a member that asked already or has left: nothing more to do for it.
+            let _ = self.event_loop.leave(endpoint);
         }
         while self.event_loop.leaving() > 0 {
             let left = deadline.until(&clock);
