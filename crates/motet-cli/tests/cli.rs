@@ -319,11 +319,19 @@ fn member_serves_prometheus_metrics_and_prints_stats() {
     let mut line = String::new();
     stderr.read_line(&mut line).unwrap();
     let address = line.trim().rsplit("http://").next().unwrap().trim_end_matches("/metrics").to_string();
-    let mut stream = std::net::TcpStream::connect(&address).expect(&line);
-    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+    // The port is served from before the member joins: scraped until its first view shows.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let response = loop {
+        let mut stream = std::net::TcpStream::connect(&address).expect(&line);
+        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+        if response.contains("motet_views_installed_total 1\n") || std::time::Instant::now() > deadline {
+            break response;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     for needle in [
         "motet_datagrams_sent_total",
         "motet_views_installed_total 1",

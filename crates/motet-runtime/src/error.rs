@@ -35,6 +35,10 @@ pub enum Error {
     /// The runtime's event loop has stopped.
     #[error("the runtime has stopped (its event loop exited); start a new one")]
     Stopped,
+    /// The runtime's event loop failed (a system call it cannot go on without, or a bug: a panic)
+    /// and stopped; the cause is in the message, and was logged.
+    #[error("the runtime's event loop failed and stopped ({0}); start a new one")]
+    Failed(String),
     /// The application is not keeping up and the bounded queue is full.
     #[error("{0} queue is full; consume events (or slow down) and retry")]
     QueueFull(&'static str),

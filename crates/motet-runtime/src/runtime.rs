@@ -65,6 +65,9 @@ enum Command {
     },
     /// Stop, after the leaves under way have run for at most this long.
     Stop(Duration),
+    /// Tests: the loop panics, as a bug in it would.
+    #[cfg(test)]
+    Panic,
 }
 
 struct Joined {
@@ -108,11 +111,26 @@ struct Shared {
     sleeping: AtomicBool,
     /// The loop has stopped (its thread's state was dropped): nothing parked will go.
     stopped: AtomicBool,
+    /// Why the loop stopped, when it failed rather than being stopped.
+    failure: Mutex<Option<String>>,
 }
 
 impl Shared {
+    /// The error for a call that finds the loop gone: `Failed` with its cause, or `Stopped`.
+    fn gone(&self) -> Error {
+        match self.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone() {
+            Some(cause) => Error::Failed(cause),
+            None => Error::Stopped,
+        }
+    }
+
+    /// Records why the loop failed (the first cause only).
+    fn failed(&self, cause: String) {
+        self.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert(cause);
+    }
+
     fn command(&self, command: Command) -> Result<(), Error> {
-        self.commands.send(command).map_err(|_| Error::Stopped)?;
+        self.commands.send(command).map_err(|_| self.gone())?;
         if self.sleeping.swap(false, Ordering::SeqCst) {
             let _ = self.waker.wake();
         }
@@ -235,6 +253,7 @@ impl Runtime {
             waker: event_loop.waker(),
             sleeping: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
+            failure: Mutex::new(None),
         });
         let loop_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -244,7 +263,18 @@ impl Runtime {
                 // address (several runtimes may share one log).
                 let _span = tracing::info_span!("motet", address = %addresses.advertise).entered();
                 let overflow_max = config.event_queue.max(OVERFLOW_MIN);
-                LoopThread::new(event_loop, receiver, loop_shared, overflow_max, config.event_queue_bytes).run()
+                let failure = Arc::clone(&loop_shared);
+                let state = LoopThread::new(event_loop, receiver, loop_shared, overflow_max, config.event_queue_bytes);
+                // A panic (a bug) ends the loop; every later call says so, with the message.
+                if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| state.run())) {
+                    let message = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "a panic without a message".into());
+                    tracing::error!(%message, "the event loop panicked; stopping");
+                    failure.failed(format!("the event loop panicked: {message}"));
+                }
             })
             .map_err(|e| Error::io("starting the event-loop thread", e))?;
         Ok(Runtime { shared, event_queue: config.event_queue, thread: Some(thread), addresses: Mutex::new(addresses) })
@@ -275,7 +305,7 @@ impl Runtime {
     fn join_with(&self, config: GroupConfig, sink: Sink) -> Result<Handle, Error> {
         let (reply, answer) = mpsc::sync_channel(1);
         self.shared.command(Command::Join { config: Box::new(config), sink, reply })?;
-        let joined = answer.recv().map_err(|_| Error::Stopped)??;
+        let joined = answer.recv().map_err(|_| self.shared.gone())??;
         Ok(Handle { endpoint: joined.endpoint, shared: Arc::clone(&self.shared), member: joined.member })
     }
 
@@ -311,7 +341,7 @@ impl Runtime {
     pub fn migrate(&self, bind: SocketAddr, advertise: Option<SocketAddr>) -> Result<SocketAddr, Error> {
         let (reply, answer) = mpsc::sync_channel(1);
         self.shared.command(Command::Migrate { bind, advertise, reply })?;
-        let moved = answer.recv().map_err(|_| Error::Stopped)??;
+        let moved = answer.recv().map_err(|_| self.shared.gone())??;
         *self.addresses.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = moved;
         Ok(moved.advertise)
     }
@@ -351,7 +381,7 @@ impl StatsHandle {
     pub fn get(&self) -> Result<(RuntimeStats, motet_core::layer::Stats), Error> {
         let (reply, answer) = mpsc::sync_channel(1);
         self.shared.command(Command::Stats { reply })?;
-        answer.recv().map_err(|_| Error::Stopped)
+        answer.recv().map_err(|_| self.shared.gone())
     }
 }
 
@@ -397,9 +427,10 @@ impl Handle {
         self.endpoint
     }
 
-    /// Multicasts `data` to the current view. Returns once the loop has queued it; the message
-    /// goes out as soon as flow control and view changes allow (FIFO with this member's other
-    /// casts). Blocks while `action_queue` actions wait for the loop (back-pressure). Refuses with
+    /// Multicasts `data` to the current view. Returns once the command is in the loop's channel
+    /// (a refusal the loop makes later, which the checks here leave rare, is counted in
+    /// `RuntimeStats::actions_refused` and logged); the message goes out as soon as flow control
+    /// and view changes allow (FIFO with this member's other casts). Blocks while `action_queue` actions wait for the loop (back-pressure). Refuses with
     /// `Error::QueueFull` while this member's messages parked at the loop are at their bound
     /// (65,536, or 64 MiB): take events (a member that lags holds its own casts back) and retry.
     pub fn cast(&self, data: impl Into<Bytes>) -> Result<(), Error> {
@@ -408,7 +439,11 @@ impl Handle {
         self.act_bounded(Op::Cast(data))
     }
 
-    /// Sends `data` to member `to` of the current view.
+    /// Sends `data` to member `to` of the current view. The view checked is the latest the loop
+    /// handed to this member's channel, which may be ahead of the last `View` event taken: a
+    /// member that event still names may already be gone (`NotMember`), and one a view still
+    /// queued for the application drops is sent nothing (the loop counts it in
+    /// `RuntimeStats::sends_to_departed`).
     pub fn send(&self, to: EndpointId, data: impl Into<Bytes>) -> Result<(), Error> {
         let data = data.into();
         self.check(data.len())?;
@@ -504,7 +539,8 @@ impl Handle {
         self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::XferDone(view) })
     }
 
-    /// The members of the latest view handed to the application, if any.
+    /// The members of the latest view handed to the application's channel, if any: it may be
+    /// ahead of the last `View` event the application has taken.
     pub fn view(&self) -> Option<Vec<EndpointId>> {
         self.member.view.lock().ok()?.as_ref().map(|v| v.to_vec())
     }
@@ -544,7 +580,7 @@ impl Handle {
         let (counted, size) = (member.lot(lot), op.payload_len());
         if !counted.reserve(size) {
             return Err(if self.shared.stopped.load(Ordering::SeqCst) {
-                Error::Stopped
+                self.shared.gone()
             } else if member.forgotten.load(Ordering::SeqCst) {
                 Error::Left
             } else {
@@ -685,7 +721,7 @@ impl Member {
         if self.exited.load(Ordering::SeqCst) {
             Error::Left
         } else {
-            Error::Stopped
+            self.handle.shared.gone()
         }
     }
 }
@@ -695,5 +731,36 @@ impl Drop for Member {
         if !self.handle.has_left() {
             let _ = self.handle.leave();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A loop that failed says why in every later call, not only that it stopped.
+    #[test]
+    fn calls_after_the_loop_failed_say_why() {
+        let runtime = Runtime::start(RuntimeConfig::default()).unwrap();
+        let member = runtime.join(GroupConfig::new("failing")).unwrap();
+        runtime.shared.command(Command::Panic).unwrap();
+        let deadline = std::time::Duration::from_secs(10);
+        let mut waited = std::time::Duration::ZERO;
+        while runtime.stats().is_ok() {
+            assert!(waited < deadline, "the loop never stopped");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            waited += std::time::Duration::from_millis(10);
+        }
+        for error in [runtime.stats().unwrap_err(), member.cast(bytes::Bytes::from_static(b"x")).unwrap_err()] {
+            assert!(
+                matches!(&error, Error::Failed(cause) if cause.contains("a test asked the loop to panic")),
+                "{error}"
+            );
+        }
+        // A runtime stopped on purpose is `Stopped`, as before.
+        let runtime = Runtime::start(RuntimeConfig::default()).unwrap();
+        let member = runtime.join(GroupConfig::new("stopped")).unwrap();
+        drop(runtime);
+        assert!(matches!(member.cast(bytes::Bytes::from_static(b"x")), Err(Error::Stopped)));
     }
 }

@@ -102,6 +102,7 @@ impl LoopThread {
             self.shared.sleeping.store(false, Ordering::SeqCst);
             if let Err(error) = result {
                 tracing::error!(%error, "event loop failed; stopping");
+                self.shared.failed(error.to_string());
                 return;
             }
             // Parked actions that went this turn make room for the member's next messages.
@@ -181,6 +182,8 @@ impl LoopThread {
 
     fn handle(&mut self, command: Command) {
         match command {
+            #[cfg(test)]
+            Command::Panic => panic!("a test asked the loop to panic"),
             Command::Join { config, sink, reply } => {
                 let result = self.event_loop.join(&config).map(|endpoint| {
                     let member = Arc::new(MemberShared::default());
@@ -387,6 +390,7 @@ mod tests {
             waker: event_loop.waker(),
             sleeping: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
+            failure: std::sync::Mutex::new(None),
         });
         let mut thread = LoopThread::new(event_loop, receiver, Arc::clone(&shared), 64, usize::MAX);
         let (sink, events) = mpsc::sync_channel(capacity);
