@@ -595,7 +595,7 @@ fn spawn_stdin_caster(member: Handle, runtime: Arc<Runtime>, commands: bool) {
             };
             match result {
                 Ok(()) => ControlFlow::Continue(()),
-                Err(Error::Left | Error::Stopped) => ControlFlow::Break(()),
+                Err(Error::Left | Error::Stopped | Error::Failed(_)) => ControlFlow::Break(()),
                 Err(error) => {
                     eprintln!("motet member: refused: {error}");
                     ControlFlow::Continue(())

@@ -226,6 +226,17 @@ impl Node {
         self.peers.insert(group, peers.into());
     }
 
+    /// Forgets `group`'s seeds: its last endpoint here is gone (a process that joins and leaves
+    /// groups all its life keeps no entry per group it was ever in).
+    pub fn forget_peers(&mut self, group: &crate::view::GroupName) {
+        self.peers.remove(group);
+    }
+
+    /// How many groups have seeds set (entries of [`Node::set_peers`] not forgotten).
+    pub fn peer_groups(&self) -> usize {
+        self.peers.len()
+    }
+
     /// The addresses where other partitions of `group` may be found ([`Node::set_peers`]).
     pub fn peers(&self, group: &crate::view::GroupName) -> &[Address] {
         self.peers.get(group).map_or(&[], |p| &p[..])

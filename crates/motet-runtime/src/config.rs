@@ -348,7 +348,12 @@ impl GroupConfig {
         // A seed is `host:port`: without a port (or with port 0) it was taken for a DNS name
         // that never resolves, and reported every interval as a lookup failure.
         for peer in &self.peers {
-            let port = peer.rsplit_once(':').and_then(|(host, port)| (!host.is_empty()).then_some(port));
+            // An IPv6 host is bracketed (`[fe80::1]:7001`): bare, `fe80::1` read as host `fe80:`
+            // and port 1.
+            let port = peer.rsplit_once(':').and_then(|(host, port)| {
+                let bracketed = host.starts_with('[') && host.ends_with(']');
+                (!host.is_empty() && (bracketed || !host.contains(':'))).then_some(port)
+            });
             if port.and_then(|p| p.parse::<u16>().ok()).is_none_or(|p| p == 0) {
                 return Err(Error::Config(format!(
                     "peer `{peer}` needs a host and a port, as in `10.0.0.6:7001` or `motet-0.motet:7001`"
@@ -460,7 +465,7 @@ mod tests {
 
     #[test]
     fn a_peer_without_a_port_and_multicast_settings_out_of_range_are_refused() {
-        for peer in ["seed1", "10.0.0.6", "", "10.0.0.6:0", ":7001", "host:port"] {
+        for peer in ["seed1", "10.0.0.6", "", "10.0.0.6:0", ":7001", "host:port", "fe80::1", "::1:7001"] {
             let err = GroupConfig::new("g").peers([peer]).resolve_spec().unwrap_err().to_string();
             assert!(err.contains(&format!("peer `{peer}` needs a host and a port")), "{err}");
         }

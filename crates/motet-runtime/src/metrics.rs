@@ -172,8 +172,14 @@ fn answer(mut stream: TcpStream, stats: &StatsHandle) -> Result<(), crate::Error
     // Up to the blank line that ends the headers, however the request was split into segments.
     let mut request = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
+    // Where the headers end (the blank line, CRLF or bare LF), if they have.
+    let end = |request: &[u8]| {
+        let crlf = request.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+        let lf = request.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+        crlf.into_iter().chain(lf).min()
+    };
     let complete = loop {
-        if request.windows(4).any(|w| w == b"\r\n\r\n") {
+        if end(&request).is_some() {
             break true;
         }
         if request.len() > REQUEST_MAX || clock.now() > deadline {
@@ -188,7 +194,10 @@ fn answer(mut stream: TcpStream, stats: &StatsHandle) -> Result<(), crate::Error
     let mut words = line.split(|&b| b == b' ');
     let (method, path) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
     let path = path.split(|&b| b == b'?').next().unwrap_or_default();
-    let (status, body) = if request.len() > REQUEST_MAX {
+    // Too large only if the headers themselves are (a body or a pipelined request read with them
+    // does not count).
+    let too_large = end(&request).map_or(request.len() > REQUEST_MAX, |end| end > REQUEST_MAX);
+    let (status, body) = if too_large {
         ("431 Request Header Fields Too Large", String::from("request headers too large\n"))
     } else if !complete {
         return Ok(()); // nothing complete came in time: closed unanswered
@@ -215,9 +224,17 @@ fn answer(mut stream: TcpStream, stats: &StatsHandle) -> Result<(), crate::Error
     let _ = stream.write_all(head.as_bytes());
     // Closing with unread request bytes makes the kernel reset the connection, which can cost
     // the client the answer: say we are done, then read what is left (briefly).
+    // At most 100 ms and 64 KiB of it: a client that keeps sending must not keep the slot.
     let _ = stream.shutdown(std::net::Shutdown::Write);
     let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
-    while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+    let drain_until = clock.now() + motet_core::Duration::from_millis(100);
+    let mut drained = 0;
+    while drained < 64 * 1024 && clock.now() < drain_until {
+        match stream.read(&mut buf) {
+            Ok(n) if n > 0 => drained += n,
+            _ => break,
+        }
+    }
     Ok(())
 }
 

@@ -129,6 +129,11 @@ impl Shared {
         self.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert(cause);
     }
 
+    /// Replaces the cause with a fuller account of it (a panic's message, once caught).
+    fn failed_with(&self, cause: String) {
+        *self.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(cause);
+    }
+
     fn command(&self, command: Command) -> Result<(), Error> {
         self.commands.send(command).map_err(|_| self.gone())?;
         if self.sleeping.swap(false, Ordering::SeqCst) {
@@ -273,7 +278,7 @@ impl Runtime {
                         .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                         .unwrap_or_else(|| "a panic without a message".into());
                     tracing::error!(%message, "the event loop panicked; stopping");
-                    failure.failed(format!("the event loop panicked: {message}"));
+                    failure.failed_with(format!("the event loop panicked: {message}"));
                 }
             })
             .map_err(|e| Error::io("starting the event-loop thread", e))?;

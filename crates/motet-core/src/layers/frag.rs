@@ -254,7 +254,7 @@ impl Layer for Frag {
         // The parts `reassemble` accepts without a violation: a first part with nothing pending,
         // or the next part of the message pending.
         let slot = if up.cast { &self.casts } else { &self.sends }.get(usize::from(up.origin))?;
-        if count < 2 || count > self.count_max || index >= count {
+        if count < 2 || count > self.count_max || index >= count || up.len > self.frag_size {
             return None;
         }
         let accepted = match slot {

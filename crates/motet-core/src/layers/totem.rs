@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, VecDeque};
 /// numbers that many casts, and counting on from it cannot overflow.
 const SEQ_MAX: u64 = 1 << 62;
 
-/// Ordered casts a member can have in flight: a flow-control window of the smallest messages
+/// Ordered casts a member can have on the wire: a flow-control window of the smallest messages
 /// (`WINDOW_BYTES_MAX` / `MESSAGE_CHARGE`, 2^14).
 const WINDOW_CASTS_MAX: u64 = super::WINDOW_BYTES_MAX / super::flow::MESSAGE_CHARGE;
 
@@ -91,8 +91,8 @@ pub struct Totem {
     deliver_next: u64,
     /// Casts that were never ordered (cast during the flush), per origin.
     unordered: Vec<VecDeque<Msg>>,
-    /// How far ahead of `deliver_next` an ordered cast or a token may be numbered: every member's
-    /// window of casts in flight (see [`Totem::ahead`]).
+    /// How far beyond the highest number this member knows of an ordered cast or a token may be
+    /// numbered (see [`Totem::ahead`]).
     ahead_max: u64,
     blocked: bool,
     completed: bool,
@@ -116,19 +116,32 @@ impl Totem {
             held: BTreeMap::new(),
             deliver_next: 0,
             unordered: vec![VecDeque::new(); view.len()],
-            ahead_max: WINDOW_CASTS_MAX.saturating_mul(view.len() as u64),
+            ahead_max: {
+                // Per member: what a holder numbers at once (its pending casts) that may still
+                // wait in `mflow`'s queue, and a window of them on the wire.
+                let params = &view.params;
+                let numbered = (params.totem.pending_max as u64)
+                    .saturating_add(params.mflow.pending_max as u64)
+                    .saturating_add(WINDOW_CASTS_MAX);
+                numbered.saturating_mul(view.len() as u64)
+            },
             blocked: false,
             completed: false,
         }
     }
 
-    /// Whether `seq` is too far ahead of what this member has delivered to be any member's: the
-    /// casts numbered between are in flight from their senders, at most a window of casts each.
+    /// Whether `seq` is too far beyond the highest number this member knows of (delivered, held,
+    /// or given while it held the token) to be any member's. The casts numbered in between, which
+    /// it has not seen, are numbered and not yet received: each member's at most its pending casts
+    /// handed to `mflow` at once and a window on the wire (`ahead_max`, n times that). Casts that
+    /// arrived and wait behind a gap count in the highest number, not against the bound (measured
+    /// from `deliver_next`, a long gap made genuine casts look too far ahead: a review's finding).
     /// One forged or corrupt number far ahead would otherwise hold every later cast here for the
-    /// rest of the view (`held` growing at the group's rate), or, as a token, number every cast
-    /// from there.
+    /// rest of the view, or, as a token, number this member's casts from there.
     fn ahead(&self, seq: u64) -> bool {
-        seq.saturating_sub(self.deliver_next) > self.ahead_max
+        let held = self.held.last_key_value().map_or(0, |(&last, _)| last.saturating_add(1));
+        let known = self.deliver_next.max(held).max(self.next);
+        seq.saturating_sub(known) > self.ahead_max
     }
 
     /// The most unordered casts one origin can have cast in a view.
@@ -475,7 +488,7 @@ mod tests {
     fn casts_and_tokens_numbered_far_ahead_are_dropped() {
         let view = crate::testing::view_of("vsync+Token", 2);
         let mut b = Harness::new(Totem::new(&Config { pending_max: 2 }, &view, 1), 1);
-        let far = 2 * WINDOW_CASTS_MAX + 1;
+        let far = b.layer.ahead_max + 1;
         let data =
             |seq| Up::Cast { origin: 0, msg: Msg::new(vec![1].into()).with(Header::Data { seq }), qos: Qos::Reliable };
         assert!(b.up(data(far)).is_empty());
@@ -488,9 +501,13 @@ mod tests {
         b.up(Up::Send { origin: 0, msg: token });
         assert!(!b.layer.holder, "a token far ahead is not taken");
         assert_eq!(b.stats.drops(DropReason::OutOfWindow), 2);
-        // Just within: held, waiting for the casts before it.
+        // Just within: held, waiting for the casts before it; and a cast that far beyond it is
+        // taken too (what is held counts as known: a long gap does not make casts look too far).
         b.up(data(far - 1));
         assert_eq!(b.layer.held.len(), 1);
+        b.up(data(2 * far - 2));
+        assert_eq!(b.layer.held.len(), 2);
+        assert_eq!(b.stats.drops(DropReason::OutOfWindow), 2);
         // Unordered: at most pending_max plus a window from one origin.
         for _ in 0..b.layer.unordered_max() + 3 {
             b.up(Up::Cast { origin: 0, msg: Msg::default().with(Header::Unordered), qos: Qos::Reliable });

@@ -343,8 +343,14 @@ impl EventLoop {
         self.ready.push_back((endpoint, event));
         if exit {
             // Gone for good: a process that joins and leaves groups all its life does not
-            // keep their state, nor resolve their seeds (an action for it is `Error::Left`).
-            self.members.remove(&endpoint);
+            // keep their state, nor resolve their seeds (an action for it is `Error::Left`), nor
+            // keep the seeds of a group it no longer has a member in.
+            let group = self.members.remove(&endpoint).and_then(|m| m.view).map(|v| v.group.clone());
+            if let Some(group) = group {
+                if !self.members.values().any(|m| m.view.as_ref().is_some_and(|v| v.group == group)) {
+                    self.node.forget_peers(&group);
+                }
+            }
             for seeds in self.seeds.iter().filter(|seeds| seeds.endpoint == endpoint) {
                 self.resolver.forget(seeds.id);
             }

@@ -155,9 +155,10 @@ pub(super) fn bind_socket(
                 "advertise address {address} must be a concrete IP and port other members can reach"
             )))
         }
-        Some(address) if address.is_ipv4() != local.is_ipv4() => {
+        // An IPv4 socket cannot receive IPv6 (an IPv6 one bound to `[::]` may take IPv4 too).
+        Some(address) if local.is_ipv4() && address.is_ipv6() => {
             return Err(Error::Config(format!(
-                "advertise address {address} is of the other IP family than the bound address {local}: other members would send where this socket cannot receive"
+                "advertise address {address} is IPv6 and the bound address {local} IPv4: other members would send where this socket cannot receive"
             )))
         }
         Some(address) => address,

@@ -180,6 +180,9 @@ fn an_answer_for_a_group_gone_meanwhile_is_read_and_its_waker_let_go() {
     }
     assert!(event_loop.resolver.idle(), "the answer was read");
     assert_eq!(Arc::strong_count(&event_loop.waker), 1, "and its waker dropped");
+    // Nor does the node keep the seeds of the group it left.
+    assert!(event_loop.node.peers(&GroupName("gone-before-the-answer".into())).is_empty());
+    assert!(event_loop.node.peer_groups() == 0, "no entry left");
 }
 
 /// A unicast socket that has more to read at every turn (a flood, a burst of retransmissions)
@@ -345,5 +348,5 @@ fn an_advertised_address_of_the_other_family_is_refused() {
     let config = RuntimeConfig { bind: "127.0.0.1:0".parse().unwrap(), ..RuntimeConfig::default() }
         .advertise("[::1]:7001".parse().unwrap());
     let err = EventLoop::new(config).err().expect("refused").to_string();
-    assert!(err.contains("other IP family"), "{err}");
+    assert!(err.contains("is IPv6 and the bound address"), "{err}");
 }

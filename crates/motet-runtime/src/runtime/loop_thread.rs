@@ -47,6 +47,11 @@ impl Drop for LoopThread {
     /// However the loop ends: a handle refused for its parked actions then says the runtime
     /// stopped, since nothing parked will go.
     fn drop(&mut self) {
+        // A panic unwinding through the loop: said before anything sees the loop gone (the
+        // thread's handler adds the panic's message once the unwinding has reached it).
+        if std::thread::panicking() {
+            self.shared.failed("the event loop panicked (see the log)".into());
+        }
         self.shared.stopped.store(true, Ordering::SeqCst);
     }
 }
@@ -159,10 +164,13 @@ impl LoopThread {
         while self.event_loop.leaving() > 0 {
             let left = deadline.until(&clock);
             if left.is_zero() {
-                tracing::warn!(
-                    leaving = self.event_loop.leaving(),
-                    "stopping before every leave was confirmed: the others will suspect those members"
-                );
+                // Asked to stop at once (`shutdown(Duration::ZERO)`): no news to the caller.
+                if !grace.is_zero() {
+                    tracing::warn!(
+                        leaving = self.event_loop.leaving(),
+                        "stopping before every leave was confirmed: the others will suspect those members"
+                    );
+                }
                 return;
             }
             if let Err(error) = self.event_loop.poll(Some(left.min(Duration::from_millis(50)))) {
