@@ -3,8 +3,10 @@
 use motet_core::{ApiError, EndpointId, StackSpecError};
 use thiserror::Error;
 
-/// Everything the runtime and its API can refuse.
+/// Everything the runtime and its API can refuse. More kinds may come: match the ones you act on
+/// and keep a catch-all arm.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A socket could not be set up or used.
     #[error("network: {context}: {source}")]

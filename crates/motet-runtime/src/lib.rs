@@ -113,7 +113,9 @@ impl View {
     }
 }
 
-/// What an endpoint tells the application.
+/// What an endpoint tells the application. Exhaustive on purpose: an application that handles
+/// every kind learns of a new one from its compiler (the crate is before 1.0: a new kind is a
+/// breaking change, said in the release notes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A new view was installed. Boxed: a view is about three times as large as any other event,

@@ -136,10 +136,25 @@ impl Shared {
 
     fn command(&self, command: Command) -> Result<(), Error> {
         self.commands.send(command).map_err(|_| self.gone())?;
+        self.wake();
+        Ok(())
+    }
+
+    /// [`Shared::command`] without waiting for room: `QueueFull` while `action_queue` commands
+    /// wait for the loop.
+    fn try_command(&self, command: Command) -> Result<(), Error> {
+        self.commands.try_send(command).map_err(|e| match e {
+            mpsc::TrySendError::Full(_) => Error::QueueFull("action"),
+            mpsc::TrySendError::Disconnected(_) => self.gone(),
+        })?;
+        self.wake();
+        Ok(())
+    }
+
+    fn wake(&self) {
         if self.sleeping.swap(false, Ordering::SeqCst) {
             let _ = self.waker.wake();
         }
-        Ok(())
     }
 }
 
@@ -299,7 +314,8 @@ impl Runtime {
     /// act (this one, waiting for the loop's answer; `cast`, `send` and `leave`, when
     /// `action_queue` is full; dropping the `Runtime`, for the leaves' grace) block their thread
     /// briefly, as `std` channels do: from a tokio runtime, make them where blocking is allowed
-    /// (a multi-threaded runtime, or `spawn_blocking` for the drop).
+    /// (a multi-threaded runtime, or `spawn_blocking` for the drop), or cast with
+    /// [`Handle::try_cast`], which refuses (`QueueFull`) instead of waiting.
     #[cfg(feature = "tokio")]
     pub fn join_async(&self, config: GroupConfig) -> Result<crate::AsyncMember, Error> {
         let (sink, events) = tokio::sync::mpsc::channel(self.event_queue);
@@ -444,6 +460,14 @@ impl Handle {
         self.act_bounded(Op::Cast(data))
     }
 
+    /// Like [`Handle::cast`], but never waits: while `action_queue` actions wait for the loop it
+    /// refuses with `Error::QueueFull("action")` (retry later: in async code, after yielding).
+    pub fn try_cast(&self, data: impl Into<Bytes>) -> Result<(), Error> {
+        let data = data.into();
+        self.check(data.len())?;
+        self.act_bounded_or(Op::Cast(data), false)
+    }
+
     /// Sends `data` to member `to` of the current view. The view checked is the latest the loop
     /// handed to this member's channel, which may be ahead of the last `View` event taken: a
     /// member that event still names may already be gone (`NotMember`), and one a view still
@@ -580,8 +604,17 @@ impl Handle {
     /// returned, and it would be lost. Not blocking: an application that casts and reads its
     /// events on one thread would wait for itself.
     fn act_bounded(&self, op: Op) -> Result<(), Error> {
+        self.act_bounded_or(op, true)
+    }
+
+    /// [`Handle::act_bounded`]; without `wait`, a full `action_queue` is `QueueFull`, not a wait.
+    fn act_bounded_or(&self, op: Op, wait: bool) -> Result<(), Error> {
         let member = &self.member;
-        let Some(lot) = op.counted() else { return self.shared.command(Command::Act { endpoint: self.endpoint, op }) };
+        let command = |op| match wait {
+            true => self.shared.command(Command::Act { endpoint: self.endpoint, op }),
+            false => self.shared.try_command(Command::Act { endpoint: self.endpoint, op }),
+        };
+        let Some(lot) = op.counted() else { return command(op) };
         let (counted, size) = (member.lot(lot), op.payload_len());
         if !counted.reserve(size) {
             return Err(if self.shared.stopped.load(Ordering::SeqCst) {
@@ -595,7 +628,7 @@ impl Handle {
                 })
             });
         }
-        let result = self.shared.command(Command::Act { endpoint: self.endpoint, op });
+        let result = command(op);
         if result.is_err() {
             counted.handled(size);
         }
@@ -627,6 +660,11 @@ impl Member {
     /// This endpoint's id (as it appears in views).
     pub fn id(&self) -> EndpointId {
         self.handle.endpoint
+    }
+
+    /// See [`Handle::try_cast`].
+    pub fn try_cast(&self, data: impl Into<Bytes>) -> Result<(), Error> {
+        self.handle.try_cast(data)
     }
 
     /// See [`Handle::cast`].
@@ -739,9 +777,55 @@ impl Drop for Member {
     }
 }
 
+// Debug: what identifies each (its endpoint, its addresses), not its queues and channels.
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("local", &self.local_addr())
+            .field("advertised", &self.advertised_addr())
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle").field("endpoint", &self.endpoint).finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member").field("endpoint", &self.handle.endpoint).finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for StatsHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatsHandle").finish_non_exhaustive()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What applications rely on, checked by the compiler: handles and the runtime cross and are
+    /// shared between threads, a member moves to the thread that reads it; and each prints what
+    /// identifies it.
+    #[test]
+    fn api_types_are_send_sync_and_debug() {
+        fn send_sync<T: Send + Sync + std::fmt::Debug>() {}
+        fn send<T: Send + std::fmt::Debug>() {}
+        send_sync::<Runtime>();
+        send_sync::<Handle>();
+        send_sync::<StatsHandle>();
+        send::<Member>();
+        let runtime = Runtime::start(RuntimeConfig::default()).unwrap();
+        let member = runtime.join(GroupConfig::new("debug")).unwrap();
+        assert!(format!("{runtime:?}").contains(&runtime.local_addr().to_string()));
+        assert!(format!("{member:?}").contains(&format!("{:?}", member.id())));
+    }
 
     /// A loop that failed says why in every later call, not only that it stopped.
     #[test]

@@ -33,9 +33,14 @@ impl AsyncMember {
         self.handle.id()
     }
 
-    /// See [`Handle::cast`].
+    /// See [`Handle::cast`] (which waits while `action_queue` is full: see [`Handle::try_cast`]).
     pub fn cast(&self, data: impl Into<Bytes>) -> Result<(), Error> {
         self.handle.cast(data)
+    }
+
+    /// See [`Handle::try_cast`]: never blocks the async thread.
+    pub fn try_cast(&self, data: impl Into<Bytes>) -> Result<(), Error> {
+        self.handle.try_cast(data)
     }
 
     /// See [`Handle::send`].
@@ -81,5 +86,11 @@ impl Drop for AsyncMember {
         if !self.handle.has_left() {
             let _ = self.handle.leave();
         }
+    }
+}
+
+impl std::fmt::Debug for AsyncMember {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncMember").field("endpoint", &self.handle.id()).finish_non_exhaustive()
     }
 }

@@ -48,10 +48,22 @@ fn scrapes_are_answered_beside_idle_connections_and_bad_requests_get_http_errors
     assert!(post.starts_with("HTTP/1.1 405 ") && post.contains("Allow: GET, HEAD\r\n"), "{post}");
     let big = format!("GET /metrics HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(metrics::REQUEST_MAX));
     assert!(ask(address, &[big.as_bytes()]).starts_with("HTTP/1.1 431 "));
-    // Still answering with more idle clients than it serves at once: those past the limit are
-    // closed, and the ones held time out.
+    // The first idle clients have been closed by now (2 s each, side by side).
+    std::thread::sleep(metrics::IO_TIMEOUT);
+    // As many idle clients as it serves at once take every slot: one more is closed unanswered
+    // at once (not held), and once the idle ones time out it answers again.
     let more: Vec<TcpStream> = (0..metrics::CONNECTIONS_MAX).map(|_| TcpStream::connect(address).unwrap()).collect();
-    std::thread::sleep(metrics::IO_TIMEOUT + Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(200));
+    let mut past = TcpStream::connect(address).unwrap();
+    past.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let _ = past.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+    let mut answer = Vec::new();
+    match past.read_to_end(&mut answer) {
+        Ok(_) => assert!(answer.is_empty(), "past the limit, answered: {}", String::from_utf8_lossy(&answer)),
+        // Closed with the request unread: the kernel resets the connection.
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "past the limit: {e}"),
+    }
+    std::thread::sleep(metrics::IO_TIMEOUT);
     assert!(ask(address, &[b"GET /metrics HTTP/1.0\r\n\r\n"]).starts_with("HTTP/1.1 200 OK\r\n"));
     drop((idle, more));
 }

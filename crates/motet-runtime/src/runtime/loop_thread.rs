@@ -410,6 +410,24 @@ mod tests {
         (thread, Handle { endpoint, shared, member }, events)
     }
 
+    /// `try_cast` never waits for room in the command channel (`action_queue`, 16 here, with no
+    /// loop taking commands): the 17th is `QueueFull("action")` and its message is not counted
+    /// as parked; `cast` would have blocked.
+    #[test]
+    fn try_cast_refuses_instead_of_waiting_for_room() {
+        let (_thread, handle, _events) = member_with(16);
+        handle.member.message_size_max.store(1 << 20, Ordering::Relaxed);
+        for _ in 0..16 {
+            handle.try_cast(Bytes::from_static(b"x")).unwrap();
+        }
+        assert!(matches!(handle.try_cast(Bytes::from_static(b"x")), Err(crate::Error::QueueFull("action"))));
+        assert_eq!(
+            handle.member.lot(Lot::Messages).in_flight.load(Ordering::SeqCst),
+            16,
+            "the refused one is not counted"
+        );
+    }
+
     /// A member's channel is full at `event_queue_bytes` of payload too, with room for more
     /// events: the next message waits in the member's overflow until the application has taken
     /// some. One message may pass the bound (one larger than it still goes through).
