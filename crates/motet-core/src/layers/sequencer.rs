@@ -35,6 +35,10 @@ use crate::Rank;
 use motet_wire::hdr::sequencer::Header;
 use std::collections::VecDeque;
 
+/// How many casts of one origin an `Order` may name beyond those this member holds: twice the
+/// largest flow-control window of the smallest messages (2^15).
+const ORDERED_AHEAD_MAX: u64 = 2 * (super::WINDOW_BYTES_MAX / super::flow::MESSAGE_CHARGE);
+
 /// `sequencer` parameters.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -70,6 +74,9 @@ pub struct Sequencer {
     queues: Vec<VecDeque<Msg>>,
     /// The announced order not yet delivered: runs of (origin, count).
     order: VecDeque<(Rank, u32)>,
+    /// Per origin, the casts `order` names (its runs' counts summed): what an `Order` may add is
+    /// bounded by it (see [`Sequencer::too_far`]).
+    in_order: Vec<u64>,
     /// At the sequencer: the order of casts received and not yet announced.
     pending: Vec<(Rank, u32)>,
     /// An alarm is set to announce `pending`.
@@ -90,6 +97,7 @@ impl Sequencer {
             rank,
             queues: vec![VecDeque::new(); view.len()],
             order: VecDeque::new(),
+            in_order: vec![0; view.len()],
             pending: Vec::new(),
             armed: false,
             blocked: false,
@@ -127,6 +135,37 @@ impl Sequencer {
         out.dn(Dn::Cast { msg, qos: Qos::Reliable });
     }
 
+    /// Whether an `Order` names more casts of some origin than it can have sent and this member
+    /// not received yet: the casts an order names were received by the sequencer, so those not
+    /// here are on their way, at most a flow-control window of them (twice the largest, here).
+    /// One forged or corrupt run of millions would otherwise hold every later cast here for the
+    /// view, `queues` growing at the group's rate. Each run is judged with what `order` names
+    /// already (runs of one message are not summed: a message holds a bounded number of runs).
+    fn too_far(&self, runs: &[(Rank, u32)]) -> bool {
+        runs.iter().any(|&(origin, count)| {
+            let named = self.in_order[usize::from(origin)].saturating_add(u64::from(count));
+            named.saturating_sub(self.queues[usize::from(origin)].len() as u64) > ORDERED_AHEAD_MAX
+        })
+    }
+
+    /// Appends an announced order's runs.
+    fn extend_order(&mut self, runs: &[(Rank, u32)]) {
+        for &(origin, count) in runs.iter().filter(|&&(_, count)| count > 0) {
+            self.order.push_back((origin, count));
+            self.in_order[usize::from(origin)] += u64::from(count);
+        }
+    }
+
+    /// The front run's next cast is delivered: one fewer named.
+    fn take_front(&mut self) {
+        let Some(&(origin, count)) = self.order.front() else { return };
+        match count {
+            1 => drop(self.order.pop_front()),
+            _ => self.order[0].1 = count - 1,
+        }
+        self.in_order[usize::from(origin)] -= 1;
+    }
+
     fn deliver(&mut self, origin: Rank, msg: Msg, out: &mut Outbox<'_>) {
         self.delivered += 1;
         out.up(Up::Cast { origin, msg, qos: Qos::Reliable });
@@ -134,13 +173,9 @@ impl Sequencer {
 
     /// Delivers what the announced order allows.
     fn deliver_ordered(&mut self, out: &mut Outbox<'_>) {
-        while let Some(&(origin, count)) = self.order.front() {
+        while let Some(&(origin, _)) = self.order.front() {
             let Some(msg) = self.queues[usize::from(origin)].pop_front() else { return };
-            if count == 1 {
-                self.order.pop_front();
-            } else {
-                self.order[0].1 = count - 1;
-            }
+            self.take_front();
             self.deliver(origin, msg, out);
         }
     }
@@ -156,6 +191,7 @@ impl Sequencer {
                 self.deliver(origin, msg, out);
             }
         }
+        self.in_order.iter_mut().for_each(|named| *named = 0);
         for origin in 0..self.queues.len() {
             while let Some(msg) = self.queues[origin].pop_front() {
                 self.deliver(origin as Rank, msg, out);
@@ -184,7 +220,10 @@ impl Layer for Sequencer {
                     if self.completed {
                         return out.drop_input(super::LayerKind::Sequencer, DropReason::Disabled);
                     }
-                    self.order.extend(runs.iter().copied().filter(|&(_, count)| count > 0));
+                    if self.too_far(&runs) {
+                        return out.drop_input(super::LayerKind::Sequencer, DropReason::OutOfWindow);
+                    }
+                    self.extend_order(&runs);
                     self.deliver_ordered(out);
                 }
                 None => out.drop_input(super::LayerKind::Sequencer, DropReason::HeaderMismatch),
@@ -237,7 +276,9 @@ impl Layer for Sequencer {
         match up.header {
             motet_wire::Header::Sequencer(Header::Order(runs)) => {
                 // What the layered handler accepts: from the sequencer, naming members of the view.
-                let valid = up.origin == 0 && runs.iter().all(|&(o, _)| usize::from(o) < self.queues.len());
+                let valid = up.origin == 0
+                    && runs.iter().all(|&(o, _)| usize::from(o) < self.queues.len())
+                    && !self.too_far(runs);
                 valid.then_some(UpStep { absorb: true, release: true, ..UpStep::to(up.qos) })
             }
             motet_wire::Header::Sequencer(Header::Data) => match self.order.front() {
@@ -257,12 +298,9 @@ impl Layer for Sequencer {
 
     fn fast_release(&mut self, _origin: Rank, _cast: bool, _out: &mut Outbox<'_>) -> Option<(Rank, Msg)> {
         // `deliver_ordered`, one cast at a time.
-        let &(origin, count) = self.order.front()?;
+        let &(origin, _) = self.order.front()?;
         let msg = self.queues[usize::from(origin)].pop_front()?;
-        match count {
-            1 => drop(self.order.pop_front()),
-            _ => self.order[0].1 = count - 1,
-        }
+        self.take_front();
         self.delivered += 1;
         Some((origin, msg))
     }
@@ -278,16 +316,13 @@ impl Layer for Sequencer {
         }
         if let motet_wire::Header::Sequencer(Header::Order(runs)) = up.header {
             // The casts it orders are released next (`fast_release`).
-            self.order.extend(runs.iter().copied().filter(|&(_, count)| count > 0));
+            self.extend_order(runs);
             return;
         }
         if self.order.front().is_some_and(|&(origin, _)| origin == up.origin) {
             // Delivered at once (see `fast_up`), after the sequencer's bookkeeping.
             self.note_arrival(up.origin, out);
-            match &mut self.order[0] {
-                (_, 1) => drop(self.order.pop_front()),
-                (_, count) => *count -= 1,
-            }
+            self.take_front();
             self.delivered += 1;
             return;
         }
@@ -299,6 +334,11 @@ impl Layer for Sequencer {
         assert!(self.rank == 0 || self.pending.is_empty(), "only the sequencer announces an order");
         assert!(!self.completed || self.queues.iter().all(VecDeque::is_empty) || self.order.is_empty());
         assert!(self.order.iter().all(|&(_, count)| count > 0), "no empty run is kept");
+        for (origin, &named) in self.in_order.iter().enumerate() {
+            let counted: u64 =
+                self.order.iter().filter(|&&(o, _)| usize::from(o) == origin).map(|&(_, c)| u64::from(c)).sum();
+            assert_eq!(named, counted, "in_order counts what order names, origin {origin}");
+        }
     }
 
     fn buffered(&self) -> usize {
@@ -343,6 +383,31 @@ mod tests {
         let out = h.up(Up::Cast { origin: 1, msg: data(12), qos: Qos::Reliable });
         assert_eq!(delivered(&out), vec![(1, 12)]);
         assert_eq!(h.layer.buffered(), 0);
+    }
+
+    /// An order naming more casts of an origin than can be on their way is no sequencer's: it is
+    /// dropped (`OutOfWindow`), and nothing waits behind it; the fast path refuses it too. One at
+    /// the bound is taken, and casts held here count as arrived.
+    #[test]
+    fn an_order_naming_casts_that_cannot_be_on_their_way_is_dropped() {
+        let view = crate::testing::view(3);
+        let mut h = Harness::new(Sequencer::new(&Config::default(), &view, 2), 2);
+        let max = ORDERED_AHEAD_MAX as u32;
+        assert!(h.up(Up::Cast { origin: 0, msg: order(&[(1, u32::MAX)]), qos: Qos::Reliable }).is_empty());
+        assert_eq!(h.stats.drops(DropReason::OutOfWindow), 1);
+        let runs = motet_wire::Header::from(Header::Order(vec![(1, max + 1)].into()));
+        let up = fast::Up { origin: 0, cast: true, qos: Qos::Reliable, header: &runs, len: 0 };
+        assert!(h.layer.fast_up(&up).is_none(), "the fast path refuses it too");
+        // A cast of 1 arrives first: then an order of max + 1 is at the bound, and is taken.
+        h.up(Up::Cast { origin: 1, msg: data(10), qos: Qos::Reliable });
+        let out = h.up(Up::Cast { origin: 0, msg: order(&[(1, max + 1)]), qos: Qos::Reliable });
+        assert_eq!(delivered(&out), vec![(1, 10)]);
+        assert_eq!(h.stats.drops(DropReason::OutOfWindow), 1);
+        assert_eq!(h.layer.in_order[1], u64::from(max));
+        // Beyond it, what it names already counts: one more is too far.
+        h.up(Up::Cast { origin: 0, msg: order(&[(1, 1)]), qos: Qos::Reliable });
+        assert_eq!(h.stats.drops(DropReason::OutOfWindow), 2);
+        h.layer.check_invariants();
     }
 
     #[test]
