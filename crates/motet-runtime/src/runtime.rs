@@ -194,6 +194,9 @@ impl MemberShared {
     }
 }
 
+/// How many times [`Counted::reserve`] reads the figures again before refusing.
+const RESERVE_RECHECKS: usize = 2;
+
 /// One lot of a member's counted actions ([`Lot`]): those on their way to the loop, and those
 /// parked there, with their payload bytes.
 #[derive(Default)]
@@ -221,11 +224,27 @@ impl Counted {
         let count = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         let others = self.in_flight_bytes.fetch_add(size, Ordering::SeqCst) + self.parked_bytes.load(Ordering::SeqCst);
         let lot = count + self.parked.load(Ordering::SeqCst);
-        let over = lot > PARKED_MAX || (lot > 1 && others + size >= PARKED_BYTES_MAX);
-        if over {
+        let over = |lot: usize, others: usize| lot > PARKED_MAX || (lot > 1 && others + size >= PARKED_BYTES_MAX);
+        let mut refused = over(lot, others);
+        // The in-flight figure was read before the parked one: a thread descheduled between the
+        // two reads counts what the loop handled meanwhile twice (still in flight, already
+        // parked), and was refused well before the bound (875 chunks of 64 KiB against 64 MiB,
+        // once in CI). Before refusing, both are read again, in-flight first: in that order an
+        // action is counted once or twice, never missed (the loop publishes the parked figure
+        // before it takes an action off its way), so the loop never holds more than the bound.
+        for _ in 0..RESERVE_RECHECKS {
+            if !refused {
+                break;
+            }
+            let lot = self.in_flight.load(Ordering::SeqCst) + self.parked.load(Ordering::SeqCst);
+            let in_flight = self.in_flight_bytes.load(Ordering::SeqCst);
+            let others = in_flight.saturating_sub(size) + self.parked_bytes.load(Ordering::SeqCst);
+            refused = over(lot, others);
+        }
+        if refused {
             self.handled(size);
         }
-        !over
+        !refused
     }
 
     /// An action of `size` bytes is off its way (handled by the loop, or never sent).
