@@ -10,6 +10,21 @@ fn motet(args: &[&str]) -> (i32, String, String) {
     (output.status.code().unwrap_or(-1), stdout, stderr)
 }
 
+/// The output of `child`, which must exit within 10 s (else it is killed and the test fails with
+/// `what`): a process that took a bad argument would run on.
+#[allow(clippy::disallowed_types)] // a wall-clock limit on the process
+fn exited_within(mut child: std::process::Child, what: &str) -> std::process::Output {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("{what}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
 fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
@@ -439,7 +454,7 @@ fn an_explicit_flag_equal_to_its_default_overrides_the_config_file() {
 #[allow(clippy::disallowed_types)] // a wall-clock limit on the process
 fn a_switch_delay_no_clock_can_count_is_refused_up_front() {
     for value in ["inf", "-1", "1e12", "NaN"] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
+        let child = Command::new(env!("CARGO_BIN_EXE_motet"))
             .args(["member", "--group", "g", "--switch", "total", &format!("--switch-after={value}")])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
@@ -447,15 +462,7 @@ fn a_switch_delay_no_clock_can_count_is_refused_up_front() {
             .spawn()
             .unwrap();
         // A member that took the value would run: not waited for without a limit.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while child.try_wait().unwrap().is_none() {
-            if std::time::Instant::now() > deadline {
-                child.kill().unwrap();
-                panic!("--switch-after={value} was taken");
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let output = child.wait_with_output().unwrap();
+        let output = exited_within(child, &format!("--switch-after={value} was taken"));
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{value}: {stderr}");
         assert!(stderr.contains("--switch-after"), "{value}: {stderr}");
@@ -475,22 +482,14 @@ fn member_arguments_and_a_busy_metrics_port_are_refused_before_joining() {
     }
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().to_string();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
+    let child = Command::new(env!("CARGO_BIN_EXE_motet"))
         .args(["member", "--group", "busy-metrics", "--json", "--metrics", &port])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("a member whose metrics port is taken kept running");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let output = child.wait_with_output().unwrap();
+    let output = exited_within(child, "a member whose metrics port is taken kept running");
     let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("cannot serve metrics"), "{stderr}");

@@ -122,6 +122,18 @@ fn one_view_of(procs: &[&Proc]) -> bool {
     }) && endpoints.len() == procs.len()
 }
 
+/// SIGTERM to every process; each must exit 0 (after its leave), and its output is read to the end.
+fn terminate_all(procs: &mut [Proc]) {
+    for p in procs.iter() {
+        p.signal("-TERM");
+    }
+    for p in procs.iter_mut() {
+        let status = p.child.wait().unwrap();
+        assert!(status.success(), "{} exited with {status}", p.name);
+    }
+    std::thread::sleep(Duration::from_millis(100)); // let the readers drain
+}
+
 /// Every process in `receivers` delivered every line in `lines` cast by `sender`.
 fn delivered(receivers: &[&Proc], sender: &Proc, lines: &[String]) -> bool {
     let Some(from) = sender.log().endpoint().map(str::to_string) else { return false };
@@ -182,14 +194,7 @@ fn members_survive_a_sigkill_and_a_restart_with_consistent_deliveries() {
     }
 
     // SIGTERM: each leaves gracefully and exits 0 after its exit event.
-    for p in &procs {
-        p.signal("-TERM");
-    }
-    for p in procs.iter_mut() {
-        let status = p.child.wait().unwrap();
-        assert!(status.success(), "{} exited with {status}", p.name);
-    }
-    std::thread::sleep(Duration::from_millis(100)); // let the readers drain
+    terminate_all(&mut procs);
     for p in &procs {
         assert_eq!(p.events().last(), Some(&LogEvent::Exit), "{} did not print its exit", p.name);
     }
@@ -352,14 +357,7 @@ fn members_stopped_together_past_the_timeout_keep_their_view() {
     // Two more timeouts: a suspicion would have changed the view by then.
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(procs.iter().map(view).collect::<Vec<_>>(), formed, "the view changed: a stopped member suspected");
-    for p in &procs {
-        p.signal("-TERM");
-    }
-    for p in procs.iter_mut() {
-        let status = p.child.wait().unwrap();
-        assert!(status.success(), "{} exited with {status}", p.name);
-    }
-    std::thread::sleep(Duration::from_millis(100)); // let the readers drain
+    terminate_all(&mut procs);
     let logs: Vec<MemberLog> = procs.iter().map(Proc::log).collect();
     let problems = logcheck::check(&logs, false);
     assert!(problems.is_empty(), "{problems:#?}");
