@@ -20,6 +20,12 @@
 //! for a cast no survivor has (one a failed member delivered and nobody else received). Such casts
 //! (only failed members can have sent them) are dropped at the cut, the same way at every survivor
 //! (counted as `Orphan`).
+//!
+//! A timestamp entry for a rank `k` counts casts of `k` its sender delivered, so received by it;
+//! with `mflow` in the stack, `k` is at most a window of casts ahead of this member, so an entry
+//! more than [`super::casts_ahead_max`] beyond the casts of `k` received here is no genuine
+//! member's, and the cast is dropped (`OutOfWindow`): held, it and every later cast of its origin
+//! would wait for the rest of the view. Without flow control there is no such bound.
 
 use crate::event::{Dn, DropReason, Msg, Qos, Up};
 use crate::fast::{self, DnStep, Down, UpStep};
@@ -71,6 +77,9 @@ pub struct Causal {
     /// The header of a cast that changes no entry, shared (a sender that delivered nothing since
     /// its previous cast: the common case of one sender, and the compression template's).
     unchanged: Arc<[(u16, u64)]>,
+    /// How far an entry may be beyond the casts of its rank received here
+    /// ([`super::casts_ahead_max`]).
+    ahead_max: u64,
 }
 
 impl Causal {
@@ -88,6 +97,7 @@ impl Causal {
             completed: false,
             releasing: None,
             unchanged: Arc::from(Vec::new()),
+            ahead_max: super::casts_ahead_max(view),
         }
     }
 
@@ -101,12 +111,24 @@ impl Causal {
         changed.map(|k| (k as u16, self.delivered[k])).collect()
     }
 
-    /// Whether a cast from `origin` carrying `entries` would be delivered at once (nothing of
-    /// its origin held before it, and every entry of its timestamp delivered), without building
-    /// the timestamp. `None` if the entries are malformed.
-    fn deliverable_now(&self, origin: usize, entries: &[(u16, u64)]) -> Option<bool> {
+    /// Why a cast from `origin` carrying `entries` is refused, if it is: an entry for no other
+    /// rank of the view (`Malformed`), or one further beyond the casts of its rank received here
+    /// than any genuine member's can be (`OutOfWindow`).
+    fn refuse(&self, origin: usize, entries: &[(u16, u64)]) -> Option<DropReason> {
         let n = self.delivered.len();
         if entries.iter().any(|&(rank, _)| usize::from(rank) >= n || usize::from(rank) == origin) {
+            return Some(DropReason::Malformed);
+        }
+        let far = |&(rank, count): &(u16, u64)| count.saturating_sub(self.received[usize::from(rank)]) > self.ahead_max;
+        entries.iter().any(far).then_some(DropReason::OutOfWindow)
+    }
+
+    /// Whether a cast from `origin` carrying `entries` would be delivered at once (nothing of
+    /// its origin held before it, and every entry of its timestamp delivered), without building
+    /// the timestamp. `None` if the cast is refused ([`Causal::refuse`]).
+    fn deliverable_now(&self, origin: usize, entries: &[(u16, u64)]) -> Option<bool> {
+        let n = self.delivered.len();
+        if self.refuse(origin, entries).is_some() {
             return None;
         }
         let entry =
@@ -152,8 +174,8 @@ impl Causal {
 
     fn recv(&mut self, origin: Rank, entries: &[(u16, u64)], msg: Msg, out: &mut Outbox<'_>) {
         let o = usize::from(origin);
-        if entries.iter().any(|&(rank, _)| usize::from(rank) >= self.delivered.len() || rank == origin) {
-            return out.drop_input(super::LayerKind::Causal, DropReason::Malformed);
+        if let Some(reason) = self.refuse(o, entries) {
+            return out.drop_input(super::LayerKind::Causal, reason);
         }
         self.stamp(o, entries);
         if self.completed {
@@ -357,5 +379,36 @@ mod tests {
         assert_eq!(h.stats.drops(DropReason::Malformed), 1);
         let out = h.dn(Dn::Cast { msg: Msg::default(), qos: Qos::Reliable });
         assert!(matches!(&out[..], [Out::Dn(Dn::Cast { msg, .. })] if msg.hdrs == vec![Header::NoHdr.into()]));
+    }
+
+    /// A cast that claims to follow more casts of a member than can have been sent and not yet
+    /// received here is dropped (`OutOfWindow`) on both paths, and the next cast of its origin
+    /// is not held behind it. One at the bound is genuine and waits. Without flow control there
+    /// is no bound, and it waits too.
+    #[test]
+    fn a_timestamp_beyond_what_can_be_on_its_way_is_dropped() {
+        let view = crate::testing::view_of("vsync+Causal", 3);
+        let mut h = Harness::new(Causal::new(&Config {}, &view, 2), 2);
+        let max = h.layer.ahead_max;
+        assert_eq!(max, 1 << 15, "the stack has mflow");
+        let stamped = |tag: u8, count: u64| Msg::new(vec![tag].into()).with(Header::Data(vec![(0, count)].into()));
+        assert!(h.up(Up::Cast { origin: 1, msg: stamped(1, max + 1), qos: Qos::Reliable }).is_empty());
+        assert_eq!((h.stats.drops(DropReason::OutOfWindow), h.layer.buffered()), (1, 0));
+        let entries: Arc<[(u16, u64)]> = vec![(0, max + 1)].into();
+        let header = motet_wire::Header::from(Header::Data(entries));
+        let up = fast::Up { origin: 1, cast: true, qos: Qos::Reliable, header: &header, len: 1 };
+        assert!(h.layer.fast_up(&up).is_none(), "the fast path leaves it to the layered one");
+        // Its origin's next cast depends on nothing: delivered, not held behind the dropped one.
+        let next = Msg::new(vec![2].into()).with(Header::Data(Vec::new().into()));
+        assert_eq!(delivered(&h.up(Up::Cast { origin: 1, msg: next, qos: Qos::Reliable })), vec![(1, 2)]);
+        // At the bound: held, waiting for casts of 0 that may be on their way.
+        assert!(h.up(Up::Cast { origin: 1, msg: stamped(3, max), qos: Qos::Reliable }).is_empty());
+        assert_eq!((h.stats.drops(DropReason::OutOfWindow), h.layer.buffered()), (1, 1));
+        h.layer.check_invariants();
+
+        let view = crate::testing::view_of("Gmp+Sync+Suspect+Causal", 3);
+        let mut h = Harness::new(Causal::new(&Config {}, &view, 2), 2);
+        assert!(h.up(Up::Cast { origin: 1, msg: stamped(1, 4 * max), qos: Qos::Reliable }).is_empty());
+        assert_eq!((h.stats.drops(DropReason::OutOfWindow), h.layer.buffered()), (0, 1));
     }
 }

@@ -1,12 +1,88 @@
 //! Holes in a sequence received out of order, and which of them a repair timer asks for: shared
 //! by `mnak` and `pt2pt` (receiver-driven repair, thesis §2.3.3 and §5.6 pp.87-88).
 
+use crate::event::Msg;
 use crate::time::{Duration, Instant};
 use motet_wire::Seqno;
+use std::collections::BTreeMap;
 
 /// Holes looked at per origin per timer: a bound on the NAKs one sweep sends (the rest are asked
 /// for at later sweeps).
 pub(super) const HOLES_MAX: usize = 32;
+
+/// What one sender's messages received ahead of a gap cost a receiver, in bytes: each its payload
+/// and `MESSAGE_CHARGE`, what the flow-control windows count.
+fn cost(len: usize) -> u64 {
+    (len as u64).saturating_add(super::MESSAGE_CHARGE)
+}
+
+/// How many bytes of one sender's messages a receiver keeps ahead of a gap
+/// ([`Ahead::fits`]), in a stack with `flow` (`mflow` for casts, `pt2ptw` for sends): twice the
+/// largest window, since the sender is at most a window ahead of what this receiver has taken in
+/// order, so genuine messages never reach it. Without flow control, no bound in bytes (only the
+/// count, `recv_window_max`): there a receiver may fall any distance behind, and what it drops is
+/// asked for again, at the cost of a repair round. Forged or corrupt datagrams of up to 64 KiB,
+/// each alone inside the count, could otherwise make a receiver keep a gigabyte per sender.
+pub(super) fn ahead_bytes_max(view: &crate::view::ViewState, flow: super::LayerKind) -> u64 {
+    match view.stack.layers().contains(&flow) {
+        true => 2 * super::WINDOW_BYTES_MAX,
+        false => u64::MAX,
+    }
+}
+
+/// One sender's messages received ahead of a gap, by sequence number, and what they cost
+/// ([`cost`]). Both paths of a layer hold them through these methods, so the cost is always
+/// theirs; reading goes through the map.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Ahead {
+    msgs: BTreeMap<Seqno, Msg>,
+    bytes: u64,
+}
+
+impl std::ops::Deref for Ahead {
+    type Target = BTreeMap<Seqno, Msg>;
+    fn deref(&self) -> &BTreeMap<Seqno, Msg> {
+        &self.msgs
+    }
+}
+
+impl Ahead {
+    /// Whether a message of `len` payload bytes can be kept within `max` bytes.
+    pub(super) fn fits(&self, len: usize, max: u64) -> bool {
+        self.bytes.saturating_add(cost(len)) <= max
+    }
+
+    /// Keeps `msg` as number `seqno` (which must not be held yet).
+    pub(super) fn insert(&mut self, seqno: Seqno, msg: Msg) {
+        self.bytes += cost(msg.payload.len());
+        let before = self.msgs.insert(seqno, msg);
+        debug_assert!(before.is_none(), "{seqno} was held already");
+    }
+
+    /// Takes number `seqno`, if it is held.
+    pub(super) fn remove(&mut self, seqno: &Seqno) -> Option<Msg> {
+        let msg = self.msgs.remove(seqno)?;
+        self.bytes -= cost(msg.payload.len());
+        Some(msg)
+    }
+
+    /// Keeps only the numbers `keep` accepts.
+    pub(super) fn retain(&mut self, mut keep: impl FnMut(Seqno) -> bool) {
+        self.msgs.retain(|&seqno, _| keep(seqno));
+        self.bytes = self.msgs.values().map(|msg| cost(msg.payload.len())).sum();
+    }
+
+    /// Forgets everything held.
+    pub(super) fn clear(&mut self) {
+        self.msgs.clear();
+        self.bytes = 0;
+    }
+
+    /// What is held costs what it says (for `check_invariants`).
+    pub(super) fn check(&self) {
+        assert_eq!(self.bytes, self.msgs.values().map(|msg| cost(msg.payload.len())).sum::<u64>());
+    }
+}
 
 /// What [`Asked::hold`] found due for an arrival ahead of a gap.
 #[derive(Debug, PartialEq)]

@@ -8,7 +8,8 @@
 //!
 //! Every member keeps every cast it has delivered, from every origin, until the `stable` layer
 //! reports it held by all live members, so any member can repair any other. A receiver that sees a
-//! gap buffers what is ahead (at most `recv_window_max`) and NAKs the origin once; if the origin
+//! gap buffers what is ahead (at most `recv_window_max` casts, and with flow control twice the
+//! largest window in bytes: `gaps::ahead_bytes_max`) and NAKs the origin once; if the origin
 //! has failed the NAK is cast to the view and whoever holds the messages answers. The fast path is
 //! Fig 5.2: a cast with the next expected seqno is stored and passed up; on the bypass, a cast
 //! ahead of a gap from a live origin is also held there, with its NAK as the trace's reply. A
@@ -27,7 +28,7 @@ use crate::view::{RankSet, ViewState};
 use crate::Rank;
 use motet_wire::hdr::mnak::Header;
 use motet_wire::Seqno;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// `mnak` parameters.
@@ -102,7 +103,7 @@ struct Origin {
     /// Next seqno expected (= casts delivered in order).
     received: Seqno,
     /// Casts received ahead of a gap.
-    ooo: BTreeMap<Seqno, Msg>,
+    ooo: super::gaps::Ahead,
     /// What was asked for of the gaps.
     asked: super::gaps::Asked,
     /// Some live member holds casts below this (from stability gossip).
@@ -143,6 +144,9 @@ pub struct Mnak {
     cut_pending: bool,
     /// The stack has a view-change flush: a failed origin's casts wait for its cut.
     freeze_failed: bool,
+    /// Bytes of one origin's casts kept ahead of a gap ([`super::gaps::ahead_bytes_max`]); a cast
+    /// that would pass it is dropped like one beyond `recv_window_max`, and asked for again.
+    ahead_bytes_max: u64,
     /// Casts buffered since the counts were last reported ([`Config::report_every`]).
     reporting: Reporting,
     /// When the repair sweep (`handle_timer`'s NAKs) is next due: the earliest `nak_delay` or
@@ -196,6 +200,7 @@ impl Mnak {
             cut: None,
             cut_pending: false,
             freeze_failed: view.stack.layers().contains(&super::LayerKind::Sync),
+            ahead_bytes_max: super::gaps::ahead_bytes_max(view, super::LayerKind::Mflow),
             reporting: Reporting::default(),
             sweep_at: None,
         }
@@ -224,7 +229,7 @@ impl Mnak {
             o.max_known = o.max_known.max(c);
             if self.failed.contains(rank as Rank) {
                 // Nothing of a failed origin beyond the cut is ever delivered in this view.
-                o.ooo.retain(|&seqno, _| seqno < c);
+                o.ooo.retain(|seqno| seqno < c);
             }
         }
         self.cut = Some(cut);
@@ -342,7 +347,7 @@ impl Mnak {
             return;
         }
         let limit = self.limit(origin);
-        let window = self.config.recv_window_max;
+        let (window, bytes_max) = (self.config.recv_window_max, self.ahead_bytes_max);
         let o = &mut self.origins[usize::from(origin)];
         if seqno < o.received || o.ooo.contains_key(&seqno) {
             out.drop_input(super::LayerKind::Mnak, DropReason::Duplicate);
@@ -358,7 +363,7 @@ impl Mnak {
             self.check_cut(out);
             return;
         }
-        if seqno - o.received > window {
+        if seqno - o.received > window || !o.ooo.fits(msg.payload.len(), bytes_max) {
             out.drop_input(super::LayerKind::Mnak, DropReason::OutOfWindow);
             return;
         }
@@ -465,6 +470,7 @@ impl Mnak {
         let ahead = !self.failed.contains(up.origin)
             && seqno > o.received
             && seqno - o.received <= self.config.recv_window_max
+            && o.ooo.fits(up.len, self.ahead_bytes_max)
             && !o.ooo.contains_key(&seqno);
         ahead.then(|| {
             let now = o.asked.new_gap(o.received, seqno).filter(|_| self.config.nak_delay.is_zero());
@@ -681,6 +687,7 @@ impl Layer for Mnak {
             assert_eq!(o.buf_lo + o.buf.len() as Seqno, o.received, "buffer covers buf_lo..received");
             assert!(o.ooo.keys().all(|&s| s < o.asked.naked_upto), "every held cast's gap was scheduled");
             assert!(o.ooo.keys().all(|&s| s >= o.received), "ooo holds only what is not delivered");
+            o.ooo.check();
         }
     }
 
@@ -723,6 +730,45 @@ mod tests {
         let out = lagger.up(Up::Send { origin: 1, msg: retrans });
         assert_eq!(out.iter().filter(|o| matches!(o, Out::Up(Up::Cast { origin: 0, .. }))).count(), 2);
         assert_eq!(lagger.layer.origins[0].received, 2);
+    }
+
+    /// Casts ahead of a gap are kept up to twice the largest flow-control window in bytes (each
+    /// counted as its payload and `MESSAGE_CHARGE`); one that would pass it is dropped
+    /// (`OutOfWindow`) on both paths, like one beyond `recv_window_max`, and taken once it is
+    /// next. Forged datagrams of 60 KiB each, alone within the count, held 16,384 × 60 KiB (about
+    /// a gigabyte) per origin before. Without flow control only the count bounds them.
+    #[test]
+    fn casts_ahead_of_a_gap_are_bounded_in_bytes() {
+        const BIG: usize = 60 << 10;
+        let big = |seqno: Seqno| Msg::new(vec![seqno as u8; BIG].into()).with(Header::Data { seqno });
+        let view = crate::testing::view(2);
+        let mut h = Harness::new(Mnak::new(&Config::default(), &view, 1), 1);
+        let fit = 2 * super::super::WINDOW_BYTES_MAX / (BIG as u64 + super::super::MESSAGE_CHARGE);
+        for seqno in 1..=fit + 1 {
+            h.up(Up::Cast { origin: 0, msg: big(seqno), qos: Qos::Unreliable });
+        }
+        assert_eq!((h.layer.origins[0].ooo.len() as u64, h.stats.drops(DropReason::OutOfWindow)), (fit, 1));
+        let header = motet_wire::Header::from(Header::Data { seqno: fit + 1 });
+        let up = fast::Up { origin: 0, cast: true, qos: Qos::Reliable, header: &header, len: BIG };
+        assert!(h.layer.fast_up(&up).is_none(), "the fast path leaves it to the layered one");
+        let small = motet_wire::Header::from(Header::Data { seqno: fit + 1 });
+        let up = fast::Up { origin: 0, cast: true, qos: Qos::Reliable, header: &small, len: 1 };
+        assert!(h.layer.fast_up(&up).is_some(), "a small one still fits");
+        h.layer.check_invariants();
+        // The gap fills: everything held goes up, and the dropped cast is taken in order.
+        let out = h.up(Up::Cast { origin: 0, msg: data(0), qos: Qos::Unreliable });
+        assert_eq!(out.iter().filter(|o| matches!(o, Out::Up(Up::Cast { .. }))).count() as u64, fit + 1);
+        let out = h.up(Up::Cast { origin: 0, msg: big(fit + 1), qos: Qos::Unreliable });
+        assert!(matches!(&out[..], [Out::Up(Up::Cast { origin: 0, .. }), ..]), "{out:?}");
+        assert_eq!(h.layer.origins[0].received, fit + 2);
+        h.layer.check_invariants();
+
+        let view = crate::testing::view_of("Gmp+Sync+Suspect+Local", 2);
+        let mut h = Harness::new(Mnak::new(&Config::default(), &view, 1), 1);
+        for seqno in 1..=fit + 1 {
+            h.up(Up::Cast { origin: 0, msg: big(seqno), qos: Qos::Unreliable });
+        }
+        assert_eq!((h.layer.origins[0].ooo.len() as u64, h.stats.drops(DropReason::OutOfWindow)), (fit + 1, 0));
     }
 
     /// A member committed to a coordinator's view expects one more cast of it (`AwaitView`) and

@@ -29,6 +29,20 @@ pub const PENDING_MAX: u64 = 1 << 20;
 /// The smallest flow-control window: two empty messages (a report is due every half window).
 pub const WINDOW_BYTES_MIN: u64 = 2 * flow::MESSAGE_CHARGE;
 
+/// How many casts of one origin another member may have received, and acted on, beyond those
+/// this member has received, when the view's stack has `mflow`: a sender is at most a window
+/// ahead of its slowest live receiver, so at most `WINDOW_BYTES_MAX / MESSAGE_CHARGE` (2^14)
+/// casts; twice that here (2^15). A header naming casts further ahead (a sequencer's `Order`, a
+/// causal timestamp) is no genuine member's. In a stack without flow control a member may lag
+/// any number of casts behind a fast sender, so there is no such bound (`u64::MAX`): refusing a
+/// genuine header there would lose a cast that the layers below have already delivered.
+pub(crate) fn casts_ahead_max(view: &ViewState) -> u64 {
+    match view.stack.layers().contains(&LayerKind::Mflow) {
+        true => 2 * (WINDOW_BYTES_MAX / flow::MESSAGE_CHARGE),
+        false => u64::MAX,
+    }
+}
+
 pub mod appl;
 pub mod bottom;
 pub mod causal;

@@ -5,7 +5,8 @@
 //! received), `Nak { lo, hi }` (inclusive range), `NoHdr` on casts, which pass untouched.
 //!
 //! Sender: numbers each message per destination and keeps it until acknowledged. Receiver:
-//! delivers in order; on a gap it buffers (at most `recv_window_max` ahead) and NAKs the missing
+//! delivers in order; on a gap it buffers (at most `recv_window_max` ahead, and with flow control twice the largest
+//! window in bytes: `gaps::ahead_bytes_max`) and NAKs the missing
 //! range once, when it has lasted `nak_delay` (receiver-driven repair, thesis §2.3.3; at once with
 //! a zero delay). A periodic sweep, armed only while something is outstanding, sends delayed
 //! cumulative acks (within half a sweep), re-NAKs open gaps and retransmits what is still
@@ -21,7 +22,7 @@ use crate::view::{RankSet, ViewState};
 use crate::Rank;
 use motet_wire::hdr::pt2pt::Header;
 use motet_wire::Seqno;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 /// `pt2pt` parameters.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -89,7 +90,7 @@ struct Peer {
     /// Next sequence number expected from this peer.
     expected: Seqno,
     /// Received ahead of `expected`.
-    ooo: BTreeMap<Seqno, Msg>,
+    ooo: super::gaps::Ahead,
     /// What was asked for of the gaps.
     asked: super::gaps::Asked,
     /// The last cumulative ack we sent.
@@ -117,6 +118,9 @@ pub struct Pt2pt {
     peers: Vec<Peer>,
     /// A flush (`Block`) waits here until every send to a live peer is acknowledged.
     block_held: bool,
+    /// Bytes of one peer's sends kept ahead of a gap ([`super::gaps::ahead_bytes_max`]); a send
+    /// that would pass it is dropped like one beyond `recv_window_max`, and asked for again.
+    ahead_bytes_max: u64,
 }
 
 impl Pt2pt {
@@ -128,6 +132,7 @@ impl Pt2pt {
             failed: RankSet::new(),
             peers: (0..view.len()).map(|_| Peer::default()).collect(),
             block_held: false,
+            ahead_bytes_max: super::gaps::ahead_bytes_max(view, super::LayerKind::Pt2ptw),
         }
     }
 
@@ -188,7 +193,7 @@ impl Pt2pt {
     }
 
     fn recv_data(&mut self, origin: Rank, seqno: Seqno, msg: Msg, out: &mut Outbox<'_>) {
-        let window = self.config.recv_window_max;
+        let (window, bytes_max) = (self.config.recv_window_max, self.ahead_bytes_max);
         let p = &mut self.peers[usize::from(origin)];
         if seqno < p.expected || p.ooo.contains_key(&seqno) {
             out.drop_input(super::LayerKind::Pt2pt, DropReason::Duplicate);
@@ -196,7 +201,7 @@ impl Pt2pt {
             return;
         }
         if seqno > p.expected {
-            if seqno - p.expected > window {
+            if seqno - p.expected > window || !p.ooo.fits(msg.payload.len(), bytes_max) {
                 out.drop_input(super::LayerKind::Pt2pt, DropReason::OutOfWindow);
                 return;
             }
@@ -364,6 +369,7 @@ impl Layer for Pt2pt {
             motet_wire::Header::Pt2pt(Header::Data { seqno })
                 if *seqno > p.expected
                     && *seqno - p.expected <= self.config.recv_window_max
+                    && p.ooo.fits(up.len, self.ahead_bytes_max)
                     && !p.ooo.contains_key(seqno) =>
             {
                 let now = p.asked.new_gap(p.expected, *seqno).filter(|_| self.config.nak_delay.is_zero());
@@ -431,6 +437,7 @@ impl Layer for Pt2pt {
             assert!(p.ack_sent <= p.expected, "acked beyond what was received");
             assert_eq!(p.acked + p.unacked.len() as Seqno, p.sent, "unacked covers acked..sent");
             assert!(p.ooo.keys().all(|&s| s > p.expected && s - p.expected <= self.config.recv_window_max));
+            p.ooo.check();
         }
     }
 
@@ -455,6 +462,39 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Sends ahead of a gap are kept up to twice the largest flow-control window in bytes, as
+    /// `mnak`'s casts are: one that would pass it is dropped (`OutOfWindow`) on both paths and
+    /// taken once it is next. Without flow control only the count bounds them.
+    #[test]
+    fn sends_ahead_of_a_gap_are_bounded_in_bytes() {
+        const BIG: usize = 60 << 10;
+        let big = |seqno: Seqno| Msg::new(vec![seqno as u8; BIG].into()).with(Header::Data { seqno });
+        let fit = 2 * super::super::WINDOW_BYTES_MAX / (BIG as u64 + super::super::MESSAGE_CHARGE);
+        let view = crate::testing::view(2);
+        let mut h = Harness::new(Pt2pt::new(&Config::default(), &view, 1), 1);
+        for seqno in 1..=fit + 1 {
+            h.up(Up::Send { origin: 0, msg: big(seqno) });
+        }
+        assert_eq!((h.layer.peers[0].ooo.len() as u64, h.stats.drops(DropReason::OutOfWindow)), (fit, 1));
+        let header = motet_wire::Header::from(Header::Data { seqno: fit + 1 });
+        let up = fast::Up { origin: 0, cast: false, qos: crate::event::Qos::Reliable, header: &header, len: BIG };
+        assert!(h.layer.fast_up(&up).is_none(), "the fast path leaves it to the layered one");
+        h.layer.check_invariants();
+        let out = h.up(Up::Send { origin: 0, msg: data(0) });
+        assert_eq!(out.iter().filter(|o| matches!(o, Out::Up(Up::Send { .. }))).count() as u64, fit + 1);
+        let out = h.up(Up::Send { origin: 0, msg: big(fit + 1) });
+        assert!(out.iter().any(|o| matches!(o, Out::Up(Up::Send { origin: 0, .. }))), "{out:?}");
+        assert_eq!(h.layer.peers[0].expected, fit + 2);
+        h.layer.check_invariants();
+
+        let view = crate::testing::view_of("Gmp+Sync+Suspect+Local", 2);
+        let mut h = Harness::new(Pt2pt::new(&Config::default(), &view, 1), 1);
+        for seqno in 1..=fit + 1 {
+            h.up(Up::Send { origin: 0, msg: big(seqno) });
+        }
+        assert_eq!((h.layer.peers[0].ooo.len() as u64, h.stats.drops(DropReason::OutOfWindow)), (fit + 1, 0));
     }
 
     #[test]

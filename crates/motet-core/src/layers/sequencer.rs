@@ -35,10 +35,6 @@ use crate::Rank;
 use motet_wire::hdr::sequencer::Header;
 use std::collections::VecDeque;
 
-/// How many casts of one origin an `Order` may name beyond those this member holds: twice the
-/// largest flow-control window of the smallest messages (2^15).
-const ORDERED_AHEAD_MAX: u64 = 2 * (super::WINDOW_BYTES_MAX / super::flow::MESSAGE_CHARGE);
-
 /// `sequencer` parameters.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -77,6 +73,9 @@ pub struct Sequencer {
     /// Per origin, the casts `order` names (its runs' counts summed): what an `Order` may add is
     /// bounded by it (see [`Sequencer::too_far`]).
     in_order: Vec<u64>,
+    /// How many casts of one origin an `Order` may name beyond those this member holds
+    /// ([`super::casts_ahead_max`]: 2^15 with `mflow` in the stack, no bound without it).
+    ahead_max: u64,
     /// At the sequencer: the order of casts received and not yet announced.
     pending: Vec<(Rank, u32)>,
     /// An alarm is set to announce `pending`.
@@ -98,6 +97,7 @@ impl Sequencer {
             queues: vec![VecDeque::new(); view.len()],
             order: VecDeque::new(),
             in_order: vec![0; view.len()],
+            ahead_max: super::casts_ahead_max(view),
             pending: Vec::new(),
             armed: false,
             blocked: false,
@@ -137,14 +137,14 @@ impl Sequencer {
 
     /// Whether an `Order` names more casts of some origin than it can have sent and this member
     /// not received yet: the casts an order names were received by the sequencer, so those not
-    /// here are on their way, at most a flow-control window of them (twice the largest, here).
-    /// One forged or corrupt run of millions would otherwise hold every later cast here for the
+    /// here are on their way, at most a flow-control window of them (twice the largest, here; in
+    /// a stack without flow control, any number). One forged or corrupt run of millions would otherwise hold every later cast here for the
     /// view, `queues` growing at the group's rate. Each run is judged with what `order` names
     /// already (runs of one message are not summed: a message holds a bounded number of runs).
     fn too_far(&self, runs: &[(Rank, u32)]) -> bool {
         runs.iter().any(|&(origin, count)| {
             let named = self.in_order[usize::from(origin)].saturating_add(u64::from(count));
-            named.saturating_sub(self.queues[usize::from(origin)].len() as u64) > ORDERED_AHEAD_MAX
+            named.saturating_sub(self.queues[usize::from(origin)].len() as u64) > self.ahead_max
         })
     }
 
@@ -392,7 +392,8 @@ mod tests {
     fn an_order_naming_casts_that_cannot_be_on_their_way_is_dropped() {
         let view = crate::testing::view(3);
         let mut h = Harness::new(Sequencer::new(&Config::default(), &view, 2), 2);
-        let max = ORDERED_AHEAD_MAX as u32;
+        let max = h.layer.ahead_max as u32;
+        assert_eq!(max, 1 << 15, "the stack has mflow");
         assert!(h.up(Up::Cast { origin: 0, msg: order(&[(1, u32::MAX)]), qos: Qos::Reliable }).is_empty());
         assert_eq!(h.stats.drops(DropReason::OutOfWindow), 1);
         let runs = motet_wire::Header::from(Header::Order(vec![(1, max + 1)].into()));
@@ -407,6 +408,22 @@ mod tests {
         // Beyond it, what it names already counts: one more is too far.
         h.up(Up::Cast { origin: 0, msg: order(&[(1, 1)]), qos: Qos::Reliable });
         assert_eq!(h.stats.drops(DropReason::OutOfWindow), 2);
+        h.layer.check_invariants();
+    }
+
+    /// Without flow control a member may lag any number of casts behind the sequencer, so a
+    /// long order is genuine and is kept: dropped, the casts it names (which `mnak` has already
+    /// delivered here) would never be delivered at this member.
+    #[test]
+    fn without_flow_control_a_long_order_is_kept() {
+        let view = crate::testing::view_of("Gmp+Sync+Suspect+Total", 3);
+        let mut h = Harness::new(Sequencer::new(&Config::default(), &view, 2), 2);
+        let long = (1u32 << 15) * 4;
+        assert!(h.up(Up::Cast { origin: 0, msg: order(&[(1, long)]), qos: Qos::Reliable }).is_empty());
+        assert_eq!(h.stats.drops(DropReason::OutOfWindow), 0);
+        assert_eq!(h.layer.in_order[1], u64::from(long));
+        let out = h.up(Up::Cast { origin: 1, msg: data(10), qos: Qos::Reliable });
+        assert_eq!(delivered(&out), vec![(1, 10)]);
         h.layer.check_invariants();
     }
 
