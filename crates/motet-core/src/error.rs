@@ -59,6 +59,13 @@ pub enum ApiError {
     /// the provider.
     #[error("no state transfer for this member now: chunks come from the provider (XferProvide) in a transfer view")]
     NotInTransfer,
+    /// This member already made `max` switch or migration requests in this view (each takes
+    /// effect at the next view, which the first one starts).
+    #[error("already {max} switch or migration requests in this view; they take effect at the next view: wait for the next View event and ask again")]
+    TooManyRequests {
+        /// The most requests a member makes in one view.
+        max: u32,
+    },
     /// The stack handle does not name a live stack.
     #[error("no such stack (it has exited); use the handle from the latest join")]
     NoSuchStack,

@@ -90,9 +90,27 @@ pub struct Appl {
     /// The guarantee the stack gives the application's casts: the strongest ordering a layer
     /// below provides.
     cast_qos: Qos,
+    /// Switch and migration requests made in this view ([`REQUESTS_MAX`]).
+    requests: u32,
 }
 
+/// The most switch and migration requests a member makes in one view. Each is a cast of the
+/// layers' own, which flow control queues past `pending_max` rather than refuse (it must get out),
+/// so an application asking in a loop while its window is closed grew that queue without bound.
+/// Each asks for the next view, which a first request starts at once; only the latest of a member
+/// counts, so more than a few in one view are never needed.
+pub const REQUESTS_MAX: u32 = 8;
+
 impl Appl {
+    /// Counts a switch or migration request, or refuses it past [`REQUESTS_MAX`] in this view.
+    fn request(&mut self) -> Result<(), ApiError> {
+        if self.requests >= REQUESTS_MAX {
+            return Err(ApiError::TooManyRequests { max: REQUESTS_MAX });
+        }
+        self.requests += 1;
+        Ok(())
+    }
+
     /// Whether the application asked to leave through this stack.
     pub(crate) fn has_left(&self) -> bool {
         self.left
@@ -122,6 +140,7 @@ impl Appl {
             lagging: false,
             loopback: true,
             cast_qos: cast_qos(view),
+            requests: 0,
         }
     }
 
@@ -175,12 +194,14 @@ impl Appl {
                 if !can(spec.layers()) {
                     return Err(ApiError::NoSwitch(format!("to `{spec}`")));
                 }
+                self.request()?;
                 out.up(Up::SwitchReq(spec));
             }
             Action::Migrate(address) => {
                 if !self.view.stack.layers().contains(&crate::layers::LayerKind::Migrate) {
                     return Err(ApiError::NoMigrate(self.view.stack.to_string()));
                 }
+                self.request()?;
                 out.up(Up::MigrateReq(address));
             }
             Action::Subcast(mut ranks, payload) => {
@@ -434,6 +455,27 @@ mod tests {
         let all = (0..=SUBSET_MAX as Rank).collect();
         let (result, _) = act(&mut h, Action::Subcast(all, b"x".as_slice().into()));
         assert_eq!(result, Err(ApiError::SubsetTooLarge { members: SUBSET_MAX + 1, max: SUBSET_MAX }));
+    }
+
+    /// A member makes at most `REQUESTS_MAX` switch and migration requests in a view: the next
+    /// is refused with what to do, and emits nothing (each request is a cast of the layers' own,
+    /// which flow control queues rather than refuses). The next view starts counting again.
+    #[test]
+    fn switch_and_migration_requests_are_bounded_per_view() {
+        let view = crate::testing::view_of("vsync", 3);
+        let mut h = Harness::new(Appl::new(&Config::default(), &view, 0), 0);
+        let total = || Action::Switch(crate::spec::StackSpec::parse("total").unwrap());
+        for k in 0..REQUESTS_MAX {
+            let action = if k % 2 == 0 { total() } else { Action::Migrate(crate::Address::Sim(9)) };
+            let (result, events) = act(&mut h, action);
+            assert_eq!((result, events.len()), (Ok(()), 1));
+        }
+        for action in [total(), Action::Migrate(crate::Address::Sim(9))] {
+            let (result, events) = act(&mut h, action);
+            assert_eq!((result, events.len()), (Err(ApiError::TooManyRequests { max: REQUESTS_MAX }), 0));
+        }
+        let mut next = Harness::new(Appl::new(&Config::default(), &view, 0), 0);
+        assert_eq!(act(&mut next, total()).0, Ok(()));
     }
 
     #[test]
