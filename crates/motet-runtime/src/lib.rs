@@ -17,6 +17,21 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! Errors say what to do. The protocol's refusals are [`Error::Api`], an [`ApiError`], named from
+//! this crate like every core type the API uses:
+//!
+//! ```no_run
+//! use motet_runtime::{ApiError, Error, GroupConfig, Runtime, RuntimeConfig};
+//!
+//! let runtime = Runtime::start(RuntimeConfig::bind("127.0.0.1:7001".parse()?))?;
+//! let member = runtime.join(GroupConfig::new("chat").stack("vsync"))?;
+//! match member.cast(vec![0u8; 1 << 30]) {
+//!     Err(Error::Api(ApiError::TooLarge { size, max })) => println!("{size} bytes is over {max}"),
+//!     other => other?,
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! With the `tokio` feature, `Runtime::join_async` gives an `AsyncMember` whose events are a
 //! `Stream`.
 //!
@@ -42,7 +57,13 @@ mod weighed;
 pub use config::{FileConfig, GroupConfig, MulticastConfig, RuntimeConfig, TIMER_SLACK_MAX_MS};
 pub use error::Error;
 pub use event_loop::{EventLoop, RuntimeStats};
-pub use motet_core::{EndpointId, ViewId};
+// The core's types that this API's signatures name, so that an application needs no dependency
+// on `motet-core` of its own (and cannot get a second, mismatched version of it): the errors inside
+// `Error`, the protocol parameters of `GroupConfig::params`, the layer counters of `stats`. The
+// rest of the core (drop reasons, counters) is there as `motet_runtime::motet_core`.
+pub use motet_core;
+pub use motet_core::layer::Stats;
+pub use motet_core::{ApiError, EndpointId, StackConfig, StackSpecError, ViewId};
 pub use runtime::{Handle, Member, Runtime, StatsHandle};
 #[cfg(feature = "tokio")]
 pub use stream::AsyncMember;
