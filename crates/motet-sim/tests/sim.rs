@@ -430,3 +430,40 @@ fn a_paused_host_keeps_its_view() {
         assert!(report.stats.counter(motet_core::Counter::Stalled) >= 5, "seed {seed}");
     }
 }
+
+/// Two coordinators that failed each other, each followed by a member the other still heard,
+/// waited for ever for the member following the other (`intra` has no flush timeout): every
+/// member stayed blocked in its first view. Found by swarms of stacks without `Slander`, whose
+/// spread suspicions hid it; fixed by `suspect`'s `Excluded` (docs/membership.md). The runs of a
+/// stack without `Heal` end split, which converges when each view is agreed by its live members.
+#[test]
+fn two_coordinators_that_failed_each_other_do_not_wait_for_ever() {
+    let no_heal = StackSpec::parse("Gmp+Sync+Suspect+Causal+Local").unwrap();
+    let heal = StackSpec::parse("Gmp+Sync+Suspect+Heal+Causal+Local").unwrap();
+    for (seed, stack) in [(62, &no_heal), (243, &no_heal), (243, &heal), (1835, &heal)] {
+        let options = SimOptions::swarm(seed, 5, stack.clone());
+        let report = run(&options);
+        assert_eq!(first(&report.violations), [], "seed {seed}: {}", options.replay_command(true));
+        assert!(report.stats.counter(motet_core::Counter::Suspected) > 0, "seed {seed}: suspicions ended it");
+    }
+}
+
+/// A stack without `Heal` never merges what a partition, a stall or a false suspicion split: its
+/// runs end when every live member's view is agreed by its members, all live (before, each such
+/// split was a liveness failure, and what it left in the buffers was never checked).
+#[test]
+fn a_stack_without_heal_ends_split_and_is_checked() {
+    let stack = StackSpec::parse("Gmp+Sync+Suspect+Slander+Frag+Flow+Local").unwrap();
+    let mut split = 0;
+    for seed in 1..=40 {
+        let options = SimOptions::swarm(seed, 5, stack.clone());
+        let report = run(&options);
+        assert_eq!(first(&report.violations), [], "seed {seed}: {}", options.replay_command(true));
+        let trace = &report.trace;
+        let last = |n: usize| trace.views.iter().rev().find(|v| v.node == n).map(|v| v.view);
+        let finals: std::collections::BTreeSet<_> =
+            (0..trace.nodes).filter(|&n| trace.crashed[n].is_none()).filter_map(last).collect();
+        split += usize::from(finals.len() > 1);
+    }
+    assert!(split > 5, "{split} runs ended split");
+}

@@ -186,6 +186,34 @@ fn catches_members_that_never_converge() {
     assert!(violations.iter().any(|v| matches!(v, Violation::Liveness { .. })), "{violations:?}");
 }
 
+/// A stack without `Heal` may end split (`splits`): each correct member's final view must then
+/// hold correct members only, each ending in it. Two views of the correct members pass there and
+/// fail where the group must merge; a final view that still holds a crashed member, or one that
+/// a member of it has left for another, fails either way.
+#[test]
+fn a_stack_that_cannot_merge_may_end_split_but_not_stuck() {
+    let mut split = with_view_change();
+    split.crashed[2] = None;
+    split.views.truncate(3);
+    split.views.push(installed(0, (1, 7), vec![0]));
+    split.views.push(installed(1, (1, 8), vec![1, 2]));
+    split.views.push(installed(2, (1, 8), vec![1, 2]));
+    split.views[3..].iter_mut().for_each(|v| v.primary = false); // neither has a majority's say
+    let liveness = |trace: &Trace| check(trace).iter().filter(|v| matches!(v, Violation::Liveness { .. })).count();
+    assert_eq!(liveness(&split), 1, "a group that must merge");
+    split.splits = true;
+    assert_eq!(check(&split), vec![]);
+    // Node 2 crashed, and a view of a live member still holds it.
+    let mut stuck = split.clone();
+    stuck.crashed[2] = Some(Instant::ZERO);
+    stuck.views.pop();
+    assert_eq!(liveness(&stuck), 1, "{:?}", check(&stuck));
+    // Node 2 went on to a view of its own: node 1's final view is no longer node 2's.
+    let mut left_behind = split.clone();
+    left_behind.views.push(Installed { primary: false, ..installed(2, (2, 9), vec![2]) });
+    assert_eq!(liveness(&left_behind), 1, "{:?}", check(&left_behind));
+}
+
 /// Swaps, at `node`, its delivery of origin 0's last cast with origin 1's first cast (each
 /// origin's FIFO order is kept; only the total order changes, from position 1).
 fn swap_first_casts(trace: &mut Trace, node: usize) {

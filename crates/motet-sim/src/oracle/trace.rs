@@ -164,6 +164,10 @@ pub struct Trace {
     pub views: Vec<Installed>,
     /// Whether the oracle should require the live members to end in one common view.
     pub membership: bool,
+    /// The stack cannot merge partitions (it lacks `Heal`): with `membership`, the correct
+    /// members may end split, each in a final view of correct members only that each of them
+    /// ends in too, instead of all in one.
+    pub splits: bool,
     /// For each node, whether it left the group (it need not be in the final view).
     pub left: Vec<bool>,
     /// For each node, whether its endpoint's stack ended (`Exit`): every correct member that

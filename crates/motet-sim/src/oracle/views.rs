@@ -152,8 +152,19 @@ pub(super) fn check_views(
             m == correct
         };
         // Nothing to agree on when every member left or crashed.
-        let agreed = correct.is_empty()
-            || finals.len() == 1 && membership.get(finals.iter().next().unwrap()).is_some_and(|m| same_members(m));
+        let agreed = match trace.splits {
+            // Each correct member's final view holds correct members only, each ending in it.
+            true => correct.iter().all(|n| {
+                let last = |n: &usize| order.get(n).and_then(|s| s.last().copied());
+                let Some(view) = last(n) else { return false };
+                membership.get(&view).is_some_and(|m| m.iter().all(|m| correct.contains(m) && last(m) == Some(view)))
+            }),
+            false => {
+                correct.is_empty()
+                    || finals.len() == 1
+                        && membership.get(finals.iter().next().unwrap()).is_some_and(|m| same_members(m))
+            }
+        };
         if !agreed {
             violations
                 .push(Violation::Liveness { detail: format!("correct members {correct:?} end in views {finals:?}") });
