@@ -388,6 +388,13 @@ mod tests {
             StackSpec::parse("fifo+Total"),
             Err(StackSpecError::Missing { layer: "sequencer", service: Service::Flush, below: false })
         ));
+        // And the flush needs membership above it, which runs its rounds: `Sync+Total` without
+        // `Gmp` was accepted, and a failed sequencer's group then waited for ever.
+        assert!(matches!(
+            StackSpec::parse("fifo+Sync+Total"),
+            Err(StackSpecError::Missing { layer: "sync", service: Service::Membership, below: false })
+        ));
+        assert!(StackSpec::parse("fifo+Sync+Total+Gmp+Suspect").is_ok());
     }
 
     #[test]

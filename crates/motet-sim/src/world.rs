@@ -364,13 +364,16 @@ impl<'a> World<'a> {
             ))
         });
         let now = Instant::ZERO;
+        // Without `local` no member delivers its own casts: its application is held to what one
+        // that discards them is.
+        let local = options.stack.layers().contains(&LayerKind::Local);
         let nodes = (0..n)
             .map(|index| {
                 let mut node = Node::new();
                 node.set_bypass(options.bypass);
                 // Discovery: every node knows every address (a seed list), for partition healing.
                 node.set_peers(group.clone(), all_addresses.clone());
-                let mut sim = SimNode::idle(node, !options.no_loopback.contains(&index));
+                let mut sim = SimNode::idle(node, local && !options.no_loopback.contains(&index));
                 // Not in the initial view: no stack until a scripted `Start`.
                 if let (Some(rank), Some(view)) = (initial.iter().position(|&i| i == index), view.as_ref()) {
                     sim.join(now, view, rank as u16);
@@ -393,7 +396,7 @@ impl<'a> World<'a> {
                 crashed: vec![None; n],
                 left: vec![false; n],
                 exited: vec![false; n],
-                no_loopback: (0..n).map(|i| options.no_loopback.contains(&i)).collect(),
+                no_loopback: (0..n).map(|i| !local || options.no_loopback.contains(&i)).collect(),
                 membership: options.stack.layers().contains(&LayerKind::Intra),
                 splits: !options.stack.layers().contains(&LayerKind::Inter),
                 ..Trace::default()

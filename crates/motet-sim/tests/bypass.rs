@@ -59,6 +59,9 @@ proptest! {
         // A run that panicked has no trace hash: two such runs would compare equal.
         prop_assert!(!diff.trace_hash.is_empty(), "{stack}: the run panicked: {:?}", diff.violations);
         prop_assert!(bypass_differences(&diff.violations).is_empty(), "{stack}: {:?}", diff.violations);
+        // And every other oracle: stacks no preset uses hid faults the presets' swarms never met
+        // (a stack without `Local`, `sync` without membership, splits without `Heal`).
+        prop_assert!(diff.violations.is_empty(), "{stack}, seed {seed}: {:?}", diff.violations);
         let off = run(&options(seed, nodes, stack.clone(), swarm, Bypass::Off));
         prop_assert_eq!(&diff.trace_hash, &off.trace_hash, "{}: the bypass changed the run", stack);
     }

@@ -47,7 +47,10 @@ pub static SPEC: LayerSpec = LayerSpec {
     summary: "view-change flush: block, drain, agree on a cut of casts, deliver it",
     provides: &[Service::Flush],
     requires_below: &[Service::ReliableCast, Service::ReliableSend, Service::CastCounts, Service::LocalDelivery],
-    requires_above: &[],
+    // Rounds are run by the coordinator's membership layer: without one no flush ever runs, and
+    // the layers that rely on it to settle a view (a sequencer that failed, casts held behind a
+    // failed member) wait for ever.
+    requires_above: &[Service::Membership],
     above_every: &[],
     below_every: &[],
 };
