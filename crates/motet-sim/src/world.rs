@@ -200,6 +200,10 @@ struct SimNode {
     lagging: bool,
     /// The application takes its own casts back (`SimOptions::no_loopback`).
     loopback: bool,
+    /// Its stack delivers its own casts: it takes them back, and the stack has `local` (one
+    /// without delivers none, by design, and is not told to filter them: if it ever delivered
+    /// one, the `OwnCast` oracle would see it).
+    hears_own: bool,
     /// The process is stopped until this time (`Event::Stall`, ended by its `Resume`): what
     /// reaches it meanwhile waits in `held`, and its timers fire then at the earliest.
     stalled: Option<Instant>,
@@ -209,8 +213,9 @@ struct SimNode {
 }
 
 impl SimNode {
-    /// A node with no stack yet, its application as `loopback` says.
-    fn idle(node: Node, loopback: bool) -> SimNode {
+    /// A node with no stack yet, its application as `loopback` says, its stacks with or without
+    /// `local`.
+    fn idle(node: Node, loopback: bool, local: bool) -> SimNode {
         SimNode {
             node,
             stack: StackId::NONE,
@@ -224,6 +229,7 @@ impl SimNode {
             staging: Default::default(),
             lagging: false,
             loopback,
+            hears_own: loopback && local,
             stalled: None,
             held: VecDeque::new(),
         }
@@ -281,9 +287,6 @@ struct World<'a> {
     endpoints: BTreeMap<EndpointId, usize>,
     /// Whether the stack has its own membership (else the simulator reports crashes as `Fail`).
     membership: bool,
-    /// Whether the stack merges partitions (property `Heal`): without it, members that were
-    /// split apart stay in separate views for good (see [`World::converged`]).
-    heal: bool,
     /// Datagram fates, when `options.record_datagrams` (for diagrams).
     datagrams_log: Vec<DatagramRecord>,
     /// Endpoint migration: per node, the address it is at (its first is `Sim(index)`).
@@ -365,7 +368,8 @@ impl<'a> World<'a> {
         });
         let now = Instant::ZERO;
         // Without `local` no member delivers its own casts: its application is held to what one
-        // that discards them is.
+        // that discards them is. (A stack without `local` cannot switch: `Switch` needs
+        // membership, whose flush needs `local`.)
         let local = options.stack.layers().contains(&LayerKind::Local);
         let nodes = (0..n)
             .map(|index| {
@@ -373,7 +377,7 @@ impl<'a> World<'a> {
                 node.set_bypass(options.bypass);
                 // Discovery: every node knows every address (a seed list), for partition healing.
                 node.set_peers(group.clone(), all_addresses.clone());
-                let mut sim = SimNode::idle(node, local && !options.no_loopback.contains(&index));
+                let mut sim = SimNode::idle(node, !options.no_loopback.contains(&index), local);
                 // Not in the initial view: no stack until a scripted `Start`.
                 if let (Some(rank), Some(view)) = (initial.iter().position(|&i| i == index), view.as_ref()) {
                     sim.join(now, view, rank as u16);
@@ -398,7 +402,6 @@ impl<'a> World<'a> {
                 exited: vec![false; n],
                 no_loopback: (0..n).map(|i| !local || options.no_loopback.contains(&i)).collect(),
                 membership: options.stack.layers().contains(&LayerKind::Intra),
-                splits: !options.stack.layers().contains(&LayerKind::Inter),
                 ..Trace::default()
             },
             hasher: blake3::Hasher::new(),
@@ -408,7 +411,6 @@ impl<'a> World<'a> {
             story: Vec::new(),
             endpoints,
             membership: options.stack.layers().contains(&LayerKind::Intra),
-            heal: options.stack.layers().contains(&LayerKind::Inter),
             datagrams_log: Vec::new(),
             address: (0..n as u32).collect(),
             routes: BTreeMap::new(),
@@ -551,13 +553,20 @@ impl<'a> World<'a> {
         drained && (!self.membership || self.converged() && settled)
     }
 
+    /// Whether every live member's stack merges partitions (property `Heal`, its `inter`), judged
+    /// on the stacks they run now: a group may switch to one that does, and a side of a split
+    /// that did cannot merge with one that did not.
+    fn merges(&self) -> bool {
+        self.nodes.iter().filter(|n| n.alive).all(|n| n.view().stack.layers().contains(&LayerKind::Inter))
+    }
+
     /// Every live node is in the same view, whose members are exactly the live nodes. Without
     /// `Heal`, a partition, a stall or a false suspicion splits the group for good, so the views
     /// need only divide the live nodes among them: every member of a live node's view is live
     /// and in that same view. (Before, every swarm seed with such a split was a liveness failure,
     /// and the buffers it left were never checked.)
     fn converged(&self) -> bool {
-        if !self.heal {
+        if !self.merges() {
             return (0..self.nodes.len()).filter(|&i| self.nodes[i].alive).all(|i| {
                 let view = self.nodes[i].view();
                 view.members
@@ -776,6 +785,14 @@ impl<'a> World<'a> {
         } else {
             self.note(format!("time limit reached with {} datagrams in flight", self.in_flight));
         }
+        // A group that cannot merge may end split, but only after something that splits a group:
+        // a crash, a partition, a stall or a lost datagram (a false suspicion). A run with none
+        // of them must end in one view, whatever its stack.
+        let faults = self.trace.crashed.iter().any(Option::is_some)
+            || !self.options.partitions.is_empty()
+            || self.options.script.iter().any(|(_, action)| matches!(action, crate::options::ScriptAction::Stall(..)))
+            || self.datagrams_lost > 0;
+        self.trace.splits = faults && !self.merges();
         let violations = oracle::check(&self.trace);
         let views_installed = self.trace.views.iter().filter(|v| v.view.0 > 0).count() as u64;
         let crash = self.trace.crashed.iter().flatten().max().copied();

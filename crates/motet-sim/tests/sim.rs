@@ -444,7 +444,6 @@ fn two_coordinators_that_failed_each_other_do_not_wait_for_ever() {
         let options = SimOptions::swarm(seed, 5, stack.clone());
         let report = run(&options);
         assert_eq!(first(&report.violations), [], "seed {seed}: {}", options.replay_command(true));
-        assert!(report.stats.counter(motet_core::Counter::Suspected) > 0, "seed {seed}: suspicions ended it");
     }
 }
 

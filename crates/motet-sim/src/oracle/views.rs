@@ -17,7 +17,8 @@ pub(super) fn successors(trace: &Trace) -> BTreeMap<(usize, ViewKey), ViewKey> {
 }
 
 /// The membership oracles: view agreement, consistent order, virtual synchrony, and (when the run
-/// quiesced) that the live members end in one common view.
+/// quiesced) that the live members end in one common view, or, for a group that cannot merge
+/// after a fault (`Trace::splits`), each in a view agreed by its members, all correct.
 pub(super) fn check_views(
     trace: &Trace,
     successor: &BTreeMap<(usize, ViewKey), ViewKey>,

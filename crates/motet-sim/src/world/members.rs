@@ -5,7 +5,7 @@ use super::{guarantees, key, Event, SimNode, World, RETIRE_GRACE};
 use crate::diagram::{DatagramRecord, Lost};
 use crate::oracle::{self, Channel, Delivery, Installed, MsgId, Sent, Transfer};
 use bytes::Bytes;
-use motet_core::{Action, Address, ApiError, AppEvent, EndpointId, GroupName, Node, StackId, ViewState};
+use motet_core::{Action, Address, ApiError, AppEvent, EndpointId, GroupName, LayerKind, Node, StackId, ViewState};
 use rand::{Rng, RngCore};
 use std::sync::Arc;
 
@@ -30,13 +30,15 @@ impl World<'_> {
         self.address.push(index as u32);
         // The same application, restarted: it discards its own casts if it did.
         let loopback = self.nodes[old].loopback;
-        self.nodes.push(SimNode::idle(node, loopback));
+        let local = self.options.stack.layers().contains(&LayerKind::Local);
+        self.nodes.push(SimNode::idle(node, loopback, local));
+        let hears_own = self.nodes[index].hears_own;
         self.endpoints.insert(endpoint, index);
         self.trace.nodes += 1;
         self.trace.crashed.push(None);
         self.trace.left.push(false);
         self.trace.exited.push(false);
-        self.trace.no_loopback.push(!loopback);
+        self.trace.no_loopback.push(!hears_own);
         self.refresh_peers();
         self.note(format!("node {old} restarts as a new endpoint, node {index}"));
         self.bring_up_alone(index, endpoint);
@@ -114,7 +116,7 @@ impl World<'_> {
             match sim.node.handle_action(self.now, sim.stack, action) {
                 Ok(()) => {
                     sim.backlog.pop_front();
-                    if !sim.loopback && id.channel == Channel::Cast {
+                    if !sim.hears_own && id.channel == Channel::Cast {
                         // An application that discards its own casts knows them as it sends.
                         sim.know(id);
                     }

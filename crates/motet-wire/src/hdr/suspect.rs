@@ -36,10 +36,16 @@ pub enum Header {
     /// A member's "I am alive", to the coordinator and the deputy, every sweep while the view is
     /// quiet.
     Ping(Ping),
-    /// "A flush failed you: I drop all you send for the rest of this view", every sweep, to the
-    /// address of each member the sender's flush failed (group gossip channel). Its receiver
-    /// suspects the sender at once, as it would once silence showed it.
-    Excluded(Ping),
+    /// "A flush failed you (rank `to`): I drop all you send for the rest of this view", every
+    /// sweep, to the address of each member the sender's flush failed (group gossip channel;
+    /// `ping.rank` is the sender). Only rank `to` takes it (other members of the group may share
+    /// its process), and suspects the sender at once, as it would once silence showed it.
+    Excluded {
+        /// The view and the sender's rank.
+        ping: Ping,
+        /// The rank told.
+        to: u64,
+    },
 }
 
 impl LayerHeader for Header {
@@ -51,14 +57,17 @@ impl LayerHeader for Header {
             Header::Heartbeat => 1,
             Header::Beat => 2,
             Header::Ping(_) => 3,
-            Header::Excluded(_) => 4,
+            Header::Excluded { .. } => 4,
         }
     }
     fn encode_fields(&self, w: &mut Writer<'_>) {
-        if let Header::Ping(ping) | Header::Excluded(ping) = self {
+        if let Header::Ping(ping) | Header::Excluded { ping, .. } = self {
             w.varint(ping.view_ltime);
             w.varint(ping.view_coord);
             w.varint(ping.rank);
+        }
+        if let Header::Excluded { to, .. } = self {
+            w.varint(*to);
         }
     }
     fn decode_fields(variant: u8, r: &mut Reader<'_>) -> Result<Self, WireError> {
@@ -66,7 +75,10 @@ impl LayerHeader for Header {
             1 => Ok(Header::Heartbeat),
             2 => Ok(Header::Beat),
             3 => Ok(Header::Ping(Ping { view_ltime: r.varint()?, view_coord: r.varint()?, rank: r.varint()? })),
-            4 => Ok(Header::Excluded(Ping { view_ltime: r.varint()?, view_coord: r.varint()?, rank: r.varint()? })),
+            4 => Ok(Header::Excluded {
+                ping: Ping { view_ltime: r.varint()?, view_coord: r.varint()?, rank: r.varint()? },
+                to: r.varint()?,
+            }),
             _ => Err(bad_variant::<Self>(variant, r)),
         }
     }

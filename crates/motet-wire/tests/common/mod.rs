@@ -135,9 +135,9 @@ pub fn suspect_hdr() -> impl Strategy<Value = suspect::Header> {
         (u64_any(), u64_any(), u64_any()).prop_map(|(view_ltime, view_coord, rank)| suspect::Header::Ping(
             suspect::Ping { view_ltime, view_coord, rank }
         )),
-        (u64_any(), u64_any(), u64_any()).prop_map(|(view_ltime, view_coord, rank)| suspect::Header::Excluded(
-            suspect::Ping { view_ltime, view_coord, rank }
-        )),
+        (u64_any(), u64_any(), u64_any(), u64_any()).prop_map(|(view_ltime, view_coord, rank, to)| {
+            suspect::Header::Excluded { ping: suspect::Ping { view_ltime, view_coord, rank }, to }
+        }),
     ]
 }
 
