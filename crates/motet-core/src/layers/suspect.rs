@@ -71,6 +71,7 @@ use crate::view::{Address, RankSet, ViewId, ViewState};
 use crate::Rank;
 use motet_wire::hdr::suspect::{Header, Ping};
 use motet_wire::Header as AnyHeader;
+use std::sync::Arc;
 
 /// `suspect` parameters.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -136,8 +137,9 @@ pub struct Suspect {
     /// Failed by a flush this member followed (`Fail`): `bottom` drops all they send for the rest
     /// of the view, so each sweep tells them (`Excluded`, to `addresses`), and they suspect us.
     failed: RankSet,
-    /// Each member's address, by rank (where `Excluded` goes).
-    addresses: Vec<Address>,
+    /// The view: its members' addresses are where `Excluded` goes (shared, not copied: a stack's
+    /// memory counts, at 10^5 groups a process).
+    view: Arc<ViewState>,
     /// Every member heartbeats to all and watches all (see the module's comment); off while the
     /// view is quiet.
     all_to_all: bool,
@@ -145,7 +147,7 @@ pub struct Suspect {
 
 impl Suspect {
     /// A `suspect` for `view`.
-    pub fn new(config: &Config, view: &ViewState, rank: Rank) -> Suspect {
+    pub fn new(config: &Config, view: &Arc<ViewState>, rank: Rank) -> Suspect {
         // `elect`'s choice once the coordinator is suspected: the lowest other rank.
         let deputy = (0..view.len() as Rank).find(|&r| r != view.coord).unwrap_or(view.coord);
         Suspect {
@@ -160,7 +162,7 @@ impl Suspect {
             last_sweep: Instant::ZERO,
             suspected: RankSet::new(),
             failed: RankSet::new(),
-            addresses: view.addresses.clone(),
+            view: Arc::clone(view),
             all_to_all: config.all_to_all,
         }
     }
@@ -318,7 +320,7 @@ impl Layer for Suspect {
         let ping =
             Ping { view_ltime: self.view_id.ltime, view_coord: self.view_id.coord.0, rank: u64::from(self.rank) };
         for rank in self.failed.iter() {
-            let Some(&address) = self.addresses.get(usize::from(rank)) else { continue };
+            let Some(&address) = self.view.addresses.get(usize::from(rank)) else { continue };
             let msg = Msg::default().with(Header::Excluded { ping, to: u64::from(rank) });
             out.dn(Dn::Gossip { to: Some(address), msg });
         }
