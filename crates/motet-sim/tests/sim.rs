@@ -447,6 +447,19 @@ fn two_coordinators_that_failed_each_other_do_not_wait_for_ever() {
     }
 }
 
+/// A member that followed an earlier round failing X is deaf to X; when a later round keeps X,
+/// X's `Block` waits in `pt2pt` for acknowledgements that member never sends, and the round waits
+/// for X for ever. Seed 885 at 7 nodes: four members stayed blocked in the first view's flush. Only
+/// `slander` told the coordinator what that member had failed; now `sync`'s `FlushOk` carries it.
+#[test]
+fn a_member_deaf_to_another_does_not_hold_a_later_round_for_ever() {
+    let stack = StackSpec::parse("Gmp+Sync+Suspect+Heal+Causal+Local").unwrap();
+    let options = SimOptions::swarm(885, 7, stack);
+    let report = run(&options);
+    assert_eq!(first(&report.violations), [], "{}", options.replay_command(true));
+    assert!(report.trace.quiesced, "{}", options.replay_command(true));
+}
+
 /// A stack without `Heal` never merges what a partition, a stall or a false suspicion split: its
 /// runs end when every live member's view is agreed by its members, all live (before, each such
 /// split was a liveness failure, and what it left in the buffers was never checked).

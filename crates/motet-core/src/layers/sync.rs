@@ -10,7 +10,8 @@
 //! 2. every member not being excluded applies `Fail(failed)` and sends `Block` down: `appl` stops
 //!    the application, flow control and `pt2pt` hold the `Block` until their pending messages are
 //!    out and acknowledged, and it comes back up as `BlockOk` with `mnak`'s per-origin counts, which
-//!    the member sends to the coordinator (`FlushOk`);
+//!    the member sends to the coordinator (`FlushOk`) with every rank it failed in the rounds it
+//!    followed; the coordinator suspects those too (see below);
 //! 3. the coordinator casts the cut, the per-origin maximum over the survivors' counts (`Cut`);
 //! 4. every member delivers up to the cut (repaired by `mnak` from whoever holds the casts) and
 //!    nothing of a failed origin beyond it, then answers `CutOk` and tells the layers above which
@@ -27,6 +28,14 @@
 //! coordinator casts the view of its latest round only, so the committed round's view will never
 //! come, and refusing would leave the new round waiting for this member until the commit timeout
 //! (members leaving one after the other made every member of a group that shut down wait 3 s).
+//!
+//! A member that followed an earlier round of another coordinator failed that round's ranks: its
+//! `bottom` drops all they send for the rest of the view. If a later round keeps them, neither
+//! side can finish it: their `Block` waits in `pt2pt` for acknowledgements the deaf member never
+//! sends. So `FlushOk` carries the member's failed ranks and the coordinator suspects them, which
+//! restarts the round without them. `slander` used to be the only carrier of that suspicion; a
+//! stack without it waited for ever (seed 885 of 7-node swarms of `Gmp+Sync+Suspect+Heal+Causal+
+//! Local`, 2026-11-28).
 
 use crate::event::{Dn, DropReason, Msg, Qos, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -140,10 +149,21 @@ impl Layer for Sync {
                     _ => out.drop_input(super::LayerKind::Sync, DropReason::HeaderMismatch),
                 }
             }
-            Up::Send { origin, mut msg } if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Sync(h)) if *h != Header::NoHdr) => {
+            Up::Send { origin, mut msg } if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Sync(h)) if *h != Header::NoHdr) =>
+            {
                 match msg.pop_as::<Header>() {
-                    Some(Header::FlushOk { round, counts }) => {
+                    Some(Header::FlushOk { round, counts, failed }) => {
                         let Some(counts) = self.vector(counts, out) else { return };
+                        let Some(failed) = self.ranks(&failed, out) else { return };
+                        if !failed.is_empty() {
+                            // The member is deaf to these (an earlier round it followed failed
+                            // them): it cannot finish a round they survive, and they cannot
+                            // finish theirs while it holds their messages unacknowledged. Fail
+                            // them here too; `intra` starts a round without them if they are new.
+                            // Without this, only `slander` carried that knowledge to us.
+                            tracing::debug!(member = origin, ?failed, "a flushed member failed these earlier");
+                            out.up(Up::Suspect(failed));
+                        }
                         out.up(Up::FlushOk { from: origin, round, counts });
                     }
                     Some(Header::CutOk { round }) => out.up(Up::CutOk { from: origin, round }),
@@ -152,7 +172,9 @@ impl Layer for Sync {
             }
             Up::BlockOk(counts) => {
                 if let Some((coord, round)) = self.flushing {
-                    let header = Header::FlushOk { round, counts: counts.to_vec() };
+                    // Our own failed ranks reached our `intra` as we followed each round.
+                    let failed = self.failed.iter().map(u64::from).collect();
+                    let header = Header::FlushOk { round, counts: counts.to_vec(), failed };
                     self.to_coord(coord, header, Up::FlushOk { from: self.rank, round, counts }, out);
                 }
             }
@@ -225,5 +247,34 @@ mod tests {
         h.up(from(0, Header::Cut { round: 2, cut: vec![0; 4] }));
         let out = h.up(Up::CutReached);
         assert!(out.iter().any(|o| matches!(o, Out::Up(Up::CutDone { coord: 0, round: 2 }))), "{out:?}");
+    }
+
+    /// Seed 885: a member that followed another coordinator's round is deaf to what that round
+    /// failed; it reports those ranks with its `FlushOk`, and the coordinator suspects them (so
+    /// `intra` restarts the round without them) before it counts the `FlushOk`.
+    #[test]
+    fn a_flushed_member_reports_what_it_failed_and_its_coordinator_suspects_them() {
+        use crate::layer::harness::sent;
+        let view = crate::testing::view_of("vsync", 5);
+        let mut member = Harness::new(Sync::new(&Config::default(), &view, 2), 2);
+        member.up(from(0, Header::Flush { round: 1, failed: vec![3] })); // coordinator 0 fails 3
+        member.up(from(1, Header::Flush { round: 1, failed: vec![0] })); // then 1 takes over
+        let out = member.up(Up::BlockOk(vec![0; 5].into()));
+        let [(1, Header::FlushOk { round: 1, ref failed, .. })] = sent::<Header>(&out)[..] else { panic!("{out:?}") };
+        assert_eq!(*failed, [0, 3]);
+
+        let mut coord = Harness::new(Sync::new(&Config::default(), &view, 1), 1);
+        let ok = |failed| Up::Send {
+            origin: 2,
+            msg: Msg::default().with(Header::FlushOk { round: 1, counts: vec![0; 5], failed }),
+        };
+        let out = coord.up(ok(vec![0, 3]));
+        let ups: Vec<&Up> = out.iter().filter_map(|o| if let Out::Up(up) = o { Some(up) } else { None }).collect();
+        let [Up::Suspect(ranks), Up::FlushOk { from: 2, round: 1, .. }] = ups[..] else { panic!("{out:?}") };
+        assert_eq!(ranks.iter().collect::<Vec<_>>(), [0, 3]);
+        // Nothing failed: no suspicion. A rank outside the view: the report is dropped.
+        let out = coord.up(ok(vec![]));
+        assert!(matches!(out[..], [Out::Up(Up::FlushOk { .. })]), "{out:?}");
+        assert!(coord.up(ok(vec![9])).iter().all(|o| !matches!(o, Out::Up(_))));
     }
 }

@@ -23,6 +23,9 @@ pub enum Header {
         round: u64,
         /// Per-origin cast counts.
         counts: Vec<u64>,
+        /// Ranks the member failed in the rounds it followed in this view (it hears nothing from
+        /// them): the coordinator must fail them too, or the member can never finish its part.
+        failed: Vec<u64>,
     },
     /// Coordinator → all: deliver casts up to `cut` in this view.
     Cut {
@@ -53,11 +56,14 @@ impl LayerHeader for Header {
     fn encode_fields(&self, w: &mut Writer<'_>) {
         match self {
             Header::NoHdr => {}
-            Header::Flush { round, failed: v }
-            | Header::FlushOk { round, counts: v }
-            | Header::Cut { round, cut: v } => {
+            Header::Flush { round, failed: v } | Header::Cut { round, cut: v } => {
                 w.varint(*round);
                 w.varint_vec(v);
+            }
+            Header::FlushOk { round, counts, failed } => {
+                w.varint(*round);
+                w.varint_vec(counts);
+                w.varint_vec(failed);
             }
             Header::CutOk { round } => w.varint(*round),
         }
@@ -65,7 +71,7 @@ impl LayerHeader for Header {
     fn decode_fields(variant: u8, r: &mut Reader<'_>) -> Result<Self, WireError> {
         Ok(match variant {
             1 => Header::Flush { round: r.varint()?, failed: r.varint_vec()? },
-            2 => Header::FlushOk { round: r.varint()?, counts: r.varint_vec()? },
+            2 => Header::FlushOk { round: r.varint()?, counts: r.varint_vec()?, failed: r.varint_vec()? },
             3 => Header::Cut { round: r.varint()?, cut: r.varint_vec()? },
             4 => Header::CutOk { round: r.varint()? },
             _ => return Err(bad_variant::<Self>(variant, r)),

@@ -153,7 +153,11 @@ pub fn sync_hdr() -> impl Strategy<Value = sync::Header> {
     prop_oneof![
         Just(sync::Header::NoHdr),
         (u64_any(), vec_any()).prop_map(|(round, failed)| sync::Header::Flush { round, failed }),
-        (u64_any(), vec_any()).prop_map(|(round, counts)| sync::Header::FlushOk { round, counts }),
+        (u64_any(), vec_any(), vec_any()).prop_map(|(round, counts, failed)| sync::Header::FlushOk {
+            round,
+            counts,
+            failed
+        }),
         (u64_any(), vec_any()).prop_map(|(round, cut)| sync::Header::Cut { round, cut }),
         u64_any().prop_map(|round| sync::Header::CutOk { round }),
     ]
