@@ -139,6 +139,9 @@ struct Summary {
     /// Merge requests that went unanswered until `merge_timeout` from the start of their merge
     /// flush (the requester's partition was blocked that long, then went on alone).
     merges_unanswered: u64,
+    /// Members suspected because they did not answer a flush round within `intra.flush_timeout`
+    /// (audible but never answering: each one is a liveness bug the timeout papered over).
+    flush_timeouts: u64,
     /// Endpoint migrations the runs made (swarm runs draw some).
     migrations: u64,
     /// Inputs (application casts and sends, received casts and sends) that took the bypass, over
@@ -235,6 +238,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         liveness_failures: 0,
         views_installed: 0,
         merges_unanswered: 0,
+        flush_timeouts: 0,
         migrations: 0,
         bypass_hit_rate: None,
         bypass_compiled_rate: None,
@@ -258,6 +262,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         summary.violations += report.violations.len();
         summary.views_installed += report.views_installed;
         summary.merges_unanswered += report.stats.counter(motet_core::Counter::MergeUnanswered);
+        summary.flush_timeouts += report.stats.counter(motet_core::Counter::FlushTimedOut);
         summary.migrations += report.trace.migrations.len() as u64;
         if report.violations.iter().any(|v| matches!(v, motet_sim::Violation::Liveness { .. })) {
             summary.liveness_failures += 1;
@@ -293,8 +298,8 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         );
         if summary.views_installed > 0 {
             println!(
-                "views     {} installed, {} migrations, {} merge requests unanswered",
-                summary.views_installed, summary.migrations, summary.merges_unanswered
+                "views     {} installed, {} migrations, {} merge requests unanswered, {} flush timeouts",
+                summary.views_installed, summary.migrations, summary.merges_unanswered, summary.flush_timeouts
             );
         }
         if let (Some(p50), Some(max)) = (summary.converge_ms_p50, summary.converge_ms_max) {

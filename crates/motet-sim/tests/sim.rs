@@ -432,7 +432,7 @@ fn a_paused_host_keeps_its_view() {
 }
 
 /// Two coordinators that failed each other, each followed by a member the other still heard,
-/// waited for ever for the member following the other (`intra` has no flush timeout): every
+/// waited for ever for the member following the other (`intra` had no flush timeout then; its 10 s timeout now would end it, late): every
 /// member stayed blocked in its first view. Found by swarms of stacks without `Slander`, whose
 /// spread suspicions hid it; fixed by `suspect`'s `Excluded` (docs/membership.md). The runs of a
 /// stack without `Heal` end split, which converges when each view is agreed by its live members.

@@ -16,6 +16,13 @@
 //! view forms a view of its own (a singleton partition), unless it asked to leave, in which case
 //! its stack exits. For merges (`inter`) a round can end in `MergeReady` instead, and the view is
 //! then cast whole (`Full`), since it has members from outside this view.
+//!
+//! A round whose survivors have not all answered its current phase `flush_timeout` after it
+//! started is started again without those that did not (they are suspected, counter
+//! `FlushTimedOut`): the bound on a view change that Ensemble's `intra` lacks. The failure detector
+//! finds failed members first (the timeout is longer); this catches one that stays audible and
+//! never answers, which held the whole group for ever twice in the simulator's swarms
+//! (docs/membership.md, "Failure detection").
 
 use crate::event::{Dn, DropReason, Msg, Qos, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -42,11 +49,26 @@ pub struct Config {
         serialize_with = "crate::time::ser_millis"
     )]
     pub commit_timeout: crate::time::Duration,
+    /// How long the coordinator waits for a round's `FlushOk`s, then its `CutOk`s, before it
+    /// suspects the members that did not answer and starts the round again without them. Default
+    /// 10 s. A failed member is the failure detector's to find (`suspect.timeout`, which this must
+    /// exceed); this is for a member that stays audible and never answers (its `Block` held for
+    /// ever below it, a bug), which would otherwise hold the view change, and with it the whole
+    /// group, for ever: Ensemble's `intra` has no such bound; JGroups' flush has one (8 s).
+    #[serde(
+        rename = "flush_timeout_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
+    pub flush_timeout: crate::time::Duration,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { commit_timeout: crate::time::Duration::from_millis(5_000) }
+        Config {
+            commit_timeout: crate::time::Duration::from_millis(5_000),
+            flush_timeout: crate::time::Duration::from_millis(10_000),
+        }
     }
 }
 
@@ -74,12 +96,26 @@ struct Round {
     flush_ok: BTreeMap<Rank, Arc<[u64]>>,
     cut_ok: RankSet,
     cut_sent: bool,
+    /// When the members that have not answered yet are suspected (`flush_timeout`).
+    deadline: crate::time::Instant,
+}
+
+impl Round {
+    /// Survivors (of `n` ranks) that owe an answer in this round's current phase: a `FlushOk`
+    /// before the cut, a `CutOk` after it. Empty once every survivor delivered the cut.
+    fn missing(&self, n: usize) -> impl Iterator<Item = Rank> + '_ {
+        (0..n as Rank).filter(move |&r| {
+            !self.failed.contains(r)
+                && if self.cut_sent { !self.cut_ok.contains(r) } else { !self.flush_ok.contains_key(&r) }
+        })
+    }
 }
 
 /// `intra` state.
 #[derive(Debug, PartialEq)]
 pub struct Intra {
     commit_timeout: crate::time::Duration,
+    flush_timeout: crate::time::Duration,
     view: Arc<ViewState>,
     rank: Rank,
     coord: Rank,
@@ -111,6 +147,7 @@ impl Intra {
     pub fn new(config: &Config, view: &Arc<ViewState>, rank: Rank) -> Intra {
         Intra {
             commit_timeout: config.commit_timeout,
+            flush_timeout: config.flush_timeout,
             view: Arc::clone(view),
             rank,
             coord: view.coord,
@@ -150,10 +187,7 @@ impl Intra {
         self.rounds += 1;
         let round = self.rounds;
         tracing::info!(round, ?failed, ?leavers, "view change: flush round started");
-        let (flush_ok, cut_ok) = (BTreeMap::new(), RankSet::new());
-        self.active =
-            Some(Round { round, failed: failed.clone(), leavers, merge: false, flush_ok, cut_ok, cut_sent: false });
-        out.dn(Dn::SyncFlush { round, failed });
+        self.start(round, failed, leavers, false, out);
     }
 
     /// At the coordinator, for `inter`: a flush round that ends in `MergeReady`.
@@ -165,10 +199,47 @@ impl Intra {
         let round = self.rounds;
         tracing::info!(round, "merge: flushing this partition");
         let (failed, leavers) = (self.suspects.clone(), self.leavers.clone());
-        let (flush_ok, cut_ok) = (BTreeMap::new(), RankSet::new());
+        self.start(round, failed, leavers, true, out);
+    }
+
+    fn start(&mut self, round: u64, failed: RankSet, leavers: RankSet, merge: bool, out: &mut Outbox<'_>) {
+        let deadline = out.now() + self.flush_timeout;
+        let (flush_ok, cut_ok, cut_sent) = (BTreeMap::new(), RankSet::new(), false);
         self.active =
-            Some(Round { round, failed: failed.clone(), leavers, merge: true, flush_ok, cut_ok, cut_sent: false });
+            Some(Round { round, failed: failed.clone(), leavers, merge, flush_ok, cut_ok, cut_sent, deadline });
+        out.alarm(deadline);
         out.dn(Dn::SyncFlush { round, failed });
+    }
+
+    /// At the coordinator, when the active round's `flush_timeout` is up: suspects the survivors
+    /// that have not answered, which starts the round again without them.
+    fn flush_timed_out(&mut self, out: &mut Outbox<'_>) {
+        let Some(active) = self.active.as_mut() else { return };
+        if self.coord != self.rank || self.installed || self.view_cast {
+            return;
+        }
+        let missing: RankSet = active.missing(self.view.len()).collect();
+        if missing.is_empty() {
+            return; // every survivor delivered the cut: a merge round waiting for its answer
+        }
+        if missing.iter().all(|r| r == self.rank) {
+            // Only our own answer is missing (our `Block` held below us): suspecting ourselves is
+            // not ours to do; those that hold it are found by the failure detector or `Excluded`.
+            tracing::warn!(round = active.round, "flush timeout: this coordinator's own flush is not done");
+            active.deadline = out.now() + self.flush_timeout;
+            return out.alarm(active.deadline);
+        }
+        tracing::warn!(
+            round = active.round,
+            ?missing,
+            phase = if active.cut_sent { "cut" } else { "flush" },
+            "flush timeout: suspecting the members that did not answer"
+        );
+        for _ in missing.iter().filter(|&r| r != self.rank) {
+            out.count(super::LayerKind::Intra, crate::event::Counter::FlushTimedOut);
+        }
+        self.suspects.union_with(&missing.iter().filter(|&r| r != self.rank).collect());
+        self.maybe_start(out);
     }
 
     /// At the coordinator, for `inter`: casts a whole view concluding merge round `round`.
@@ -374,6 +445,11 @@ impl Layer for Intra {
     }
 
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
+        match self.active.as_ref().map(|a| a.deadline) {
+            Some(deadline) if out.now() < deadline => out.alarm(deadline),
+            Some(_) => self.flush_timed_out(out),
+            None => {}
+        }
         // The alarm of an earlier cut, superseded by a later round's.
         if let Some(deadline) = self.commit_deadline.filter(|&d| out.now() < d) {
             return out.alarm(deadline);
@@ -461,5 +537,52 @@ mod tests {
         assert!(!installs(vec![0, 1, 1]), "a rank twice");
         assert!(!installs(vec![1, 0]), "out of order");
         assert!(!installs(vec![0, 1, 3]), "out of range");
+    }
+
+    /// A member that stays audible and never answers (its `Block` held below it) is suspected
+    /// `flush_timeout` after the round started, in whichever phase it is missing, and the round
+    /// starts again without it; a round where only the coordinator's own answer is missing waits.
+    #[test]
+    fn a_member_that_never_answers_a_round_is_suspected_at_the_flush_timeout() {
+        use crate::time::{Duration, Instant};
+        let view = crate::testing::view(4);
+        let config = Config::default();
+        let flushes = |out: &[Out]| -> Vec<(u64, Vec<Rank>)> {
+            out.iter()
+                .filter_map(|o| match o {
+                    Out::Dn(Dn::SyncFlush { round, failed }) => Some((*round, failed.iter().collect())),
+                    _ => None,
+                })
+                .collect()
+        };
+        let report = |from: Rank, round: u64| Up::FlushOk { from, round, counts: vec![0; 4].into() };
+        let at = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
+        let timeout = config.flush_timeout.as_millis();
+
+        // Flush phase: 1 never answers.
+        let mut h = Harness::new(Intra::new(&config, &view, 0), 0);
+        assert_eq!(flushes(&h.up(Up::Suspect([3].into_iter().collect()))), [(1, vec![3])]);
+        assert_eq!(h.alarm, Some(at(timeout)));
+        h.up(report(0, 1));
+        h.up(report(2, 1));
+        assert!(flushes(&h.timer(at(timeout - 1))).is_empty(), "not yet");
+        assert_eq!(flushes(&h.timer(at(timeout))), [(2, vec![1, 3])]);
+        assert_eq!(h.stats.counter(crate::event::Counter::FlushTimedOut), 1);
+        assert_eq!(h.alarm, Some(at(2 * timeout)), "the new round has its own deadline");
+
+        // Cut phase: everyone flushed, 2 never delivers the cut.
+        h.up(report(0, 2));
+        assert!(h.up(report(2, 2)).iter().any(|o| matches!(o, Out::Dn(Dn::SyncCut { round: 2, .. }))));
+        h.up(Up::CutOk { from: 0, round: 2 });
+        assert_eq!(flushes(&h.timer(at(2 * timeout))), [(3, vec![1, 2, 3])]);
+
+        // Only the coordinator's own answer is missing: it waits another timeout.
+        let mut h = Harness::new(Intra::new(&config, &view, 0), 0);
+        h.up(Up::Suspect([3].into_iter().collect()));
+        h.up(report(1, 1));
+        h.up(report(2, 1));
+        assert!(flushes(&h.timer(at(timeout))).is_empty());
+        assert_eq!(h.alarm, Some(at(2 * timeout)));
+        assert_eq!(h.stats.counter(crate::event::Counter::FlushTimedOut), 0);
     }
 }

@@ -331,6 +331,7 @@ impl StackConfig {
             ("merge.retry_interval_ms", self.merge.retry_interval),
             ("merge.merge_timeout_ms", self.merge.merge_timeout),
             ("intra.commit_timeout_ms", self.intra.commit_timeout),
+            ("intra.flush_timeout_ms", self.intra.flush_timeout),
             ("mflow.lag_report_interval_ms", self.mflow.lag_report_interval),
             ("pt2ptw.lag_report_interval_ms", self.pt2ptw.lag_report_interval),
         ];
@@ -354,6 +355,15 @@ impl StackConfig {
                 "suspect.timeout_ms ({} ms) must be longer than suspect.sweep_interval_ms ({} ms), the heartbeat period",
                 self.suspect.timeout.as_millis(),
                 self.suspect.sweep_interval.as_millis()
+            ));
+        }
+        // A member that fails during a flush is the detector's to find; a flush timeout that
+        // fired first would exclude members that are merely slow to drain their messages.
+        if self.intra.flush_timeout <= self.suspect.timeout {
+            return bad(format!(
+                "intra.flush_timeout_ms ({} ms) must be longer than suspect.timeout_ms ({} ms): the flush timeout is for members that stay audible and never answer, the failure detector finds the failed ones (raise intra.flush_timeout_ms with suspect.timeout_ms)",
+                self.intra.flush_timeout.as_millis(),
+                self.suspect.timeout.as_millis()
             ));
         }
         // The members of a partition whose merge request goes unanswered wait for the view that

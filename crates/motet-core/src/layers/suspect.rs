@@ -56,7 +56,7 @@
 //! id and its rank), and a member told suspects the teller at once: it can never take part in a
 //! flush of the teller's. Without it, two coordinators that failed each other (each suspecting
 //! the other side), each followed by a member the other still heard, each waited for ever for the
-//! member following the other: `intra` has no flush timeout, and heartbeats kept the deaf member
+//! member following the other: `intra` had no flush timeout then, and heartbeats kept the deaf member
 //! unsuspected. Found by swarms of stacks without `Slander` (2 seeds in 1,000 of
 //! `Gmp+Sync+Suspect+Causal+Local`, 2 in 2,000 with `Heal` too), whose spread suspicions had hidden it.
 //! `Excluded` names the rank told, since other members of the group may share its process. The
