@@ -142,6 +142,9 @@ struct Summary {
     /// Members suspected because they did not answer a flush round within `intra.flush_timeout`
     /// (audible but never answering: each one is a liveness bug the timeout papered over).
     flush_timeouts: u64,
+    /// Members `safe` suspected because they did not acknowledge held casts within
+    /// `safe.ack_timeout` (likewise a bug to find in the simulator, where members are honest).
+    ack_overdue: u64,
     /// Endpoint migrations the runs made (swarm runs draw some).
     migrations: u64,
     /// Inputs (application casts and sends, received casts and sends) that took the bypass, over
@@ -239,6 +242,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         views_installed: 0,
         merges_unanswered: 0,
         flush_timeouts: 0,
+        ack_overdue: 0,
         migrations: 0,
         bypass_hit_rate: None,
         bypass_compiled_rate: None,
@@ -263,6 +267,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         summary.views_installed += report.views_installed;
         summary.merges_unanswered += report.stats.counter(motet_core::Counter::MergeUnanswered);
         summary.flush_timeouts += report.stats.counter(motet_core::Counter::FlushTimedOut);
+        summary.ack_overdue += report.stats.counter(motet_core::Counter::AckOverdue);
         summary.migrations += report.trace.migrations.len() as u64;
         if report.violations.iter().any(|v| matches!(v, motet_sim::Violation::Liveness { .. })) {
             summary.liveness_failures += 1;
@@ -298,8 +303,12 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         );
         if summary.views_installed > 0 {
             println!(
-                "views     {} installed, {} migrations, {} merge requests unanswered, {} flush timeouts",
-                summary.views_installed, summary.migrations, summary.merges_unanswered, summary.flush_timeouts
+                "views     {} installed, {} migrations, {} merge requests unanswered, {} flush timeouts, {} overdue acknowledgements",
+                summary.views_installed,
+                summary.migrations,
+                summary.merges_unanswered,
+                summary.flush_timeouts,
+                summary.ack_overdue
             );
         }
         if let (Some(p50), Some(max)) = (summary.converge_ms_p50, summary.converge_ms_max) {

@@ -521,6 +521,8 @@ mod tests {
             .contains("must be at least 1000 ms longer than merge.merge_timeout_ms (3000 ms)"));
         assert!(err("[group.params.intra]\nflush_timeout_ms = 1000\n")
             .contains("intra.flush_timeout_ms (1000 ms) must be longer than suspect.timeout_ms (1000 ms)"));
+        assert!(err("[group.params.safe]\nack_timeout_ms = 500\n")
+            .contains("safe.ack_timeout_ms (500 ms) must be longer than suspect.timeout_ms (1000 ms)"));
         assert!(err("[group.params.mnak]\nretransmit_max = 0\n").contains("mnak.retransmit_max must be at least 1"));
         assert!(err("[group.params.mflow]\nlag_trickle_bytes = 1\n")
             .contains("mflow.lag_trickle_bytes (1) must be at least a fragment's cost"));

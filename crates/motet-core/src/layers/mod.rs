@@ -332,6 +332,7 @@ impl StackConfig {
             ("merge.merge_timeout_ms", self.merge.merge_timeout),
             ("intra.commit_timeout_ms", self.intra.commit_timeout),
             ("intra.flush_timeout_ms", self.intra.flush_timeout),
+            ("safe.ack_timeout_ms", self.safe.ack_timeout),
             ("mflow.lag_report_interval_ms", self.mflow.lag_report_interval),
             ("pt2ptw.lag_report_interval_ms", self.pt2ptw.lag_report_interval),
         ];
@@ -364,6 +365,14 @@ impl StackConfig {
                 "intra.flush_timeout_ms ({} ms) must be longer than suspect.timeout_ms ({} ms): the flush timeout is for members that stay audible and never answer, the failure detector finds the failed ones (raise intra.flush_timeout_ms with suspect.timeout_ms)",
                 self.intra.flush_timeout.as_millis(),
                 self.suspect.timeout.as_millis()
+            ));
+        }
+        if self.safe.ack_timeout <= self.suspect.timeout || self.safe.ack_timeout <= self.safe.ack_delay {
+            return bad(format!(
+                "safe.ack_timeout_ms ({} ms) must be longer than suspect.timeout_ms ({} ms) and safe.ack_delay_ms ({} ms): it is for members that stay audible and never acknowledge, the failure detector finds the failed ones (raise safe.ack_timeout_ms with them)",
+                self.safe.ack_timeout.as_millis(),
+                self.suspect.timeout.as_millis(),
+                self.safe.ack_delay.as_millis()
             ));
         }
         // The members of a partition whose merge request goes unanswered wait for the view that

@@ -14,6 +14,14 @@
 //! this layer (they would fall outside the agreed cut); the cut then holds the same casts at every
 //! survivor, and each delivers what it still holds.
 //!
+//! A member that beats (so the failure detector keeps it) but never acknowledges would hold every
+//! cast of the view, at every member, for ever. So each cast must be acknowledged by every member
+//! within `ack_timeout` of its arrival here, or the members that did not are suspected (counter
+//! `AckOverdue`) and the view change excludes them. It is checked against a snapshot of the counts
+//! received, taken when the watch starts and again at each deadline while casts are held, so a
+//! member is suspected between one and two timeouts after the cast it did not acknowledge, at no
+//! cost per cast.
+//!
 //! What survives which failure: a cast delivered anywhere was held by every member that had not
 //! failed at that time, so every survivor of the view delivers it, even if the member that
 //! delivered it crashes at once or is partitioned away (uniform agreement). A cast held only by
@@ -30,7 +38,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// `safe` parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// How long a member collects casts before acknowledging them. Default 0: at the end of the
@@ -41,6 +49,21 @@ pub struct Config {
         serialize_with = "crate::time::ser_millis"
     )]
     pub ack_delay: Duration,
+    /// How long a member may take to acknowledge a cast before it is suspected. Default 10 s;
+    /// longer than `suspect.timeout` (a failed member is the failure detector's to find) and than
+    /// `ack_delay` (checked).
+    #[serde(
+        rename = "ack_timeout_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
+    pub ack_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { ack_delay: Duration::from_millis(0), ack_timeout: Duration::from_millis(10_000) }
+    }
 }
 
 /// Static description.
@@ -73,11 +96,17 @@ pub struct Safe {
     /// The flush has passed: no more acknowledgements.
     blocked: bool,
     completed: bool,
+    /// While casts are held: when every member must have acknowledged `watched`.
+    watch: Option<crate::time::Instant>,
+    /// Per origin, the casts received when the watch started (kept, so a new watch allocates
+    /// nothing on the common path).
+    watched: Vec<u64>,
+    rank: Rank,
 }
 
 impl Safe {
     /// A `safe` for `view`.
-    pub fn new(config: &Config, view: &ViewState, _rank: Rank) -> Safe {
+    pub fn new(config: &Config, view: &ViewState, rank: Rank) -> Safe {
         let n = view.len();
         Safe {
             config: config.clone(),
@@ -90,6 +119,47 @@ impl Safe {
             armed: false,
             blocked: false,
             completed: false,
+            watch: None,
+            watched: vec![0; n],
+            rank,
+        }
+    }
+
+    /// Starts watching what is received so far, unless a watch runs or the flush has passed.
+    fn watch(&mut self, out: &mut Outbox<'_>) {
+        if self.watch.is_none() && !self.blocked {
+            self.watched.copy_from_slice(&self.received);
+            let deadline = out.now() + self.config.ack_timeout;
+            self.watch = Some(deadline);
+            out.alarm(deadline);
+        }
+    }
+
+    /// At a watch's deadline: suspects every member, not known to have failed, that has not
+    /// acknowledged all that was watched; watches again while casts are held.
+    fn check_watch(&mut self, out: &mut Outbox<'_>) {
+        match self.watch {
+            Some(deadline) if out.now() < deadline => return out.alarm(deadline),
+            Some(_) => {}
+            None => return,
+        }
+        self.watch = None;
+        if self.blocked {
+            return; // acknowledgements have stopped: the cut settles what is held
+        }
+        let overdue: RankSet = (0..self.acked.len() as Rank)
+            .filter(|&m| m != self.rank && !self.failed.contains(m))
+            .filter(|&m| self.acked[usize::from(m)].iter().zip(&self.watched).any(|(a, w)| a < w))
+            .collect();
+        if !overdue.is_empty() {
+            tracing::warn!(?overdue, "members did not acknowledge casts within ack_timeout: suspected");
+            for _ in overdue.iter() {
+                out.count(super::LayerKind::Safe, crate::event::Counter::AckOverdue);
+            }
+            out.up(Up::Suspect(overdue));
+        }
+        if self.buffered() > 0 {
+            self.watch(out);
         }
     }
 
@@ -98,6 +168,7 @@ impl Safe {
     fn hold(&mut self, origin: usize, msg: Msg, out: &mut Outbox<'_>) {
         self.received[origin] += 1;
         self.held[origin].push_back(msg);
+        self.watch(out);
         if !self.armed && !self.blocked {
             self.armed = true;
             out.alarm(out.now() + self.config.ack_delay);
@@ -196,8 +267,12 @@ impl Layer for Safe {
     }
 
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
-        self.armed = false;
-        self.ack(out);
+        // The acknowledgement's alarm is always the earlier: `ack_delay` < `ack_timeout`.
+        if self.armed {
+            self.armed = false;
+            self.ack(out);
+        }
+        self.check_watch(out);
     }
 
     // The fast path (docs/bypass.md): a safe cast goes down as `Data`; an arriving one is held
@@ -310,5 +385,58 @@ mod tests {
         let out = h.up(Up::CutReached);
         assert_eq!(casts(&out), 2);
         assert_eq!(h.layer.buffered(), 0);
+    }
+
+    /// A member that stays audible but never acknowledges is suspected at the watch's deadline
+    /// (one `ack_timeout` after the first held cast), the others are not; members that have
+    /// acknowledged everything watched, failed members and a flushing member suspect no one.
+    #[test]
+    fn a_member_that_never_acknowledges_is_suspected_after_the_ack_timeout() {
+        use crate::time::Instant;
+        let view = crate::testing::view_of("vsync+Agree", 3);
+        let config = Config::default();
+        let deadline = Instant::ZERO + config.ack_timeout;
+        let suspected = |out: &[Out]| -> Vec<Vec<Rank>> {
+            out.iter()
+                .filter_map(|o| match o {
+                    Out::Up(Up::Suspect(ranks)) => Some(ranks.iter().collect()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut h = Harness::new(Safe::new(&config, &view, 0), 0);
+        h.up(Up::Cast { origin: 1, msg: data(1), qos: Qos::Reliable });
+        h.timer(h.now); // this member's own acknowledgement goes out
+        h.up(Up::Cast { origin: 0, msg: ack(&[0, 1, 0]), qos: Qos::Reliable });
+        h.up(Up::Cast { origin: 1, msg: ack(&[0, 1, 0]), qos: Qos::Reliable });
+        assert_eq!(h.alarm, Some(deadline));
+        assert!(suspected(
+            &h.timer(Instant::ZERO + crate::time::Duration::from_millis(config.ack_timeout.as_millis() - 1))
+        )
+        .is_empty());
+        assert_eq!(suspected(&h.timer(deadline)), [vec![2]]);
+        assert_eq!(h.stats.counter(crate::event::Counter::AckOverdue), 1);
+
+        // Everyone acknowledged: the cast is delivered and nobody is suspected.
+        let mut h = Harness::new(Safe::new(&config, &view, 0), 0);
+        h.up(Up::Cast { origin: 1, msg: data(1), qos: Qos::Reliable });
+        for member in 0..3 {
+            h.up(Up::Cast { origin: member, msg: ack(&[0, 1, 0]), qos: Qos::Reliable });
+        }
+        assert!(suspected(&h.timer(deadline)).is_empty());
+        assert_eq!(h.alarm, None, "nothing held: no watch");
+
+        // A failed member is not waited for; after the flush nobody is suspected.
+        let mut h = Harness::new(Safe::new(&config, &view, 0), 0);
+        h.up(Up::Cast { origin: 1, msg: data(1), qos: Qos::Reliable });
+        for member in 0..2 {
+            h.up(Up::Cast { origin: member, msg: ack(&[0, 1, 0]), qos: Qos::Reliable });
+        }
+        assert_eq!(casts(&h.dn(Dn::Fail([2].into_iter().collect()))), 1);
+        assert!(suspected(&h.timer(deadline)).is_empty());
+        let mut h = Harness::new(Safe::new(&config, &view, 0), 0);
+        h.up(Up::Cast { origin: 1, msg: data(1), qos: Qos::Reliable });
+        h.dn(Dn::Block);
+        assert!(suspected(&h.timer(deadline)).is_empty());
     }
 }
