@@ -246,6 +246,9 @@ pub enum Up {
         round: u64,
         /// Its per-origin cast counts.
         counts: Arc<[u64]>,
+        /// The ranks it failed in the rounds it followed in this view: it hears nothing from
+        /// them, so a round they survive cannot finish.
+        failed: RankSet,
     },
     /// (At the coordinator) member `from` delivered the cut of round `round`.
     CutOk {

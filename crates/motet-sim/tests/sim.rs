@@ -432,10 +432,11 @@ fn a_paused_host_keeps_its_view() {
 }
 
 /// Two coordinators that failed each other, each followed by a member the other still heard,
-/// waited for ever for the member following the other (`intra` had no flush timeout then; its 10 s timeout now would end it, late): every
-/// member stayed blocked in its first view. Found by swarms of stacks without `Slander`, whose
-/// spread suspicions hid it; fixed by `suspect`'s `Excluded` (docs/membership.md). The runs of a
-/// stack without `Heal` end split, which converges when each view is agreed by its live members.
+/// waited for ever for the member following the other (`intra` had no flush timeout then; its
+/// timeout now would end it, 10 s late): every member stayed blocked in its first view. Found by
+/// swarms of stacks without `Slander`, whose spread suspicions hid it; fixed by `suspect`'s
+/// `Excluded` (docs/membership.md). The runs of a stack without `Heal` end split, which converges
+/// when each view is agreed by its live members.
 #[test]
 fn two_coordinators_that_failed_each_other_do_not_wait_for_ever() {
     let no_heal = StackSpec::parse("Gmp+Sync+Suspect+Causal+Local").unwrap();
@@ -444,6 +445,8 @@ fn two_coordinators_that_failed_each_other_do_not_wait_for_ever() {
         let options = SimOptions::swarm(seed, 5, stack.clone());
         let report = run(&options);
         assert_eq!(first(&report.violations), [], "seed {seed}: {}", options.replay_command(true));
+        // Ended by `Excluded`, not by the flush timeout's safety net.
+        assert_eq!(report.stats.counter(motet_core::Counter::FlushTimedOut), 0, "seed {seed}");
     }
 }
 
@@ -458,6 +461,8 @@ fn a_member_deaf_to_another_does_not_hold_a_later_round_for_ever() {
     let report = run(&options);
     assert_eq!(first(&report.violations), [], "{}", options.replay_command(true));
     assert!(report.trace.quiesced, "{}", options.replay_command(true));
+    // Ended by the report, not by the flush timeout's safety net (which alone took 13 s).
+    assert_eq!(report.stats.counter(motet_core::Counter::FlushTimedOut), 0);
 }
 
 /// A stack without `Heal` never merges what a partition, a stall or a false suspicion split: its

@@ -211,11 +211,25 @@ impl Intra {
         out.dn(Dn::SyncFlush { round, failed });
     }
 
-    /// At the coordinator, when the active round's `flush_timeout` is up: suspects the survivors
-    /// that have not answered, which starts the round again without them.
+    /// At the coordinator, when the active round's phase has lasted `flush_timeout`: suspects the
+    /// survivors that have not answered, which starts the round again without them.
     fn flush_timed_out(&mut self, out: &mut Outbox<'_>) {
         let Some(active) = self.active.as_mut() else { return };
         if self.coord != self.rank || self.installed || self.view_cast {
+            return;
+        }
+        // The alarm came half a timeout or more late: this process did not run (stopped, or
+        // descheduled), and the answers may be waiting unread. The time missed counts against no
+        // member (as `suspect`'s sweeps): wait half a timeout more.
+        let late = out.now().saturating_since(active.deadline);
+        if late.0 >= self.flush_timeout.0 / 2 {
+            tracing::info!(round = active.round, ?late, "flush timeout came late (this member stalled): waiting again");
+            active.deadline = out.now() + crate::time::Duration(self.flush_timeout.0 / 2);
+            return out.alarm(active.deadline);
+        }
+        // After the cut, once we delivered it ourselves, `commit_timeout` (shorter) governs: a
+        // coordinator whose view cannot be cast goes on alone, as its members do.
+        if active.cut_sent && self.cut_done == Some((self.rank, active.round)) {
             return;
         }
         let missing: RankSet = active.missing(self.view.len()).collect();
@@ -257,7 +271,7 @@ impl Intra {
         out.dn(Dn::Cast { msg, qos: Qos::Reliable });
     }
 
-    fn flush_ok(&mut self, from: Rank, round: u64, counts: Arc<[u64]>, out: &mut Outbox<'_>) {
+    fn flush_ok(&mut self, from: Rank, round: u64, counts: Arc<[u64]>, failed: &RankSet, out: &mut Outbox<'_>) {
         if self.installed {
             return; // we went on alone: this view's id is taken
         }
@@ -268,6 +282,17 @@ impl Intra {
         if active.failed.contains(from) {
             return;
         }
+        // The member is deaf to ranks an earlier round it followed failed (its `bottom` drops
+        // them): it cannot finish a round they survive, nor they one it survives, since their
+        // `Block` waits for its acknowledgements (seed 885; `sync`). Exclude them too: a new round.
+        // Only a report of the active round from a survivor counts, so a late one cannot exclude
+        // a healthy member. (We cannot be among them: it would not follow our round.)
+        let deaf: RankSet = failed.iter().filter(|&r| r != self.rank && !active.failed.contains(r)).collect();
+        if !deaf.is_empty() {
+            tracing::info!(member = from, ?deaf, "a member cannot hear these (an earlier round failed them): excluded");
+            self.suspects.union_with(&deaf);
+            return self.maybe_start(out);
+        }
         active.flush_ok.insert(from, counts);
         let failed = active.failed.clone();
         let survivors: Vec<Rank> = self.survivors(&failed).collect();
@@ -277,6 +302,9 @@ impl Intra {
             let reported = |o: usize| survivors.iter().filter_map(|r| active.flush_ok.get(r)).map(move |c| c[o]);
             let cut: Arc<[u64]> = (0..n).map(|o| reported(o).max().unwrap_or(0)).collect();
             active.cut_sent = true;
+            // The cut phase has a timeout of its own.
+            active.deadline = out.now() + self.flush_timeout;
+            out.alarm(active.deadline);
             tracing::debug!(round, "every survivor flushed: cut announced");
             out.dn(Dn::SyncCut { round, cut });
         }
@@ -403,7 +431,7 @@ impl Layer for Intra {
                 // At the coordinator: a view change with nobody excluded.
                 self.maybe_start(out);
             }
-            Up::FlushOk { from, round, counts } => self.flush_ok(from, round, counts, out),
+            Up::FlushOk { from, round, counts, failed } => self.flush_ok(from, round, counts, &failed, out),
             Up::CutOk { from, round } => self.cut_ok(from, round, out),
             Up::CutDone { coord, round } => {
                 self.cut_done = Some((coord, round));
@@ -503,7 +531,8 @@ mod tests {
                 _ => None,
             })
             .expect("the coordinator starts a round excluding rank 2");
-        let report = |from: Rank, counts: &[u64]| Up::FlushOk { from, round, counts: counts.into() };
+        let report =
+            |from: Rank, counts: &[u64]| Up::FlushOk { from, round, counts: counts.into(), failed: RankSet::new() };
         assert!(h.up(report(2, &[0, 0, 1_000_000])).is_empty(), "the excluded member's report");
         assert!(h.up(report(0, &[3, 1, 5])).is_empty(), "waits for rank 1");
         let out = h.up(report(1, &[2, 4, 6]));
@@ -540,8 +569,10 @@ mod tests {
     }
 
     /// A member that stays audible and never answers (its `Block` held below it) is suspected
-    /// `flush_timeout` after the round started, in whichever phase it is missing, and the round
-    /// starts again without it; a round where only the coordinator's own answer is missing waits.
+    /// `flush_timeout` after the phase it is missing in started, and the round starts again
+    /// without it. After the cut, only while the coordinator has not delivered the cut itself
+    /// (once it has, `commit_timeout` governs); a round where only the coordinator's own answer is
+    /// missing waits; an alarm that comes half a timeout late (this process stalled) waits again.
     #[test]
     fn a_member_that_never_answers_a_round_is_suspected_at_the_flush_timeout() {
         use crate::time::{Duration, Instant};
@@ -555,7 +586,8 @@ mod tests {
                 })
                 .collect()
         };
-        let report = |from: Rank, round: u64| Up::FlushOk { from, round, counts: vec![0; 4].into() };
+        let report =
+            |from: Rank, round: u64| Up::FlushOk { from, round, counts: vec![0; 4].into(), failed: RankSet::new() };
         let at = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
         let timeout = config.flush_timeout.as_millis();
 
@@ -570,11 +602,24 @@ mod tests {
         assert_eq!(h.stats.counter(crate::event::Counter::FlushTimedOut), 1);
         assert_eq!(h.alarm, Some(at(2 * timeout)), "the new round has its own deadline");
 
-        // Cut phase: everyone flushed, 2 never delivers the cut.
+        // Cut phase, from the cut on: 2 never delivers it, nor (yet) the coordinator.
+        h.now = at(timeout + 500);
         h.up(report(0, 2));
         assert!(h.up(report(2, 2)).iter().any(|o| matches!(o, Out::Dn(Dn::SyncCut { round: 2, .. }))));
+        assert!(flushes(&h.timer(at(2 * timeout))).is_empty(), "the cut phase started later");
         h.up(Up::CutOk { from: 0, round: 2 });
-        assert_eq!(flushes(&h.timer(at(2 * timeout))), [(3, vec![1, 2, 3])]);
+        assert_eq!(flushes(&h.timer(at(2 * timeout + 500))), [(3, vec![1, 2, 3])]);
+
+        // Once the coordinator delivered its own cut, its commit timeout governs.
+        let mut h = Harness::new(Intra::new(&config, &view, 0), 0);
+        h.up(Up::Suspect([3].into_iter().collect()));
+        for member in 0..3 {
+            h.up(report(member, 1));
+        }
+        h.up(Up::CutDone { coord: 0, round: 1 });
+        h.up(Up::CutOk { from: 0, round: 1 });
+        assert!(flushes(&h.timer(at(timeout))).is_empty());
+        assert_eq!(h.stats.counter(crate::event::Counter::FlushTimedOut), 0);
 
         // Only the coordinator's own answer is missing: it waits another timeout.
         let mut h = Harness::new(Intra::new(&config, &view, 0), 0);
@@ -583,6 +628,41 @@ mod tests {
         h.up(report(2, 1));
         assert!(flushes(&h.timer(at(timeout))).is_empty());
         assert_eq!(h.alarm, Some(at(2 * timeout)));
-        assert_eq!(h.stats.counter(crate::event::Counter::FlushTimedOut), 0);
+
+        // The alarm came half a timeout late: this process stalled; it waits half a timeout more.
+        let mut h = Harness::new(Intra::new(&config, &view, 0), 0);
+        h.up(Up::Suspect([3].into_iter().collect()));
+        assert!(flushes(&h.timer(at(timeout + timeout / 2))).is_empty());
+        assert_eq!(h.alarm, Some(at(2 * timeout)));
+        assert_eq!(flushes(&h.timer(at(2 * timeout))), [(2, vec![1, 2, 3])]);
+        assert_eq!(h.stats.counter(crate::event::Counter::FlushTimedOut), 2);
+    }
+
+    /// A survivor that cannot hear some ranks (an earlier round it followed failed them) says so
+    /// in its `FlushOk`: the coordinator excludes them in a new round (seed 885). A report of an
+    /// older round, or from a member the round excludes, excludes no one.
+    #[test]
+    fn a_member_deaf_to_others_gets_them_excluded_by_a_report_of_the_active_round_only() {
+        let view = crate::testing::view(5);
+        let flushes = |out: &[Out]| -> Vec<(u64, Vec<Rank>)> {
+            out.iter()
+                .filter_map(|o| match o {
+                    Out::Dn(Dn::SyncFlush { round, failed }) => Some((*round, failed.iter().collect())),
+                    _ => None,
+                })
+                .collect()
+        };
+        let report = |from: Rank, round: u64, failed: &[Rank]| Up::FlushOk {
+            from,
+            round,
+            counts: vec![0; 5].into(),
+            failed: failed.iter().copied().collect(),
+        };
+        let mut h = Harness::new(Intra::new(&Config::default(), &view, 0), 0);
+        h.up(Up::Suspect([4].into_iter().collect()));
+        assert_eq!(flushes(&h.up(report(2, 1, &[3, 4]))), [(2, vec![3, 4])]);
+        assert!(flushes(&h.up(report(1, 1, &[2]))).is_empty(), "a report of round 1, which is over");
+        assert!(flushes(&h.up(report(3, 2, &[1]))).is_empty(), "3 is excluded in round 2");
+        assert!(flushes(&h.up(report(1, 2, &[0, 4]))).is_empty(), "ranks the round fails, and ours");
     }
 }

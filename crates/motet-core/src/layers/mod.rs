@@ -358,8 +358,10 @@ impl StackConfig {
                 self.suspect.sweep_interval.as_millis()
             ));
         }
-        // A member that fails during a flush is the detector's to find; a flush timeout that
-        // fired first would exclude members that are merely slow to drain their messages.
+        // A member that fails during a flush is the detector's to find, not the flush timeout's
+        // (nor `safe`'s acknowledgement timeout): they are for members that beat and never
+        // answer. (Neither rule protects a member slow to drain a large backlog: see
+        // docs/membership.md.)
         if self.intra.flush_timeout <= self.suspect.timeout {
             return bad(format!(
                 "intra.flush_timeout_ms ({} ms) must be longer than suspect.timeout_ms ({} ms): the flush timeout is for members that stay audible and never answer, the failure detector finds the failed ones (raise intra.flush_timeout_ms with suspect.timeout_ms)",

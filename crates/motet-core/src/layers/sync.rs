@@ -32,8 +32,9 @@
 //! A member that followed an earlier round of another coordinator failed that round's ranks: its
 //! `bottom` drops all they send for the rest of the view. If a later round keeps them, neither
 //! side can finish it: their `Block` waits in `pt2pt` for acknowledgements the deaf member never
-//! sends. So `FlushOk` carries the member's failed ranks and the coordinator suspects them, which
-//! restarts the round without them. `slander` used to be the only carrier of that suspicion; a
+//! sends. So `FlushOk` carries the member's failed ranks and the coordinator's `intra` suspects
+//! them, if the report is of its active round from a member that survives it, which restarts the
+//! round without them. `slander` used to be the only carrier of that suspicion; a
 //! stack without it waited for ever (seed 885 of 7-node swarms of `Gmp+Sync+Suspect+Heal+Causal+
 //! Local`, 2026-11-28).
 
@@ -149,22 +150,12 @@ impl Layer for Sync {
                     _ => out.drop_input(super::LayerKind::Sync, DropReason::HeaderMismatch),
                 }
             }
-            Up::Send { origin, mut msg } if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Sync(h)) if *h != Header::NoHdr) =>
-            {
+            Up::Send { origin, mut msg } if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Sync(h)) if *h != Header::NoHdr) => {
                 match msg.pop_as::<Header>() {
                     Some(Header::FlushOk { round, counts, failed }) => {
                         let Some(counts) = self.vector(counts, out) else { return };
                         let Some(failed) = self.ranks(&failed, out) else { return };
-                        if !failed.is_empty() {
-                            // The member is deaf to these (an earlier round it followed failed
-                            // them): it cannot finish a round they survive, and they cannot
-                            // finish theirs while it holds their messages unacknowledged. Fail
-                            // them here too; `intra` starts a round without them if they are new.
-                            // Without this, only `slander` carried that knowledge to us.
-                            tracing::debug!(member = origin, ?failed, "a flushed member failed these earlier");
-                            out.up(Up::Suspect(failed));
-                        }
-                        out.up(Up::FlushOk { from: origin, round, counts });
+                        out.up(Up::FlushOk { from: origin, round, counts, failed });
                     }
                     Some(Header::CutOk { round }) => out.up(Up::CutOk { from: origin, round }),
                     _ => out.drop_input(super::LayerKind::Sync, DropReason::HeaderMismatch),
@@ -175,7 +166,8 @@ impl Layer for Sync {
                     // Our own failed ranks reached our `intra` as we followed each round.
                     let failed = self.failed.iter().map(u64::from).collect();
                     let header = Header::FlushOk { round, counts: counts.to_vec(), failed };
-                    self.to_coord(coord, header, Up::FlushOk { from: self.rank, round, counts }, out);
+                    let local = Up::FlushOk { from: self.rank, round, counts, failed: RankSet::new() };
+                    self.to_coord(coord, header, local, out);
                 }
             }
             Up::CutReached => {
@@ -250,10 +242,10 @@ mod tests {
     }
 
     /// Seed 885: a member that followed another coordinator's round is deaf to what that round
-    /// failed; it reports those ranks with its `FlushOk`, and the coordinator suspects them (so
-    /// `intra` restarts the round without them) before it counts the `FlushOk`.
+    /// failed; it reports those ranks with its `FlushOk`, and the coordinator's `sync` hands them
+    /// to `intra` with the report (which decides whether they count: see its tests).
     #[test]
-    fn a_flushed_member_reports_what_it_failed_and_its_coordinator_suspects_them() {
+    fn a_flushed_member_reports_what_it_failed_to_its_coordinator() {
         use crate::layer::harness::sent;
         let view = crate::testing::view_of("vsync", 5);
         let mut member = Harness::new(Sync::new(&Config::default(), &view, 2), 2);
@@ -269,12 +261,9 @@ mod tests {
             msg: Msg::default().with(Header::FlushOk { round: 1, counts: vec![0; 5], failed }),
         };
         let out = coord.up(ok(vec![0, 3]));
-        let ups: Vec<&Up> = out.iter().filter_map(|o| if let Out::Up(up) = o { Some(up) } else { None }).collect();
-        let [Up::Suspect(ranks), Up::FlushOk { from: 2, round: 1, .. }] = ups[..] else { panic!("{out:?}") };
-        assert_eq!(ranks.iter().collect::<Vec<_>>(), [0, 3]);
-        // Nothing failed: no suspicion. A rank outside the view: the report is dropped.
-        let out = coord.up(ok(vec![]));
-        assert!(matches!(out[..], [Out::Up(Up::FlushOk { .. })]), "{out:?}");
+        let [Out::Up(Up::FlushOk { from: 2, round: 1, failed, .. })] = &out[..] else { panic!("{out:?}") };
+        assert_eq!(failed.iter().collect::<Vec<_>>(), [0, 3]);
+        // A rank outside the view: the report is dropped.
         assert!(coord.up(ok(vec![9])).iter().all(|o| !matches!(o, Out::Up(_))));
     }
 }
