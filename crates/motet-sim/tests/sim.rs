@@ -431,6 +431,31 @@ fn a_paused_host_keeps_its_view() {
     }
 }
 
+/// A host paused past every timeout of its own (12 to 20 s: `suspect`'s, `intra`'s flush and
+/// `safe`'s acknowledgement timeouts) on a `safe` stack: when the members run again, no member
+/// suspects another, and the view never changes. (The simulator hands a stalled process what
+/// came meanwhile in the order it came, late alarms included, so the alarm of a deadline never
+/// overtakes an acknowledgement that came before it; the rule that forgives an alarm that comes
+/// late, for event loops that serve timers first, is shown by `safe`'s and `intra`'s unit tests.)
+#[test]
+fn a_host_paused_past_every_timeout_keeps_its_view() {
+    use rand::{Rng, SeedableRng};
+    for seed in 1..=10 {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut options = SimOptions::new(seed, 5, StackSpec::parse("safe").unwrap());
+        let (at, ms) = (rng.gen_range(0..1_500), rng.gen_range(12_000..20_000));
+        options.script = (0..5).map(|node| (at, ScriptAction::Stall(node, ms))).collect();
+        let report = run(&options);
+        assert_eq!(first(&report.violations), [], "seed {seed}");
+        assert!(report.trace.quiesced, "seed {seed}");
+        let counter = |c| report.stats.counter(c);
+        assert_eq!(counter(motet_core::Counter::AckOverdue), 0, "seed {seed}: stall at {at} ms for {ms} ms");
+        assert_eq!(counter(motet_core::Counter::FlushTimedOut), 0, "seed {seed}");
+        assert_eq!(counter(motet_core::Counter::Suspected), 0, "seed {seed}");
+        assert_eq!(report.views_installed, 0, "seed {seed}");
+    }
+}
+
 /// Two coordinators that failed each other, each followed by a member the other still heard,
 /// waited for ever for the member following the other (`intra` had no flush timeout then; its
 /// timeout now would end it, 10 s late): every member stayed blocked in its first view. Found by
