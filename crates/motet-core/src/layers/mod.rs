@@ -257,7 +257,7 @@ registry! {
     Sequencer => sequencer::Sequencer,
     Totem => totem::Totem,
     Causal => causal::Causal,
-    Safe => safe::Safe,
+    Safe => safe::Safe boxed,
     Local => local::Local,
     Frag => frag::Frag,
     Pt2ptw => pt2ptw::Pt2ptw,

@@ -105,8 +105,8 @@ impl Sync {
         Some(values.iter().map(|&r| r as Rank).collect())
     }
 
-    fn vector(&self, values: Vec<u64>, out: &mut Outbox<'_>) -> Option<Arc<[u64]>> {
-        if values.len() != self.n {
+    fn vector(&self, values: impl Into<Arc<[u64]>> + AsRef<[u64]>, out: &mut Outbox<'_>) -> Option<Arc<[u64]>> {
+        if values.as_ref().len() != self.n {
             out.drop_input(super::LayerKind::Sync, DropReason::Gossip);
             return None;
         }
@@ -165,7 +165,7 @@ impl Layer for Sync {
                 if let Some((coord, round)) = self.flushing {
                     // Our own failed ranks reached our `intra` as we followed each round.
                     let failed = self.failed.iter().map(u64::from).collect();
-                    let header = Header::FlushOk { round, counts: counts.to_vec(), failed };
+                    let header = Header::FlushOk { round, counts: counts.iter().copied().collect(), failed };
                     let local = Up::FlushOk { from: self.rank, round, counts, failed: RankSet::new() };
                     self.to_coord(coord, header, local, out);
                 }
@@ -253,17 +253,17 @@ mod tests {
         member.up(from(1, Header::Flush { round: 1, failed: vec![0] })); // then 1 takes over
         let out = member.up(Up::BlockOk(vec![0; 5].into()));
         let [(1, Header::FlushOk { round: 1, ref failed, .. })] = sent::<Header>(&out)[..] else { panic!("{out:?}") };
-        assert_eq!(*failed, [0, 3]);
+        assert_eq!(**failed, [0, 3]);
 
         let mut coord = Harness::new(Sync::new(&Config::default(), &view, 1), 1);
         let ok = |failed| Up::Send {
             origin: 2,
-            msg: Msg::default().with(Header::FlushOk { round: 1, counts: vec![0; 5], failed }),
+            msg: Msg::default().with(Header::FlushOk { round: 1, counts: vec![0; 5].into(), failed }),
         };
-        let out = coord.up(ok(vec![0, 3]));
+        let out = coord.up(ok(vec![0, 3].into()));
         let [Out::Up(Up::FlushOk { from: 2, round: 1, failed, .. })] = &out[..] else { panic!("{out:?}") };
         assert_eq!(failed.iter().collect::<Vec<_>>(), [0, 3]);
         // A rank outside the view: the report is dropped.
-        assert!(coord.up(ok(vec![9])).iter().all(|o| !matches!(o, Out::Up(_))));
+        assert!(coord.up(ok(vec![9].into())).iter().all(|o| !matches!(o, Out::Up(_))));
     }
 }

@@ -155,8 +155,8 @@ pub fn sync_hdr() -> impl Strategy<Value = sync::Header> {
         (u64_any(), vec_any()).prop_map(|(round, failed)| sync::Header::Flush { round, failed }),
         (u64_any(), vec_any(), vec_any()).prop_map(|(round, counts, failed)| sync::Header::FlushOk {
             round,
-            counts,
-            failed
+            counts: counts.into(),
+            failed: failed.into(),
         }),
         (u64_any(), vec_any()).prop_map(|(round, cut)| sync::Header::Cut { round, cut }),
         u64_any().prop_map(|round| sync::Header::CutOk { round }),
