@@ -563,6 +563,14 @@ mod tests {
     }
 
     #[test]
+    fn a_header_is_48_bytes() {
+        // Every stack keeps its traces' templates as headers, and messages carry them: a variant
+        // that grows past this grows them all (`sync`'s `FlushOk` with a third vector did, by 8
+        // bytes each). Box the large variant's fields instead.
+        assert_eq!(std::mem::size_of::<Header>(), 48);
+    }
+
+    #[test]
     fn a_sequence_number_beyond_56_bits_takes_the_full_form() {
         let t = template();
         let big = HeaderStack::expanded(&t, 1 << 60).unwrap();

@@ -473,3 +473,15 @@ impl StackConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Layers are held inline in one enum, so each slot of every stack is as large as the largest
+    /// layer held inline: a layer that grows past this grows every stack by that much per layer
+    /// (`safe`'s acknowledgement watch made every slot 32 bytes larger, about 650 bytes a
+    /// `vsync` stack). Hold the large layer `boxed` in the registry instead.
+    #[test]
+    fn a_layer_slot_stays_small() {
+        assert!(std::mem::size_of::<super::AnyLayer>() <= 208, "{}", std::mem::size_of::<super::AnyLayer>());
+    }
+}
