@@ -218,15 +218,6 @@ impl Intra {
         if self.coord != self.rank || self.installed || self.view_cast {
             return;
         }
-        // The alarm came half a timeout or more late: this process did not run (stopped, or
-        // descheduled), and the answers may be waiting unread. The time missed counts against no
-        // member (as `suspect`'s sweeps): wait half a timeout more.
-        let late = out.now().saturating_since(active.deadline);
-        if late.0 >= self.flush_timeout.0 / 2 {
-            tracing::info!(round = active.round, ?late, "flush timeout came late (this member stalled): waiting again");
-            active.deadline = out.now() + crate::time::Duration(self.flush_timeout.0 / 2);
-            return out.alarm(active.deadline);
-        }
         // After the cut, once we delivered it ourselves, `commit_timeout` (shorter) governs: a
         // coordinator whose view cannot be cast goes on alone, as its members do.
         if active.cut_sent && self.cut_done == Some((self.rank, active.round)) {
@@ -235,6 +226,15 @@ impl Intra {
         let missing: RankSet = active.missing(self.view.len()).collect();
         if missing.is_empty() {
             return; // every survivor delivered the cut: a merge round waiting for its answer
+        }
+        // The alarm came half a timeout or more late: this process did not run (stopped, or
+        // descheduled), and the answers may be waiting unread. The time missed counts against no
+        // member (as `suspect`'s sweeps): wait half a timeout more.
+        let late = out.now().saturating_since(active.deadline);
+        if late.0 >= self.flush_timeout.0 / 2 {
+            tracing::info!(round = active.round, ?late, "flush timeout came late (this member stalled): waiting again");
+            active.deadline = out.now() + crate::time::Duration(self.flush_timeout.0 / 2);
+            return out.alarm(active.deadline);
         }
         if missing.iter().all(|r| r == self.rank) {
             // Only our own answer is missing (our `Block` held below us): suspecting ourselves is
