@@ -516,6 +516,16 @@ mod tests {
     use super::*;
     use crate::layer::harness::{Harness, Out};
 
+    /// The flush rounds started among `out`: (round, ranks failed).
+    fn flushes(out: &[Out]) -> Vec<(u64, Vec<Rank>)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Out::Dn(Dn::SyncFlush { round, failed }) => Some((*round, failed.iter().collect())),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The cut is the survivors' alone: a flush report from a member the round excludes (stale,
     /// or a faulty member's inflated counts) is ignored, or it could name casts no survivor can
     /// ever get and stall the view change.
@@ -578,14 +588,6 @@ mod tests {
         use crate::time::{Duration, Instant};
         let view = crate::testing::view(4);
         let config = Config::default();
-        let flushes = |out: &[Out]| -> Vec<(u64, Vec<Rank>)> {
-            out.iter()
-                .filter_map(|o| match o {
-                    Out::Dn(Dn::SyncFlush { round, failed }) => Some((*round, failed.iter().collect())),
-                    _ => None,
-                })
-                .collect()
-        };
         let report =
             |from: Rank, round: u64| Up::FlushOk { from, round, counts: vec![0; 4].into(), failed: RankSet::new() };
         let at = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
@@ -644,14 +646,6 @@ mod tests {
     #[test]
     fn a_member_deaf_to_others_gets_them_excluded_by_a_report_of_the_active_round_only() {
         let view = crate::testing::view(5);
-        let flushes = |out: &[Out]| -> Vec<(u64, Vec<Rank>)> {
-            out.iter()
-                .filter_map(|o| match o {
-                    Out::Dn(Dn::SyncFlush { round, failed }) => Some((*round, failed.iter().collect())),
-                    _ => None,
-                })
-                .collect()
-        };
         let report = |from: Rank, round: u64, failed: &[Rank]| Up::FlushOk {
             from,
             round,
