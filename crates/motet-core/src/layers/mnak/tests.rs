@@ -1,0 +1,234 @@
+//! Unit tests of `mnak` (kept apart: the layer's file holds its protocol).
+
+use super::*;
+use crate::layer::harness::{sent, Harness, Out};
+
+fn data(seqno: Seqno) -> Msg {
+    Msg::new(vec![seqno as u8].into()).with(Header::Data { seqno })
+}
+
+#[test]
+fn gap_from_failed_origin_is_naked_to_the_view_and_answered_by_any_holder() {
+    let view = crate::testing::view(3);
+    let mut holder = Harness::new(Mnak::new(&Config::default(), &view, 1), 1);
+    let mut lagger = Harness::new(Mnak::new(&Config::default(), &view, 2), 2);
+    holder.up(Up::Cast { origin: 0, msg: data(0), qos: Qos::Unreliable });
+    holder.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Unreliable });
+    lagger.dn(Dn::Fail([0].into_iter().collect()));
+    // The gap is NAKed once it has lasted `nak_delay`, not at once (it may be a reordering).
+    assert!(lagger.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Unreliable }).is_empty());
+    let due = lagger.alarm.expect("the NAK's alarm");
+    assert_eq!(due, Instant::ZERO + Config::default().nak_delay);
+    let out = lagger.timer(due);
+    let nak = match &out[..] {
+        [Out::Dn(Dn::Cast { msg, qos: Qos::Unreliable })] => msg.clone(),
+        other => panic!("{other:?}"),
+    };
+    let out = holder.up(Up::Cast { origin: 2, msg: nak, qos: Qos::Unreliable });
+    let retrans = match &out[..] {
+        [Out::Dn(Dn::Send { dest: 2, msg })] => msg.clone(),
+        other => panic!("{other:?}"),
+    };
+    let out = lagger.up(Up::Send { origin: 1, msg: retrans });
+    assert_eq!(out.iter().filter(|o| matches!(o, Out::Up(Up::Cast { origin: 0, .. }))).count(), 2);
+    assert_eq!(lagger.layer.origins[0].received, 2);
+}
+
+/// Casts ahead of a gap are kept up to twice the largest flow-control window in bytes (each
+/// counted as its payload and `MESSAGE_CHARGE`); one that would pass it is dropped
+/// (`OutOfWindow`) on both paths, like one beyond `recv_window_max`, and taken once it is
+/// next. Forged datagrams of 60 KiB each, alone within the count, held 16,384 × 60 KiB (about
+/// a gigabyte) per origin before. Without flow control only the count bounds them.
+#[test]
+fn casts_ahead_of_a_gap_are_bounded_in_bytes() {
+    const BIG: usize = 60 << 10;
+    let big = |seqno: Seqno| Msg::new(vec![seqno as u8; BIG].into()).with(Header::Data { seqno });
+    let view = crate::testing::view(2);
+    let mut h = Harness::new(Mnak::new(&Config::default(), &view, 1), 1);
+    let fit = 2 * super::super::WINDOW_BYTES_MAX / (BIG as u64 + super::super::MESSAGE_CHARGE);
+    for seqno in 1..=fit + 1 {
+        h.up(Up::Cast { origin: 0, msg: big(seqno), qos: Qos::Unreliable });
+    }
+    assert_eq!((h.layer.origins[0].ooo.len() as u64, h.stats.drops(DropReason::OutOfWindow)), (fit, 1));
+    let header = motet_wire::Header::from(Header::Data { seqno: fit + 1 });
+    let up = fast::Up { origin: 0, cast: true, qos: Qos::Reliable, header: &header, len: BIG };
+    assert!(h.layer.fast_up(&up).is_none(), "the fast path leaves it to the layered one");
+    let small = motet_wire::Header::from(Header::Data { seqno: fit + 1 });
+    let up = fast::Up { origin: 0, cast: true, qos: Qos::Reliable, header: &small, len: 1 };
+    assert!(h.layer.fast_up(&up).is_some(), "a small one still fits");
+    h.layer.check_invariants();
+    // The gap fills: everything held goes up, and the dropped cast is taken in order.
+    let out = h.up(Up::Cast { origin: 0, msg: data(0), qos: Qos::Unreliable });
+    assert_eq!(out.iter().filter(|o| matches!(o, Out::Up(Up::Cast { .. }))).count() as u64, fit + 1);
+    let out = h.up(Up::Cast { origin: 0, msg: big(fit + 1), qos: Qos::Unreliable });
+    assert!(matches!(&out[..], [Out::Up(Up::Cast { origin: 0, .. }), ..]), "{out:?}");
+    assert_eq!(h.layer.origins[0].received, fit + 2);
+    h.layer.check_invariants();
+
+    let view = crate::testing::view_of("Gmp+Sync+Suspect+Local", 2);
+    let mut h = Harness::new(Mnak::new(&Config::default(), &view, 1), 1);
+    for seqno in 1..=fit + 1 {
+        h.up(Up::Cast { origin: 0, msg: big(seqno), qos: Qos::Unreliable });
+    }
+    assert_eq!((h.layer.origins[0].ooo.len() as u64, h.stats.drops(DropReason::OutOfWindow)), (fit + 1, 0));
+}
+
+/// A member committed to a coordinator's view expects one more cast of it (`AwaitView`) and
+/// NAKs it once `nak_delay` is over; a gap its origin does not repair is asked of the origin
+/// and then of each other live member in turn, one per sweep (never itself, never a failed
+/// member), since any member answers from what it holds.
+#[test]
+fn an_awaited_view_is_naked_and_a_silent_origins_gap_is_asked_of_the_others_in_turn() {
+    let view = crate::testing::view(5);
+    let mut h = Harness::new(Mnak::new(&Config::default(), &view, 3), 3);
+    h.dn(Dn::Fail([4].into_iter().collect()));
+    h.up(Up::Cast { origin: 1, msg: data(0), qos: Qos::Unreliable });
+    assert!(h.dn(Dn::AwaitView { coord: 1 }).is_empty(), "not at once: it may be on its way");
+    let mut at = h.alarm.expect("the NAK's alarm");
+    let mut asked = Vec::new();
+    for _ in 0..6 {
+        for (dest, header) in sent::<Header>(&h.timer(at)) {
+            assert_eq!(header, Header::Nak { origin: 1, lo: 1, hi: 1 }, "the awaited cast");
+            asked.push(dest);
+        }
+        at = h.alarm.expect("the sweep goes on while the gap is open");
+    }
+    assert_eq!(asked, [1, 2, 0, 1, 2, 0], "the origin, then the others in turn (not 3 itself, not 4, failed)");
+    // The view arrives: nothing more is asked.
+    h.up(Up::Cast { origin: 1, msg: data(1), qos: Qos::Unreliable });
+    assert!(sent::<Header>(&h.timer(at)).is_empty());
+}
+
+/// After `report_every` casts entered the buffers (own and received together), the counts go
+/// up to `stable` from a timer asked for at once, without waiting for the stability sweep;
+/// the sweep's own request resets the count.
+#[test]
+fn counts_are_reported_once_report_every_casts_were_buffered() {
+    let view = crate::testing::view(2);
+    let config = Config { report_every: 3, ..Config::default() };
+    let mut h = Harness::new(Mnak::new(&config, &view, 0), 0);
+    h.dn(Dn::Cast { msg: Msg::new(b"a".as_slice().into()), qos: Qos::Reliable });
+    h.up(Up::Cast { origin: 1, msg: data(0), qos: Qos::Unreliable });
+    assert_eq!(h.alarm, None, "two of three");
+    h.up(Up::Cast { origin: 1, msg: data(1), qos: Qos::Unreliable });
+    assert_eq!(h.alarm, Some(Instant::ZERO), "due at once");
+    let out = h.timer(Instant::ZERO);
+    assert!(matches!(&out[..], [Out::Up(Up::NumCasts(counts))] if counts[..] == [1, 2]), "{out:?}");
+    // Nothing more is due: the next report takes three more casts, or the sweep's request.
+    assert!(h.timer(Instant::ZERO).is_empty());
+    h.up(Up::Cast { origin: 1, msg: data(2), qos: Qos::Unreliable });
+    h.dn(Dn::StableReq);
+    h.dn(Dn::Cast { msg: Msg::new(b"b".as_slice().into()), qos: Qos::Reliable });
+    h.up(Up::Cast { origin: 1, msg: data(3), qos: Qos::Unreliable });
+    assert_eq!(h.layer.reporting.unreported, 2, "the sweep's request reset the count");
+    // And with the trigger off, only the sweep asks.
+    let mut off = Harness::new(Mnak::new(&Config { report_every: 0, ..Config::default() }, &view, 0), 0);
+    for k in 0..100 {
+        off.up(Up::Cast { origin: 1, msg: data(k), qos: Qos::Unreliable });
+    }
+    assert_eq!(off.alarm, None);
+}
+
+/// With `nak_delay`, holes are NAKed by the timer: every hole once, when its delay is over
+/// (not only the first), and the first again at each later sweep.
+#[test]
+fn the_timer_naks_every_hole_once_and_the_first_at_every_sweep() {
+    let view = crate::testing::view(2);
+    let mut h = Harness::new(Mnak::new(&Config::default(), &view, 1), 1);
+    for seqno in [0, 2, 4, 5] {
+        h.up(Up::Cast { origin: 0, msg: data(seqno), qos: Qos::Unreliable });
+    }
+    let naks = |out: Vec<Out>| -> Vec<Header> {
+        out.iter()
+            .filter_map(|o| match o {
+                Out::Dn(Dn::Send { dest: 0, msg }) => msg.clone().pop_as::<Header>(),
+                _ => None,
+            })
+            .collect()
+    };
+    let out = h.timer(h.alarm.expect("the NAK's alarm"));
+    assert_eq!(naks(out), [Header::Nak { origin: 0, lo: 1, hi: 1 }, Header::Nak { origin: 0, lo: 3, hi: 3 }]);
+    let out = h.timer(h.alarm.expect("the sweep"));
+    assert_eq!(naks(out), [Header::Nak { origin: 0, lo: 1, hi: 1 }]);
+}
+
+/// Gossip that credits this member with more casts than it sent (another member's bug)
+/// reveals no gap in its own casts: it does not NAK itself, even with no NAK delay (a NAK to
+/// its own rank reached `pt2pt`'s assertion in a stack with `mnak` above `pt2pt`).
+#[test]
+fn gossip_of_own_casts_beyond_what_was_sent_naks_nothing() {
+    let view = crate::testing::view(3);
+    let config = Config { nak_delay: Duration::ZERO, ..Config::default() };
+    let mut h = Harness::new(Mnak::new(&config, &view, 2), 2);
+    let out = h.dn(Dn::Stable(Arc::new(Stability { stable: vec![0, 0, 0], max: vec![0, 0, 5] })));
+    assert!(out.iter().all(|o| !matches!(o, Out::Dn(Dn::Send { .. }))), "{out:?}");
+    assert!(h.alarm.is_none_or(|at| h.timer(at).iter().all(|o| !matches!(o, Out::Dn(Dn::Send { .. })))));
+}
+
+#[test]
+fn stability_frees_buffers_and_reveals_a_lost_tail() {
+    let view = crate::testing::view(2);
+    let mut h = Harness::new(Mnak::new(&Config::default(), &view, 1), 1);
+    h.up(Up::Cast { origin: 0, msg: data(0), qos: Qos::Unreliable });
+    assert_eq!(h.layer.buffered(), 1);
+    let out = h.dn(Dn::Stable(Arc::new(Stability { stable: vec![1, 0], max: vec![3, 0] })));
+    assert_eq!(h.layer.buffered(), 0);
+    // The revealed tail may still be on its way: NAKed once it has lasted `nak_delay`.
+    assert!(out.is_empty(), "{out:?}");
+    let due = h.alarm.expect("the tail's NAK alarm");
+    assert_eq!(due, Instant::ZERO + Config::default().nak_delay);
+    match &h.timer(due)[..] {
+        [Out::Dn(Dn::Send { dest: 0, msg })] => {
+            assert_eq!(msg.clone().pop_as::<Header>(), Some(Header::Nak { origin: 0, lo: 1, hi: 2 }));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// An early report's timer (`report_every`) fires before a gap's `nak_delay` is over: it
+/// reports, NAKs nothing, and the sweep still runs at its own time (and only then).
+#[test]
+fn an_early_report_neither_naks_early_nor_loses_the_sweep() {
+    let view = crate::testing::view(2);
+    let config = Config { report_every: 2, ..Config::default() };
+    let mut h = Harness::new(Mnak::new(&config, &view, 1), 1);
+    // Cast 1 of origin 0 arrives before cast 0: a gap, NAKed after `nak_delay` if still open.
+    h.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Unreliable });
+    let due = Instant::ZERO + config.nak_delay;
+    assert_eq!(h.alarm, Some(due));
+    // Two own casts: a report is due at once.
+    h.dn(Dn::Cast { msg: Msg::new(b"a".as_slice().into()), qos: Qos::Reliable });
+    h.dn(Dn::Cast { msg: Msg::new(b"b".as_slice().into()), qos: Qos::Reliable });
+    assert_eq!(h.alarm, Some(Instant::ZERO));
+    let out = h.timer(Instant::ZERO);
+    assert!(matches!(&out[..], [Out::Up(Up::NumCasts(_))]), "a report and no NAK: {out:?}");
+    assert_eq!(h.alarm, Some(due), "the sweep's alarm is asked for again");
+    let out = h.timer(due);
+    assert!(
+        matches!(&out[..], [Out::Dn(Dn::Send { dest: 0, msg })]
+            if msg.clone().pop_as::<Header>() == Some(Header::Nak { origin: 0, lo: 0, hi: 0 })),
+        "{out:?}"
+    );
+}
+
+/// Simulator seed 1235 (7 nodes, `total`): a member delivered a failed origin's casts up to the
+/// cut of a round that a later round (excluding one more member) replaced with a smaller cut,
+/// and installed the later round's view with one cast more than the others.
+#[test]
+fn a_new_round_withdraws_the_cut_of_the_previous_one() {
+    let view = crate::testing::view_of("vsync", 3);
+    let mut h = Harness::new(Mnak::new(&Config::default(), &view, 1), 1);
+    h.dn(Dn::Fail([0].into_iter().collect()));
+    h.dn(Dn::Block);
+    h.dn(Dn::Cut(Arc::from(vec![2, 0, 0])));
+    h.up(Up::Cast { origin: 0, msg: data(0), qos: Qos::Unreliable });
+    assert_eq!(h.layer.origins[0].received, 1, "delivered under the first cut");
+    // A second round: the first cut no longer holds; origin 0 stays frozen at 1 (reported).
+    h.dn(Dn::Block);
+    let out = h.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Unreliable });
+    assert!(!out.iter().any(|o| matches!(o, Out::Up(Up::Cast { .. }))), "{out:?}");
+    assert_eq!(h.layer.origins[0].received, 1);
+    let out = h.dn(Dn::Cut(Arc::from(vec![1, 0, 0])));
+    assert!(out.iter().any(|o| matches!(o, Out::Up(Up::CutReached))), "{out:?}");
+    assert_eq!(h.layer.origins[0].received, 1, "nothing beyond the new cut");
+}
