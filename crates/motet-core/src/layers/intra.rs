@@ -482,6 +482,14 @@ impl Layer for Intra {
         if let Some(deadline) = self.commit_deadline.filter(|&d| out.now() < d) {
             return out.alarm(deadline);
         }
+        // A coordinator that delivered its own cut and then started a later round (a member
+        // suspected in the cut phase) is not waiting for that cut's view any more: the later
+        // round's phases are bounded by `flush_timeout`, and its own cut sets a new deadline.
+        if let (Some((coord, done)), Some(active)) = (self.cut_done, &self.active) {
+            if coord == self.rank && self.coord == self.rank && active.round > done {
+                return;
+            }
+        }
         // Committed to a view that never came: its coordinator failed after the cut. Go on alone
         // (not primary) and merge back later.
         if !self.installed && self.cut_done.is_some() && !self.view_cast {
@@ -638,6 +646,37 @@ mod tests {
         assert_eq!(h.alarm, Some(at(2 * timeout)));
         assert_eq!(flushes(&h.timer(at(2 * timeout))), [(2, vec![1, 2, 3])]);
         assert_eq!(h.stats.counter(crate::event::Counter::FlushTimedOut), 2);
+    }
+
+    /// A coordinator that delivered its own cut, then started a round again (a member suspected
+    /// in the cut phase), goes on with that round past the first cut's commit timeout: it does not
+    /// leave the group alone while its own later round is under way.
+    #[test]
+    fn a_later_round_of_the_coordinator_outlives_its_first_cuts_commit_timeout() {
+        use crate::time::{Duration, Instant};
+        let view = crate::testing::view(4);
+        let config = Config::default();
+        let report =
+            |from: Rank, round: u64| Up::FlushOk { from, round, counts: vec![0; 4].into(), failed: RankSet::new() };
+        let at = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
+        let alone = |out: &[Out]| out.iter().any(|o| matches!(o, Out::Up(Up::NewView(_))));
+        let commit = config.commit_timeout.as_millis();
+        let mut h = Harness::new(Intra::new(&config, &view, 0), 0);
+        h.up(Up::Suspect([3].into_iter().collect()));
+        for member in 0..3 {
+            h.up(report(member, 1));
+        }
+        h.up(Up::CutDone { coord: 0, round: 1 });
+        h.now = at(1_000);
+        assert_eq!(flushes(&h.up(Up::Suspect([2].into_iter().collect()))), [(2, vec![2, 3])]);
+        assert!(!alone(&h.timer(at(commit))), "round 2 is under way");
+        assert_eq!(h.alarm, Some(at(1_000 + config.flush_timeout.as_millis())), "round 2's deadline");
+        h.now = at(commit + 100);
+        h.up(report(0, 2));
+        assert!(h.up(report(1, 2)).iter().any(|o| matches!(o, Out::Dn(Dn::SyncCut { round: 2, .. }))));
+        h.up(Up::CutDone { coord: 0, round: 2 });
+        assert!(!alone(&h.timer(at(2 * commit))), "round 2's own commit timeout has not passed");
+        assert!(alone(&h.timer(at(2 * commit + 100))), "round 2's view never came: alone");
     }
 
     /// A survivor that cannot hear some ranks (an earlier round it followed failed them) says so
