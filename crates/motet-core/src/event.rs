@@ -265,6 +265,15 @@ pub enum Up {
         /// The round.
         round: u64,
     },
+    /// (At members) `sync` follows round `round` of `coord` (its `Flush` came): a coordinator
+    /// whose cut a member delivered may start a later round (a member suspected in the cut
+    /// phase), and is then still concluding the view change for it.
+    Flushing {
+        /// The coordinator of the round.
+        coord: Rank,
+        /// The round.
+        round: u64,
+    },
     /// Group-level gossip from another partition.
     Gossip(Msg),
     /// (`heal` → `inter`) another partition of the group was found; its view id is larger, so we

@@ -433,6 +433,20 @@ impl Layer for Intra {
             }
             Up::FlushOk { from, round, counts, failed } => self.flush_ok(from, round, counts, &failed, out),
             Up::CutOk { from, round } => self.cut_ok(from, round, out),
+            Up::Flushing { coord, round } => {
+                // A later round of the coordinator whose cut we delivered (a member was suspected
+                // in the cut phase): it still concludes the view change for us, so the wait for
+                // its view counts from its latest round. A round that takes longer than the
+                // commit timeout from its first cut (a backlog to repair under load) no longer
+                // sends every member on alone.
+                if !self.installed && self.cut_done.is_some_and(|(c, r)| c == coord && round > r) {
+                    let deadline = out.now() + self.commit_timeout;
+                    if self.commit_deadline.is_none_or(|d| d < deadline) {
+                        self.commit_deadline = Some(deadline);
+                        out.alarm(deadline);
+                    }
+                }
+            }
             Up::CutDone { coord, round } => {
                 self.cut_done = Some((coord, round));
                 let deadline = out.now() + self.commit_timeout;
@@ -677,6 +691,29 @@ mod tests {
         h.up(Up::CutDone { coord: 0, round: 2 });
         assert!(!alone(&h.timer(at(2 * commit))), "round 2's own commit timeout has not passed");
         assert!(alone(&h.timer(at(2 * commit + 100))), "round 2's view never came: alone");
+    }
+
+    /// A member that delivered a cut waits `commit_timeout` for its view from the coordinator's
+    /// latest round: a later round of the same coordinator (a member suspected in the cut phase)
+    /// restarts the wait; a round of another coordinator, or an older one, does not.
+    #[test]
+    fn a_later_round_of_the_same_coordinator_restarts_a_members_wait_for_the_view() {
+        use crate::time::{Duration, Instant};
+        let view = crate::testing::view(4);
+        let config = Config::default();
+        let at = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
+        let alone = |out: &[Out]| out.iter().any(|o| matches!(o, Out::Up(Up::NewView(_))));
+        let commit = config.commit_timeout.as_millis();
+        let mut h = Harness::new(Intra::new(&config, &view, 1), 1);
+        h.up(Up::CutDone { coord: 0, round: 1 });
+        h.now = at(3_000);
+        h.up(Up::Flushing { coord: 2, round: 2 }); // not the coordinator we committed to
+        h.up(Up::Flushing { coord: 0, round: 1 }); // the round we committed to
+        assert_eq!(h.alarm, Some(at(commit)));
+        h.up(Up::Flushing { coord: 0, round: 2 });
+        assert!(!alone(&h.timer(at(commit))), "round 2 is under way");
+        assert_eq!(h.alarm, Some(at(3_000 + commit)));
+        assert!(alone(&h.timer(at(3_000 + commit))), "no view from round 2 either: alone");
     }
 
     /// A survivor that cannot hear some ranks (an earlier round it followed failed them) says so

@@ -137,6 +137,7 @@ impl Layer for Sync {
                         self.failed.union_with(&failed);
                         self.flushing = Some((origin, round));
                         self.cutting = None;
+                        out.up(Up::Flushing { coord: origin, round });
                         out.up(Up::Suspect(failed.clone()));
                         out.dn(Dn::Fail(failed));
                         out.dn(Dn::Block);
@@ -234,8 +235,11 @@ mod tests {
         // Committed to (0, 1): another coordinator's round and an earlier round are ignored...
         assert!(h.up(from(1, flush(5))).is_empty());
         assert!(h.up(from(0, flush(0))).is_empty());
-        // ...a later round of the same coordinator (which abandoned round 1) is followed.
-        assert!(blocks(&h.up(from(0, flush(2)))));
+        // ...a later round of the same coordinator (which abandoned round 1) is followed, and
+        // `intra` told (its wait for the view restarts).
+        let out = h.up(from(0, flush(2)));
+        assert!(blocks(&out));
+        assert!(out.iter().any(|o| matches!(o, Out::Up(Up::Flushing { coord: 0, round: 2 }))), "{out:?}");
         h.up(from(0, Header::Cut { round: 2, cut: vec![0; 4] }));
         let out = h.up(Up::CutReached);
         assert!(out.iter().any(|o| matches!(o, Out::Up(Up::CutDone { coord: 0, round: 2 }))), "{out:?}");
