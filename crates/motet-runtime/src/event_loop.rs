@@ -193,8 +193,9 @@ pub struct EventLoop {
     writable_interest: bool,
     /// The socket may have more datagrams (mio is edge-triggered: read until `WouldBlock`).
     readable: bool,
-    /// The multicast receive socket and the group address casts and gossip go to.
-    multicast: Option<(UdpIo, SocketAddr)>,
+    /// The multicast receive socket, the group address casts and gossip go to, and the
+    /// interface the group is joined on (a migration may move it).
+    multicast: Option<(UdpIo, SocketAddr, std::net::Ipv4Addr)>,
     multicast_readable: bool,
     seeds: Vec<Seeds>,
     /// Looks seed names up on a thread of its own.
@@ -241,7 +242,7 @@ impl EventLoop {
                 poll.registry()
                     .register(receiver.source(), MULTICAST, mio::Interest::READABLE)
                     .map_err(|e| Error::io("registering the multicast socket", e))?;
-                Some((receiver, SocketAddr::from((m.group, m.port))))
+                Some((receiver, SocketAddr::from((m.group, m.port)), interface))
             }
             None => None,
         };
@@ -815,7 +816,7 @@ impl EventLoop {
     fn drain_all(&mut self) {
         loop {
             while let Some(out) = self.node.poll_transmit() {
-                let group = self.multicast.as_ref().map(|(_, group)| *group);
+                let group = self.multicast.as_ref().map(|(_, group, _)| *group);
                 // Where it goes: with IP multicast, a cast is one datagram to the group address,
                 // and gossip to other partitions goes there too (discovery on the LAN without
                 // seeds), then also to the known peers.

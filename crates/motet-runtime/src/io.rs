@@ -179,6 +179,31 @@ impl UdpIo {
         Ok(UdpIo::new(socket, offload))
     }
 
+    /// Moves this multicast receive socket's membership of `group` from the interface with
+    /// address `from` to the one with address `to` (a migration to another interface): joins
+    /// there first, so nothing sent meanwhile is missed, then leaves the old one. Two addresses
+    /// of one interface are one membership (the join says it exists): it stays.
+    pub(crate) fn move_multicast(
+        &self,
+        group: std::net::Ipv4Addr,
+        from: std::net::Ipv4Addr,
+        to: std::net::Ipv4Addr,
+    ) -> io::Result<()> {
+        if from == to {
+            return Ok(());
+        }
+        match self.socket.join_multicast_v4(&group, &to) {
+            Ok(()) => {
+                // The old interface may be gone (the reason to migrate): its membership went
+                // with it, and leaving it fails harmlessly.
+                let _ = self.socket.leave_multicast_v4(&group, &from);
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Sends multicast from `interface` with `ttl` hops, looping back to this host's listeners
     /// (other members may share the host).
     pub(crate) fn set_multicast_sender(&self, interface: std::net::Ipv4Addr, ttl: u32) -> io::Result<()> {

@@ -43,7 +43,16 @@ impl EventLoop {
         let (mut io, address) = bind_socket(&self.config, bind, advertise)?;
         if let Some(m) = &self.config.multicast {
             let local = io.local_addr().map_err(|e| Error::io("reading the bound address", e))?;
-            multicast_sender(&mut io, multicast_interface(m, local, address)?, m.ttl)?;
+            let interface = multicast_interface(m, local, address)?;
+            multicast_sender(&mut io, interface, m.ttl)?;
+            // The group is received on the new interface (the old one may be going away),
+            // joined before the sockets switch: a join that fails leaves the process as it was.
+            if let Some((receiver, _, joined)) = &mut self.multicast {
+                receiver.move_multicast(m.group, *joined, interface).map_err(|e| {
+                    Error::io(format!("joining multicast group {} on interface {interface}", m.group), e)
+                })?;
+                *joined = interface;
+            }
         }
         // What earlier actions produced leaves from the old socket; the backlog from the new one.
         self.send_packed();

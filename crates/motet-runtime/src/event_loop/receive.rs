@@ -32,7 +32,7 @@ impl EventLoop {
             let now = fresh.unwrap_or_else(|| self.clock.now());
             let io = match (source, self.multicast.as_mut()) {
                 (Source::Unicast, _) => &mut self.io,
-                (Source::Multicast, Some((io, _))) => io,
+                (Source::Multicast, Some((io, _, _))) => io,
                 (Source::Multicast, None) => {
                     self.multicast_readable = false;
                     return;

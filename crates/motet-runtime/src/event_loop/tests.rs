@@ -350,3 +350,76 @@ fn an_advertised_address_of_the_other_family_is_refused() {
     let err = EventLoop::new(config).err().expect("refused").to_string();
     assert!(err.contains("is IPv6 and the bound address"), "{err}");
 }
+
+/// A migration to another interface moves the multicast group's membership with it: the group
+/// is received on the new interface, and no longer on the old one (which may be going away).
+/// Needs an interface other than loopback (the route to a documentation address picks it); says
+/// so and skips without one.
+#[test]
+fn a_migration_to_another_interface_receives_the_multicast_group_there() {
+    use motet_core::DropReason;
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    let other = probe.connect("203.0.113.1:9").and_then(|()| probe.local_addr()).ok().and_then(|a| match a.ip() {
+        std::net::IpAddr::V4(ip) if !ip.is_loopback() && !ip.is_unspecified() => Some(ip),
+        _ => None,
+    });
+    let Some(other) = other else {
+        eprintln!("SKIPPED multicast migration test: no IPv4 interface but loopback (no route out)");
+        return;
+    };
+    // A group of this process's own: another test's members must not join it on either interface.
+    let group = std::net::Ipv4Addr::new(239, 255, (std::process::id() >> 8) as u8, std::process::id() as u8);
+    let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let config = RuntimeConfig {
+        multicast: Some(crate::config::MulticastConfig { group, port, interface: None, ttl: 1 }),
+        ..RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())
+    };
+    let mut event_loop = EventLoop::new(config).unwrap();
+    // Junk to the group, sent out of the interface with address `from`: each one the loop reads
+    // is dropped as malformed, and counted.
+    let junk_from = |from: std::net::Ipv4Addr| {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+        socket.set_multicast_if_v4(&from).unwrap();
+        socket.set_multicast_loop_v4(true).unwrap();
+        socket.send_to(b"junk", &SocketAddr::from((group, port)).into()).unwrap();
+    };
+    let read = |event_loop: &mut EventLoop| {
+        let before = event_loop.protocol_stats().drops(DropReason::Malformed);
+        for _ in 0..20 {
+            event_loop.poll(Some(Duration::from_millis(10))).unwrap();
+        }
+        event_loop.protocol_stats().drops(DropReason::Malformed) - before
+    };
+    let loopback = std::net::Ipv4Addr::LOCALHOST;
+    let received = |event_loop: &mut EventLoop| {
+        [loopback, other].map(|from| {
+            junk_from(from);
+            read(event_loop)
+        })
+    };
+    assert_eq!(received(&mut event_loop), [1, 0], "joined on loopback");
+    event_loop.migrate(SocketAddr::from((other, 0)), None).unwrap();
+    assert_eq!(received(&mut event_loop), [0, 1], "joined on {other} instead");
+}
+
+/// A migration to another address of the same interface keeps the group's membership (a second
+/// join there is refused as a duplicate, and leaving the old address would leave the interface).
+#[test]
+fn a_migration_within_one_interface_keeps_the_multicast_group() {
+    use motet_core::DropReason;
+    let group = std::net::Ipv4Addr::new(239, 254, (std::process::id() >> 8) as u8, std::process::id() as u8);
+    let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let config = RuntimeConfig {
+        multicast: Some(crate::config::MulticastConfig { group, port, interface: None, ttl: 1 }),
+        ..RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())
+    };
+    let mut event_loop = EventLoop::new(config).unwrap();
+    event_loop.migrate("127.0.0.2:0".parse().unwrap(), None).expect("the same interface: nothing to move");
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    socket.set_multicast_if_v4(&std::net::Ipv4Addr::LOCALHOST).unwrap();
+    socket.send_to(b"junk", &SocketAddr::from((group, port)).into()).unwrap();
+    for _ in 0..20 {
+        event_loop.poll(Some(Duration::from_millis(10))).unwrap();
+    }
+    assert_eq!(event_loop.protocol_stats().drops(DropReason::Malformed), 1, "still joined on loopback");
+}
