@@ -173,6 +173,9 @@ pub struct EventLoop {
     waker: Arc<mio::Waker>,
     advertise: SocketAddr,
     members: BTreeMap<EndpointId, MemberState>,
+    /// The endpoints of each group here (a process may be in 10^5 groups: finding a group's
+    /// members must not scan them all).
+    groups: BTreeMap<GroupName, smallvec::SmallVec<[EndpointId; 1]>>,
     /// Which endpoint each stack serves, and its view (events of a stack that has just exited
     /// are still translated with it).
     owners: owners::Owners,
@@ -256,6 +259,7 @@ impl EventLoop {
             waker,
             advertise,
             members: BTreeMap::new(),
+            groups: BTreeMap::new(),
             owners: owners::Owners::default(),
             ready: ready::Ready::default(),
             backlog: VecDeque::new(),
@@ -322,7 +326,9 @@ impl EventLoop {
         // The IP literals among the seeds at once; the names once their first lookup answers,
         // asked now without waiting for it (`resolve`).
         let mut last = BTreeMap::new();
-        self.node.set_peers(name.clone(), resolve::seed_addresses(&group.peers, self.advertise, &mut last, Vec::new()));
+        let seeds = resolve::seed_addresses(&group.peers, self.advertise, &mut last, Vec::new());
+        // Before the stack is built: its first gossip may go to them.
+        self.node.set_peers(name.clone(), self.group_peers(&name, &seeds));
         let names = resolve::names(&group.peers);
         if !names.is_empty() {
             self.next_seeds += 1;
@@ -333,7 +339,7 @@ impl EventLoop {
                 in_flight: true,
                 slow_told: false,
                 endpoint,
-                group: name,
+                group: name.clone(),
                 peers: group.peers.clone(),
                 interval: group.resolve_interval,
                 next: crate::clock::Deadline::after(&self.clock, group.resolve_interval),
@@ -353,6 +359,8 @@ impl EventLoop {
             endpoint,
             MemberState {
                 current: stack,
+                group: name.clone(),
+                seeds,
                 view: None,
                 parked: app::Parked::default(),
                 xfer_parked: app::Parked::default(),
@@ -369,6 +377,7 @@ impl EventLoop {
                 lagging: false,
             },
         );
+        self.groups.entry(name).or_default().push(endpoint);
         tracing::info!(group = %group.name, %endpoint, address = %self.advertise, "joined alone; merging with seeds");
         self.flush();
         Ok(endpoint)
@@ -732,6 +741,32 @@ impl EventLoop {
         self.members.get(&endpoint)?.view.as_ref()
     }
 
+    /// The seeds of `group` here: those of each of its endpoints in this process, and `extra`,
+    /// each address once, in that order.
+    fn group_peers(&self, group: &GroupName, extra: &[Address]) -> Vec<Address> {
+        let mut peers: Vec<Address> = Vec::new();
+        let endpoints = self.groups.get(group).into_iter().flatten();
+        let theirs = endpoints.filter_map(|e| self.members.get(e)).flat_map(|m| &m.seeds);
+        for &address in theirs.chain(extra) {
+            if !peers.contains(&address) {
+                peers.push(address);
+            }
+        }
+        peers
+    }
+
+    /// Gives the node `group`'s seeds: the union of its endpoints' here (two members of one
+    /// group in a process may be configured with different seeds, and one that exits must not
+    /// take the other's with it); none once its last endpoint here is gone.
+    fn publish_peers(&mut self, group: &GroupName) {
+        if self.groups.contains_key(group) {
+            let peers = self.group_peers(group, &[]);
+            self.node.set_peers(group.clone(), peers);
+        } else {
+            self.node.forget_peers(group);
+        }
+    }
+
     /// Takes the answers of seed lookups, and asks again for the seeds whose interval has
     /// passed (one lookup in flight per group; the interval counts from the asking).
     fn reresolve(&mut self, now: motet_core::Instant) {
@@ -747,7 +782,11 @@ impl EventLoop {
             seeds.in_flight = false;
             seeds.slow_told = false;
             let peers = resolve::seed_addresses(&seeds.peers, self.advertise, &mut seeds.last, answer.found);
-            self.node.set_peers(seeds.group.clone(), peers);
+            if let Some(member) = self.members.get_mut(&seeds.endpoint) {
+                member.seeds = peers;
+            }
+            let group = seeds.group.clone();
+            self.publish_peers(&group);
         }
         for seeds in &mut self.seeds {
             let due = seeds.next.from(now).is_zero();

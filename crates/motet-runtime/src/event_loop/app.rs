@@ -151,6 +151,10 @@ impl Op {
 #[derive(Debug)]
 pub(super) struct MemberState {
     pub(super) current: StackId,
+    /// The group it joined, and the addresses of its seeds (IP literals, and names as last
+    /// resolved): the node's seeds of a group are those of all its endpoints here.
+    pub(super) group: motet_core::GroupName,
+    pub(super) seeds: Vec<Address>,
     pub(super) view: Option<Arc<ViewState>>,
     pub(super) parked: Parked,
     /// State-transfer actions waiting for flow control: apart from `parked`, where the
@@ -345,11 +349,14 @@ impl EventLoop {
             // Gone for good: a process that joins and leaves groups all its life does not
             // keep their state, nor resolve their seeds (an action for it is `Error::Left`), nor
             // keep the seeds of a group it no longer has a member in.
-            let group = self.members.remove(&endpoint).and_then(|m| m.view).map(|v| v.group.clone());
-            if let Some(group) = group {
-                if !self.members.values().any(|m| m.view.as_ref().is_some_and(|v| v.group == group)) {
-                    self.node.forget_peers(&group);
+            if let Some(member) = self.members.remove(&endpoint) {
+                if let Some(endpoints) = self.groups.get_mut(&member.group) {
+                    endpoints.retain(|e| *e != endpoint);
+                    if endpoints.is_empty() {
+                        self.groups.remove(&member.group);
+                    }
                 }
+                self.publish_peers(&member.group);
             }
             for seeds in self.seeds.iter().filter(|seeds| seeds.endpoint == endpoint) {
                 self.resolver.forget(seeds.id);

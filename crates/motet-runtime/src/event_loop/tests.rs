@@ -423,3 +423,37 @@ fn a_migration_within_one_interface_keeps_the_multicast_group() {
     }
     assert_eq!(event_loop.protocol_stats().drops(DropReason::Malformed), 1, "still joined on loopback");
 }
+
+/// Two members of one group in a process, configured with different seeds: the node has both
+/// lists, and the one that exits takes only its own with it (before, the second join replaced
+/// the first's seeds, and an exit took the group's). The last one's exit leaves no entry.
+#[test]
+fn two_members_of_a_group_in_one_process_keep_each_others_seeds() {
+    let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+    let name = GroupName("two-seed-lists".into());
+    let at = |s: &str| Address::Inet(s.parse().unwrap());
+    let join = |event_loop: &mut EventLoop, seed: &str| {
+        let mut group = GroupConfig::new("two-seed-lists");
+        group.peers = vec![seed.into()];
+        event_loop.join(&group).unwrap()
+    };
+    let a = join(&mut event_loop, "127.0.0.1:7001");
+    let b = join(&mut event_loop, "127.0.0.1:7002");
+    assert_eq!(event_loop.node.peers(&name), [at("127.0.0.1:7001"), at("127.0.0.1:7002")]);
+    let exit = |event_loop: &mut EventLoop, endpoint| {
+        event_loop.leave(endpoint).unwrap();
+        for _ in 0..500 {
+            event_loop.poll(Some(Duration::from_millis(10))).unwrap();
+            while let Some((from, event)) = event_loop.next_event() {
+                if from == endpoint && event == Event::Exit {
+                    return;
+                }
+            }
+        }
+        panic!("{endpoint} never exited");
+    };
+    exit(&mut event_loop, b);
+    assert_eq!(event_loop.node.peers(&name), [at("127.0.0.1:7001")], "the other's seeds stay");
+    exit(&mut event_loop, a);
+    assert_eq!(event_loop.node.peer_groups(), 0, "no entry left");
+}
