@@ -790,11 +790,12 @@ impl EventLoop {
         }
         for seeds in &mut self.seeds {
             let due = seeds.next.from(now).is_zero();
-            // Lookups are made one after another on one thread: a name whose servers do not
-            // answer (or a stuck resolver) holds every later one. Said once per lookup.
+            // A lookup that has taken a whole interval: a name whose servers do not answer (or
+            // a stuck resolver), holding a lookup thread, and the later lookups if it holds all
+            // of them. Said once per lookup.
             if seeds.in_flight && due && !seeds.slow_told {
                 seeds.slow_told = true;
-                tracing::warn!(group = ?seeds.group, peers = ?seeds.peers, interval = ?seeds.interval, "seed names asked of DNS a whole interval ago are not resolved yet: a name's servers do not answer, and lookups wait behind it");
+                tracing::warn!(group = ?seeds.group, peers = ?seeds.peers, interval = ?seeds.interval, "seed names asked of DNS a whole interval ago are not resolved yet: a name's servers do not answer, and it holds one of the lookup threads");
             }
             if seeds.in_flight || !due {
                 continue;

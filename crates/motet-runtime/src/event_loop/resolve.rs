@@ -10,8 +10,10 @@
 //! Bounds: a group asks again only once its answer is in (`Seeds::in_flight`), and a group that is
 //! gone takes its waiting request with it ([`Resolver::forget`]): however fast groups come and go
 //! while a lookup hangs, the work queued is at most one request per live group, and the answers
-//! at most one per request. The thread starts with the first lookup and ends when the loop is dropped
-//! (after the lookup it may be in, which is not waited for).
+//! at most one per request. Up to [`LOOKUP_THREADS`] threads serve the requests in the order
+//! asked, so a name whose servers do not answer holds up its own group's lookup and one thread,
+//! not every group's: a thread starts when a request finds none idle, and each ends when the loop
+//! is dropped (after the lookup it may be in, which is not waited for).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -27,6 +29,10 @@ pub(super) type Lookup = fn(&str) -> io::Result<Vec<SocketAddr>>;
 fn system(name: &str) -> io::Result<Vec<SocketAddr>> {
     name.to_socket_addrs().map(Iterator::collect)
 }
+
+/// Threads that look names up at most: each lookup that hangs (a name's servers do not answer;
+/// glibc gives up after 10 s) holds one, and the others go on serving the other groups.
+pub(super) const LOOKUP_THREADS: usize = 4;
 
 /// One group's names to look up.
 struct Request {
@@ -44,20 +50,23 @@ pub(super) struct Answer {
     _waker: Arc<mio::Waker>,
 }
 
-/// What the lookup thread has to do: the requests in the order asked (a group asking often
+/// What the lookup threads have to do: the requests in the order asked (a group asking often
 /// cannot starve the others).
 #[derive(Default)]
 struct Wanted {
     requests: std::collections::VecDeque<(u64, Request)>,
-    /// The loop is gone: the thread ends.
+    /// The loop is gone: the threads end.
     closed: bool,
+    /// Threads waiting for a request.
+    idle: usize,
 }
 
-/// The loop's side of the lookup thread.
+/// The loop's side of the lookup threads.
 pub(super) struct Resolver {
     lookup: Lookup,
     wanted: Arc<(Mutex<Wanted>, Condvar)>,
-    started: bool,
+    /// Lookup threads started.
+    threads: usize,
     answers_in: mpsc::Sender<Answer>,
     answers: mpsc::Receiver<Answer>,
     /// Requests asked and neither answered (the answer read) nor withdrawn.
@@ -72,7 +81,7 @@ impl Default for Resolver {
 
 impl std::fmt::Debug for Resolver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Resolver").field("started", &self.started).finish()
+        f.debug_struct("Resolver").field("threads", &self.threads).finish()
     }
 }
 
@@ -86,26 +95,34 @@ impl Drop for Resolver {
 impl Resolver {
     pub(super) fn with_lookup(lookup: Lookup) -> Resolver {
         let (answers_in, answers) = mpsc::channel();
-        Resolver { lookup, wanted: Arc::default(), started: false, answers_in, answers, outstanding: 0 }
+        Resolver { lookup, wanted: Arc::default(), threads: 0, answers_in, answers, outstanding: 0 }
     }
 
     /// Asks for the addresses of `names`, answered later under `id` ([`Resolver::answers`]). If
-    /// the thread cannot be started, the names are looked up here, at once, as a last resort.
+    /// no lookup thread can be started at all, the names are looked up here, at once, as a last
+    /// resort.
     pub(super) fn ask(&mut self, id: u64, names: Vec<String>, waker: Arc<mio::Waker>) {
         self.outstanding += 1;
-        if !self.started {
-            let (wanted, answers, lookup) = (Arc::clone(&self.wanted), self.answers_in.clone(), self.lookup);
+        // Requests waiting count as taking an idle thread each: a burst of asks starts threads.
+        let none_idle = {
+            let wanted = self.lock();
+            wanted.idle <= wanted.requests.len()
+        };
+        if none_idle && self.threads < LOOKUP_THREADS {
+            let (shared, answers, lookup) = (Arc::clone(&self.wanted), self.answers_in.clone(), self.lookup);
             let spawned = std::thread::Builder::new()
                 .name("motet-resolve".into())
-                .spawn(move || serve(&wanted, &answers, lookup));
+                .spawn(move || serve(&shared, &answers, lookup));
             match spawned {
-                Ok(_) => self.started = true,
-                Err(error) => {
+                Ok(_) => self.threads += 1,
+                Err(error) if self.threads == 0 => {
                     tracing::warn!(%error, "no thread for DNS lookups: looking seeds up on the loop thread");
                     let found = lookups(&names, self.lookup);
                     let _ = self.answers_in.send(Answer { id, found, _waker: waker });
                     return;
                 }
+                // The threads there are serve it in turn.
+                Err(error) => tracing::warn!(%error, threads = self.threads, "no further thread for DNS lookups"),
             }
         }
         self.lock().requests.push_back((id, Request { names, waker }));
@@ -143,7 +160,7 @@ fn lookups(names: &[String], lookup: Lookup) -> Vec<(String, io::Result<Vec<Sock
     names.iter().map(|name| (name.clone(), lookup(name))).collect()
 }
 
-/// The lookup thread: answers the wanted requests in order until the loop is gone.
+/// A lookup thread: answers the wanted requests in order until the loop is gone.
 fn serve(wanted: &(Mutex<Wanted>, Condvar), answers: &mpsc::Sender<Answer>, lookup: Lookup) {
     let (lock, changed) = wanted;
     loop {
@@ -156,7 +173,9 @@ fn serve(wanted: &(Mutex<Wanted>, Condvar), answers: &mpsc::Sender<Answer>, look
                 if let Some(next) = state.requests.pop_front() {
                     break next;
                 }
+                state.idle += 1;
                 state = changed.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner);
+                state.idle -= 1;
             }
         };
         let found = lookups(&names, lookup);

@@ -457,3 +457,40 @@ fn two_members_of_a_group_in_one_process_keep_each_others_seeds() {
     exit(&mut event_loop, a);
     assert_eq!(event_loop.node.peer_groups(), 0, "no entry left");
 }
+
+/// Opened by the test below: until then, lookups of `hang.invalid` wait.
+static HANG: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+fn one_name_hangs(name: &str) -> io::Result<Vec<SocketAddr>> {
+    if name.starts_with("hang.invalid") {
+        let (lock, opened) = &HANG;
+        let _ = opened.wait_timeout_while(lock.lock().unwrap(), Duration::from_secs(20), |open| !*open).unwrap();
+        return Err(io::Error::other("no answer"));
+    }
+    Ok(vec!["127.0.0.1:7996".parse().unwrap()])
+}
+
+/// A seed name whose servers do not answer holds up its own group's lookup, not another group's
+/// asked after it: lookups run on a few threads. (On one thread, every group's lookups waited
+/// behind it, 10 s with glibc's defaults, at every re-resolution.)
+#[test]
+fn a_hung_lookup_of_one_group_does_not_hold_another_groups() {
+    let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+    event_loop.resolver = resolve::Resolver::with_lookup(one_name_hangs);
+    for (name, seed) in [("hung-dns", "hang.invalid:7995"), ("quick-dns", "quick.invalid:7996")] {
+        let mut group = GroupConfig::new(name);
+        group.peers = vec![seed.into()];
+        event_loop.join(&group).unwrap();
+    }
+    let quick = GroupName("quick-dns".into());
+    for _ in 0..300 {
+        if !event_loop.node.peers(&quick).is_empty() {
+            break;
+        }
+        event_loop.poll(Some(Duration::from_millis(10))).unwrap();
+    }
+    let found = event_loop.node.peers(&quick).to_vec();
+    *HANG.0.lock().unwrap() = true;
+    HANG.1.notify_all();
+    assert_eq!(found, [Address::Inet("127.0.0.1:7996".parse().unwrap())], "answered while the other hung");
+}
