@@ -169,6 +169,24 @@ impl Intra {
         (0..self.view.len() as Rank).filter(move |&r| !failed.contains(r))
     }
 
+    /// Round `round` of `coord` started. If we delivered the cut of an earlier round of that
+    /// coordinator, it restarted (a member was suspected in the cut phase) and still concludes
+    /// the view change for us: the wait for its view covers the new round, whose phases (the
+    /// flush, then the cut's delivery) `coord` bounds by `flush_timeout` each before it starts
+    /// again, then `commit_timeout` as from any cut. Without this, a restarted round that took
+    /// longer than `commit_timeout` from the first cut (a backlog to repair under load) sent every
+    /// member, and the coordinator, on alone.
+    fn later_round(&mut self, coord: Rank, round: u64, out: &mut Outbox<'_>) {
+        if self.installed || !self.cut_done.is_some_and(|(c, r)| c == coord && round > r) {
+            return;
+        }
+        let deadline = out.now() + self.flush_timeout + self.flush_timeout + self.commit_timeout;
+        if self.commit_deadline.is_none_or(|d| d < deadline) {
+            self.commit_deadline = Some(deadline);
+            out.alarm(deadline);
+        }
+    }
+
     /// At the coordinator: starts a round when there is someone to exclude that the current round
     /// does not exclude yet.
     fn maybe_start(&mut self, out: &mut Outbox<'_>) {
@@ -203,6 +221,7 @@ impl Intra {
     }
 
     fn start(&mut self, round: u64, failed: RankSet, leavers: RankSet, merge: bool, out: &mut Outbox<'_>) {
+        self.later_round(self.rank, round, out);
         let deadline = out.now() + self.flush_timeout;
         let (flush_ok, cut_ok, cut_sent) = (BTreeMap::new(), RankSet::new(), false);
         self.active =
@@ -395,6 +414,17 @@ impl Layer for Intra {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
         match ev {
             Up::Suspect(ranks) => {
+                // The coordinator whose cut we delivered is suspected: a later round of its
+                // (which lengthened the wait) may never end. The wait for its view ends at most
+                // `commit_timeout` from now, as it would have from the cut.
+                if let (false, Some((coord, _))) = (self.installed, self.cut_done) {
+                    let deadline = out.now() + self.commit_timeout;
+                    if coord != self.rank && ranks.contains(coord) && self.commit_deadline.is_some_and(|d| d > deadline)
+                    {
+                        self.commit_deadline = Some(deadline);
+                        out.alarm(deadline);
+                    }
+                }
                 // Never exclude ourselves: if the others suspect us, they exclude us in their view.
                 self.suspects.union_with(&ranks.iter().filter(|&r| r != self.rank).collect());
                 self.maybe_start(out);
@@ -433,20 +463,7 @@ impl Layer for Intra {
             }
             Up::FlushOk { from, round, counts, failed } => self.flush_ok(from, round, counts, &failed, out),
             Up::CutOk { from, round } => self.cut_ok(from, round, out),
-            Up::Flushing { coord, round } => {
-                // A later round of the coordinator whose cut we delivered (a member was suspected
-                // in the cut phase): it still concludes the view change for us, so the wait for
-                // its view counts from its latest round. A round that takes longer than the
-                // commit timeout from its first cut (a backlog to repair under load) no longer
-                // sends every member on alone.
-                if !self.installed && self.cut_done.is_some_and(|(c, r)| c == coord && round > r) {
-                    let deadline = out.now() + self.commit_timeout;
-                    if self.commit_deadline.is_none_or(|d| d < deadline) {
-                        self.commit_deadline = Some(deadline);
-                        out.alarm(deadline);
-                    }
-                }
-            }
+            Up::Flushing { coord, round } => self.later_round(coord, round, out),
             Up::CutDone { coord, round } => {
                 self.cut_done = Some((coord, round));
                 let deadline = out.now() + self.commit_timeout;
@@ -495,14 +512,6 @@ impl Layer for Intra {
         // The alarm of an earlier cut, superseded by a later round's.
         if let Some(deadline) = self.commit_deadline.filter(|&d| out.now() < d) {
             return out.alarm(deadline);
-        }
-        // A coordinator that delivered its own cut and then started a later round (a member
-        // suspected in the cut phase) is not waiting for that cut's view any more: the later
-        // round's phases are bounded by `flush_timeout`, and its own cut sets a new deadline.
-        if let (Some((coord, done)), Some(active)) = (self.cut_done, &self.active) {
-            if coord == self.rank && self.coord == self.rank && active.round > done {
-                return;
-            }
         }
         // Committed to a view that never came: its coordinator failed after the cut. Go on alone
         // (not primary) and merge back later.
@@ -663,8 +672,9 @@ mod tests {
     }
 
     /// A coordinator that delivered its own cut, then started a round again (a member suspected
-    /// in the cut phase), goes on with that round past the first cut's commit timeout: it does not
-    /// leave the group alone while its own later round is under way.
+    /// in the cut phase), goes on with that round past the first cut's commit timeout: its wait
+    /// covers the new round's two phases. Its own later cut sets the usual deadline; a later
+    /// round stuck on the coordinator's own answer still ends alone, at the wait's end.
     #[test]
     fn a_later_round_of_the_coordinator_outlives_its_first_cuts_commit_timeout() {
         use crate::time::{Duration, Instant};
@@ -674,28 +684,42 @@ mod tests {
             |from: Rank, round: u64| Up::FlushOk { from, round, counts: vec![0; 4].into(), failed: RankSet::new() };
         let at = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
         let alone = |out: &[Out]| out.iter().any(|o| matches!(o, Out::Up(Up::NewView(_))));
-        let commit = config.commit_timeout.as_millis();
-        let mut h = Harness::new(Intra::new(&config, &view, 0), 0);
-        h.up(Up::Suspect([3].into_iter().collect()));
-        for member in 0..3 {
-            h.up(report(member, 1));
-        }
-        h.up(Up::CutDone { coord: 0, round: 1 });
-        h.now = at(1_000);
-        assert_eq!(flushes(&h.up(Up::Suspect([2].into_iter().collect()))), [(2, vec![2, 3])]);
+        let (commit, flush) = (config.commit_timeout.as_millis(), config.flush_timeout.as_millis());
+        let restarted = || {
+            let mut h = Harness::new(Intra::new(&config, &view, 0), 0);
+            h.up(Up::Suspect([3].into_iter().collect()));
+            for member in 0..3 {
+                h.up(report(member, 1));
+            }
+            h.up(Up::CutDone { coord: 0, round: 1 });
+            h.now = at(1_000);
+            assert_eq!(flushes(&h.up(Up::Suspect([2].into_iter().collect()))), [(2, vec![2, 3])]);
+            h
+        };
+        let mut h = restarted();
         assert!(!alone(&h.timer(at(commit))), "round 2 is under way");
-        assert_eq!(h.alarm, Some(at(1_000 + config.flush_timeout.as_millis())), "round 2's deadline");
         h.now = at(commit + 100);
         h.up(report(0, 2));
         assert!(h.up(report(1, 2)).iter().any(|o| matches!(o, Out::Dn(Dn::SyncCut { round: 2, .. }))));
         h.up(Up::CutDone { coord: 0, round: 2 });
         assert!(!alone(&h.timer(at(2 * commit))), "round 2's own commit timeout has not passed");
         assert!(alone(&h.timer(at(2 * commit + 100))), "round 2's view never came: alone");
+
+        // Round 2 waits for the coordinator's own flush only: it re-arms, and goes on alone when
+        // the wait its restart allowed is over.
+        let mut h = restarted();
+        h.up(report(1, 2));
+        let end = 1_000 + 2 * flush + commit;
+        for t in [commit, 1_000 + flush, 1_000 + 2 * flush] {
+            assert!(!alone(&h.timer(at(t))), "waiting at {t} ms");
+        }
+        assert!(alone(&h.timer(at(end))), "alone at {end} ms");
     }
 
-    /// A member that delivered a cut waits `commit_timeout` for its view from the coordinator's
-    /// latest round: a later round of the same coordinator (a member suspected in the cut phase)
-    /// restarts the wait; a round of another coordinator, or an older one, does not.
+    /// A member that delivered a cut waits for its view from the coordinator's latest round: a
+    /// later round of the same coordinator (a member suspected in the cut phase) lengthens the
+    /// wait to cover that round; a round of another coordinator, or an older one, does not; a
+    /// suspicion of that coordinator cuts the wait back to `commit_timeout`.
     #[test]
     fn a_later_round_of_the_same_coordinator_restarts_a_members_wait_for_the_view() {
         use crate::time::{Duration, Instant};
@@ -703,17 +727,32 @@ mod tests {
         let config = Config::default();
         let at = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
         let alone = |out: &[Out]| out.iter().any(|o| matches!(o, Out::Up(Up::NewView(_))));
-        let commit = config.commit_timeout.as_millis();
-        let mut h = Harness::new(Intra::new(&config, &view, 1), 1);
-        h.up(Up::CutDone { coord: 0, round: 1 });
-        h.now = at(3_000);
-        h.up(Up::Flushing { coord: 2, round: 2 }); // not the coordinator we committed to
-        h.up(Up::Flushing { coord: 0, round: 1 }); // the round we committed to
-        assert_eq!(h.alarm, Some(at(commit)));
-        h.up(Up::Flushing { coord: 0, round: 2 });
+        let (commit, flush) = (config.commit_timeout.as_millis(), config.flush_timeout.as_millis());
+        let committed = || {
+            let mut h = Harness::new(Intra::new(&config, &view, 1), 1);
+            h.up(Up::CutDone { coord: 0, round: 1 });
+            h.now = at(3_000);
+            h.up(Up::Flushing { coord: 2, round: 2 }); // not the coordinator we committed to
+            h.up(Up::Flushing { coord: 0, round: 1 }); // the round we committed to
+            assert_eq!(h.alarm, Some(at(commit)));
+            h.up(Up::Flushing { coord: 0, round: 2 });
+            h
+        };
+        let mut h = committed();
         assert!(!alone(&h.timer(at(commit))), "round 2 is under way");
-        assert_eq!(h.alarm, Some(at(3_000 + commit)));
-        assert!(alone(&h.timer(at(3_000 + commit))), "no view from round 2 either: alone");
+        let end = 3_000 + 2 * flush + commit;
+        assert_eq!(h.alarm, Some(at(end)));
+        assert!(!alone(&h.timer(at(end - 1))));
+        assert!(alone(&h.timer(at(end))), "no view from round 2 either: alone");
+
+        let mut h = committed();
+        assert!(!alone(&h.timer(at(commit))));
+        h.now = at(6_000);
+        h.up(Up::Suspect([2].into_iter().collect()));
+        assert_eq!(h.alarm, Some(at(end)), "another member's suspicion changes nothing");
+        h.up(Up::Suspect([0].into_iter().collect()));
+        assert_eq!(h.alarm, Some(at(6_000 + commit)), "its coordinator suspected: commit_timeout from then");
+        assert!(alone(&h.timer(at(6_000 + commit))));
     }
 
     /// A survivor that cannot hear some ranks (an earlier round it followed failed them) says so
