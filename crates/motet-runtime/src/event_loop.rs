@@ -348,7 +348,19 @@ impl EventLoop {
             self.seeds.push(seeds);
         }
         let now = self.clock.now();
-        let stack = self.node.join(now, Arc::clone(&view), 0)?;
+        let stack = match self.node.join(now, Arc::clone(&view), 0) {
+            Ok(stack) => stack,
+            Err(error) => {
+                // No endpoint: the group's seeds are its other endpoints' again, and this one's
+                // lookups stop.
+                self.publish_peers(&name);
+                for seeds in self.seeds.iter().filter(|seeds| seeds.endpoint == endpoint) {
+                    self.resolver.forget(seeds.id);
+                }
+                self.seeds.retain(|seeds| seeds.endpoint != endpoint);
+                return Err(error.into());
+            }
+        };
         if !group.loopback {
             // The node carries it to the stacks of the later views. A fresh stack takes it.
             let set = self.node.handle_action(now, stack, motet_core::Action::Loopback(false));

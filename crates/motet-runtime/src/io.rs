@@ -179,28 +179,22 @@ impl UdpIo {
         Ok(UdpIo::new(socket, offload))
     }
 
-    /// Moves this multicast receive socket's membership of `group` from the interface with
-    /// address `from` to the one with address `to` (a migration to another interface): joins
-    /// there first, so nothing sent meanwhile is missed, then leaves the old one. Two addresses
-    /// of one interface are one membership (the join says it exists): it stays.
-    pub(crate) fn move_multicast(
-        &self,
-        group: std::net::Ipv4Addr,
-        from: std::net::Ipv4Addr,
-        to: std::net::Ipv4Addr,
-    ) -> io::Result<()> {
-        if from == to {
-            return Ok(());
-        }
-        match self.socket.join_multicast_v4(&group, &to) {
-            Ok(()) => {
-                // The old interface may be gone (the reason to migrate): its membership went
-                // with it, and leaving it fails harmlessly.
-                let _ = self.socket.leave_multicast_v4(&group, &from);
-                Ok(())
-            }
-            Err(e) if e.kind() == io::ErrorKind::AddrInUse => Ok(()),
+    /// Joins the multicast `group` on the interface with address `interface` too: true if it
+    /// was joined now, false if this socket is a member there already (the kernel refuses a
+    /// second membership of one group on one interface, by any of its addresses).
+    pub(crate) fn join_multicast(&self, group: std::net::Ipv4Addr, interface: std::net::Ipv4Addr) -> io::Result<bool> {
+        match self.socket.join_multicast_v4(&group, &interface) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => Ok(false),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Leaves the multicast `group` on the interface with address `interface` (joined with that
+    /// address). Failing is harmless: an interface that is gone took its membership with it.
+    pub(crate) fn leave_multicast(&self, group: std::net::Ipv4Addr, interface: std::net::Ipv4Addr) {
+        if let Err(error) = self.socket.leave_multicast_v4(&group, &interface) {
+            tracing::debug!(%group, %interface, %error, "leaving the multicast group on the old interface");
         }
     }
 

@@ -22,6 +22,9 @@ pub(super) struct Retired {
     pub(super) token: mio::Token,
     pub(super) readable: bool,
     pub(super) close_at: Option<crate::clock::Deadline>,
+    /// The interface whose membership of the multicast group is left when this socket closes
+    /// (the one the process moved from).
+    pub(super) multicast_left: Option<std::net::Ipv4Addr>,
 }
 
 impl EventLoop {
@@ -41,18 +44,11 @@ impl EventLoop {
             }
         }
         let (mut io, address) = bind_socket(&self.config, bind, advertise)?;
+        let mut interface = None;
         if let Some(m) = &self.config.multicast {
             let local = io.local_addr().map_err(|e| Error::io("reading the bound address", e))?;
-            let interface = multicast_interface(m, local, address)?;
-            multicast_sender(&mut io, interface, m.ttl)?;
-            // The group is received on the new interface (the old one may be going away),
-            // joined before the sockets switch: a join that fails leaves the process as it was.
-            if let Some((receiver, _, joined)) = &mut self.multicast {
-                receiver.move_multicast(m.group, *joined, interface).map_err(|e| {
-                    Error::io(format!("joining multicast group {} on interface {interface}", m.group), e)
-                })?;
-                *joined = interface;
-            }
+            interface = Some(multicast_interface(m, local, address)?);
+            multicast_sender(&mut io, interface.expect("just set"), m.ttl)?;
         }
         // What earlier actions produced leaves from the old socket; the backlog from the new one.
         self.send_packed();
@@ -77,7 +73,8 @@ impl EventLoop {
         // It is only read from now: its connected sockets are closed at once.
         old.stop_connected_sends();
         tracing::info!(from = %self.advertise, to = %address, "migrating");
-        self.retired.push(Retired { io: old, token, readable: true, close_at: None });
+        let multicast_left = interface.and_then(|interface| self.move_multicast(interface));
+        self.retired.push(Retired { io: old, token, readable: true, close_at: None, multicast_left });
         self.readable = true;
         self.advertise = address;
         self.stats.migrations += 1;
@@ -99,6 +96,35 @@ impl EventLoop {
             }
         }
         Ok(address)
+    }
+
+    /// After the sockets switched: the multicast group is received on the new `interface` too
+    /// (the old one may be going away). Returns the interface to leave once the old socket is
+    /// closed: until then, casts peers still multicast on the old network arrive there (nothing
+    /// is lost, as on the old unicast socket). A join that fails is logged, and the group stays
+    /// on the old interface alone. Two addresses of one interface are one membership, kept under
+    /// the address it was joined with (the kernel knows it by that).
+    fn move_multicast(&mut self, interface: std::net::Ipv4Addr) -> Option<std::net::Ipv4Addr> {
+        let group = self.config.multicast.as_ref()?.group;
+        let (receiver, _, joined) = self.multicast.as_mut()?;
+        if *joined == interface {
+            return None;
+        }
+        // Back to an interface an earlier migration is still to leave: it stays joined.
+        let pending = self.retired.iter_mut().find(|r| r.multicast_left == Some(interface));
+        match receiver.join_multicast(group, interface) {
+            Ok(joined_now) if joined_now || pending.is_some() => {
+                if let Some(retired) = pending {
+                    retired.multicast_left = None;
+                }
+                Some(std::mem::replace(joined, interface))
+            }
+            Ok(_) => None, // the same interface as `joined`, by another of its addresses
+            Err(error) => {
+                tracing::warn!(%group, %interface, %error, "cannot join the multicast group on the new interface: it is received on the old one only, while that lasts");
+                None
+            }
+        }
     }
 
     /// After a migration: re-asks for the new address where a view was installed without it (the
@@ -135,10 +161,17 @@ impl EventLoop {
         }
         let registry = self.poll.registry();
         let before = self.retired.len();
+        let group = self.config.multicast.as_ref().map(|m| m.group);
+        let receiver = self.multicast.as_ref().map(|(receiver, _, _)| receiver);
         self.retired.retain_mut(|retired| {
             let due = retired.close_at.is_some_and(|at| at.until(&clock) == Duration::ZERO);
             if due {
                 let _ = registry.deregister(retired.io.source());
+                // The group's membership on the interface this process moved from goes with the
+                // old socket (that interface may be gone already, and its membership with it).
+                if let (Some(old), Some(group), Some(receiver)) = (retired.multicast_left, group, receiver) {
+                    receiver.leave_multicast(group, old);
+                }
             }
             !due
         });

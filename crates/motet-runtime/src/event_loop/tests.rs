@@ -352,9 +352,10 @@ fn an_advertised_address_of_the_other_family_is_refused() {
 }
 
 /// A migration to another interface moves the multicast group's membership with it: the group
-/// is received on the new interface, and no longer on the old one (which may be going away).
-/// Needs an interface other than loopback (the route to a documentation address picks it); says
-/// so and skips without one.
+/// is received on the new interface at once, and on the old one (which may be going away) until
+/// the old socket closes, as the old address is still read until then. Moving back before then
+/// keeps the first interface joined. Needs an interface other than loopback (the route to a
+/// documentation address picks it); says so and skips without one.
 #[test]
 fn a_migration_to_another_interface_receives_the_multicast_group_there() {
     use motet_core::DropReason;
@@ -370,11 +371,14 @@ fn a_migration_to_another_interface_receives_the_multicast_group_there() {
     // A group of this process's own: another test's members must not join it on either interface.
     let group = std::net::Ipv4Addr::new(239, 255, (std::process::id() >> 8) as u8, std::process::id() as u8);
     let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let config = RuntimeConfig {
-        multicast: Some(crate::config::MulticastConfig { group, port, interface: None, ttl: 1 }),
-        ..RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())
+    let event_loop = || {
+        let config = RuntimeConfig {
+            multicast: Some(crate::config::MulticastConfig { group, port, interface: None, ttl: 1 }),
+            migrate_grace_ms: 200,
+            ..RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())
+        };
+        EventLoop::new(config).unwrap()
     };
-    let mut event_loop = EventLoop::new(config).unwrap();
     // Junk to the group, sent out of the interface with address `from`: each one the loop reads
     // is dropped as malformed, and counted.
     let junk_from = |from: std::net::Ipv4Addr| {
@@ -397,9 +401,28 @@ fn a_migration_to_another_interface_receives_the_multicast_group_there() {
             read(event_loop)
         })
     };
-    assert_eq!(received(&mut event_loop), [1, 0], "joined on loopback");
-    event_loop.migrate(SocketAddr::from((other, 0)), None).unwrap();
-    assert_eq!(received(&mut event_loop), [0, 1], "joined on {other} instead");
+    let past_grace = |event_loop: &mut EventLoop| {
+        for _ in 0..40 {
+            event_loop.poll(Some(Duration::from_millis(10))).unwrap();
+        }
+        assert!(event_loop.retired.is_empty(), "the old socket closed");
+    };
+
+    let mut there = event_loop();
+    assert_eq!(received(&mut there), [1, 0], "joined on loopback");
+    there.migrate(SocketAddr::from((other, 0)), None).unwrap();
+    assert_eq!(received(&mut there), [1, 1], "on both while the old socket is read");
+    past_grace(&mut there);
+    assert_eq!(received(&mut there), [0, 1], "on {other} alone once it closed");
+    // A socket bound to the group's port takes what any socket of the host joined on an
+    // interface (`IP_MULTICAST_ALL`): the first loop goes before the second is looked at.
+    drop(there);
+
+    let mut back = event_loop();
+    back.migrate(SocketAddr::from((other, 0)), None).unwrap();
+    back.migrate("127.0.0.1:0".parse().unwrap(), None).unwrap();
+    past_grace(&mut back);
+    assert_eq!(received(&mut back), [1, 0], "back on loopback: kept joined there");
 }
 
 /// A migration to another address of the same interface keeps the group's membership (a second
