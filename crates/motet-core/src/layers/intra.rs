@@ -547,6 +547,21 @@ mod tests {
     use super::*;
     use crate::layer::harness::{Harness, Out};
 
+    /// A flush report of rank `from` of a 4-member view for `round`, with nothing failed.
+    fn report(from: Rank, round: u64) -> Up {
+        Up::FlushOk { from, round, counts: vec![0; 4].into(), failed: RankSet::new() }
+    }
+
+    /// `ms` milliseconds after the start.
+    fn at(ms: u64) -> crate::time::Instant {
+        crate::time::Instant::ZERO + crate::time::Duration::from_millis(ms)
+    }
+
+    /// The member installed a view (in these tests: went on alone).
+    fn alone(out: &[Out]) -> bool {
+        out.iter().any(|o| matches!(o, Out::Up(Up::NewView(_))))
+    }
+
     /// The flush rounds started among `out`: (round, ranks failed).
     fn flushes(out: &[Out]) -> Vec<(u64, Vec<Rank>)> {
         out.iter()
@@ -616,12 +631,8 @@ mod tests {
     /// missing waits; an alarm that comes half a timeout late (this process stalled) waits again.
     #[test]
     fn a_member_that_never_answers_a_round_is_suspected_at_the_flush_timeout() {
-        use crate::time::{Duration, Instant};
         let view = crate::testing::view(4);
         let config = Config::default();
-        let report =
-            |from: Rank, round: u64| Up::FlushOk { from, round, counts: vec![0; 4].into(), failed: RankSet::new() };
-        let at = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
         let timeout = config.flush_timeout.as_millis();
 
         // Flush phase: 1 never answers.
@@ -677,13 +688,8 @@ mod tests {
     /// round stuck on the coordinator's own answer still ends alone, at the wait's end.
     #[test]
     fn a_later_round_of_the_coordinator_outlives_its_first_cuts_commit_timeout() {
-        use crate::time::{Duration, Instant};
         let view = crate::testing::view(4);
         let config = Config::default();
-        let report =
-            |from: Rank, round: u64| Up::FlushOk { from, round, counts: vec![0; 4].into(), failed: RankSet::new() };
-        let at = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
-        let alone = |out: &[Out]| out.iter().any(|o| matches!(o, Out::Up(Up::NewView(_))));
         let (commit, flush) = (config.commit_timeout.as_millis(), config.flush_timeout.as_millis());
         let restarted = || {
             let mut h = Harness::new(Intra::new(&config, &view, 0), 0);
@@ -722,11 +728,8 @@ mod tests {
     /// suspicion of that coordinator cuts the wait back to `commit_timeout`.
     #[test]
     fn a_later_round_of_the_same_coordinator_restarts_a_members_wait_for_the_view() {
-        use crate::time::{Duration, Instant};
         let view = crate::testing::view(4);
         let config = Config::default();
-        let at = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
-        let alone = |out: &[Out]| out.iter().any(|o| matches!(o, Out::Up(Up::NewView(_))));
         let (commit, flush) = (config.commit_timeout.as_millis(), config.flush_timeout.as_millis());
         let committed = || {
             let mut h = Harness::new(Intra::new(&config, &view, 1), 1);
