@@ -238,6 +238,7 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
         "segmented_sends": rt.segmented_sends,
         "datagrams_segmented": rt.datagrams_segmented,
         "malformed_bundles": rt.malformed_bundles,
+        "control_truncated": rt.control_truncated,
         "connected_sockets": rt.connected_sockets,
         "connected_fallbacks": rt.connected_fallbacks,
         "receive_offload": rt.receive_offload,

@@ -106,6 +106,9 @@ pub struct RuntimeStats {
     pub datagrams_segmented: u64,
     /// Received bundles that did not unpack (dropped).
     pub malformed_bundles: u64,
+    /// Received buffers dropped because the kernel cut their control message short
+    /// (`MSG_CTRUNC`): a coalesced run whose segment size was lost cannot be split.
+    pub control_truncated: u64,
     /// State-transfer actions for a view that had already ended (dropped: the transfer starts
     /// over in the next view).
     pub stale_xfer: u64,

@@ -44,6 +44,10 @@ pub(crate) struct Batch {
     /// so no second call is needed to learn that the socket is drained (a `recvmmsg` that would
     /// only return `EWOULDBLOCK`).
     pub(crate) drained: bool,
+    /// Buffers dropped because the kernel cut their control message short (`MSG_CTRUNC`): a
+    /// coalesced run whose segment size is lost cannot be split, and taken whole it would be one
+    /// message with its neighbours' bytes in it.
+    pub(crate) truncated: usize,
 }
 
 /// Slots offered to a `recvmmsg` after one that did not fill its batch: the call works per slot
@@ -80,6 +84,8 @@ pub(crate) struct UdpIo {
     timeout: Option<Duration>,
     /// Room for the receive-offload control message of one datagram ([`UdpIo::recv_wait`]).
     control: Vec<u8>,
+    /// Buffers dropped since the last [`Batch`] for a control message cut short.
+    truncated: usize,
     /// The last busy-polling spin found a datagram ([`UdpIo::recv_spin`]).
     spin_found: bool,
     /// Receive offload (`UDP_GRO`) is on: a single read must ask for the segment size, with
@@ -129,6 +135,7 @@ impl UdpIo {
             chunks: Chunks::default(),
             timeout: None,
             control: nix::cmsg_space!(i32),
+            truncated: 0,
             spin_found: false,
             send_buf: Vec::with_capacity(MEDIUM),
             connected: None,
@@ -247,7 +254,7 @@ impl UdpIo {
             self.batch = BATCH_SIZE;
         }
         self.spin_found = got.is_ok();
-        Ok(Batch { datagrams: got?, drained: true })
+        Ok(Batch { datagrams: got?, drained: true, truncated: std::mem::take(&mut self.truncated) })
     }
 
     /// Waits in the receive call for one datagram (or one coalesced run), up to `timeout` (`None`:
@@ -268,7 +275,7 @@ impl UdpIo {
         let datagrams = self.recv_one(MsgFlags::empty(), &mut each)?;
         // A later batch read is not the rest of a full one (`UdpIo::count_read`).
         self.batch = QUIET_BATCH;
-        Ok(Batch { datagrams, drained: true })
+        Ok(Batch { datagrams, drained: true, truncated: std::mem::take(&mut self.truncated) })
     }
 
     /// One single read (one datagram, or one coalesced run) handed to `each`; how many datagrams.
@@ -286,6 +293,10 @@ impl UdpIo {
         let (len, stride) = {
             let mut iov = [IoSliceMut::new(&mut self.slots[0])];
             let msg = sock::recvmsg::<()>(fd, &mut iov, Some(&mut self.control), flags).map_err(io::Error::from)?;
+            if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+                self.truncated += 1;
+                return Ok(0);
+            }
             (msg.bytes, segment_size(&msg))
         };
         Ok(deliver(&mut self.chunks, &self.slots[0][..len], stride, each))
@@ -313,7 +324,8 @@ impl UdpIo {
                     *slots = offered;
                 }
                 let headers = headers.as_mut().expect("just made");
-                *stale = recv_many(fd, headers, &mut self.slots[..offered], flags, &mut got)? && self.offload;
+                *stale = recv_many(fd, headers, &mut self.slots[..offered], flags, &mut got, &mut self.truncated)?
+                    && self.offload;
                 Ok::<(), io::Error>(())
             })
             .inspect_err(|e| {
@@ -331,7 +343,7 @@ impl UdpIo {
         for (&(len, stride), slot) in got.iter().zip(&self.slots) {
             datagrams += deliver(&mut self.chunks, &slot[..len], stride, &mut each);
         }
-        Ok(Batch { datagrams, drained: n < offered })
+        Ok(Batch { datagrams, drained: n < offered, truncated: std::mem::take(&mut self.truncated) })
     }
 
     /// Counts a batch read that took `took` datagrams towards turning wanted receive offload
@@ -513,6 +525,7 @@ fn recv_many(
     slots: &mut [Vec<u8>],
     flags: MsgFlags,
     got: &mut SmallVec<[(usize, usize); BATCH_SIZE]>,
+    truncated: &mut usize,
 ) -> io::Result<bool> {
     // An array, not a vector: `nix` ties the slices' lifetime to their own borrow, which a
     // container with a destructor would outlive.
@@ -523,6 +536,12 @@ fn recv_many(
     let received = sock::recvmmsg(fd, headers, bufs[..offered].iter_mut(), flags, None).map_err(io::Error::from)?;
     let mut stale = false;
     got.extend(received.map(|msg| {
+        if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+            // Dropped (nothing of the buffer is handed over), counted.
+            *truncated += 1;
+            stale = true;
+            return (0, 1);
+        }
         let run = run_size(&msg);
         stale |= run.is_none();
         (msg.bytes, run.unwrap_or(msg.bytes))
@@ -544,11 +563,10 @@ fn run_size<S>(msg: &sock::RecvMsg<'_, '_, S>) -> Option<usize> {
 
 /// The segment size of a received buffer: a run's, or its whole length (a single datagram).
 /// A truncated control area (which the buffers given here, room for the one control message
-/// asked for, never cause) would leave a run unsplit, and it would then be decoded as one
-/// datagram: a run of bundles is rejected (their padding), but a run of plain datagrams would be
-/// taken as one message with the others' bytes in it. Nothing checks `MSG_CTRUNC` (nor
-/// `MSG_TRUNC`: a slot is larger than any UDP payload): a control message asked for later must
-/// come with its room.
+/// asked for, should never cause) would leave a run unsplit: a run of plain datagrams would be
+/// taken as one message with the others' bytes in it. So a buffer that comes with `MSG_CTRUNC`
+/// is dropped and counted ([`Batch::truncated`]), never handed over. (`MSG_TRUNC` cannot happen:
+/// a slot is larger than any UDP payload.)
 fn segment_size<S>(msg: &sock::RecvMsg<'_, '_, S>) -> usize {
     run_size(msg).unwrap_or(msg.bytes)
 }

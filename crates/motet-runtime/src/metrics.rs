@@ -38,6 +38,11 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
     );
     counter("malformed_bundles_total", "received bundles that did not unpack (dropped)", runtime.malformed_bundles);
     counter(
+        "control_truncated_total",
+        "received buffers dropped because their control message was cut short (MSG_CTRUNC)",
+        runtime.control_truncated,
+    );
+    counter(
         "connected_fallbacks_total",
         "unicast datagrams the shared socket sent in place of their connected socket",
         runtime.connected_fallbacks,

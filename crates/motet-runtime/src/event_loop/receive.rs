@@ -48,6 +48,7 @@ impl EventLoop {
                     let n = batch.datagrams as u64;
                     self.stats.datagrams_in += n;
                     self.stats.recv_batches += 1;
+                    self.stats.control_truncated += batch.truncated as u64;
                     if let Source::Retired(_) = source {
                         self.stats.datagrams_in_retired += n;
                     }
@@ -274,6 +275,7 @@ impl EventLoop {
                 }
                 self.stats.datagrams_in += batch.datagrams as u64;
                 self.stats.recv_batches += 1;
+                self.stats.control_truncated += batch.truncated as u64;
                 self.readable |= !batch.drained;
                 self.drain();
             }

@@ -245,6 +245,47 @@ fn coalesced_runs_are_split_after_single_datagrams_in_batches_and_waits() {
     }
 }
 
+/// A coalesced run whose segment size does not fit the control buffer (`MSG_CTRUNC`; the buffer
+/// has room for it, so here it is taken away) is dropped and counted, not handed over as one
+/// message with its neighbours' bytes in it; with the room back, the next run is split again.
+#[test]
+fn a_run_whose_control_message_was_cut_short_is_dropped_and_counted() {
+    let (mut a, mut b) = pair(true);
+    if a.max_segments() == 1 || !gro_supported() {
+        eprintln!("io test: this kernel has no UDP segmentation or receive offload; not tested");
+        return;
+    }
+    let to = b.local_addr().unwrap();
+    make_busy(&mut a, &mut b);
+    let contents: Vec<u8> = (0..5u8).flat_map(|k| vec![k; 100]).collect();
+    let room = std::mem::take(&mut b.control);
+    a.send_segments(to, &contents, 100).unwrap();
+    let mut got = Vec::new();
+    let batch = b.recv_wait(Some(Duration::from_secs(5)), |d| got.push(d)).unwrap();
+    assert!(got.is_empty(), "nothing handed over: {} buffers", got.len());
+    assert_eq!((batch.datagrams, batch.truncated), (0, 1));
+    b.control = room;
+    a.send_segments(to, &contents, 100).unwrap();
+    let batch = b.recv_wait(Some(Duration::from_secs(5)), |d| got.push(d)).unwrap();
+    assert_eq!((batch.datagrams, batch.truncated), (5, 0));
+    assert!(got.iter().all(|d| d.len() == 100), "split into its datagrams");
+
+    // The same in a batch read (`recvmmsg`): headers without control room, then made again.
+    let offered = b.batch.min(b.slots.len());
+    HEADERS.with(|h| {
+        h.borrow_mut()[1] =
+            Headers { headers: Some(MultiHeaders::preallocate(offered, None)), slots: offered, stale: false }
+    });
+    a.send_segments(to, &contents, 100).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    got.clear();
+    let batch = b.recv_batch(|d| got.push(d)).unwrap();
+    assert_eq!((got.len(), batch.datagrams, batch.truncated), (0, 0, 1), "dropped in a batch too");
+    a.send_segments(to, &contents, 100).unwrap();
+    let (got, _) = receive(&mut b, 5);
+    assert!(got.len() == 5 && got.iter().all(|d| d.len() == 100), "split again");
+}
+
 /// On a path whose packets are smaller than the segments (an MTU of 1500, segments of 2000
 /// bytes), the kernel refuses the segmented send (`EMSGSIZE` here); the caller then sends the
 /// datagrams one per call, and offload stays on for segments that fit. Before, the refusal
