@@ -264,18 +264,7 @@ fn a_provider_is_refused_at_xfer_chunk_and_loses_nothing() {
     let config = GroupConfig::new("xfer-bound").stack("vsync+Xfer").peers(addresses);
     let members: Vec<Member> = runtimes.iter().map(|r| r.join(config.clone()).unwrap()).collect();
     // The transfer view: whoever is told to provide streams, the other receives.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let (provider, view) = 'found: loop {
-        for (i, m) in members.iter().enumerate() {
-            while let Some(event) = m.try_recv().unwrap() {
-                if let Event::XferProvide { view } = event {
-                    break 'found (i, view);
-                }
-            }
-        }
-        assert!(Instant::now() < deadline, "no state transfer within 30 s");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let (provider, view) = transfer_view(&members);
     let (provider, receiver) = (&members[provider], &members[1 - provider]);
     let chunk = |n: u32| {
         let mut data = vec![0u8; CHUNK];
@@ -321,4 +310,65 @@ fn a_provider_is_refused_at_xfer_chunk_and_loses_nothing() {
     provider.xfer_done(view).unwrap();
     receiver.xfer_done(view).unwrap();
     receive_until(receiver, Duration::from_secs(30), |event| matches!(event, Event::View(v) if !v.xfer));
+}
+
+/// Waits for the state-transfer view of `members`: which of them provides, and the view.
+fn transfer_view(members: &[Member]) -> (usize, motet_runtime::ViewId) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        for (i, m) in members.iter().enumerate() {
+            while let Some(event) = m.try_recv().unwrap() {
+                if let Event::XferProvide { view } = event {
+                    return (i, view);
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "no state transfer within 30 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A member that leaves during a state transfer, with casts that the transfer view holds, does
+/// not hold the group in that view for ever (the view ends only once every member says it is
+/// done, and its leave waited behind those casts). A receiver says it is done as it leaves, so
+/// its casts still go, then it leaves; the provider leaves at once, its held casts refused and
+/// counted, and the others go on to a view without it.
+#[test]
+fn a_member_that_leaves_during_a_state_transfer_does_not_hold_the_group() {
+    for leaver_provides in [false, true] {
+        let (runtimes, addresses) = start(2);
+        let name = format!("xfer-leave-{leaver_provides}");
+        let config = GroupConfig::new(&name).stack("vsync+Xfer").peers(addresses);
+        let members: Vec<Member> = runtimes.iter().map(|r| r.join(config.clone()).unwrap()).collect();
+        let (provider, view) = transfer_view(&members);
+        let leaver = if leaver_provides { provider } else { 1 - provider };
+        let (gone, staying) = (&members[leaver], &members[1 - leaver]);
+        for k in 0..3u8 {
+            gone.cast(vec![k]).unwrap();
+        }
+        gone.handle().leave().unwrap();
+        if !leaver_provides {
+            // The provider's state, then its end of the transfer.
+            staying.xfer_chunk(view, vec![9u8], true).unwrap();
+            staying.xfer_done(view).unwrap();
+        }
+        let mut casts = Vec::new();
+        receive_until(staying, Duration::from_secs(30), |event| match event {
+            Event::Cast { data, .. } => {
+                casts.push(data.to_vec());
+                false
+            }
+            Event::View(v) => !v.members.contains(&gone.id()),
+            _ => false,
+        });
+        receive_until(gone, Duration::from_secs(10), |event| *event == Event::Exit);
+        let refused = runtimes[leaver].stats().unwrap().0.actions_refused;
+        if leaver_provides {
+            assert!(casts.is_empty(), "the provider's held casts went: {casts:?}");
+            assert_eq!(refused, 3, "its held casts, refused and counted");
+        } else {
+            assert_eq!(casts, [vec![0u8], vec![1], vec![2]], "the receiver's casts, in order, before it left");
+            assert_eq!(refused, 0);
+        }
+    }
 }

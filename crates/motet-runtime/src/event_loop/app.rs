@@ -192,6 +192,16 @@ impl EventLoop {
         if member.left {
             return Err(Error::Left);
         }
+        if matches!(op, Op::Leave) {
+            if member.leave_asked {
+                // One leave is under way (a stopping runtime asks for every member's).
+                return Ok(());
+            }
+            let transfer = member.view.as_ref().filter(|v| v.xfer_view).map(|v| (v.view_id, v.rank_of(endpoint)));
+            if let Some(transfer) = transfer {
+                return self.leave_in_transfer(endpoint, transfer, op);
+            }
+        }
         if matches!(op, Op::XferChunk(..) | Op::XferDone(_)) {
             // Not behind the application's casts, which wait for the transfer view to end.
             if !member.xfer_parked.is_empty() {
@@ -332,6 +342,13 @@ impl EventLoop {
             }
             AppEvent::Exit => {
                 member.left = true;
+                // Accepted, and now never taken (a provider's casts held by its transfer view,
+                // actions queued behind the leave): refused, and counted.
+                let lost = member.parked.len() + member.xfer_parked.len();
+                if lost > 0 {
+                    self.stats.actions_refused += lost as u64;
+                    tracing::warn!(%endpoint, lost, "actions still parked at the member's exit were refused");
+                }
                 member.parked.clear();
                 member.xfer_parked.clear();
                 Event::Exit
@@ -364,6 +381,50 @@ impl EventLoop {
             self.seeds.retain(|seeds| seeds.endpoint != endpoint);
         }
         views_changed
+    }
+
+    /// A leave in a state-transfer view. The view ends only once every member said it is done
+    /// (`xfer`), and the application's casts wait for its end: a leave parked behind them waited
+    /// for ever, and the whole group with it (its member still beats, so nobody suspects it). A
+    /// member that receives the state says it is done (what it received no longer matters), so
+    /// the view can end, its casts go, then its leave, in order. The provider, whose chunks the
+    /// others wait for, leaves at once, ahead of the casts the view holds (they are refused and
+    /// counted at its exit: they could go in no view of its own); the next view transfers again,
+    /// from another provider.
+    fn leave_in_transfer(
+        &mut self,
+        endpoint: EndpointId,
+        (view, rank): (motet_core::ViewId, Option<Rank>),
+        op: Op,
+    ) -> Result<(), Error> {
+        if rank != Some(0) {
+            // Refused only if the view is over by now, and then there is nothing to end.
+            let _ = self.act(endpoint, Op::XferDone(view));
+            let Some(member) = self.members.get_mut(&endpoint) else { return Err(Error::Left) };
+            if !member.parked.is_empty() {
+                if member.parked.full_for(&op) {
+                    return Err(Error::QueueFull("parked actions"));
+                }
+                member.parked.push_back(op);
+                member.leave_asked = true;
+                return Ok(());
+            }
+        }
+        let Some(member) = self.members.get_mut(&endpoint) else { return Err(Error::Left) };
+        member.leave_asked = true;
+        let now = self.clock.now();
+        let result = match take(&mut self.node, now, member, &op, &mut self.stats) {
+            // A view change is under way: first in line once it ends.
+            Err(Error::Api(ApiError::FlowBlocked { .. } | ApiError::Blocked | ApiError::NoSuchStack)) => {
+                member.parked.push_front(op);
+                member.retry = true;
+                self.retry_any = true;
+                Ok(())
+            }
+            other => other,
+        };
+        self.drain();
+        result
     }
 
     /// Takes parked actions of endpoints that may have been unblocked. True if any was taken.
