@@ -111,6 +111,8 @@ struct Shared {
     sleeping: AtomicBool,
     /// The loop has stopped (its thread's state was dropped): nothing parked will go.
     stopped: AtomicBool,
+    /// The loop is stopping (its members' leaves are running out): it takes no more actions.
+    stopping: AtomicBool,
     /// Why the loop stopped, when it failed rather than being stopped.
     failure: Mutex<Option<String>>,
 }
@@ -135,6 +137,7 @@ impl Shared {
     }
 
     fn command(&self, command: Command) -> Result<(), Error> {
+        self.refuse_when_stopping(&command)?;
         self.commands.send(command).map_err(|_| self.gone())?;
         self.wake();
         Ok(())
@@ -143,12 +146,23 @@ impl Shared {
     /// [`Shared::command`] without waiting for room: `QueueFull` while `action_queue` commands
     /// wait for the loop.
     fn try_command(&self, command: Command) -> Result<(), Error> {
+        self.refuse_when_stopping(&command)?;
         self.commands.try_send(command).map_err(|e| match e {
             mpsc::TrySendError::Full(_) => Error::QueueFull("action"),
             mpsc::TrySendError::Disconnected(_) => self.gone(),
         })?;
         self.wake();
         Ok(())
+    }
+
+    /// An action while the runtime stops would go in no group: `Stopped` at once, rather than an
+    /// `Ok` for a message that is then dropped. (One that slips in as the loop takes the stop is
+    /// refused there, and counted.)
+    fn refuse_when_stopping(&self, command: &Command) -> Result<(), Error> {
+        match command {
+            Command::Act { .. } if self.stopping.load(Ordering::SeqCst) => Err(self.gone()),
+            _ => Ok(()),
+        }
     }
 
     fn wake(&self) {
@@ -292,6 +306,7 @@ impl Runtime {
             waker: event_loop.waker(),
             sleeping: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
             failure: Mutex::new(None),
         });
         let loop_shared = Arc::clone(&shared);

@@ -372,3 +372,39 @@ fn a_member_that_leaves_during_a_state_transfer_does_not_hold_the_group() {
         }
     }
 }
+
+/// While a runtime stops, its members' leaves running out (here a peer went silent, so the leave
+/// waits for the failure detector): a cast is refused with `Stopped` at once, not accepted and
+/// then dropped, and statistics are still answered. Before, the loop read no commands until the
+/// leaves were over: casts returned `Ok` and were lost, uncounted, and statistics waited.
+#[test]
+#[allow(clippy::disallowed_methods)] // the stop runs on a thread of its own, as an application's may
+fn a_stopping_runtime_refuses_casts_and_still_answers_statistics() {
+    let (mut runtimes, addresses) = start(2);
+    let config = GroupConfig::new("stopping").peers(addresses);
+    let members: Vec<Member> = runtimes.iter().map(|r| r.join(config.clone()).unwrap()).collect();
+    converge(&members, Duration::from_secs(30));
+    // The peer stops at once: its leave never goes out, and it falls silent.
+    let silent = runtimes.pop().unwrap();
+    silent.shutdown(Duration::ZERO);
+    let runtime = runtimes.pop().unwrap();
+    let (handle, stats) = (members[0].handle(), runtime.stats_handle());
+    let started = Instant::now();
+    let stopping = std::thread::spawn(move || runtime.shutdown(Duration::from_secs(10)));
+    let refused = loop {
+        match handle.cast(vec![1u8]) {
+            Ok(()) => {}
+            Err(error) => break error,
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "casts still accepted 5 s after the stop");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let refused_after = started.elapsed();
+    assert!(matches!(refused, motet_runtime::Error::Stopped), "{refused}");
+    // Answered by a loop still stopping: the first refusal came while the leave ran (which
+    // takes the failure detector's second); before, casts were taken until the loop was gone,
+    // and statistics asked then found it gone.
+    let answered = stats.get();
+    assert!(answered.is_ok(), "statistics {answered:?}: casts were accepted for {refused_after:?} after the stop");
+    stopping.join().unwrap();
+}

@@ -4,7 +4,8 @@
 
 use super::overflow::Overflow;
 use super::{Addresses, Command, Joined, MemberShared, Refused, Shared, Sink, LEAVE_GRACE};
-use crate::event_loop::{EventLoop, Lot};
+use crate::event_loop::{EventLoop, Lot, Op};
+use crate::Error;
 use crate::Event;
 use motet_core::EndpointId;
 use std::collections::{BTreeMap, BTreeSet};
@@ -145,6 +146,7 @@ impl LoopThread {
     /// Events still coming go to members that still listen, in order: a member whose channel is
     /// full gets nothing more (a gap in its events would be worse than their end).
     fn finish_leaves(&mut self, grace: Duration) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
         let clock = crate::clock::Clock::new();
         let deadline = crate::clock::Deadline::after(&clock, grace);
         // Members behind on their events get nothing more (a gap would be worse than the end),
@@ -173,6 +175,7 @@ impl LoopThread {
                 }
                 return;
             }
+            self.commands_while_stopping();
             if let Err(error) = self.event_loop.poll(Some(left.min(Duration::from_millis(50)))) {
                 tracing::error!(%error, "event loop failed while leaving; stopping");
                 return;
@@ -184,6 +187,31 @@ impl LoopThread {
                 if offer(listener, event, self.channel_bytes_max).is_err() {
                     cut_off.insert(endpoint);
                 }
+            }
+        }
+    }
+
+    /// While the leaves run out: statistics are answered; an action that came as the stop was
+    /// taken (the handles refuse them since) is refused and counted, a leave being under way
+    /// already; a join or a migration is refused.
+    fn commands_while_stopping(&mut self) {
+        while let Ok(command) = self.commands.try_recv() {
+            match command {
+                Command::Stats { reply } => {
+                    let _ = reply.send((self.event_loop.runtime_stats(), self.event_loop.protocol_stats()));
+                }
+                Command::Act { endpoint, op } => {
+                    let counted = op.counted().map(|lot| (lot, op.payload_len()));
+                    if !matches!(op, Op::Leave) {
+                        self.event_loop.refused(&Error::Stopped);
+                    }
+                    self.publish_parked(endpoint, counted);
+                }
+                Command::Join { reply, .. } => drop(reply.send(Err(Error::Stopped))),
+                Command::Migrate { reply, .. } => drop(reply.send(Err(Error::Stopped))),
+                Command::Stop(_) => {}
+                #[cfg(test)]
+                Command::Panic => panic!("a test asked the loop to panic"),
             }
         }
     }
@@ -398,6 +426,7 @@ mod tests {
             waker: event_loop.waker(),
             sleeping: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
             failure: std::sync::Mutex::new(None),
         });
         let mut thread = LoopThread::new(event_loop, receiver, Arc::clone(&shared), 64, usize::MAX);
