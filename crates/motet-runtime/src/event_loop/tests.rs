@@ -381,12 +381,17 @@ fn a_migration_to_another_interface_receives_the_multicast_group_there() {
     };
     // Junk to the group, sent out of the interface with address `from`: each one the loop reads
     // is dropped as malformed, and counted.
-    let junk_from = |from: std::net::Ipv4Addr| {
-        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
-        socket.set_multicast_if_v4(&from).unwrap();
-        socket.set_multicast_loop_v4(true).unwrap();
-        socket.send_to(b"junk", &SocketAddr::from((group, port)).into()).unwrap();
+    let try_junk_from = |from: std::net::Ipv4Addr| -> std::io::Result<usize> {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
+        socket.set_multicast_if_v4(&from)?;
+        socket.set_multicast_loop_v4(true)?;
+        socket.send_to(b"junk", &SocketAddr::from((group, port)).into())
     };
+    if let Err(error) = try_junk_from(other) {
+        eprintln!("SKIPPED multicast migration test: {other} cannot send multicast ({error})");
+        return;
+    }
+    let junk_from = |from| assert_eq!(try_junk_from(from).unwrap(), 4);
     let read = |event_loop: &mut EventLoop| {
         let before = event_loop.protocol_stats().drops(DropReason::Malformed);
         for _ in 0..20 {
@@ -402,10 +407,14 @@ fn a_migration_to_another_interface_receives_the_multicast_group_there() {
         })
     };
     let past_grace = |event_loop: &mut EventLoop| {
-        for _ in 0..40 {
+        // The grace is 200 ms; a loop whose polls return early takes more turns.
+        for _ in 0..500 {
+            if event_loop.retired.is_empty() {
+                return;
+            }
             event_loop.poll(Some(Duration::from_millis(10))).unwrap();
         }
-        assert!(event_loop.retired.is_empty(), "the old socket closed");
+        panic!("the old socket never closed");
     };
 
     let mut there = event_loop();
