@@ -206,19 +206,26 @@ fn a_batch_that_is_not_full_says_the_socket_is_drained() {
     assert_eq!(b.batch, BATCH_SIZE);
 }
 
+/// Two sockets on loopback, segmentation offload at the first and receive offload on at the
+/// second (made busy), and the second's address; `None`, said, where the kernel has neither.
+fn offloading_pair() -> Option<(UdpIo, UdpIo, SocketAddr)> {
+    let (mut a, mut b) = pair(true);
+    if a.max_segments() == 1 || !gro_supported() {
+        eprintln!("io test: this kernel has no UDP segmentation or receive offload; runs are not tested");
+        return None;
+    }
+    let to = b.local_addr().unwrap();
+    make_busy(&mut a, &mut b);
+    Some((a, b, to))
+}
+
 /// A run sent with segmentation offload arrives as one coalesced buffer and is split at its
 /// segment size, also when the same headers just took datagrams that were not runs (the
 /// kernel then shortened their control-buffer lengths: a reused header would have lost the
 /// segment size and handed the run over as one datagram).
 #[test]
 fn coalesced_runs_are_split_after_single_datagrams_in_batches_and_waits() {
-    let (mut a, mut b) = pair(true);
-    if a.max_segments() == 1 || !gro_supported() {
-        eprintln!("io test: this kernel has no UDP segmentation or receive offload; runs are not tested");
-        return;
-    }
-    let to = b.local_addr().unwrap();
-    make_busy(&mut a, &mut b);
+    let Some((mut a, mut b, to)) = offloading_pair() else { return };
     let run = |round: u8| -> Vec<u8> { (0..5).flat_map(|k| vec![round * 10 + k; 100]).collect() };
     for round in 0..4u8 {
         // Single datagrams first, in every slot the batch offers.
@@ -250,13 +257,7 @@ fn coalesced_runs_are_split_after_single_datagrams_in_batches_and_waits() {
 /// message with its neighbours' bytes in it; with the room back, the next run is split again.
 #[test]
 fn a_run_whose_control_message_was_cut_short_is_dropped_and_counted() {
-    let (mut a, mut b) = pair(true);
-    if a.max_segments() == 1 || !gro_supported() {
-        eprintln!("io test: this kernel has no UDP segmentation or receive offload; not tested");
-        return;
-    }
-    let to = b.local_addr().unwrap();
-    make_busy(&mut a, &mut b);
+    let Some((mut a, mut b, to)) = offloading_pair() else { return };
     let contents: Vec<u8> = (0..5u8).flat_map(|k| vec![k; 100]).collect();
     let room = std::mem::take(&mut b.control);
     a.send_segments(to, &contents, 100).unwrap();
