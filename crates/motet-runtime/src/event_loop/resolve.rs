@@ -13,13 +13,16 @@
 //! at most one per request. Up to [`LOOKUP_THREADS`] threads serve the requests in the order
 //! asked, so a name whose servers do not answer holds up its own group's lookup and one thread,
 //! not every group's: a thread starts when a request finds none idle, and each ends when the loop
-//! is dropped (after the lookup it may be in, which is not waited for).
+//! is dropped (after the lookup it may be in, which is not waited for). A name is looked up once
+//! for every group that asks for it meanwhile, and its answer serves those that ask within
+//! [`SHARED_FOR`].
 
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 
+use crate::clock::{Clock, Deadline};
 use motet_core::Address;
 
 /// How a name is looked up: the system resolver, or a stand-in in tests.
@@ -29,6 +32,12 @@ pub(super) type Lookup = fn(&str) -> io::Result<Vec<SocketAddr>>;
 fn system(name: &str) -> io::Result<Vec<SocketAddr>> {
     name.to_socket_addrs().map(Iterator::collect)
 }
+
+/// How long a name's answer serves the other requests for it: a process in many groups seeded
+/// by one name (a container platform's service name) looks it up once in this, not once per
+/// group (10^5 groups re-resolving every 30 s asked its DNS server 3,000 times a second). The
+/// shortest `resolve_interval` there is.
+const SHARED_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Threads that look names up at most: each lookup that hangs (a name's servers do not answer;
 /// glibc gives up after 10 s) holds one, and the others go on serving the other groups.
@@ -59,6 +68,19 @@ struct Wanted {
     closed: bool,
     /// Threads waiting for a request.
     idle: usize,
+    /// Names being looked up, and answers that still serve (for [`SHARED_FOR`]).
+    names: BTreeMap<String, Shared>,
+    /// `names` is pruned of answers that serve no more once it has this many entries (then twice
+    /// what is left, so pruning costs a constant per name).
+    prune_at: usize,
+}
+
+/// A name's lookup, shared by the requests that ask for it meanwhile.
+enum Shared {
+    /// A thread is looking it up: the others asking for it wait for its answer.
+    Pending,
+    /// Its answer, and until when it serves (an error as its kind and text).
+    Known { until: Deadline, result: Result<Vec<SocketAddr>, (io::ErrorKind, String)> },
 }
 
 /// The loop's side of the lookup threads.
@@ -67,6 +89,8 @@ pub(super) struct Resolver {
     wanted: Arc<(Mutex<Wanted>, Condvar)>,
     /// Lookup threads started.
     threads: usize,
+    /// The time the threads' shared answers are kept by.
+    clock: Clock,
     answers_in: mpsc::Sender<Answer>,
     answers: mpsc::Receiver<Answer>,
     /// Requests asked and neither answered (the answer read) nor withdrawn.
@@ -95,7 +119,15 @@ impl Drop for Resolver {
 impl Resolver {
     pub(super) fn with_lookup(lookup: Lookup) -> Resolver {
         let (answers_in, answers) = mpsc::channel();
-        Resolver { lookup, wanted: Arc::default(), threads: 0, answers_in, answers, outstanding: 0 }
+        Resolver {
+            lookup,
+            wanted: Arc::default(),
+            threads: 0,
+            clock: Clock::new(),
+            answers_in,
+            answers,
+            outstanding: 0,
+        }
     }
 
     /// Asks for the addresses of `names`, answered later under `id` ([`Resolver::answers`]). If
@@ -109,10 +141,11 @@ impl Resolver {
             wanted.idle <= wanted.requests.len()
         };
         if none_idle && self.threads < LOOKUP_THREADS {
-            let (shared, answers, lookup) = (Arc::clone(&self.wanted), self.answers_in.clone(), self.lookup);
+            let (shared, answers, lookup, clock) =
+                (Arc::clone(&self.wanted), self.answers_in.clone(), self.lookup, self.clock);
             let spawned = std::thread::Builder::new()
                 .name("motet-resolve".into())
-                .spawn(move || serve(&shared, &answers, lookup));
+                .spawn(move || serve(&shared, &answers, lookup, clock));
             match spawned {
                 Ok(_) => self.threads += 1,
                 Err(error) if self.threads == 0 => {
@@ -160,8 +193,49 @@ fn lookups(names: &[String], lookup: Lookup) -> Vec<(String, io::Result<Vec<Sock
     names.iter().map(|name| (name.clone(), lookup(name))).collect()
 }
 
+/// `name`'s addresses for a lookup thread: an answer another request had within
+/// [`SHARED_FOR`], or the one a thread looking it up now gets (waited for), or a lookup of its own.
+fn shared_lookup(
+    name: &str,
+    wanted: &(Mutex<Wanted>, Condvar),
+    lookup: Lookup,
+    clock: Clock,
+) -> io::Result<Vec<SocketAddr>> {
+    let (lock, changed) = wanted;
+    let mut state = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    loop {
+        match state.names.get(name) {
+            Some(Shared::Known { until, result }) if !until.until(&clock).is_zero() => {
+                return result.clone().map_err(|(kind, text)| io::Error::new(kind, text));
+            }
+            Some(Shared::Pending) if !state.closed => {
+                state = changed.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+            _ => break,
+        }
+    }
+    if state.names.len() >= state.prune_at {
+        state.names.retain(|_, shared| match shared {
+            Shared::Pending => true,
+            Shared::Known { until, .. } => !until.until(&clock).is_zero(),
+        });
+        state.prune_at = (2 * state.names.len()).max(64);
+    }
+    state.names.insert(name.to_string(), Shared::Pending);
+    drop(state);
+    let result = lookup(name);
+    let kept = result.as_ref().map(Clone::clone).map_err(|e| (e.kind(), e.to_string()));
+    let until = Deadline::after(&clock, SHARED_FOR);
+    lock.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .names
+        .insert(name.to_string(), Shared::Known { until, result: kept });
+    changed.notify_all();
+    result
+}
+
 /// A lookup thread: answers the wanted requests in order until the loop is gone.
-fn serve(wanted: &(Mutex<Wanted>, Condvar), answers: &mpsc::Sender<Answer>, lookup: Lookup) {
+fn serve(wanted: &(Mutex<Wanted>, Condvar), answers: &mpsc::Sender<Answer>, lookup: Lookup, clock: Clock) {
     let (lock, changed) = wanted;
     loop {
         let (id, Request { names, waker }) = {
@@ -178,7 +252,7 @@ fn serve(wanted: &(Mutex<Wanted>, Condvar), answers: &mpsc::Sender<Answer>, look
                 state.idle -= 1;
             }
         };
-        let found = lookups(&names, lookup);
+        let found = names.iter().map(|name| (name.clone(), shared_lookup(name, wanted, lookup, clock))).collect();
         let wake = Arc::clone(&waker);
         if answers.send(Answer { id, found, _waker: waker }).is_err() {
             return;

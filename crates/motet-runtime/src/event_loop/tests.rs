@@ -526,3 +526,38 @@ fn a_hung_lookup_of_one_group_does_not_hold_another_groups() {
     HANG.1.notify_all();
     assert_eq!(found, [Address::Inet("127.0.0.1:7996".parse().unwrap())], "answered while the other hung");
 }
+
+/// Lookups made by [`counted_lookup`].
+static LOOKUPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn counted_lookup(_name: &str) -> io::Result<Vec<SocketAddr>> {
+    LOOKUPS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(20)); // a DNS server's answer takes a while
+    Ok(vec!["127.0.0.1:7990".parse().unwrap()])
+}
+
+/// Groups of a process seeded by one name look it up once, not once per group: a container
+/// platform's service name for 10^5 groups re-resolved every 30 s asked the DNS server about
+/// 3,000 times a second.
+#[test]
+fn groups_seeded_by_one_name_share_its_lookup() {
+    let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+    event_loop.resolver = resolve::Resolver::with_lookup(counted_lookup);
+    let mut names = Vec::new();
+    for g in 0..20 {
+        let mut group = GroupConfig::new(&format!("shared-name-{g}"));
+        group.peers = vec!["service.invalid:7990".into()];
+        event_loop.join(&group).unwrap();
+        names.push(GroupName(group.name.as_str().into()));
+    }
+    for _ in 0..500 {
+        if names.iter().all(|name| !event_loop.node.peers(name).is_empty()) {
+            break;
+        }
+        event_loop.poll(Some(Duration::from_millis(10))).unwrap();
+    }
+    assert!(names.iter().all(|name| !event_loop.node.peers(name).is_empty()), "every group has the name's address");
+    // One lookup, or two if this test stalled past the answer's second.
+    let lookups = LOOKUPS.load(std::sync::atomic::Ordering::SeqCst);
+    assert!((1..=2).contains(&lookups), "{lookups} lookups for 20 groups");
+}
