@@ -30,11 +30,13 @@ mod owners;
 mod ready;
 mod receive;
 mod resolve;
+mod seeds;
 mod send;
 use app::MemberState;
 pub(crate) use app::{Lot, Op, PARKED_BYTES_MAX, PARKED_MAX};
 use migrate::{bind_socket, multicast_interface, Retired};
 use receive::Source;
+use seeds::Seeds;
 use send::Packings;
 
 const SOCKET: mio::Token = mio::Token(0);
@@ -142,27 +144,6 @@ pub struct RuntimeStats {
     /// Application messages that took the layered path because a layer's fast-path condition
     /// did not hold (a window full, a message out of order, a view change).
     pub bypass_misses: u64,
-}
-
-/// DNS names among a group's peers, re-resolved periodically, off the loop thread
-/// ([`resolve`]).
-#[derive(Debug)]
-struct Seeds {
-    /// Names the lookups' answers ([`resolve::Answer::id`]).
-    id: u64,
-    /// A lookup was asked and not answered yet (at most one at a time).
-    in_flight: bool,
-    /// The lookup in flight has outlasted the interval, and a warning said so.
-    slow_told: bool,
-    /// The endpoint that joined with them (they go when it exits).
-    endpoint: EndpointId,
-    group: GroupName,
-    peers: Vec<String>,
-    interval: Duration,
-    next: crate::clock::Deadline,
-    /// Each name's addresses at its last successful lookup: a lookup that fails (a DNS server
-    /// restarting) keeps them instead of dropping the name from the peers until the next one.
-    last: BTreeMap<String, resolve::Known>,
 }
 
 /// The event loop of one process. See the module documentation.
@@ -326,30 +307,7 @@ impl EventLoop {
         view.clients = vec![group.client];
         let view = Arc::new(view);
         let configured = Arc::clone(&view.params);
-        // The IP literals among the seeds at once; the names once their first lookup answers,
-        // asked now without waiting for it (`resolve`).
-        let mut last = BTreeMap::new();
-        let seeds = resolve::seed_addresses(&group.peers, self.advertise, &mut last, Vec::new());
-        // Before the stack is built: its first gossip may go to them.
-        self.node.set_peers(name.clone(), self.group_peers(&name, &seeds));
-        let names = resolve::names(&group.peers);
-        if !names.is_empty() {
-            self.next_seeds += 1;
-            let id = self.next_seeds;
-            self.resolver.ask(id, names, Arc::clone(&self.waker));
-            let seeds = Seeds {
-                id,
-                in_flight: true,
-                slow_told: false,
-                endpoint,
-                group: name.clone(),
-                peers: group.peers.clone(),
-                interval: group.resolve_interval,
-                next: crate::clock::Deadline::after(&self.clock, group.resolve_interval),
-                last,
-            };
-            self.seeds.push(seeds);
-        }
+        let seeds = self.ask_seeds(endpoint, &name, group);
         let now = self.clock.now();
         let stack = match self.node.join(now, Arc::clone(&view), 0) {
             Ok(stack) => stack,
@@ -357,10 +315,7 @@ impl EventLoop {
                 // No endpoint: the group's seeds are its other endpoints' again, and this one's
                 // lookups stop.
                 self.publish_peers(&name);
-                for seeds in self.seeds.iter().filter(|seeds| seeds.endpoint == endpoint) {
-                    self.resolver.forget(seeds.id);
-                }
-                self.seeds.retain(|seeds| seeds.endpoint != endpoint);
+                self.forget_seeds(endpoint);
                 return Err(error.into());
             }
         };
@@ -462,10 +417,7 @@ impl EventLoop {
         self.recv_timeout.note_alarm(self.node.poll_alarm(), before);
         let mut wait = self.node.poll_timeout().map(|at| crate::clock::between(before, at));
         let closing = self.retired.iter().filter_map(|r| r.close_at);
-        // A group whose lookup is in flight waits for its answer (which wakes the loop), not for
-        // its interval: a lookup that outlasts the interval would otherwise make every wait zero.
-        let asking = self.seeds.iter().filter(|s| !s.in_flight).map(|s| s.next);
-        if let Some(next) = asking.chain(closing).min() {
+        if let Some(next) = self.next_lookup().into_iter().chain(closing).min() {
             let next = next.from(before);
             wait = Some(wait.map_or(next, |w| w.min(next)));
         }
@@ -754,71 +706,6 @@ impl EventLoop {
     /// The current view of `endpoint`, if it has one.
     pub fn view(&self, endpoint: EndpointId) -> Option<&Arc<ViewState>> {
         self.members.get(&endpoint)?.view.as_ref()
-    }
-
-    /// The seeds of `group` here: those of each of its endpoints in this process, and `extra`,
-    /// each address once, in that order.
-    fn group_peers(&self, group: &GroupName, extra: &[Address]) -> Vec<Address> {
-        let mut peers: Vec<Address> = Vec::new();
-        let endpoints = self.groups.get(group).into_iter().flatten();
-        let theirs = endpoints.filter_map(|e| self.members.get(e)).flat_map(|m| &m.seeds);
-        for &address in theirs.chain(extra) {
-            if !peers.contains(&address) {
-                peers.push(address);
-            }
-        }
-        peers
-    }
-
-    /// Gives the node `group`'s seeds: the union of its endpoints' here (two members of one
-    /// group in a process may be configured with different seeds, and one that exits must not
-    /// take the other's with it); none once its last endpoint here is gone.
-    fn publish_peers(&mut self, group: &GroupName) {
-        if self.groups.contains_key(group) {
-            let peers = self.group_peers(group, &[]);
-            self.node.set_peers(group.clone(), peers);
-        } else {
-            self.node.forget_peers(group);
-        }
-    }
-
-    /// Takes the answers of seed lookups, and asks again for the seeds whose interval has
-    /// passed (one lookup in flight per group; the interval counts from the asking).
-    fn reresolve(&mut self, now: motet_core::Instant) {
-        if self.seeds.is_empty() && self.resolver.idle() {
-            return;
-        }
-        // Read even when no group is left to take them: an answer holds a waker, and a loop
-        // whose waker someone holds never waits in the receive call.
-        let answers = self.resolver.answers();
-        for answer in answers {
-            // The seeds of an endpoint that has exited since are gone: nothing to update.
-            let Some(seeds) = self.seeds.iter_mut().find(|s| s.id == answer.id) else { continue };
-            seeds.in_flight = false;
-            seeds.slow_told = false;
-            let peers = resolve::seed_addresses(&seeds.peers, self.advertise, &mut seeds.last, answer.found);
-            if let Some(member) = self.members.get_mut(&seeds.endpoint) {
-                member.seeds = peers;
-            }
-            let group = seeds.group.clone();
-            self.publish_peers(&group);
-        }
-        for seeds in &mut self.seeds {
-            let due = seeds.next.from(now).is_zero();
-            // A lookup that has taken a whole interval: a name whose servers do not answer (or
-            // a stuck resolver), holding a lookup thread, and the later lookups if it holds all
-            // of them. Said once per lookup.
-            if seeds.in_flight && due && !seeds.slow_told {
-                seeds.slow_told = true;
-                tracing::warn!(group = ?seeds.group, peers = ?seeds.peers, interval = ?seeds.interval, "seed names asked of DNS a whole interval ago are not resolved yet: a name's servers do not answer, and it holds one of the lookup threads");
-            }
-            if seeds.in_flight || !due {
-                continue;
-            }
-            seeds.in_flight = true;
-            seeds.next = crate::clock::Deadline::after(&self.clock, seeds.interval);
-            self.resolver.ask(seeds.id, resolve::names(&seeds.peers), Arc::clone(&self.waker));
-        }
     }
 
     /// [`EventLoop::drain`], then sends everything packed.

@@ -375,10 +375,7 @@ impl EventLoop {
                 }
                 self.publish_peers(&member.group);
             }
-            for seeds in self.seeds.iter().filter(|seeds| seeds.endpoint == endpoint) {
-                self.resolver.forget(seeds.id);
-            }
-            self.seeds.retain(|seeds| seeds.endpoint != endpoint);
+            self.forget_seeds(endpoint);
         }
         views_changed
     }

@@ -154,7 +154,7 @@ impl Resolver {
                     let _ = self.answers_in.send(Answer { id, found, _waker: waker });
                     return;
                 }
-                // The threads there are serve it in turn.
+                // The threads already started serve it in turn.
                 Err(error) => tracing::warn!(%error, threads = self.threads, "no further thread for DNS lookups"),
             }
         }
@@ -178,7 +178,7 @@ impl Resolver {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Wanted> {
-        self.wanted.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        locked(&self.wanted.0)
     }
 
     /// The answers that have come back since the last call.
@@ -187,6 +187,11 @@ impl Resolver {
         self.outstanding -= answers.len();
         answers
     }
+}
+
+/// The lookups' shared state, whatever a thread that panicked holding it left.
+fn locked(lock: &Mutex<Wanted>) -> std::sync::MutexGuard<'_, Wanted> {
+    lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn lookups(names: &[String], lookup: Lookup) -> Vec<(String, io::Result<Vec<SocketAddr>>)> {
@@ -202,7 +207,7 @@ fn shared_lookup(
     clock: Clock,
 ) -> io::Result<Vec<SocketAddr>> {
     let (lock, changed) = wanted;
-    let mut state = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut state = locked(lock);
     loop {
         match state.names.get(name) {
             Some(Shared::Known { until, result }) if !until.until(&clock).is_zero() => {
@@ -226,10 +231,7 @@ fn shared_lookup(
     let result = lookup(name);
     let kept = result.as_ref().map(Clone::clone).map_err(|e| (e.kind(), e.to_string()));
     let until = Deadline::after(&clock, SHARED_FOR);
-    lock.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .names
-        .insert(name.to_string(), Shared::Known { until, result: kept });
+    locked(lock).names.insert(name.to_string(), Shared::Known { until, result: kept });
     changed.notify_all();
     result
 }
@@ -239,7 +241,7 @@ fn serve(wanted: &(Mutex<Wanted>, Condvar), answers: &mpsc::Sender<Answer>, look
     let (lock, changed) = wanted;
     loop {
         let (id, Request { names, waker }) = {
-            let mut state = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut state = locked(lock);
             loop {
                 if state.closed {
                     return;
