@@ -11,11 +11,13 @@
 //! gone takes its waiting request with it ([`Resolver::forget`]): however fast groups come and go
 //! while a lookup hangs, the work queued is at most one request per live group, and the answers
 //! at most one per request. Up to [`LOOKUP_THREADS`] threads serve the requests in the order
-//! asked, so a name whose servers do not answer holds up its own group's lookup and one thread,
+//! asked, so a name whose servers do not answer holds up the groups seeded by it and one thread,
 //! not every group's: a thread starts when a request finds none idle, and each ends when the loop
 //! is dropped (after the lookup it may be in, which is not waited for). A name is looked up once
 //! for every group that asks for it meanwhile, and its answer serves those that ask within
-//! [`SHARED_FOR`].
+//! [`SHARED_FOR`]. A request that needs a name another thread is looking up is parked, holding no
+//! thread, and goes back to the head of the queue when that answer is in: however many groups
+//! share a name that hangs, they hold one thread between them.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -46,6 +48,8 @@ pub(super) const LOOKUP_THREADS: usize = 4;
 /// One group's names to look up.
 struct Request {
     names: Vec<String>,
+    /// The answers so far, in the order of `names` (a parked request keeps what it had).
+    found: Found,
     /// Held from the asking until the loop has read the answer: a loop whose waker nobody else
     /// holds may wait in its receive call, which a wake-up would not interrupt.
     waker: Arc<mio::Waker>,
@@ -54,16 +58,22 @@ struct Request {
 /// The answer to a request: each name with its addresses or the lookup's error.
 pub(super) struct Answer {
     pub(super) id: u64,
-    pub(super) found: Vec<(String, io::Result<Vec<SocketAddr>>)>,
+    pub(super) found: Found,
     /// The request's waker, dropped with the answer once the loop has read it.
     _waker: Arc<mio::Waker>,
 }
+
+/// Each name of a request with its addresses or the lookup's error.
+pub(super) type Found = Vec<(String, io::Result<Vec<SocketAddr>>)>;
 
 /// What the lookup threads have to do: the requests in the order asked (a group asking often
 /// cannot starve the others).
 #[derive(Default)]
 struct Wanted {
     requests: std::collections::VecDeque<(u64, Request)>,
+    /// Requests waiting for the answer of the name another thread is looking up (the name, the
+    /// request), in the order they were parked.
+    parked: Vec<(String, u64, Request)>,
     /// The loop is gone: the threads end.
     closed: bool,
     /// Threads waiting for a request.
@@ -158,16 +168,17 @@ impl Resolver {
                 Err(error) => tracing::warn!(%error, threads = self.threads, "no further thread for DNS lookups"),
             }
         }
-        self.lock().requests.push_back((id, Request { names, waker }));
+        self.lock().requests.push_back((id, Request { names, found: Vec::new(), waker }));
         self.wanted.1.notify_one();
     }
 
-    /// Withdraws the request of `id` if it has not started (its group is gone).
+    /// Withdraws the request of `id` if it is waiting, queued or parked (its group is gone).
     pub(super) fn forget(&mut self, id: u64) {
         let mut wanted = self.lock();
-        let before = wanted.requests.len();
+        let before = wanted.requests.len() + wanted.parked.len();
         wanted.requests.retain(|(waiting, _)| *waiting != id);
-        let withdrawn = before - wanted.requests.len();
+        wanted.parked.retain(|(_, waiting, _)| *waiting != id);
+        let withdrawn = before - wanted.requests.len() - wanted.parked.len();
         drop(wanted);
         self.outstanding -= withdrawn;
     }
@@ -194,30 +205,28 @@ fn locked(lock: &Mutex<Wanted>) -> std::sync::MutexGuard<'_, Wanted> {
     lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn lookups(names: &[String], lookup: Lookup) -> Vec<(String, io::Result<Vec<SocketAddr>>)> {
+fn lookups(names: &[String], lookup: Lookup) -> Found {
     names.iter().map(|name| (name.clone(), lookup(name))).collect()
 }
 
-/// `name`'s addresses for a lookup thread: an answer another request had within
-/// [`SHARED_FOR`], or the one a thread looking it up now gets (waited for), or a lookup of its own.
-fn shared_lookup(
-    name: &str,
-    wanted: &(Mutex<Wanted>, Condvar),
-    lookup: Lookup,
-    clock: Clock,
-) -> io::Result<Vec<SocketAddr>> {
-    let (lock, changed) = wanted;
-    let mut state = locked(lock);
-    loop {
-        match state.names.get(name) {
-            Some(Shared::Known { until, result }) if !until.until(&clock).is_zero() => {
-                return result.clone().map_err(|(kind, text)| io::Error::new(kind, text));
-            }
-            Some(Shared::Pending) if !state.closed => {
-                state = changed.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner);
-            }
-            _ => break,
+/// What a lookup thread does about one name of a request.
+enum Next {
+    /// Its answer, shared by another request within [`SHARED_FOR`].
+    Known(io::Result<Vec<SocketAddr>>),
+    /// Another thread is looking it up: the request is parked until that answer is in.
+    Parked,
+    /// Nobody is: this thread looks it up (marked pending for the others).
+    Lookup,
+}
+
+/// Whether `name` is known, being looked up, or this thread's to look up (then marked so).
+fn claim(state: &mut Wanted, name: &str, clock: Clock) -> Next {
+    match state.names.get(name) {
+        Some(Shared::Known { until, result }) if !until.until(&clock).is_zero() => {
+            return Next::Known(result.clone().map_err(|(kind, text)| io::Error::new(kind, text)));
         }
+        Some(Shared::Pending) => return Next::Parked,
+        _ => {}
     }
     if state.names.len() >= state.prune_at {
         state.names.retain(|_, shared| match shared {
@@ -227,20 +236,34 @@ fn shared_lookup(
         state.prune_at = (2 * state.names.len()).max(64);
     }
     state.names.insert(name.to_string(), Shared::Pending);
-    drop(state);
-    let result = lookup(name);
-    let kept = result.as_ref().map(Clone::clone).map_err(|e| (e.kind(), e.to_string()));
-    let until = Deadline::after(&clock, SHARED_FOR);
-    locked(lock).names.insert(name.to_string(), Shared::Known { until, result: kept });
-    changed.notify_all();
-    result
+    Next::Lookup
 }
 
-/// A lookup thread: answers the wanted requests in order until the loop is gone.
+/// Files the answer of `name` for the requests that ask within [`SHARED_FOR`], and sends the
+/// requests parked on it back to the head of the queue, in the order they were parked.
+fn answered(state: &mut Wanted, name: &str, result: &io::Result<Vec<SocketAddr>>, clock: Clock) {
+    let kept = match result {
+        Ok(addresses) => Ok(addresses.clone()),
+        Err(e) => Err((e.kind(), e.to_string())),
+    };
+    let until = Deadline::after(&clock, SHARED_FOR);
+    state.names.insert(name.to_string(), Shared::Known { until, result: kept });
+    let mut k = state.parked.len();
+    while k > 0 {
+        k -= 1;
+        if state.parked[k].0 == name {
+            let (_, id, request) = state.parked.remove(k);
+            state.requests.push_front((id, request));
+        }
+    }
+}
+
+/// A lookup thread: answers the wanted requests in order until the loop is gone. A request that
+/// needs a name another thread is looking up is parked, and this thread goes on to the next.
 fn serve(wanted: &(Mutex<Wanted>, Condvar), answers: &mpsc::Sender<Answer>, lookup: Lookup, clock: Clock) {
     let (lock, changed) = wanted;
-    loop {
-        let (id, Request { names, waker }) = {
+    'requests: loop {
+        let (id, mut request) = {
             let mut state = locked(lock);
             loop {
                 if state.closed {
@@ -254,7 +277,26 @@ fn serve(wanted: &(Mutex<Wanted>, Condvar), answers: &mpsc::Sender<Answer>, look
                 state.idle -= 1;
             }
         };
-        let found = names.iter().map(|name| (name.clone(), shared_lookup(name, wanted, lookup, clock))).collect();
+        while let Some(name) = request.names.get(request.found.len()).cloned() {
+            let mut state = locked(lock);
+            let result = match claim(&mut state, &name, clock) {
+                Next::Known(result) => result,
+                Next::Parked => {
+                    state.parked.push((name, id, request));
+                    continue 'requests;
+                }
+                Next::Lookup => {
+                    drop(state);
+                    let result = lookup(&name);
+                    answered(&mut locked(lock), &name, &result, clock);
+                    // Parked requests are queued again: idle threads take them.
+                    changed.notify_all();
+                    result
+                }
+            };
+            request.found.push((name, result));
+        }
+        let Request { found, waker, .. } = request;
         let wake = Arc::clone(&waker);
         if answers.send(Answer { id, found, _waker: waker }).is_err() {
             return;
@@ -287,7 +329,7 @@ pub(super) fn seed_addresses(
     peers: &[String],
     own: SocketAddr,
     last: &mut BTreeMap<String, Known>,
-    found: Vec<(String, io::Result<Vec<SocketAddr>>)>,
+    found: Found,
 ) -> Vec<Address> {
     for (name, result) in found {
         match result {

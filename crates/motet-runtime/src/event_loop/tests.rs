@@ -502,15 +502,18 @@ fn one_name_hangs(name: &str) -> io::Result<Vec<SocketAddr>> {
     Ok(vec!["127.0.0.1:7996".parse().unwrap()])
 }
 
-/// A seed name whose servers do not answer holds up its own group's lookup, not another group's
-/// asked after it: lookups run on a few threads. (On one thread, every group's lookups waited
-/// behind it, 10 s with glibc's defaults, at every re-resolution.)
+/// A seed name whose servers do not answer holds up the groups it seeds, not another group's
+/// asked after them: lookups run on a few threads, and the groups waiting for the name's one
+/// lookup hold none. (On one thread, every group's lookups waited behind it, 10 s with glibc's
+/// defaults, at every re-resolution; with each waiting group holding a thread, as many groups on
+/// the name as there are threads did the same.)
 #[test]
 fn a_hung_lookup_of_one_group_does_not_hold_another_groups() {
     let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
     event_loop.resolver = resolve::Resolver::with_lookup(one_name_hangs);
-    for (name, seed) in [("hung-dns", "hang.invalid:7995"), ("quick-dns", "quick.invalid:7996")] {
-        let mut group = GroupConfig::new(name);
+    let hung = (0..resolve::LOOKUP_THREADS + 2).map(|g| (format!("hung-dns-{g}"), "hang.invalid:7995"));
+    for (name, seed) in hung.chain([("quick-dns".to_string(), "quick.invalid:7996")]) {
+        let mut group = GroupConfig::new(&name);
         group.peers = vec![seed.into()];
         event_loop.join(&group).unwrap();
     }
