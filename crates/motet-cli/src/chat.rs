@@ -7,6 +7,7 @@
 
 use clap::Args;
 use motet_runtime::{Error, Event, GroupConfig, Runtime, RuntimeConfig};
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,7 +39,7 @@ pub(crate) fn run(args: ChatArgs) -> ExitCode {
     match chat(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("motet chat: {message}");
+            note!("motet chat: {message}");
             ExitCode::from(1)
         }
     }
@@ -65,6 +66,12 @@ fn start(args: &ChatArgs) -> Result<Runtime, String> {
 #[allow(clippy::disallowed_types)] // wall-clock time of a command-line tool
 fn chat(args: ChatArgs) -> Result<(), String> {
     let name = args.name.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "anonymous".into());
+    // First, as `member` does: a signal while starting is a leave once joined, not an exit
+    // the others must find out by suspicion.
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(|e| e.to_string())?;
+    }
     let runtime = start(&args)?;
     let peers = if args.peers.is_empty() {
         LOCAL_PORTS.map(|p| format!("127.0.0.1:{p}")).collect()
@@ -72,11 +79,18 @@ fn chat(args: ChatArgs) -> Result<(), String> {
         args.peers.clone()
     };
     let member = runtime.join(GroupConfig::new(&args.group).peers(peers)).map_err(|e| e.to_string())?;
-    println!("* {name} in `{}` at {} — type a line to send it, Ctrl-D to leave", args.group, runtime.advertised_addr());
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(|e| e.to_string())?;
-    }
+    // A closed stdout (`motet chat ROOM | head`) must not end the process unleft: `println!`
+    // panics, and the panic hook exits at once. The member leaves when its input ends.
+    let say = |line: std::fmt::Arguments<'_>| {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    };
+    say(format_args!(
+        "* {name} in `{}` at {} — type a line to send it, Ctrl-D to leave",
+        args.group,
+        runtime.advertised_addr()
+    ));
     // A stop (a signal, or the end of input) that the loop below cannot act on, because it is
     // blocked writing to a terminal or pipe nobody reads, still ends the process.
     crate::member::spawn_watchdog("*", Arc::clone(&stop));
@@ -90,7 +104,7 @@ fn chat(args: ChatArgs) -> Result<(), String> {
             crate::member::stdin_lines("*", |line| {
                 let line = String::from_utf8_lossy(line);
                 if let Err(error) = crate::member::cast_when_room(&handle, format!("{name}: {line}")) {
-                    eprintln!("* not sent: {error}");
+                    note!("* not sent: {error}");
                 }
                 std::ops::ControlFlow::Continue(())
             });
@@ -106,21 +120,21 @@ fn chat(args: ChatArgs) -> Result<(), String> {
             let _ = member.leave();
         }
         if leave_by.is_some_and(|by| std::time::Instant::now() >= by) {
-            println!("* left without a confirmation within {:?}", crate::member::LEAVE_WAIT);
+            say(format_args!("* left without a confirmation within {:?}", crate::member::LEAVE_WAIT));
             return Ok(());
         }
         match member.recv_timeout(Duration::from_millis(100)) {
-            Ok(Some(Event::Cast { data, .. })) => println!("{}", crate::member::printable(&data)),
+            Ok(Some(Event::Cast { data, .. })) => say(format_args!("{}", crate::member::printable(&data))),
             Ok(Some(Event::View(view))) => {
                 let joined = view.members.iter().filter(|m| !previous.contains(m)).count();
                 let left = previous.iter().filter(|m| !view.members.contains(m)).count();
                 if !previous.is_empty() || view.members.len() > 1 {
-                    println!("* {} here now ({joined} joined, {left} left)", view.members.len());
+                    say(format_args!("* {} here now ({joined} joined, {left} left)", view.members.len()));
                 }
                 previous = view.members;
             }
             Ok(Some(Event::Exit)) | Err(Error::Left) => {
-                println!("* left");
+                say(format_args!("* left"));
                 return Ok(());
             }
             Ok(_) => {}

@@ -1,5 +1,15 @@
 //! `motet`: the command-line front end.
 
+/// `eprintln!` that cannot panic: a member whose standard error nobody reads any more (a logger
+/// that died) must go on, and leave when asked (`eprintln!` panics on a closed stream, ending the
+/// process unleft, or a thread such as the one that casts stdin's lines).
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 mod bench;
 mod chat;
 mod demo;

@@ -289,7 +289,10 @@ fn configure(args: &MemberArgs) -> Result<(RuntimeConfig, GroupConfig), String> 
     if let Some(loss) = args.inject_loss {
         runtime.inject_loss = loss;
     }
-    group.peers.extend(args.peers.iter().cloned());
+    // Flags override the file: `--peers` replaces its seeds (as `--stack` replaces its stack).
+    if !args.peers.is_empty() {
+        group.peers = args.peers.clone();
+    }
     group.client |= args.client;
     group.loopback &= !args.no_loopback;
     Ok((runtime, group))
@@ -301,17 +304,27 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
     // Read first: a parent that dies while this process starts leaves it to a reaper, whose id a
     // later read would take for the parent's, and the watch would never fire.
     let parent = std::os::unix::process::parent_id();
+    // First: a stop asked while this process starts (a supervisor's SIGTERM right after the
+    // spawn) is then a leave once joined and exit status 0, not the signal's default action
+    // (status 143, and a member the others must suspect).
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        if let Err(error) = signal_hook::flag::register(signal, Arc::clone(&stop)) {
+            note!("motet member: cannot handle signal {signal}: {error}");
+            return ExitCode::from(1);
+        }
+    }
     let (runtime_config, group) = match configure(&args) {
         Ok(config) => config,
         Err(message) => {
-            eprintln!("motet member: {message}");
+            note!("motet member: {message}");
             return ExitCode::from(2);
         }
     };
     let runtime = match Runtime::start(runtime_config) {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("motet member: {error}");
+            note!("motet member: {error}");
             return ExitCode::from(1);
         }
     };
@@ -319,9 +332,9 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
     // cost the group two view changes and this process a leave).
     if let Some(address) = args.metrics {
         match motet_runtime::metrics::serve(address, runtime.stats_handle()) {
-            Ok(bound) => eprintln!("motet member: metrics at http://{bound}/metrics"),
+            Ok(bound) => note!("motet member: metrics at http://{bound}/metrics"),
             Err(error) => {
-                eprintln!("motet member: cannot serve metrics on {address}: {error}");
+                note!("motet member: cannot serve metrics on {address}: {error}");
                 return ExitCode::from(1);
             }
         }
@@ -329,17 +342,10 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
     let member = match runtime.join(group) {
         Ok(member) => member,
         Err(error) => {
-            eprintln!("motet member: {error}");
+            note!("motet member: {error}");
             return ExitCode::from(2);
         }
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        if let Err(error) = signal_hook::flag::register(signal, Arc::clone(&stop)) {
-            eprintln!("motet member: cannot handle signal {signal}: {error}");
-            return ExitCode::from(1);
-        }
-    }
     spawn_watchdog("motet member", Arc::clone(&stop));
     if args.exit_with_parent {
         spawn_parent_watch(parent, Arc::clone(&stop));
@@ -372,7 +378,7 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
     let mut switch = args.switch.clone();
     if let Some(spec) = &switch {
         if let Err(error) = motet_core::StackSpec::parse(spec) {
-            eprintln!("motet member: --switch {spec}: {error}");
+            note!("motet member: --switch {spec}: {error}");
             return ExitCode::from(2);
         }
     }
@@ -380,7 +386,7 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
         if switch_at.is_some_and(|at| std::time::Instant::now() >= at) {
             if let Some(spec) = switch.take() {
                 if let Err(error) = member.switch(&spec) {
-                    eprintln!("motet member: switch to {spec} refused: {error}");
+                    note!("motet member: switch to {spec} refused: {error}");
                 }
             }
         }
@@ -405,7 +411,7 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
                     _ => Ok(()),
                 };
                 if let Err(error) = xfer {
-                    eprintln!("motet member: state transfer: {error}");
+                    note!("motet member: state transfer: {error}");
                 }
                 if let Event::View(view) = &event {
                     if view.members.len() > 1 && switch_at.is_none() {
@@ -420,13 +426,13 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
             Ok(None) => {}
             Err(Error::Left) => break,
             Err(error) => {
-                eprintln!("motet member: {error}");
+                note!("motet member: {error}");
                 return ExitCode::from(1);
             }
         }
         let now = std::time::Instant::now();
         if leave_by.is_some_and(|by| now >= by) {
-            eprintln!("motet member: the leave was not confirmed within {LEAVE_WAIT:?}; exiting anyway");
+            note!("motet member: the leave was not confirmed within {LEAVE_WAIT:?}; exiting anyway");
             break;
         }
         if args.stats && now >= next_stats {
@@ -457,12 +463,12 @@ pub(crate) fn spawn_watchdog(who: &'static str, stop: Arc<AtomicBool>) {
             std::thread::sleep(Duration::from_millis(50));
         }
         std::thread::sleep(LEAVE_WAIT + Duration::from_secs(1));
-        eprintln!("{who}: still running after a stop was asked (is its output being read?); exiting");
+        note!("{who}: still running after a stop was asked (is its output being read?); exiting");
         // `exit` only tries the standard output's lock, which the blocked writer holds.
         std::process::exit(0);
     });
     if let Err(error) = spawned {
-        eprintln!("{who}: cannot watch for a stop that does not end the process: {error}");
+        note!("{who}: cannot watch for a stop that does not end the process: {error}");
     }
 }
 
@@ -477,7 +483,7 @@ fn spawn_parent_watch(parent: u32, stop: Arc<AtomicBool>) {
         stop.store(true, Ordering::SeqCst);
     });
     if let Err(error) = spawned {
-        eprintln!("motet member: cannot watch the parent process: {error}");
+        note!("motet member: cannot watch the parent process: {error}");
     }
 }
 
@@ -490,7 +496,7 @@ fn migrate(runtime: &Runtime, args: &str) -> Result<(), Error> {
     let bind = parse(words.next())?.ok_or_else(|| Error::Config("/migrate needs IP:PORT to bind".into()))?;
     let advertise = parse(words.next())?;
     let address = runtime.migrate(bind, advertise)?;
-    eprintln!("motet member: migrating to {address}");
+    note!("motet member: migrating to {address}");
     Ok(())
 }
 
@@ -533,7 +539,7 @@ pub(crate) fn stdin_lines(who: &str, mut each: impl FnMut(&[u8]) -> ControlFlow<
         match std::io::Read::take(&mut stdin, LINE_MAX as u64 + 1).read_until(b'\n', &mut buf) {
             Ok(0) => return,
             Ok(_) if buf.len() > LINE_MAX && buf.last() != Some(&b'\n') => {
-                eprintln!("{who}: a line longer than {LINE_MAX} bytes was skipped");
+                note!("{who}: a line longer than {LINE_MAX} bytes was skipped");
                 if !skip_line(who, &mut stdin) {
                     return;
                 }
@@ -541,7 +547,7 @@ pub(crate) fn stdin_lines(who: &str, mut each: impl FnMut(&[u8]) -> ControlFlow<
             Ok(_) if each(strip_newline(&buf)).is_break() => return,
             Ok(_) => {}
             Err(error) => {
-                eprintln!("{who}: reading stdin: {error}; no more lines are read");
+                note!("{who}: reading stdin: {error}; no more lines are read");
                 return;
             }
         }
@@ -563,7 +569,7 @@ fn skip_line(who: &str, stdin: &mut impl BufRead) -> bool {
             },
             Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(error) => {
-                eprintln!("{who}: reading stdin: {error}; no more lines are read");
+                note!("{who}: reading stdin: {error}; no more lines are read");
                 return false;
             }
         };
@@ -586,7 +592,7 @@ fn spawn_stdin_caster(member: Handle, runtime: Arc<Runtime>, commands: bool) {
                     Some(("switch", spec)) => member.switch(spec.trim()),
                     Some(("migrate", to)) => migrate(&runtime, to),
                     _ => {
-                        eprintln!(
+                        note!(
                             "motet member: unknown command /{command} (known: /switch SPEC, /migrate IP:PORT [ADVERTISE], /leave)"
                         );
                         return ControlFlow::Continue(());
@@ -598,13 +604,41 @@ fn spawn_stdin_caster(member: Handle, runtime: Arc<Runtime>, commands: bool) {
                 Ok(()) => ControlFlow::Continue(()),
                 Err(Error::Left | Error::Stopped | Error::Failed(_)) => ControlFlow::Break(()),
                 Err(error) => {
-                    eprintln!("motet member: refused: {error}");
+                    note!("motet member: refused: {error}");
                     ControlFlow::Continue(())
                 }
             }
         });
     });
     if let Err(error) = spawned {
-        eprintln!("motet member: cannot read stdin: {error}");
+        note!("motet member: cannot read stdin: {error}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        member: MemberArgs,
+    }
+
+    /// `--peers` replaces the seeds of a `--config` file, as every explicit flag overrides the
+    /// file (before, it added to them); without it the file's seeds stay.
+    #[test]
+    fn peers_given_on_the_command_line_replace_the_config_files() {
+        let path = std::env::temp_dir().join(format!("motet-peers-{}.toml", std::process::id()));
+        std::fs::write(&path, "[group]\nname = \"seeds\"\npeers = [\"127.0.0.1:1\"]\n").unwrap();
+        let seeds = |extra: &[&str]| {
+            let args = ["motet", "--config", path.to_str().unwrap()].into_iter().chain(extra.iter().copied());
+            configure(&Cli::parse_from(args).member).unwrap().1.peers
+        };
+        let (given, kept) = (seeds(&["--peers", "127.0.0.1:2,127.0.0.1:3"]), seeds(&[]));
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(given, ["127.0.0.1:2", "127.0.0.1:3"]);
+        assert_eq!(kept, ["127.0.0.1:1"]);
     }
 }

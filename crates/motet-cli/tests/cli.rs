@@ -540,3 +540,49 @@ fn a_line_past_the_limit_is_skipped_and_payloads_print_as_one_line() {
     let cast = seen.last().unwrap();
     assert!(cast.ends_with(": after\\u{1b}[2J\\rexit"), "{cast}");
 }
+
+/// SIGTERM while a member is still starting (here: reading its configuration from a FIFO nobody
+/// has written yet) ends it as a stop asked once running does: it joins, leaves, prints its
+/// `exit` and exits 0. Before, the signal's default action killed it (status 143, no leave), as
+/// the handlers were installed only after the join.
+#[test]
+#[allow(clippy::disallowed_types)] // wall-clock waits for a process
+fn sigterm_while_a_member_starts_is_a_leave_and_status_0() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let fifo = std::env::temp_dir().join(format!("motet-starting-{}.toml", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
+        .args(["member", "--json", "--bind", "127.0.0.1:0", "--config", fifo.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The process is in its first read of the configuration: give it time to get there.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    // The configuration, if the member is still there to read it: opening a FIFO without blocking
+    // (`O_NONBLOCK`, 0o4000 on Linux) fails while no process has it open for reading.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+        use std::os::unix::fs::OpenOptionsExt;
+        match std::fs::OpenOptions::new().write(true).custom_flags(0o4000).open(&fifo) {
+            Ok(mut file) => {
+                file.write_all(b"[group]\nname = \"starting\"\n").unwrap();
+                break;
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    }
+    let output = exited_within(child, "the member did not end after SIGTERM");
+    let _ = std::fs::remove_file(&fifo);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "status {:?}: {stderr}", output.status);
+    let events: Vec<serde_json::Value> = stdout.lines().map(json).collect();
+    assert!(events.iter().any(|e| e["type"] == "view"), "it joined: {stdout}");
+    assert_eq!(events.last().map(|e| e["type"].clone()), Some("exit".into()), "it left: {stdout}");
+}
