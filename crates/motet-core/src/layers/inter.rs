@@ -72,6 +72,10 @@ fn request_id(request: &FullView) -> (u64, u64) {
     (request.ltime, request.coord)
 }
 
+/// Bytes of a view's datagram besides the view itself (the datagram's head and the layers'
+/// other headers, well under this), counted when a merged view's size is checked.
+const VIEW_HEADROOM: usize = 512;
+
 /// The requester's coordinator's address.
 fn contact_of(request: &FullView) -> Address {
     request.addresses[request.members.iter().position(|&e| e == request.coord).unwrap_or(0)].into()
@@ -200,13 +204,23 @@ impl Layer for Inter {
                 // A view's member lists travel in one vector each, at most `RANKS_MAX` long: a
                 // merged view past it could never be cast (nor decoded), and n-by-n state
                 // (`causal`, `safe`) grows with its square. The smaller partition stays apart.
+                // And the merged view is cast whole, in one datagram: a view of about 2,000
+                // members with IPv6 addresses and random ids is past `DATAGRAM_SIZE_MAX` though
+                // within `RANKS_MAX` (or a forged request can make it so). Granted, it was
+                // dropped as oversized at every transmission, and every member but the granter
+                // went on alone at the end of its wait.
                 let merged = self.view.len() + request.members.len();
-                if merged > motet_wire::RANKS_MAX && matches!(self.phase, Phase::Idle) {
+                let bytes = self.view.to_full().encoded_len() + request.encoded_len() + VIEW_HEADROOM;
+                if (merged > motet_wire::RANKS_MAX || bytes > motet_wire::DATAGRAM_SIZE_MAX)
+                    && matches!(self.phase, Phase::Idle)
+                {
                     tracing::warn!(
                         requester = request.coord,
                         merged,
+                        bytes,
                         max = motet_wire::RANKS_MAX,
-                        "merge request refused: the merged view would have too many members"
+                        max_bytes = motet_wire::DATAGRAM_SIZE_MAX,
+                        "merge request refused: the merged view would have too many members to cast"
                     );
                     out.dn(Dn::MergeDeny { contact: contact_of(&request), request: request_id(&request) });
                     return;
@@ -315,5 +329,28 @@ mod tests {
         big.members.push(99);
         let out = inter(0).up(Up::MergeRequest(big));
         assert!(matches!(&out[..], [Out::Dn(Dn::MergeDeny { .. })]), "3 + 4,094 does not: {out:?}");
+    }
+
+    /// A merge whose view would not fit in a datagram is refused, though it has fewer than
+    /// `RANKS_MAX` members: 2,300 members with random ids and IPv6 addresses take about 67 KB.
+    #[test]
+    fn a_merge_whose_view_would_not_fit_in_a_datagram_is_refused() {
+        let v6 = |i: u64| {
+            let mut ip = [0xfd; 16];
+            ip[14..].copy_from_slice(&(i as u16).to_be_bytes());
+            motet_wire::codec::WireAddress::V6(ip, 7000)
+        };
+        let mut big = request();
+        let ids: Vec<u64> = (0..2_300u64).map(|i| u64::MAX / 2 + i * 7_919).collect();
+        (big.members, big.addresses) = (ids.clone(), ids.iter().map(|&i| v6(i)).collect());
+        big.coord = ids[0];
+        assert!(big.encoded_len() > motet_wire::DATAGRAM_SIZE_MAX && big.members.len() < motet_wire::RANKS_MAX);
+        let out = inter(0).up(Up::MergeRequest(big.clone()));
+        assert!(matches!(&out[..], [Out::Dn(Dn::MergeDeny { .. })]), "{out:?}");
+        // The same request from half as many members fits.
+        big.members.truncate(1_150);
+        big.addresses.truncate(1_150);
+        let out = inter(0).up(Up::MergeRequest(big));
+        assert!(matches!(&out[..], [Out::Dn(Dn::MergeFlush)]), "{out:?}");
     }
 }

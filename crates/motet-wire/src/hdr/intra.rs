@@ -54,6 +54,13 @@ impl FullView {
         w.blob(&self.params);
     }
 
+    /// The length of its encoding, in bytes.
+    pub fn encoded_len(&self) -> usize {
+        let mut buf = Vec::new();
+        self.encode(&mut Writer::new(&mut buf));
+        buf.len()
+    }
+
     /// Reads one, checking that members are distinct and match their addresses, and the flag is
     /// a boolean.
     pub fn decode(r: &mut Reader<'_>) -> Result<FullView, WireError> {
