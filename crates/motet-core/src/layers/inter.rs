@@ -205,7 +205,7 @@ impl Layer for Inter {
                 // merged view past it could never be cast (nor decoded), and n-by-n state
                 // (`causal`, `safe`) grows with its square. The smaller partition stays apart.
                 // And the merged view is cast whole, in one datagram: a view of about 2,000
-                // members with IPv6 addresses and random ids is past `DATAGRAM_SIZE_MAX` though
+                // members with IPv6 addresses and 64-bit ids is past `DATAGRAM_SIZE_MAX` though
                 // within `RANKS_MAX` (or a forged request can make it so). Granted, it was
                 // dropped as oversized at every transmission, and every member but the granter
                 // went on alone at the end of its wait.
@@ -332,7 +332,7 @@ mod tests {
     }
 
     /// A merge whose view would not fit in a datagram is refused, though it has fewer than
-    /// `RANKS_MAX` members: 2,300 members with random ids and IPv6 addresses take about 67 KB.
+    /// `RANKS_MAX` members: 2,300 members with 64-bit ids and IPv6 addresses take about 67 KB.
     #[test]
     fn a_merge_whose_view_would_not_fit_in_a_datagram_is_refused() {
         let v6 = |i: u64| {
