@@ -66,7 +66,7 @@ pub(crate) enum Path {
 }
 
 /// Stacks that do the same work per cast (a sequence number and retransmission buffer, the
-/// loop-back, multicast flow control, the same 7-byte head) with more and more layers: `frag` and
+/// loop-back, multicast flow control, the same 8-byte head) with more and more layers: `frag` and
 /// `pt2ptw` join the trace (a cast has nothing to do there), then `vsync`'s eleven membership
 /// layers join above `appl`. The first three points give the cost of one more layer on the trace;
 /// the ends, the growth from 8 to 21 layers.
@@ -599,7 +599,7 @@ mod tests {
     #[test]
     fn common_path_heads_are_compressed() {
         let h = header_bytes(&StackSpec::parse("vsync").unwrap().to_string());
-        assert_eq!((h.cast, h.send), (7, 8));
+        assert_eq!((h.cast, h.send), (8, 8));
         assert!(h.cast_full > h.cast && h.send_full > h.send, "{}/{}", h.cast_full, h.send_full);
     }
 }

@@ -137,7 +137,7 @@ pub trait Layer: core::fmt::Debug {
     }
     /// Header compression: for the layer whose header carries a trace's sequence number, the
     /// number the next cast (or send) from `origin` is expected to carry, from which a compressed
-    /// datagram's low 16 bits are expanded. `None` (the default): the layer numbers nothing.
+    /// datagram's low 24 bits are expanded. `None` (the default): the layer numbers nothing.
     fn fast_expected(&self, origin: crate::Rank, cast: bool) -> Option<motet_wire::Seqno> {
         let _ = (origin, cast);
         None

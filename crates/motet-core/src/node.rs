@@ -214,8 +214,11 @@ impl Node {
         let slot = &mut self.stacks[index as usize];
         slot.entry = Some(Entry { stack, conn, replaced: false, unsettled: false, armed: None });
         let id = StackId { index, generation: slot.generation };
-        self.routes.entry(conn).or_default().push(id);
-        self.routes.entry(gossip).or_default().push(id);
+        // Compressed sends to this member come under a connection id of its own (the
+        // destination folded in: `datagram::send_conn`).
+        for conn in [conn, gossip, datagram::send_conn(conn, rank)] {
+            self.routes.entry(conn).or_default().push(id);
+        }
         self.last_route = None;
         self.collect(id);
         Ok(id)
@@ -365,9 +368,15 @@ impl Node {
             let Some(entry) = live_mut(&mut self.stacks, id) else { continue };
             let stack = &mut entry.stack;
             let in_view = usize::from(head.origin) < stack.view().len() && head.origin != stack.rank();
-            let for_me = match head.mux {
-                Mux::Send { dest } => dest == stack.rank(),
-                _ => true,
+            // A cast comes under the view's connection id, a send under its destination's: the
+            // kind must match the id it came under (ids of other stacks may coincide).
+            let mux = match head.cast {
+                true => Mux::Cast,
+                false => Mux::Send { dest: stack.rank() },
+            };
+            let for_me = match head.cast {
+                true => head.conn == entry.conn,
+                false => head.conn == datagram::send_conn(entry.conn, stack.rank()),
             };
             if !in_view || !for_me {
                 stack.count_drop(DropReason::NotForMe);
@@ -375,7 +384,7 @@ impl Node {
             }
             // The last stack takes the payload itself (no reference-count traffic).
             let payload = if i + 1 == ids.len() { payload.take() } else { payload.clone() }.expect("present");
-            match stack.handle_recv_compressed(now, head.origin, head.mux, head.seqno, payload) {
+            match stack.handle_recv_compressed(now, head.origin, mux, head.seqno, payload) {
                 Ok(()) => self.stats.count(crate::Counter::CompressedIn),
                 Err(_) => {
                     stack.count_drop(DropReason::Malformed);
@@ -584,7 +593,8 @@ impl Node {
         // runtime exports must never go down (Prometheus counters are monotonic).
         self.stats.merge(entry.stack.stats());
         self.last_route = None;
-        for conn in [entry.conn, gossip_conn_id(&entry.stack.view().group)] {
+        let own = datagram::send_conn(entry.conn, entry.stack.rank());
+        for conn in [entry.conn, gossip_conn_id(&entry.stack.view().group), own] {
             if let Some(ids) = self.routes.get_mut(&conn) {
                 ids.retain(|&mut other| other != id);
                 if ids.is_empty() {
@@ -709,7 +719,7 @@ impl Node {
 }
 
 /// A transmit of the stack in `entry` (`id`) as a datagram to send: its head inline (compressed
-/// for the common traces, built in place: ≤ 8 bytes but for sends to ranks past 127; in full
+/// for the common traces, built in place: 8 bytes; in full
 /// otherwise, encoded into `buf` then copied), its destination resolved. `None` when it is too
 /// large to send (dropped and counted).
 fn outgoing(
@@ -725,8 +735,8 @@ fn outgoing(
         Mux::Gossip => (gossip_conn_id(&view.group), 0),
         _ => (entry.conn, entry.stack.rank()),
     };
-    // The common trace's datagrams go compressed (≤ 8 bytes of head up to rank 127, built in
-    // place), the rest in full (encoded into `buf`, then copied).
+    // The common trace's datagrams go compressed (8 bytes of head, built in place), the rest in
+    // full (encoded into `buf`, then copied).
     let compressed = entry
         .stack
         .compress(&transmit)

@@ -395,7 +395,7 @@ impl Stack {
         self.run(now);
     }
 
-    /// A compressed cast or send from the network: the low 16 bits `low` of its sequence number
+    /// A compressed cast or send from the network: the low 24 bits `low` of its sequence number
     /// and its payload, whose headers are this stack's template of the trace. Its headers are
     /// rebuilt in the template's compact form, and it takes the trace's fused handler when that
     /// takes it, with no hop through the general entry points; else it goes on as any other
@@ -409,7 +409,7 @@ impl Stack {
         now: Instant,
         origin: Rank,
         mux: Mux,
-        low: u16,
+        low: u32,
         payload: crate::Payload,
     ) -> Result<(), crate::Payload> {
         let cast = mux == Mux::Cast;
@@ -557,14 +557,15 @@ impl Stack {
         Some(Template { hdrs: Arc::new(hdrs), layer })
     }
 
-    /// Header compression, at the sender: the low 16 bits of the sequence number of a transmit
-    /// whose headers are its trace's template, or `None` (it goes in the full form).
-    pub(crate) fn compress(&self, transmit: &Transmit) -> Option<u16> {
-        // A compressed datagram carries the low 16 bits of its sequence number, which the
-        // receiver expands to the nearest of what it expects next: right only while the sender is
-        // less than 2^15 ahead of it. Flow control bounds that gap by its window (at most 2^14,
-        // `StackConfig::validate`); without it (a stack without `mflow` for casts, `pt2ptw` for
-        // sends), a receiver that missed 65,536 casts took the next for the first it missed.
+    /// Header compression, at the sender: the sequence number of a transmit whose headers are
+    /// its trace's template (its low 24 bits go on the wire), or `None` (it goes in the full form).
+    pub(crate) fn compress(&self, transmit: &Transmit) -> Option<u64> {
+        // A compressed datagram carries the low 24 bits of its sequence number, which the
+        // receiver reads as at most 2^15 ahead of what it expects next (`expand_seqno`): right
+        // only while the sender is that close. Flow control bounds that gap by its window (at
+        // most 2^14, `StackConfig::validate`); without it (a stack without `mflow` for casts,
+        // `pt2ptw` for sends), a receiver that missed 65,536 casts took the next for the first it
+        // missed.
         let trace = match transmit.mux {
             Mux::Cast => 0,
             Mux::Send { .. } => 1,
@@ -582,16 +583,17 @@ impl Stack {
         // The layered path builds the same headers in the full form.
         let hdrs = &transmit.msg.hdrs;
         if let Some(seqno) = hdrs.compact_seqno(&template.hdrs) {
-            return Some(seqno as u16);
+            return Some(seqno);
         }
         let seqno = hdrs.get(template.hdrs.slot())?.seqno()?;
-        (*hdrs == motet_wire::HeaderStack::expanded(&template.hdrs, seqno)?).then_some(seqno as u16)
+        (*hdrs == motet_wire::HeaderStack::expanded(&template.hdrs, seqno)?).then_some(seqno)
     }
 
     /// Header compression, at a receiver: the full headers of a compressed cast or send from
-    /// `origin` whose sequence number ends in `low` (reformatted from the template, so a message
-    /// in either form gives the same result). `None` if this stack has no such template.
-    pub(crate) fn expand(&self, origin: Rank, cast: bool, low: u16) -> Option<motet_wire::HeaderStack> {
+    /// `origin` whose sequence number ends in the 24 bits `low` (reformatted from the template, so
+    /// a message in either form gives the same result). `None` if this stack has no such
+    /// template.
+    pub(crate) fn expand(&self, origin: Rank, cast: bool, low: u32) -> Option<motet_wire::HeaderStack> {
         let template = self.templates[usize::from(!cast)].as_ref()?;
         let expected = self.layers[template.layer].fast_expected(origin, cast)?;
         motet_wire::HeaderStack::expanded(&template.hdrs, motet_wire::datagram::expand_seqno(low, expected))

@@ -174,41 +174,77 @@ pub fn decode(datagram: Bytes) -> Result<Decoded, WireError> {
 
 /// A compressed datagram (thesis §3.4.2, SOSP'99 §4.3: the headers of a common trace are constant
 /// but for one sequence number, so they fold into the connection id; what is left on the wire is
-/// that number). Layout, 7 bytes for a cast and 8 for a send:
+/// that number). Layout, 8 bytes for a cast and for a send:
 ///
 /// | field | bytes | meaning |
 /// |---|---|---|
 /// | kind and origin | 1 | `0b11oo_oooo` a cast, `0b01oo_oooo` a send, from rank `o` (< 64) |
-/// | conn | 4, little-endian | the connection id, as in the full form |
-/// | dest | varint, sends only | the destination's rank |
-/// | seqno | 2, little-endian | the low 16 bits of the trace's sequence number |
+/// | conn | 4, little-endian | a cast's: the connection id, as in the full form; a send's: its destination's ([`send_conn`]) |
+/// | seqno | 3, little-endian | the low 24 bits of the trace's sequence number |
 /// | payload | the rest | |
 ///
 /// The first byte never equals [`VERSION`] nor the bundle tag, so the three forms are told apart
 /// by it. The receiver rebuilds the headers from its stack's template of the trace (every member
-/// runs the same stack) and the full sequence number from the one it expects next.
+/// runs the same stack) and the full sequence number from the one it expects next
+/// ([`expand_seqno`]). A send's destination is in its connection id, as Ensemble folds addressing
+/// headers into it: each member is reached under one of its own, so the destination costs no
+/// byte, and the 24 bits of sequence number fit in 8 bytes. (Until the thirty-first session the
+/// number had 16 bits and the destination its own byte: a copy of a datagram that the network
+/// delivered 2^15 messages late was read as a message ahead and delivered in place of the
+/// genuine one.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Compressed {
-    /// Which stack.
+    /// Which stack: the connection id of its view (a send's destination is folded in when the
+    /// head is encoded).
     pub conn: ConnId,
     /// Cast or send (and to whom); never gossip.
     pub mux: Mux,
     /// The sender's rank, below [`COMPRESSED_ORIGIN_MAX`].
     pub origin: Rank,
-    /// The low 16 bits of the sequence number.
-    pub seqno: u16,
+    /// The sequence number (its low [`SEQNO_BITS`] bits go on the wire).
+    pub seqno: u64,
+}
+
+/// A compressed datagram's head as it arrives: a send's destination is not on the wire, but in
+/// `conn`, which names the destination's stack ([`send_conn`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrived {
+    /// The connection id on the wire: a cast's view's, or a send's destination's.
+    pub conn: ConnId,
+    /// A cast (or else a send).
+    pub cast: bool,
+    /// The sender's rank.
+    pub origin: Rank,
+    /// The low [`SEQNO_BITS`] bits of the sequence number.
+    pub seqno: u32,
 }
 
 /// Ranks from here on send the full form.
 pub const COMPRESSED_ORIGIN_MAX: Rank = 64;
+
+/// Bits of the sequence number a compressed datagram carries.
+pub const SEQNO_BITS: u32 = 24;
+
+/// How far ahead of the expected sequence number a compressed one may be: twice what flow
+/// control lets a sender run ahead of its slowest receiver (2^14 messages; the core's
+/// `StackConfig::validate`). Anything else with those low bits is behind: a duplicate.
+pub const SEQNO_AHEAD_MAX: u64 = 1 << 15;
+
+/// The connection id under which the member at rank `dest` of the view whose connection id is
+/// `conn` receives compressed sends: distinct for every rank of a view, and from the view's own.
+pub fn send_conn(conn: ConnId, dest: Rank) -> ConnId {
+    // An odd multiplier: rank + 1 maps to distinct nonzero values, so no rank's id is the
+    // view's, nor another rank's.
+    ConnId(conn.0 ^ (u32::from(dest) + 1).wrapping_mul(0x9E37_79B9))
+}
 
 /// Whether a datagram is in the compressed form.
 pub fn is_compressed(datagram: &[u8]) -> bool {
     datagram.first().is_some_and(|b| b & 0x40 != 0)
 }
 
-/// The longest compressed head: a send to a rank of three varint bytes.
-pub const COMPRESSED_HEAD_MAX: usize = 10;
+/// The length of a compressed head.
+pub const COMPRESSED_HEAD_MAX: usize = 8;
 
 /// Appends a compressed head; `None` (nothing written) when it does not apply (gossip, or an
 /// origin too large).
@@ -224,24 +260,20 @@ pub fn compressed_head(head: &Compressed) -> Option<([u8; COMPRESSED_HEAD_MAX], 
     if head.origin >= COMPRESSED_ORIGIN_MAX {
         return None;
     }
-    let kind = match head.mux {
-        Mux::Cast => 0xc0,
-        Mux::Send { .. } => 0x40,
+    let (kind, conn) = match head.mux {
+        Mux::Cast => (0xc0, head.conn),
+        Mux::Send { dest } => (0x40, send_conn(head.conn, dest)),
         Mux::Gossip => return None,
     };
     let mut out = [0u8; COMPRESSED_HEAD_MAX];
     out[0] = kind | head.origin as u8;
-    out[1..5].copy_from_slice(&head.conn.0.to_le_bytes());
-    let mut len = 5;
-    if let Mux::Send { dest } = head.mux {
-        len += crate::codec::varint_into(dest.into(), &mut out[len..]);
-    }
-    out[len..len + 2].copy_from_slice(&head.seqno.to_le_bytes());
-    Some((out, len + 2))
+    out[1..5].copy_from_slice(&conn.0.to_le_bytes());
+    out[5..8].copy_from_slice(&(head.seqno as u32).to_le_bytes()[..3]);
+    Some((out, COMPRESSED_HEAD_MAX))
 }
 
 /// Decodes a compressed datagram: its head and its payload (sharing the buffer).
-pub fn decode_compressed(datagram: Bytes) -> Result<(Compressed, Payload), WireError> {
+pub fn decode_compressed(datagram: Bytes) -> Result<(Arrived, Payload), WireError> {
     if datagram.len() > DATAGRAM_SIZE_MAX {
         return Err(WireError { kind: WireErrorKind::Oversized, offset: DATAGRAM_SIZE_MAX });
     }
@@ -252,27 +284,26 @@ pub fn decode_compressed(datagram: Bytes) -> Result<(Compressed, Payload), WireE
     }
     let origin = Rank::from(first & 0x3f);
     let conn = ConnId(r.u32_le()?);
-    let mux = if first & 0x80 != 0 { Mux::Cast } else { Mux::Send { dest: r.rank()? } };
-    let seqno = u16::from(r.u8()?) | u16::from(r.u8()?) << 8;
+    let seqno = u32::from(r.u8()?) | u32::from(r.u8()?) << 8 | u32::from(r.u8()?) << 16;
     let start = r.position();
     let mut datagram = datagram;
     datagram.advance(start);
     let payload = Payload::from(datagram);
-    Ok((Compressed { conn, mux, origin, seqno }, payload))
+    Ok((Arrived { conn, cast: first & 0x80 != 0, origin, seqno }, payload))
 }
 
-/// The sequence number whose low 16 bits are `low` and that is nearest to `expected` (what the
-/// receiver expects next from that origin; a trace in the common case is never more than a
-/// receive window, far less than 2^15, away from it).
-pub fn expand_seqno(low: u16, expected: u64) -> u64 {
-    let candidate = (expected & !0xffff) | u64::from(low);
-    if candidate > expected && candidate - expected > 0x8000 && candidate >= 0x10000 {
-        candidate - 0x10000
-    } else if candidate < expected && expected - candidate > 0x8000 {
-        candidate + 0x10000
-    } else {
-        candidate
+/// The sequence number whose low [`SEQNO_BITS`] bits are `low`, given the one the receiver
+/// expects next from that origin: ahead of it by less than [`SEQNO_AHEAD_MAX`] (what flow control
+/// allows), else behind it (a duplicate, up to 2^24 - 2^15 messages late; one later still reads
+/// as ahead). A number that would be behind the first one is taken as far ahead, which the
+/// layers' windows refuse.
+pub fn expand_seqno(low: u32, expected: u64) -> u64 {
+    const SPAN: u64 = 1 << SEQNO_BITS;
+    let ahead = u64::from(low).wrapping_sub(expected) & (SPAN - 1);
+    if ahead < SEQNO_AHEAD_MAX {
+        return expected + ahead;
     }
+    expected.checked_sub(SPAN - ahead).unwrap_or(expected + ahead)
 }
 
 #[cfg(test)]
@@ -280,19 +311,21 @@ mod compressed_tests {
     use super::*;
 
     #[test]
-    fn compressed_heads_are_at_most_8_bytes_and_round_trip() {
-        // A send to a rank past 127 takes more varint bytes: past the 8 of the common path, within
-        // the fixed array.
-        let far = [(Mux::Send { dest: 200 }, 9), (Mux::Send { dest: Rank::MAX }, COMPRESSED_HEAD_MAX)];
-        for (mux, len) in [(Mux::Cast, 7), (Mux::Send { dest: 5 }, 8)].into_iter().chain(far) {
-            let head = Compressed { conn: ConnId(0xdead_beef), mux, origin: 63, seqno: 0xabcd };
+    fn compressed_heads_are_8_bytes_and_round_trip() {
+        let conn = ConnId(0xdead_beef);
+        for mux in [Mux::Cast, Mux::Send { dest: 5 }, Mux::Send { dest: 200 }, Mux::Send { dest: Rank::MAX }] {
+            let head = Compressed { conn, mux, origin: 63, seqno: 0x0123_4567_89ab };
             let mut out = Vec::new();
             encode_compressed(&head, &mut out).unwrap();
-            assert_eq!(out.len(), len);
+            assert_eq!(out.len(), 8, "{mux:?}");
             assert!(is_compressed(&out) && out[0] != VERSION && !crate::bundle::is_bundle(&out));
             out.extend_from_slice(b"payload");
             let (back, payload) = decode_compressed(Bytes::from(out)).unwrap();
-            assert_eq!(back, head);
+            let (cast, on_wire) = match mux {
+                Mux::Send { dest } => (false, send_conn(conn, dest)),
+                _ => (true, conn),
+            };
+            assert_eq!(back, Arrived { conn: on_wire, cast, origin: 63, seqno: 0x67_89ab });
             assert_eq!(payload.to_bytes(), Bytes::from_static(b"payload"));
         }
         let mut out = Vec::new();
@@ -300,20 +333,37 @@ mod compressed_tests {
             .is_none());
         assert!(out.is_empty());
         assert!(!is_compressed(&[VERSION]) && !is_compressed(&[crate::bundle::BUNDLE_TAG]));
-        assert!(decode_compressed(Bytes::from_static(&[0xc1, 1, 2])).is_err(), "truncated");
+        assert!(decode_compressed(Bytes::from_static(&[0xc1, 1, 2, 3, 4, 5, 6])).is_err(), "truncated");
+    }
+
+    /// Every rank of a view receives sends under its own connection id, none the view's.
+    #[test]
+    fn each_rank_has_its_own_send_connection() {
+        for conn in [ConnId(0), ConnId(0xdead_beef), ConnId(u32::MAX)] {
+            let ids: std::collections::BTreeSet<u32> = (0..=Rank::MAX).map(|r| send_conn(conn, r).0).collect();
+            assert_eq!(ids.len(), usize::from(Rank::MAX) + 1);
+            assert!(!ids.contains(&conn.0));
+        }
     }
 
     #[test]
-    fn sequence_numbers_expand_to_the_nearest_to_the_expected_one() {
-        for expected in [0u64, 5, 0xfff0, 0x1_0005, 0x12_3456, 0xffff_ff00] {
-            for delta in [-3000i64, -1, 0, 1, 4096, 30000] {
+    fn sequence_numbers_expand_ahead_within_the_window_and_behind_otherwise() {
+        const SPAN: i64 = 1 << SEQNO_BITS;
+        let ahead_max = SEQNO_AHEAD_MAX as i64;
+        for expected in [0u64, 5, 0xfff0, 0x1_0005, 0x12_3456, 0xffff_ff00, 0x1234_5678_9abc] {
+            for delta in [-(SPAN - ahead_max), -3_000_000, -65_536, -50_000, -3000, -1, 0, 1, 4096, ahead_max - 1] {
                 let seqno = expected as i64 + delta;
                 if seqno < 0 {
                     continue;
                 }
                 let seqno = seqno as u64;
-                assert_eq!(expand_seqno(seqno as u16, expected), seqno, "expected {expected} delta {delta}");
+                let low = (seqno & (SPAN as u64 - 1)) as u32;
+                assert_eq!(expand_seqno(low, expected), seqno, "expected {expected} delta {delta}");
             }
         }
+        // A copy 65,536 casts late, which 16 bits took for the one expected (a review's finding).
+        assert_eq!(expand_seqno(4_464, 70_000), 4_464);
+        // Behind the first number: far ahead, for the windows to refuse.
+        assert_eq!(expand_seqno((SPAN - 1) as u32, 3), SPAN as u64 - 1);
     }
 }

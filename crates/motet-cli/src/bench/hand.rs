@@ -4,7 +4,7 @@
 //! against the best a programmer could write for this one stack:
 //!
 //! - sender: flow-control window check (`mflow`), sequence number and retransmission buffer
-//!   (`mnak`), loop-back delivery to itself (`local`), 7-byte compressed head (the same encoder);
+//!   (`mnak`), loop-back delivery to itself (`local`), 8-byte compressed head (the same encoder);
 //! - receiver: decode, connection and origin checks (`bottom`), next-expected check and receive
 //!   buffer (`mnak`), delivery to the application queue (`appl`), and every `CREDIT_BATCH` bytes
 //!   (each cast counted as `mflow` counts it) a credit report back to the origin (`mflow`'s
@@ -27,7 +27,7 @@ use std::collections::VecDeque;
 const WINDOW: u64 = 512 * 1024;
 /// Bytes a receiver takes before it reports credit (`mflow` reports every half window).
 const CREDIT_BATCH: u64 = WINDOW / 2;
-/// A credit report carries the bytes consumed in units of this, in the compressed head's 16-bit
+/// A credit report carries the bytes consumed in units of this, in the compressed head's 24-bit
 /// sequence-number field: 2^15 units are 2 MiB, more than a window, so the count expands right.
 const CREDIT_UNIT: u64 = MESSAGE_CHARGE;
 
@@ -99,7 +99,7 @@ impl Member {
         self.sent.push_back(payload.clone());
         self.delivered.push_back((self.rank, payload.clone()));
         self.head.clear();
-        let head = Compressed { conn: self.conn, mux: Mux::Cast, origin: self.rank, seqno: seqno as u16 };
+        let head = Compressed { conn: self.conn, mux: Mux::Cast, origin: self.rank, seqno };
         datagram::encode_compressed(&head, &mut self.head)?;
         Some(Out { to: None, head: DatagramHead::from_slice(&self.head), payload })
     }
@@ -109,10 +109,11 @@ impl Member {
     pub(crate) fn receive(&mut self, datagram: Bytes) -> Option<Out> {
         let (head, payload) = datagram::decode_compressed(datagram).ok()?;
         let origin = usize::from(head.origin);
-        if head.conn != self.conn || origin >= self.expected.len() || head.origin == self.rank {
+        let conn = if head.cast { self.conn } else { datagram::send_conn(self.conn, self.rank) };
+        if head.conn != conn || origin >= self.expected.len() || head.origin == self.rank {
             return None;
         }
-        if let Mux::Send { .. } = head.mux {
+        if !head.cast {
             // A credit report: the count travels in the sequence-number field, in units.
             let units = datagram::expand_seqno(head.seqno, self.credit[origin] / CREDIT_UNIT);
             self.credit[origin] = units * CREDIT_UNIT;
@@ -131,7 +132,7 @@ impl Member {
         }
         self.reported[origin] = self.consumed[origin];
         self.head.clear();
-        let seqno = (self.consumed[origin] / CREDIT_UNIT) as u16;
+        let seqno = self.consumed[origin] / CREDIT_UNIT;
         let report = Compressed { conn: self.conn, mux: Mux::Send { dest: head.origin }, origin: self.rank, seqno };
         datagram::encode_compressed(&report, &mut self.head)?;
         Some(Out { to: Some(head.origin), head: DatagramHead::from_slice(&self.head), payload: Payload::new() })

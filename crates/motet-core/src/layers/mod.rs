@@ -10,9 +10,9 @@ use crate::{Rank, StackSpecError};
 use std::sync::Arc;
 
 /// The largest flow-control window (`mflow.window_bytes`, `pt2ptw.window_bytes`): 2^14 messages
-/// at their least cost (`MESSAGE_CHARGE` bytes, an empty message), half the range of a
-/// compressed datagram's 16-bit sequence number, which the receiver expands correctly only while
-/// the sender is less than 2^15 messages ahead of it. 1 MiB.
+/// at their least cost (`MESSAGE_CHARGE` bytes, an empty message), half of what a receiver reads
+/// a compressed datagram's sequence number as ahead of the one it expects (2^15,
+/// `motet_wire::datagram::SEQNO_AHEAD_MAX`; anything else is a duplicate). 1 MiB.
 pub const WINDOW_BYTES_MAX: u64 = (1 << 14) * flow::MESSAGE_CHARGE;
 /// The longest protocol period or timeout a configuration (or a view) may give: an hour.
 pub const PERIOD_MAX: crate::time::Duration = crate::time::Duration::from_millis(3_600_000);
@@ -446,10 +446,10 @@ impl StackConfig {
                 return bad(format!("{name}.window_bytes must be at least {WINDOW_BYTES_MIN}"));
             }
             // The window bounds how many messages a sender runs ahead of a receiver, which a
-            // compressed datagram's 16-bit sequence number relies on (`Stack::compress`).
+            // compressed datagram's sequence number relies on (`Stack::compress`).
             if window > WINDOW_BYTES_MAX {
                 return bad(format!(
-                    "{name}.window_bytes must be at most {WINDOW_BYTES_MAX} (1 MiB: compressed datagrams carry 16 bits of the sequence number, and an empty message costs {} bytes of the window)",
+                    "{name}.window_bytes must be at most {WINDOW_BYTES_MAX} (1 MiB: a receiver reads a compressed datagram as at most 2^15 messages ahead, and an empty message costs {} bytes of the window)",
                     flow::MESSAGE_CHARGE
                 ));
             }

@@ -66,8 +66,8 @@ pub static SPEC: LayerSpec = LayerSpec {
     above_every: &[],
     // Below `appl`, so that every application message passes the window, and below `frag`, so
     // that the window counts what the reliable layer numbers (each fragment): header
-    // compression sends 16 bits of a sequence number and relies on a receiver never being
-    // 2^15 behind, which the window bounds only then (`Stack::compress`).
+    // compression sends 24 bits of a sequence number and relies on a sender never being
+    // 2^15 ahead, which the window bounds only then (`Stack::compress`).
     below_every: &[Service::Application, Service::Fragmentation],
 };
 

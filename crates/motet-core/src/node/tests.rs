@@ -390,9 +390,9 @@ fn common_casts_and_sends_leave_with_at_most_8_bytes_of_head_and_arrive_whole() 
     assert!(nodes[1].0.stats().counter(Counter::CompressedIn) >= 300);
 }
 
-/// Without flow control nothing bounds how far a sender runs ahead of a receiver, so the 16 bits
-/// of sequence number a compressed datagram carries could be expanded to the wrong message (a
-/// receiver that missed 65,536 casts took the next one for the first it missed): such a stack's
+/// Without flow control nothing bounds how far a sender runs ahead of a receiver, so the low bits
+/// of sequence number a compressed datagram carries could be expanded to the wrong message (with
+/// 16 bits, a receiver that missed 65,536 casts took the next one for the first it missed): such a stack's
 /// casts go in the full form, its full sequence number on the wire, and arrive whole.
 #[test]
 fn casts_of_a_stack_without_flow_control_go_in_the_full_form() {
@@ -416,12 +416,19 @@ fn a_compressed_datagram_nobody_can_expand_is_dropped_and_counted() {
     let (mut nodes, now) = pair();
     let conn = conn_id(nodes[1].0.stack(nodes[1].1).unwrap().view());
     let mut head = Vec::new();
-    // A send to a rank outside the view, and a truncated one.
+    // A send to a rank outside the view (its connection id names nobody), a send under the
+    // view's connection id (a cast's: the kind does not match it), and a truncated one.
     let bad = datagram::Compressed { conn, mux: Mux::Send { dest: 9 }, origin: 0, seqno: 0 };
     datagram::encode_compressed(&bad, &mut head).unwrap();
     nodes[1].0.handle_datagram(now, Bytes::from(head.clone()));
+    let mut cast = Vec::new();
+    datagram::encode_compressed(&datagram::Compressed { conn, mux: Mux::Cast, origin: 0, seqno: 0 }, &mut cast)
+        .unwrap();
+    cast[0] &= !0x80; // a send's kind
+    nodes[1].0.handle_datagram(now, Bytes::from(cast));
     nodes[1].0.handle_datagram(now, Bytes::from(head[..3].to_vec()));
     let stats = nodes[1].0.stats();
+    assert_eq!(stats.drops(DropReason::UnknownConn), 1);
     assert_eq!(stats.drops(DropReason::NotForMe), 1);
     assert_eq!(stats.drops(DropReason::Malformed), 1);
     assert!(nodes[1].0.poll_event().is_none());

@@ -412,7 +412,7 @@ fn the_reliable_stacks_traces_are_fused_and_equal_the_layered_path() {
         let stats = group.nodes[0].0.bypass_stats();
         assert!(stats.hits > 80 && stats.misses == 0, "{stack}: {stats:?}");
         // `Local` has no flow control, so its messages travel in the full form (`Stack::compress`:
-        // nothing bounds the gap a 16-bit sequence number needs) and arrive interpreted; going
+        // nothing bounds the gap a compressed sequence number needs) and arrive interpreted; going
         // down (34 casts and sends at this member) they take the compiled traces as `vsync`'s do.
         match stack {
             "vsync" => assert_eq!(stats.compiled, stats.hits, "{stack}: {stats:?}"),
@@ -423,7 +423,7 @@ fn the_reliable_stacks_traces_are_fused_and_equal_the_layered_path() {
 
 /// A member this sender has marked failed stays in the view until the view change excludes it,
 /// and gets the sender's casts meanwhile, but no longer holds the sender's window back: nothing
-/// bounds how far behind it falls, which a compressed datagram's 16-bit sequence number needs. So
+/// bounds how far behind it falls, which a compressed datagram's sequence number needs. So
 /// the casts go in the full form, their whole sequence number on the wire, until the next view.
 #[test]
 fn casts_go_in_the_full_form_while_a_member_is_marked_failed() {

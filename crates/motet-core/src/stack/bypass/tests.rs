@@ -67,6 +67,7 @@ fn received_cast(receiver: &Stack) -> Msg {
     sender.handle_action(Instant::ZERO, Action::Cast(b"y".as_slice().into())).unwrap();
     let sent = sender.transmits.pop_front().expect("the cast").msg;
     let low = sender.compress(&Transmit { mux: Mux::Cast, msg: sent.clone(), to: None }).expect("compressed");
+    let low = (low & 0xff_ffff) as u32; // what goes on the wire
     Msg { hdrs: receiver.expand(0, true, low).expect("the receiver's template"), payload: sent.payload }
 }
 
