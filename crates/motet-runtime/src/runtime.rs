@@ -172,11 +172,44 @@ impl Shared {
     }
 }
 
+/// What a member's handle checks actions against: the latest view the loop handed to the
+/// application's channel (it may be ahead of the last `View` event taken).
+#[derive(Debug)]
+struct Latest {
+    id: ViewId,
+    members: Vec<EndpointId>,
+    /// This member's rank.
+    rank: usize,
+    /// A state-transfer view.
+    xfer: bool,
+    /// The view's stack, and whether it can switch (has `switch`).
+    stack: String,
+    switchable: bool,
+    /// Clients in the view (the rest are servers).
+    clients: usize,
+}
+
+impl Latest {
+    fn of(view: &crate::View) -> Latest {
+        let switchable = motet_core::StackSpec::parse(&view.stack)
+            .is_ok_and(|spec| spec.layers().contains(&motet_core::LayerKind::Switch));
+        Latest {
+            id: view.id,
+            members: view.members.clone(),
+            rank: view.rank,
+            xfer: view.xfer,
+            stack: view.stack.clone(),
+            switchable,
+            clients: view.clients.len(),
+        }
+    }
+}
+
 /// What the loop and one member's handle share.
 #[derive(Default)]
 struct MemberShared {
-    /// Members of the latest view handed to the application.
-    view: Mutex<Option<Arc<[EndpointId]>>>,
+    /// The latest view handed to the application.
+    view: Mutex<Option<Arc<Latest>>>,
     left: AtomicBool,
     /// The application asked to leave: its later actions are refused with `Error::Left` (the
     /// stack would refuse them inside the loop, where the caller cannot hear of it).
@@ -510,8 +543,8 @@ impl Handle {
     pub fn send(&self, to: EndpointId, data: impl Into<Bytes>) -> Result<(), Error> {
         let data = data.into();
         self.check(data.len())?;
-        let view = self.member.view.lock().map_err(|_| Error::Stopped)?.clone().ok_or(Error::NoView)?;
-        if !view.contains(&to) {
+        let view = self.latest()?;
+        if !view.members.contains(&to) {
             return Err(Error::NotMember(to));
         }
         self.act_bounded(Op::Send(to, data))
@@ -540,8 +573,8 @@ impl Handle {
     pub fn subcast(&self, to: &[EndpointId], data: impl Into<Bytes>) -> Result<(), Error> {
         let data = data.into();
         self.check(data.len())?;
-        let view = self.member.view.lock().map_err(|_| Error::Stopped)?.clone().ok_or(Error::NoView)?;
-        if let Some(&stranger) = to.iter().find(|e| !view.contains(e)) {
+        let view = self.latest()?;
+        if let Some(&stranger) = to.iter().find(|e| !view.members.contains(e)) {
             return Err(Error::NotMember(stranger));
         }
         // Refused here, where the caller hears of it, rather than in the loop. Duplicates are
@@ -559,16 +592,32 @@ impl Handle {
     /// Casts `data` to the servers of the view only (client/server groups: members that joined
     /// with `GroupConfig::client(true)` do not get it), ordered like every cast.
     pub fn cast_to_servers(&self, data: impl Into<Bytes>) -> Result<(), Error> {
-        let data = data.into();
-        self.check(data.len())?;
-        self.act_bounded(Op::RoleCast(false, data))
+        self.role_cast(false, data.into())
     }
 
     /// Casts `data` to the clients of the view only, ordered like every cast.
     pub fn cast_to_clients(&self, data: impl Into<Bytes>) -> Result<(), Error> {
-        let data = data.into();
+        self.role_cast(true, data.into())
+    }
+
+    /// A cast to the clients or the servers of the view: a subcast, so more than
+    /// `SUBSET_MAX` of them is refused here, where the caller hears of it (the loop would refuse
+    /// it after this returned `Ok`).
+    fn role_cast(&self, clients: bool, data: Bytes) -> Result<(), Error> {
         self.check(data.len())?;
-        self.act_bounded(Op::RoleCast(true, data))
+        if let Ok(view) = self.latest() {
+            let members = if clients { view.clients } else { view.members.len() - view.clients };
+            let max = motet_core::layers::appl::SUBSET_MAX;
+            if members > max {
+                return Err(Error::Api(motet_core::ApiError::SubsetTooLarge { members, max }));
+            }
+        }
+        self.act_bounded(Op::RoleCast(clients, data))
+    }
+
+    /// The latest view handed to the application.
+    fn latest(&self) -> Result<Arc<Latest>, Error> {
+        self.member.view.lock().map_err(|_| Error::Stopped)?.clone().ok_or(Error::NoView)
     }
 
     /// Asks the whole group to run stack `spec` from its next view on (protocol switching; both
@@ -578,6 +627,13 @@ impl Handle {
         let spec = crate::switch_target(spec)?;
         if self.member.left.load(Ordering::SeqCst) || self.member.leaving.load(Ordering::SeqCst) {
             return Err(Error::Left);
+        }
+        // The current stack must switch too: refused here, where the caller hears of it (the
+        // loop refused it after this returned `Ok`, counted in `actions_refused`).
+        if let Ok(view) = self.latest() {
+            if !view.switchable {
+                return Err(Error::Api(motet_core::ApiError::NoSwitch(format!("from `{}`", view.stack))));
+            }
         }
         self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Switch(spec) })
     }
@@ -591,7 +647,20 @@ impl Handle {
     pub fn xfer_chunk(&self, view: ViewId, data: impl Into<Bytes>, last: bool) -> Result<(), Error> {
         let data = data.into();
         self.check(data.len())?;
+        self.in_transfer(view, true)?;
         self.act_bounded(Op::XferChunk(view, data, last))
+    }
+
+    /// Refuses a state-transfer action for `view` unless it is the latest view handed to the
+    /// application, a transfer view, and (for a chunk, `provider`) this member is its provider,
+    /// rank 0. Such an action was dropped by the loop after the call returned `Ok` (counted in
+    /// `stale_xfer` or `actions_refused`), and the transfer waited for a chunk that never came.
+    fn in_transfer(&self, view: ViewId, provider: bool) -> Result<(), Error> {
+        let latest = self.latest()?;
+        if latest.id != view || !latest.xfer || (provider && latest.rank != 0) {
+            return Err(Error::Api(motet_core::ApiError::NotInTransfer));
+        }
+        Ok(())
     }
 
     /// This member is done with the current view's state transfer (the provider after its last
@@ -599,13 +668,14 @@ impl Handle {
     /// normal view and held casts go.
     pub fn xfer_done(&self, view: ViewId) -> Result<(), Error> {
         self.check(0)?;
+        self.in_transfer(view, false)?;
         self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::XferDone(view) })
     }
 
     /// The members of the latest view handed to the application's channel, if any: it may be
     /// ahead of the last `View` event the application has taken.
     pub fn view(&self) -> Option<Vec<EndpointId>> {
-        self.member.view.lock().ok()?.as_ref().map(|v| v.to_vec())
+        self.member.view.lock().ok()?.as_ref().map(|v| v.members.clone())
     }
 
     /// After the application took `event`: notes an exit, and wakes the loop if it waits for room.

@@ -408,3 +408,47 @@ fn a_stopping_runtime_refuses_casts_and_still_answers_statistics() {
     assert!(answered.is_ok(), "statistics {answered:?}: casts were accepted for {refused_after:?} after the stop");
     stopping.join().unwrap();
 }
+
+/// Actions the loop would refuse are refused at the call, with the typed error that says why:
+/// a switch from a stack that cannot switch, a chunk from a member that does not provide, a
+/// state-transfer action for a view that is not the latest or not a transfer view. Before, each
+/// returned `Ok` and the loop dropped it (counted in `actions_refused` or `stale_xfer`), and a
+/// transfer could wait for a chunk that never came.
+#[test]
+fn actions_the_loop_would_refuse_are_refused_at_the_call() {
+    use motet_core::ApiError;
+    use motet_runtime::Error;
+    let (runtimes, addresses) = start(2);
+    let config = GroupConfig::new("refused-up-front").stack("vsync+Xfer").peers(addresses);
+    let members: Vec<Member> = runtimes.iter().map(|r| r.join(config.clone()).unwrap()).collect();
+    let (provider, view) = transfer_view(&members);
+    let (provider, receiver) = (&members[provider], &members[1 - provider]);
+    let not_in_transfer = |result: Result<(), Error>| matches!(result, Err(Error::Api(ApiError::NotInTransfer)));
+    assert!(not_in_transfer(receiver.xfer_chunk(view, vec![1u8], true)), "a receiver's chunk");
+    let stale = motet_runtime::ViewId { ltime: view.ltime + 7, coord: view.coord };
+    assert!(not_in_transfer(provider.xfer_chunk(stale, vec![1u8], true)), "another view's chunk");
+    assert!(not_in_transfer(receiver.xfer_done(stale)), "another view's end");
+    // The genuine actions still go.
+    provider.xfer_chunk(view, vec![1u8], true).unwrap();
+    provider.xfer_done(view).unwrap();
+    receiver.xfer_done(view).unwrap();
+
+    // A stack without `switch` (vsync's layers but that one) cannot be switched from.
+    let layers = "top:inter:heal:intra:leave:migrate:elect:merge:slander:sync:suspect:stable:appl:local:frag:pt2ptw:mflow:pt2pt:mnak:bottom";
+    let fixed = runtimes[0].join(GroupConfig::new("no-switch").stack(layers)).unwrap();
+    let mut first = None;
+    receive_until(&fixed, Duration::from_secs(10), |event| match event {
+        Event::View(v) => {
+            first = Some(v.id);
+            true
+        }
+        _ => false,
+    });
+    let err = fixed.switch("vsync").unwrap_err();
+    assert!(matches!(&err, Error::Api(ApiError::NoSwitch(_))) && err.to_string().contains("+Switch"), "{err}");
+    assert!(not_in_transfer(fixed.xfer_done(first.expect("a view"))), "not a transfer view");
+    for runtime in &runtimes {
+        let stats = runtime.stats().unwrap().0;
+        assert_eq!((stats.actions_refused, stats.stale_xfer), (0, 0), "nothing refused in the loop");
+    }
+}

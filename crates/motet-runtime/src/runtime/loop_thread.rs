@@ -348,7 +348,7 @@ fn hand(listener: &mut Listener, event: Event, bytes_max: usize) -> Handed {
     let exit = matches!(event, Event::Exit);
     // What the handle checks actions against changes when the application gets the view.
     let view = match &event {
-        Event::View(view) => Some((Arc::<[EndpointId]>::from(&view.members[..]), view.message_size_max)),
+        Event::View(view) => Some((Arc::new(super::Latest::of(view)), view.message_size_max)),
         _ => None,
     };
     let sent = match offer(listener, event, bytes_max) {
