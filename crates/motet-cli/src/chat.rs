@@ -121,7 +121,8 @@ fn chat(args: ChatArgs) -> Result<(), String> {
         }
         if leave_by.is_some_and(|by| std::time::Instant::now() >= by) {
             say(format_args!("* left without a confirmation within {:?}", crate::member::LEAVE_WAIT));
-            return Ok(());
+            // Not through the runtime's drop, which would give the leave up to 5 s more.
+            std::process::exit(0);
         }
         match member.recv_timeout(Duration::from_millis(100)) {
             Ok(Some(Event::Cast { data, .. })) => say(format_args!("{}", crate::member::printable(&data))),
