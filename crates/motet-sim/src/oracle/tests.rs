@@ -505,3 +505,46 @@ fn members_on_either_side_of_one_that_discards_its_casts_are_compared() {
     let violations = check(&swapped);
     assert!(violations.iter().any(|v| matches!(v, Violation::TotalOrder { nodes: (0, 2), .. })), "{violations:?}");
 }
+
+/// The ordering oracles switched on the way real runs switch them: by the guarantees of the view
+/// a member installed (`Installed::guarantees`, from the view's stack), not by the trace's global
+/// flags, which only hand-built traces set. A view's guarantee holds its own deliveries to it,
+/// and only its own.
+#[test]
+fn a_views_own_guarantees_switch_the_ordering_oracles_on_for_that_view() {
+    let mark = |trace: &mut Trace, view: ViewKey, set: fn(&mut Guarantees)| {
+        trace.views.iter_mut().filter(|v| v.view == view).for_each(|v| set(&mut v.guarantees));
+    };
+    // Total order: casts swapped at node 1 in view (0, 0).
+    let mut trace = good();
+    swap_first_casts(&mut trace, 1);
+    assert_eq!(check(&trace), vec![], "no view asks for total order");
+    mark(&mut trace, (0, 0), |g| g.total = true);
+    assert!(
+        check(&trace).iter().any(|v| matches!(v, Violation::TotalOrder { view: (0, 0), .. })),
+        "{:?}",
+        check(&trace)
+    );
+    // Asked for in another view only, it does not reach this one's deliveries.
+    let mut trace = with_view_change();
+    swap_first_casts(&mut trace, 1);
+    mark(&mut trace, (1, 7), |g| g.total = true);
+    assert!(
+        !check(&trace).iter().any(|v| matches!(v, Violation::TotalOrder { view: (0, 0), .. })),
+        "{:?}",
+        check(&trace)
+    );
+    // Causal order: the answer before its question at node 2.
+    let mut trace = question_and_answer([1, 0]);
+    trace.causal = false;
+    assert_eq!(check(&trace), vec![]);
+    mark(&mut trace, (0, 0), |g| g.causal = true);
+    assert!(check(&trace).iter().any(|v| matches!(v, Violation::Causal { node: 2, .. })), "{:?}", check(&trace));
+    // Safe delivery: a cast only its crashed sender delivered.
+    let mut trace = with_view_change();
+    let last = MsgId { origin: 2, channel: Channel::Cast, index: 1 };
+    trace.deliveries.retain(|d| d.node == 2 || MsgId::parse(&d.payload) != Some(last));
+    assert_eq!(check(&trace), vec![]);
+    mark(&mut trace, (0, 0), |g| g.safe = true);
+    assert!(check(&trace).contains(&Violation::Safe { id: last, view: (0, 0), node: 0 }), "{:?}", check(&trace));
+}

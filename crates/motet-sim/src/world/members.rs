@@ -251,6 +251,9 @@ impl World<'_> {
         let guarantees = guarantees(&view.stack);
         let addresses: Vec<u32> =
             view.addresses.iter().map(|a| if let Address::Sim(a) = a { *a } else { u32::MAX }).collect();
+        // And the view's stack and addresses (a switch, a migration), which the oracles check.
+        super::mark(&mut self.hasher, b's', &addresses.iter().map(|&a| u64::from(a)).collect::<Vec<_>>());
+        self.hasher.update(view.stack.to_string().as_bytes());
         // Endpoint migration: once the node's view has its new address, its old ones close after
         // a grace period; a view without it (formed by a merge) makes it ask again.
         let own = self.address[node];
