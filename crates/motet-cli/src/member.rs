@@ -93,7 +93,9 @@ pub(crate) struct MemberArgs {
     no_loopback: bool,
     /// Read commands on stdin: a line `/switch SPEC` asks the group to switch stacks,
     /// `/migrate IP:PORT [ADVERTISE]` moves this member to a new socket (endpoint migration; the
-    /// views then carry the new address), `/leave` leaves; every other line is cast as usual.
+    /// views then carry the new address), `/leave` leaves; another line starting with `/` is
+    /// refused with a message (a mistyped command is not cast), and `//` casts the line without
+    /// its first `/`; every other line is cast as usual.
     #[arg(long)]
     commands: bool,
     /// Leave the group and exit, as on SIGTERM, when the process that started this one ends
@@ -501,6 +503,9 @@ fn migrate(runtime: &Runtime, args: &str) -> Result<(), Error> {
     };
     let bind = parse(words.next())?.ok_or_else(|| Error::Config("/migrate needs IP:PORT to bind".into()))?;
     let advertise = parse(words.next())?;
+    if let Some(extra) = words.next() {
+        return Err(Error::Config(format!("/migrate takes IP:PORT [ADVERTISE], not `{extra}` as well")));
+    }
     let address = runtime.migrate(bind, advertise)?;
     note!("motet member: migrating to {address}");
     Ok(())
@@ -591,15 +596,18 @@ fn skip_line(who: &str, stdin: &mut impl BufRead) -> bool {
 fn spawn_stdin_caster(member: Handle, runtime: Arc<Runtime>, commands: bool) {
     let spawned = std::thread::Builder::new().name("stdin".into()).spawn(move || {
         stdin_lines("motet member", |line| {
-            let command = std::str::from_utf8(line).ok().and_then(|l| l.strip_prefix('/')).filter(|_| commands);
-            let result = match command {
+            // `//` escapes a line that starts with `/`: cast without its first `/`.
+            let escaped = commands && line.starts_with(b"//");
+            let line = if escaped { &line[1..] } else { line };
+            let command = std::str::from_utf8(line).ok().and_then(|l| l.strip_prefix('/')).filter(|_| commands && !escaped);
+            let result = match command.map(str::trim) {
                 Some("leave") => member.leave(),
-                Some(command) => match command.split_once(' ') {
+                Some(command) => match command.split_once(char::is_whitespace) {
                     Some(("switch", spec)) => member.switch(spec.trim()),
-                    Some(("migrate", to)) => migrate(&runtime, to),
+                    Some(("migrate", to)) => migrate(&runtime, to.trim()),
                     _ => {
                         note!(
-                            "motet member: unknown command /{command} (known: /switch SPEC, /migrate IP:PORT [ADVERTISE], /leave)"
+                            "motet member: not a command: /{command} (known: /switch SPEC, /migrate IP:PORT [ADVERTISE], /leave; start a line with // to cast it); not cast"
                         );
                         return ControlFlow::Continue(());
                     }

@@ -603,3 +603,41 @@ fn sigterm_while_a_member_starts_is_a_leave_and_status_0() {
     assert!(events.iter().any(|e| e["type"] == "view"), "it joined: {stdout}");
     assert_eq!(events.last().map(|e| e["type"].clone()), Some("exit".into()), "it left: {stdout}");
 }
+
+/// With `--commands`, a line that starts with `/` but is no command is refused with a message,
+/// not cast (a mistyped `/leave` must not reach the group), `//` casts the line without its first
+/// `/`, and a command may be separated by a tab. Before, `//` did not exist, so no line starting
+/// with `/` could be cast at all.
+#[test]
+#[allow(clippy::disallowed_types)] // a wall-clock wait for the member's own casts
+fn commands_refuse_unknown_slash_lines_and_cast_escaped_ones() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
+        .args(["member", "--group", "slashes", "--bind", "127.0.0.1:0", "--json", "--commands"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"/hello\n//slash\n/switch\tnot-a-stack\nplain\n").unwrap();
+    stdin.flush().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let (mut casts, mut line) = (Vec::new(), String::new());
+    while casts.last().map(String::as_str) != Some("plain") {
+        line.clear();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "the member ended; casts so far: {casts:?}");
+        let event = json(&line);
+        if event["type"] == "cast" {
+            casts.push(event["data"].as_str().unwrap().to_string());
+        }
+    }
+    child.kill().unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(casts, ["/slash", "plain"]);
+    assert!(stderr.contains("not a command: /hello"), "{stderr}");
+    // The tab separates the command: the switch is asked, and refused for its stack.
+    assert!(stderr.contains("refused") && stderr.contains("not-a-stack"), "{stderr}");
+}
