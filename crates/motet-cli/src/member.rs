@@ -226,6 +226,7 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
         "datagrams_out": rt.datagrams_out,
         "recv_batches": rt.recv_batches,
         "send_errors": rt.send_errors,
+        "receive_errors": rt.receive_errors,
         "send_backlog_dropped": rt.send_backlog_dropped,
         "app_backpressure": rt.app_backpressure,
         "lags": rt.lags,

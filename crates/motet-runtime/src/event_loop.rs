@@ -67,6 +67,9 @@ pub struct RuntimeStats {
     pub recv_batches: u64,
     /// Sends that failed for a reason other than a full buffer (counted, then dropped).
     pub send_errors: u64,
+    /// Receive calls that failed for a reason other than no data or a signal (ICMP errors some
+    /// systems report there, such as a refused port). Until 2026-11-28 counted in `send_errors`.
+    pub receive_errors: u64,
     /// Datagrams held because the socket's send buffer was full.
     pub send_backlogged: u64,
     /// Backlogged datagrams dropped because the backlog was full (the protocol retransmits).

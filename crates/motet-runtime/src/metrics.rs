@@ -23,6 +23,7 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
     counter("datagrams_sent_total", "UDP datagrams sent (one per destination)", runtime.datagrams_out);
     counter("recv_batches_total", "recvmmsg calls that returned data", runtime.recv_batches);
     counter("send_errors_total", "sends that failed and were dropped", runtime.send_errors);
+    counter("receive_errors_total", "receive calls that failed (ICMP errors reported there)", runtime.receive_errors);
     counter("send_backlog_dropped_total", "datagrams dropped from a full send backlog", runtime.send_backlog_dropped);
     counter(
         "app_backpressure_total",
@@ -134,6 +135,8 @@ pub const CONNECTIONS_MAX: usize = 16;
 pub const REQUEST_MAX: usize = 8 * 1024;
 /// How long a connection may take to send its request, and to take the answer.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often the listener looks for a connection, and for its runtime having stopped.
+const ACCEPT_POLL: Duration = Duration::from_millis(20);
 
 /// Serves `GET /metrics` (and `HEAD`) on `address`, each connection on a thread of its own (at
 /// most [`CONNECTIONS_MAX`]), until the runtime stops. Other paths get `404`, other methods `405`.
@@ -143,26 +146,37 @@ pub fn serve(address: SocketAddr, stats: StatsHandle) -> std::io::Result<SocketA
     let stats = Arc::new(stats);
     let open = Arc::new(AtomicUsize::new(0));
     let stopped = Arc::new(AtomicBool::new(false));
-    std::thread::Builder::new().name("motet-metrics".into()).spawn(move || {
-        for stream in listener.incoming() {
-            if stopped.load(Ordering::Relaxed) {
-                return;
+    // Not blocking, so that the thread sees the runtime stop and closes the port (an embedder
+    // that starts a runtime again on the same address must be able to bind it), and does not
+    // spin on a failing accept (out of descriptors).
+    listener.set_nonblocking(true)?;
+    std::thread::Builder::new().name("motet-metrics".into()).spawn(move || loop {
+        if stopped.load(Ordering::Relaxed) || stats.stopped() {
+            return;
+        }
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(_) => {
+                std::thread::sleep(ACCEPT_POLL);
+                continue;
             }
-            let Ok(stream) = stream else { continue };
-            if open.fetch_add(1, Ordering::AcqRel) >= CONNECTIONS_MAX {
-                open.fetch_sub(1, Ordering::AcqRel);
-                continue; // closed: the scraper retries at its next interval
+        };
+        if stream.set_nonblocking(false).is_err() {
+            continue;
+        }
+        if open.fetch_add(1, Ordering::AcqRel) >= CONNECTIONS_MAX {
+            open.fetch_sub(1, Ordering::AcqRel);
+            continue; // closed: the scraper retries at its next interval
+        }
+        let (stats, open_now, stopped) = (Arc::clone(&stats), Arc::clone(&open), Arc::clone(&stopped));
+        let spawned = std::thread::Builder::new().name("motet-metrics-scrape".into()).spawn(move || {
+            if answer(stream, &stats).is_err() {
+                stopped.store(true, Ordering::Relaxed);
             }
-            let (stats, open_now, stopped) = (Arc::clone(&stats), Arc::clone(&open), Arc::clone(&stopped));
-            let spawned = std::thread::Builder::new().name("motet-metrics-scrape".into()).spawn(move || {
-                if answer(stream, &stats).is_err() {
-                    stopped.store(true, Ordering::Relaxed);
-                }
-                open_now.fetch_sub(1, Ordering::AcqRel);
-            });
-            if spawned.is_err() {
-                open.fetch_sub(1, Ordering::AcqRel);
-            }
+            open_now.fetch_sub(1, Ordering::AcqRel);
+        });
+        if spawned.is_err() {
+            open.fetch_sub(1, Ordering::AcqRel);
         }
     })?;
     Ok(bound)
@@ -187,9 +201,14 @@ fn answer(mut stream: TcpStream, stats: &StatsHandle) -> Result<(), crate::Error
         if end(&request).is_some() {
             break true;
         }
-        if request.len() > REQUEST_MAX || clock.now() > deadline {
+        let now = clock.now();
+        if request.len() > REQUEST_MAX || now > deadline {
             break false;
         }
+        // Each read waits at most what is left of the request's time: a client that sends a
+        // byte now and then holds its slot `IO_TIMEOUT` in all, not that per read.
+        let left = Duration::from_nanos(deadline.0.saturating_sub(now.0)).max(Duration::from_millis(1));
+        let _ = stream.set_read_timeout(Some(left));
         match stream.read(&mut buf) {
             Ok(0) | Err(_) => break false,
             Ok(n) => request.extend_from_slice(&buf[..n]),

@@ -471,6 +471,11 @@ impl StatsHandle {
         self.shared.command(Command::Stats { reply })?;
         answer.recv().map_err(|_| self.shared.gone())
     }
+
+    /// The runtime has stopped: [`StatsHandle::get`] will fail.
+    pub(crate) fn stopped(&self) -> bool {
+        self.shared.stopped.load(Ordering::SeqCst)
+    }
 }
 
 /// One endpoint in one group: receive its events here; act through it or through [`Handle`]s

@@ -67,3 +67,31 @@ fn scrapes_are_answered_beside_idle_connections_and_bad_requests_get_http_errors
     assert!(ask(address, &[b"GET /metrics HTTP/1.0\r\n\r\n"]).starts_with("HTTP/1.1 200 OK\r\n"));
     drop((idle, more));
 }
+
+/// Once its runtime stops, the endpoint closes its port (an embedder that starts a runtime again
+/// on the same address binds it), with no scrape needed to notice; and a client that sends a
+/// byte just before its 2 s are up is cut off at 2 s, not after one more 2 s read.
+#[test]
+#[allow(clippy::disallowed_types)] // wall-clock waits on real sockets
+fn the_endpoint_closes_with_its_runtime_and_a_late_byte_buys_no_time() {
+    let runtime = Runtime::start(RuntimeConfig::default()).unwrap();
+    let address = metrics::serve("127.0.0.1:0".parse().unwrap(), runtime.stats_handle()).unwrap();
+    let mut late = TcpStream::connect(address).unwrap();
+    let started = std::time::Instant::now();
+    std::thread::sleep(Duration::from_millis(1_800));
+    late.write_all(b"G").unwrap();
+    late.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut rest = Vec::new();
+    let _ = late.read_to_end(&mut rest); // the end, or a reset
+    let held = started.elapsed();
+    assert!(rest.is_empty() && held < Duration::from_millis(2_800), "held {held:?}, answered {rest:?}");
+    drop(runtime);
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        match std::net::TcpListener::bind(address) {
+            Ok(_) => break,
+            Err(e) => assert!(std::time::Instant::now() < deadline, "the port is still bound: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

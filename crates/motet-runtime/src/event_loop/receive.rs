@@ -61,7 +61,7 @@ impl EventLoop {
                     // ICMP errors surface on some systems as receive errors; they say nothing
                     // the failure detector does not.
                     tracing::debug!(error = %e, "receive error");
-                    self.stats.send_errors += 1;
+                    self.stats.receive_errors += 1;
                     false
                 }
             };
@@ -283,7 +283,7 @@ impl EventLoop {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 tracing::debug!(error = %e, "receive error");
-                self.stats.send_errors += 1;
+                self.stats.receive_errors += 1;
             }
         }
         arrived
