@@ -78,6 +78,26 @@ fn receive(bypass: Bypass) -> Result<Stack, String> {
     })
 }
 
+/// A cast that `frag` splits takes the general handler going down (no fused shape splits), and
+/// the diff catches a layer's skipped action there too (before, every seeded skip ran on fused
+/// traces, and the general handler's hook was never exercised).
+#[test]
+fn the_diff_catches_a_skipped_action_on_the_general_trace_going_down() {
+    let split = |bypass| {
+        after(bypass, |stack| stack.handle_action(Instant::ZERO, Action::Cast(vec![7u8; 4_000].into())).unwrap())
+    };
+    let stack = split(Bypass::Diff).unwrap();
+    assert_eq!(stack.bypass_stats().hits, 1, "the split cast took the bypass");
+    assert!(stack.transmits.len() >= 4, "in parts: {}", stack.transmits.len());
+    for layer in [LayerKind::Mnak, LayerKind::Mflow] {
+        SKIP_ACTION.with(|s| s.set(Some(layer)));
+        let caught = split(Bypass::Diff).err();
+        SKIP_ACTION.with(|s| s.set(None));
+        let message = caught.unwrap_or_else(|| panic!("a skipped {layer:?} action went unnoticed"));
+        assert!(message.contains("differ"), "{message}");
+    }
+}
+
 /// A received cast takes the fused trace (`vsync`'s shape has one), and the diff still catches a
 /// layer's skipped action there (it is checked like the general handler). The same for a cast
 /// going down: `the_diff_catches_a_bypass_that_skips_a_layers_bookkeeping`.
