@@ -9,7 +9,7 @@ use motet_core::{Counter, DropReason};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -138,13 +138,47 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often the listener looks for a connection, and for its runtime having stopped.
 const ACCEPT_POLL: Duration = Duration::from_millis(20);
 
+/// At most this many of the [`CONNECTIONS_MAX`] connections come from one client address.
+pub const PER_CLIENT_MAX: usize = 4;
+
+/// The connections being served, in all and by client address.
+#[derive(Default)]
+struct Slots(std::sync::Mutex<(usize, std::collections::BTreeMap<std::net::IpAddr, usize>)>);
+
+impl Slots {
+    /// Takes a slot for a connection from `client`, if one is free for it.
+    fn take(&self, client: std::net::IpAddr) -> bool {
+        let mut slots = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (open, by_client) = &mut *slots;
+        let mine = by_client.entry(client).or_default();
+        if *open >= CONNECTIONS_MAX || *mine >= PER_CLIENT_MAX {
+            return false;
+        }
+        (*open, *mine) = (*open + 1, *mine + 1);
+        true
+    }
+
+    /// Gives back the slot of a connection from `client`.
+    fn give(&self, client: std::net::IpAddr) {
+        let mut slots = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (open, by_client) = &mut *slots;
+        *open -= 1;
+        if let Some(mine) = by_client.get_mut(&client) {
+            *mine -= 1;
+            if *mine == 0 {
+                by_client.remove(&client);
+            }
+        }
+    }
+}
+
 /// Serves `GET /metrics` (and `HEAD`) on `address`, each connection on a thread of its own (at
 /// most [`CONNECTIONS_MAX`]), until the runtime stops. Other paths get `404`, other methods `405`.
 pub fn serve(address: SocketAddr, stats: StatsHandle) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(address)?;
     let bound = listener.local_addr()?;
     let stats = Arc::new(stats);
-    let open = Arc::new(AtomicUsize::new(0));
+    let open = Arc::new(Slots::default());
     let stopped = Arc::new(AtomicBool::new(false));
     // Not blocking, so that the thread sees the runtime stop and closes the port (an embedder
     // that starts a runtime again on the same address must be able to bind it), and does not
@@ -154,8 +188,8 @@ pub fn serve(address: SocketAddr, stats: StatsHandle) -> std::io::Result<SocketA
         if stopped.load(Ordering::Relaxed) || stats.stopped() {
             return;
         }
-        let stream = match listener.accept() {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match listener.accept() {
+            Ok(accepted) => accepted,
             Err(_) => {
                 std::thread::sleep(ACCEPT_POLL);
                 continue;
@@ -164,8 +198,9 @@ pub fn serve(address: SocketAddr, stats: StatsHandle) -> std::io::Result<SocketA
         if stream.set_nonblocking(false).is_err() {
             continue;
         }
-        if open.fetch_add(1, Ordering::AcqRel) >= CONNECTIONS_MAX {
-            open.fetch_sub(1, Ordering::AcqRel);
+        // At most `PER_CLIENT_MAX` of the slots per client address: one client holding them all
+        // would deny every other scrape.
+        if !open.take(peer.ip()) {
             continue; // closed: the scraper retries at its next interval
         }
         let (stats, open_now, stopped) = (Arc::clone(&stats), Arc::clone(&open), Arc::clone(&stopped));
@@ -173,10 +208,10 @@ pub fn serve(address: SocketAddr, stats: StatsHandle) -> std::io::Result<SocketA
             if answer(stream, &stats).is_err() {
                 stopped.store(true, Ordering::Relaxed);
             }
-            open_now.fetch_sub(1, Ordering::AcqRel);
+            open_now.give(peer.ip());
         });
         if spawned.is_err() {
-            open.fetch_sub(1, Ordering::AcqRel);
+            open.give(peer.ip());
         }
     })?;
     Ok(bound)

@@ -23,13 +23,22 @@ fn ask(address: SocketAddr, parts: &[&[u8]]) -> String {
     String::from_utf8(answer).unwrap()
 }
 
+/// A connection to `address` from the loop-back address `127.0.0.{host}`.
+fn connect_from(host: u8, address: SocketAddr) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.bind(&SocketAddr::from(([127, 0, 0, host], 0)).into()).unwrap();
+    socket.connect(&address.into()).unwrap();
+    socket.into()
+}
+
 #[test]
 fn scrapes_are_answered_beside_idle_connections_and_bad_requests_get_http_errors() {
     let runtime = Runtime::start(RuntimeConfig::default()).unwrap();
     let address = metrics::serve("127.0.0.1:0".parse().unwrap(), runtime.stats_handle()).unwrap();
     // Idle clients that connect and never send: one connection at a time, these held every scrape
-    // behind them for 2 s each.
-    let idle: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(address).unwrap()).collect();
+    // behind them for 2 s each. As many as it serves at once, from one address: that client
+    // gets `PER_CLIENT_MAX` of the slots, the others stay free (before, it took them all).
+    let idle: Vec<TcpStream> = (0..metrics::CONNECTIONS_MAX).map(|_| connect_from(2, address)).collect();
     std::thread::sleep(Duration::from_millis(100));
     // A scrape whose request arrives in two segments.
     let answer = ask(address, &[b"GET /metrics HTTP/1.1\r\nHost: x\r\n", b"Accept: text/plain\r\n\r\n"]);
@@ -52,7 +61,9 @@ fn scrapes_are_answered_beside_idle_connections_and_bad_requests_get_http_errors
     std::thread::sleep(metrics::IO_TIMEOUT);
     // As many idle clients as it serves at once take every slot: one more is closed unanswered
     // at once (not held), and once the idle ones time out it answers again.
-    let more: Vec<TcpStream> = (0..metrics::CONNECTIONS_MAX).map(|_| TcpStream::connect(address).unwrap()).collect();
+    let per = metrics::PER_CLIENT_MAX;
+    let more: Vec<TcpStream> =
+        (0..metrics::CONNECTIONS_MAX).map(|i| connect_from(3 + (i / per) as u8, address)).collect();
     std::thread::sleep(Duration::from_millis(200));
     let mut past = TcpStream::connect(address).unwrap();
     past.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
