@@ -198,13 +198,25 @@ fn serve(args: KvArgs) -> Result<(), String> {
             Event::XferProvide { view } => {
                 let state = Bytes::from(store.encode());
                 let chunks = state.len().div_ceil(chunk).max(1);
+                let mut sent = 0;
                 for i in 0..chunks {
                     let piece = state.slice((i * chunk).min(state.len())..((i + 1) * chunk).min(state.len()));
                     // Chunks held at their bound (`QueueFull`) go as the receivers acknowledge.
-                    crate::member::when_room(|| member.xfer_chunk(*view, piece.clone(), i + 1 == chunks))
-                        .map_err(|e| e.to_string())?;
+                    match crate::member::when_room(|| member.xfer_chunk(*view, piece.clone(), i + 1 == chunks)) {
+                        Ok(()) => sent += 1,
+                        Err(e) if transfer_over(&e) => break,
+                        Err(e) => return Err(e.to_string()),
+                    }
                 }
-                member.xfer_done(*view).map_err(|e| e.to_string())?;
+                if sent < chunks {
+                    // A later view came meanwhile (a member joined or failed): it transfers again.
+                    print(json!({"type": "xfer_abandoned", "chunks_sent": sent, "chunks": chunks}));
+                    continue;
+                }
+                member
+                    .xfer_done(*view)
+                    .or_else(|e| if transfer_over(&e) { Ok(()) } else { Err(e) })
+                    .map_err(|e| e.to_string())?;
                 let ms = view_started.elapsed().as_secs_f64() * 1e3;
                 print(json!({"type": "xfer_provided", "bytes": state.len(), "chunks": chunks, "ms": ms}));
             }
@@ -214,7 +226,11 @@ fn serve(args: KvArgs) -> Result<(), String> {
                     let map = Store::decode(&staging).ok_or("a state transfer did not decode")?;
                     let bytes = std::mem::take(&mut staging).len();
                     store.map = map;
-                    member.xfer_done(*view).map_err(|e| e.to_string())?;
+                    // Installed; a later view already handed over needs no word of it.
+                    member
+                        .xfer_done(*view)
+                        .or_else(|e| if transfer_over(&e) { Ok(()) } else { Err(e) })
+                        .map_err(|e| e.to_string())?;
                     let secs = view_started.elapsed().as_secs_f64();
                     print(
                         json!({"type": "xfer_installed", "bytes": bytes, "ms": secs * 1e3, "mb_per_s": bytes as f64 / secs / 1e6}),
@@ -225,6 +241,12 @@ fn serve(args: KvArgs) -> Result<(), String> {
             Event::Send { .. } | Event::Block => {}
         }
     }
+}
+
+/// The runtime's answer to a state-transfer action whose view is no longer the latest: that
+/// transfer is over, and the next view transfers again if it must.
+fn transfer_over(error: &motet_runtime::Error) -> bool {
+    matches!(error, motet_runtime::Error::Api(motet_core::ApiError::NotInTransfer))
 }
 
 /// An output line for a person (without `--json`): the event's type, then its fields as

@@ -413,8 +413,10 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
                     Event::XferChunk { view, last: true, .. } => member.xfer_done(*view),
                     _ => Ok(()),
                 };
-                if let Err(error) = xfer {
-                    note!("motet member: state transfer: {error}");
+                match xfer {
+                    // A later view came meanwhile: that transfer is over (the next one restarts).
+                    Ok(()) | Err(Error::Api(motet_core::ApiError::NotInTransfer)) => {}
+                    Err(error) => note!("motet member: state transfer: {error}"),
                 }
                 if let Event::View(view) = &event {
                     if view.members.len() > 1 && switch_at.is_none() {

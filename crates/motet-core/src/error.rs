@@ -52,6 +52,10 @@ pub enum ApiError {
     /// (the group could never switch again).
     #[error("cannot switch {0}: both the current and the new stack need the Switch property (add +Switch)")]
     NoSwitch(String),
+    /// A switch asked in a state-transfer view to a stack without `Xfer`: the next view would
+    /// still owe the transfer, with no layer to finish it.
+    #[error("cannot switch to `{0}` during a state transfer: the new stack needs the Xfer property too (add +Xfer), or ask once a View without xfer has come")]
+    SwitchInTransfer(String),
     /// A migration was asked of a stack without the `Migrate` property.
     #[error("cannot migrate: stack `{0}` lacks the Migrate property (add +Migrate, or use a preset with membership)")]
     NoMigrate(String),

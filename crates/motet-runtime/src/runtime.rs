@@ -639,13 +639,18 @@ impl Handle {
             if !view.switchable {
                 return Err(Error::Api(motet_core::ApiError::NoSwitch(format!("from `{}`", view.stack))));
             }
+            if view.xfer && !spec.layers().contains(&motet_core::LayerKind::Xfer) {
+                return Err(Error::Api(motet_core::ApiError::SwitchInTransfer(spec.to_string())));
+            }
         }
         self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Switch(spec) })
     }
 
     /// In a state-transfer view, at the provider (after `Event::XferProvide`): the next chunk of
     /// the application's state (at most `appl.message_size_max`; 64 KiB is a good size); mark
-    /// the last one. Blocks like `cast` under back-pressure; held while flow control blocks.
+    /// the last one. `Error::Api(NotInTransfer)` once a later view has been handed to this member
+    /// (or at a member that does not provide): that transfer is over, so stop sending it; the
+    /// next view transfers again if it must. Blocks like `cast` under back-pressure; held while flow control blocks.
     /// Refuses with `Error::QueueFull` while this member's chunks held at the loop are at their
     /// bound (65,536, or 64 MiB; apart from its casts, which wait for the transfer's end): they
     /// go as the receivers acknowledge them, so wait a moment and retry.
@@ -670,7 +675,8 @@ impl Handle {
 
     /// This member is done with the current view's state transfer (the provider after its last
     /// chunk, a receiver after installing the state): when every member is, the group moves to a
-    /// normal view and held casts go.
+    /// normal view and held casts go. `Error::Api(NotInTransfer)` once a later view has been
+    /// handed to this member: that transfer is over, and nothing needs saying.
     pub fn xfer_done(&self, view: ViewId) -> Result<(), Error> {
         self.check(0)?;
         self.in_transfer(view, false)?;

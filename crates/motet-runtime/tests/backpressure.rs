@@ -410,8 +410,9 @@ fn a_stopping_runtime_refuses_casts_and_still_answers_statistics() {
 }
 
 /// Actions the loop would refuse are refused at the call, with the typed error that says why:
-/// a switch from a stack that cannot switch, a chunk from a member that does not provide, a
-/// state-transfer action for a view that is not the latest or not a transfer view. Before, each
+/// a switch from a stack that cannot switch (or, in a transfer view, to one that cannot finish
+/// the transfer), a chunk from a member that does not provide, a state-transfer action for a
+/// view that is not the latest or not a transfer view. Before, each
 /// returned `Ok` and the loop dropped it (counted in `actions_refused` or `stale_xfer`), and a
 /// transfer could wait for a chunk that never came.
 #[test]
@@ -428,6 +429,9 @@ fn actions_the_loop_would_refuse_are_refused_at_the_call() {
     let stale = motet_runtime::ViewId { ltime: view.ltime + 7, coord: view.coord };
     assert!(not_in_transfer(provider.xfer_chunk(stale, vec![1u8], true)), "another view's chunk");
     assert!(not_in_transfer(receiver.xfer_done(stale)), "another view's end");
+    // A switch that would leave the transfer to a stack without `Xfer`.
+    let err = provider.switch("vsync").unwrap_err();
+    assert!(matches!(&err, Error::Api(ApiError::SwitchInTransfer(_))), "{err}");
     // The genuine actions still go.
     provider.xfer_chunk(view, vec![1u8], true).unwrap();
     provider.xfer_done(view).unwrap();

@@ -194,6 +194,13 @@ impl Appl {
                 if !can(spec.layers()) {
                     return Err(ApiError::NoSwitch(format!("to `{spec}`")));
                 }
+                // The view the switch starts may still owe this one's state transfer (`intra`
+                // carries it over until every member is done): its stack must be able to finish
+                // it. Before, such a switch left the group in a transfer view no layer could end,
+                // every cast held (a review's finding).
+                if self.view.xfer_view && !spec.layers().contains(&crate::layers::LayerKind::Xfer) {
+                    return Err(ApiError::SwitchInTransfer(spec.to_string()));
+                }
                 self.request()?;
                 out.up(Up::SwitchReq(spec));
             }
@@ -475,6 +482,19 @@ mod tests {
             let (result, events) = act(&mut h, action);
             assert_eq!((result, events.len()), (Err(ApiError::TooManyRequests { max: REQUESTS_MAX }), 0));
         }
+    }
+
+    /// In a state-transfer view, a switch must keep `Xfer`: the view it starts may still owe the
+    /// transfer. Refused with what to do, emitting nothing; one that keeps it is taken.
+    #[test]
+    fn a_switch_in_a_transfer_view_must_keep_the_transfer() {
+        let view = crate::testing::view_of("vsync+Xfer", 3);
+        let view = Arc::new(ViewState { xfer_view: true, ..ViewState::clone(&view) });
+        let mut h = Harness::new(Appl::new(&Config::default(), &view, 0), 0);
+        let to = |spec: &str| Action::Switch(crate::spec::StackSpec::parse(spec).unwrap());
+        let (result, events) = act(&mut h, to("total"));
+        assert!(matches!(result, Err(ApiError::SwitchInTransfer(_))) && events.is_empty(), "{result:?}");
+        assert_eq!(act(&mut h, to("total+Xfer")).0, Ok(()));
     }
 
     #[test]

@@ -484,7 +484,18 @@ impl Layer for Intra {
                     return;
                 }
                 self.installed = true;
-                let next = self.view.with_full(&view);
+                let mut next = self.view.with_full(&view);
+                if next.prev_ids == [self.view.view_id] {
+                    // A view of this partition alone (`inter`'s, after a merge that was refused or
+                    // unanswered). A full view carries neither what the transfer still owes nor a
+                    // switch asked in this view, so they are carried over as in a view of the
+                    // survivors (`next_view`). Before, the transfer view ended with a receiver that
+                    // had not installed the state, and the switch was lost (a review's finding).
+                    next.xfer_view = self.view.xfer_view && !self.xfer_complete && next.len() > 1;
+                    if let Some((_, spec)) = &self.switch_to {
+                        next.stack = spec.clone();
+                    }
+                }
                 if next.rank_of(self.view.members[usize::from(self.rank)]).is_some() {
                     out.up(Up::NewView(Arc::new(next)));
                 } else {
@@ -600,6 +611,44 @@ mod tests {
             })
             .expect("every survivor reported: the cut");
         assert_eq!(cut, [3, 4, 6], "the survivors' maximum per origin");
+    }
+
+    /// A view of this partition alone, cast whole (`inter`'s after a merge that failed), carries
+    /// over what a view of the survivors would: a state transfer not finished yet (every member
+    /// derives it from the same cut) and a switch asked in this view. Before, the full view came
+    /// without either, and a receiver that had not installed the state went on with its own.
+    #[test]
+    fn a_lone_partitions_view_after_a_failed_merge_keeps_the_transfer_and_the_switch() {
+        let view = Arc::new(ViewState { xfer_view: true, ..ViewState::clone(&crate::testing::view(3)) });
+        let install = |complete: bool, switch: bool| {
+            let mut h = Harness::new(Intra::new(&Config::default(), &view, 1), 1);
+            if complete {
+                h.up(Up::XferComplete);
+            }
+            if switch {
+                let spec = crate::StackSpec::parse("total+Xfer").unwrap();
+                h.up(Up::Switch { origin: 2, spec });
+            }
+            h.up(Up::CutDone { coord: 0, round: 1 });
+            let mut alone = ViewState::clone(&view);
+            alone.view_id = ViewId { ltime: view.view_id.ltime + 1, coord: view.members[0] };
+            alone.prev_ids = vec![view.view_id];
+            alone.xfer_view = false;
+            let msg = Msg::default().with(Header::Full { round: 1, view: Box::new(alone.to_full()) });
+            let out = h.up(Up::Cast { origin: 0, msg, qos: Qos::Reliable });
+            out.iter()
+                .find_map(|o| match o {
+                    Out::Up(Up::NewView(v)) => Some((v.xfer_view, v.stack.to_string())),
+                    _ => None,
+                })
+                .expect("the view is installed")
+        };
+        let (xfer, stack) = install(false, false);
+        assert!(xfer, "the transfer is still owed");
+        assert_eq!(stack, view.stack.to_string());
+        assert!(!install(true, false).0, "every member was done");
+        let (_, stack) = install(false, true);
+        assert_eq!(stack, crate::StackSpec::parse("total+Xfer").unwrap().to_string(), "the switch asked");
     }
 
     /// A member installs a view only from survivors in rank order: a coordinator's list with a
