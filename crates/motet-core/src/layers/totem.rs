@@ -116,14 +116,20 @@ impl Totem {
             held: BTreeMap::new(),
             deliver_next: 0,
             unordered: vec![VecDeque::new(); view.len()],
-            ahead_max: {
+            ahead_max: match view.stack.layers().contains(&super::LayerKind::Mflow) {
                 // Per member: what a holder numbers at once (its pending casts) that may still
                 // wait in `mflow`'s queue, and a window of them on the wire.
-                let params = &view.params;
-                let numbered = (params.totem.pending_max as u64)
-                    .saturating_add(params.mflow.pending_max as u64)
-                    .saturating_add(WINDOW_CASTS_MAX);
-                numbered.saturating_mul(view.len() as u64)
+                true => {
+                    let params = &view.params;
+                    let numbered = (params.totem.pending_max as u64)
+                        .saturating_add(params.mflow.pending_max as u64)
+                        .saturating_add(WINDOW_CASTS_MAX);
+                    numbered.saturating_mul(view.len() as u64)
+                }
+                // Without flow control a member may lag any number of casts behind, as for the
+                // sequencer (`casts_ahead_max`): a bound would drop a genuine token (lost for the
+                // view: nobody could cast in order again) or genuine casts (a review's finding).
+                false => u64::MAX,
             },
             blocked: false,
             completed: false,
@@ -514,5 +520,25 @@ mod tests {
         }
         assert_eq!(b.layer.unordered[0].len() as u64, b.layer.unordered_max());
         assert_eq!(b.stats.drops(DropReason::OutOfWindow), 5);
+    }
+
+    /// Without flow control a member may lag any number of casts behind, so a token numbered that
+    /// far ahead is genuine and taken (dropped, it was lost for the view: nobody could cast in
+    /// order again), and so is a cast.
+    #[test]
+    fn without_flow_control_a_token_far_ahead_is_taken() {
+        let bounded = crate::testing::view_of("vsync+Token", 2);
+        let far = Totem::new(&Config { pending_max: 2 }, &bounded, 1).ahead_max + 1;
+        let view = crate::testing::view_of("Gmp+Sync+Suspect+Token", 2);
+        let mut b = Harness::new(Totem::new(&Config { pending_max: 2 }, &view, 1), 1);
+        b.up(Up::Send { origin: 0, msg: Msg::default().with(Header::Token { seq: far }) });
+        assert!(b.layer.holder, "the token is taken");
+        let data = Up::Cast {
+            origin: 0,
+            msg: Msg::new(vec![1].into()).with(Header::Data { seq: 2 * far }),
+            qos: Qos::Reliable,
+        };
+        b.up(data);
+        assert_eq!(b.stats.drops(DropReason::OutOfWindow), 0);
     }
 }
