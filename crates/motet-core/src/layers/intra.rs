@@ -436,9 +436,6 @@ impl Layer for Intra {
             }
             Up::LeaveReq(rank) => {
                 self.leavers.insert(rank);
-                if rank == self.rank && self.view.len() == 1 {
-                    return self.leave_view(out);
-                }
                 self.maybe_start(out);
             }
             Up::XferComplete => {
