@@ -265,10 +265,18 @@ impl Node {
             let stack = &mut entry.stack;
             let in_view = head.mux == Mux::Gossip
                 || (usize::from(head.origin) < stack.view().len() && head.origin != stack.rank());
-            let for_me = match head.mux {
-                Mux::Cast | Mux::Gossip => true,
-                Mux::Send { dest } => dest == stack.rank(),
+            // The full form comes under the view's connection id (or the group's gossip id), never
+            // under the id a member receives compressed sends by, which may coincide with another
+            // stack's (`datagram::send_conn`).
+            let own = match head.mux {
+                Mux::Gossip => head.conn != datagram::send_conn(entry.conn, stack.rank()),
+                _ => head.conn == entry.conn,
             };
+            let for_me = own
+                && match head.mux {
+                    Mux::Cast | Mux::Gossip => true,
+                    Mux::Send { dest } => dest == stack.rank(),
+                };
             if !in_view || !for_me {
                 stack.count_drop(DropReason::NotForMe);
                 continue;

@@ -427,9 +427,14 @@ fn a_compressed_datagram_nobody_can_expand_is_dropped_and_counted() {
     cast[0] &= !0x80; // a send's kind
     nodes[1].0.handle_datagram(now, Bytes::from(cast));
     nodes[1].0.handle_datagram(now, Bytes::from(head[..3].to_vec()));
+    // A datagram in the full form under the id a member receives compressed sends by (which may
+    // be another stack's view id): not for this stack.
+    let head = datagram::Head { conn: datagram::send_conn(conn, 1), mux: Mux::Cast, origin: 0 };
+    let full = datagram::encode(&head, std::iter::empty::<motet_wire::Header>(), &Payload::new());
+    nodes[1].0.handle_datagram(now, full);
     let stats = nodes[1].0.stats();
     assert_eq!(stats.drops(DropReason::UnknownConn), 1);
-    assert_eq!(stats.drops(DropReason::NotForMe), 1);
+    assert_eq!(stats.drops(DropReason::NotForMe), 2);
     assert_eq!(stats.drops(DropReason::Malformed), 1);
     assert!(nodes[1].0.poll_event().is_none());
 }
