@@ -213,10 +213,7 @@ fn serve(args: KvArgs) -> Result<(), String> {
                     print(json!({"type": "xfer_abandoned", "chunks_sent": sent, "chunks": chunks}));
                     continue;
                 }
-                member
-                    .xfer_done(*view)
-                    .or_else(|e| if transfer_over(&e) { Ok(()) } else { Err(e) })
-                    .map_err(|e| e.to_string())?;
+                member.xfer_done(*view).or_else(transfer_over_is_fine).map_err(|e| e.to_string())?;
                 let ms = view_started.elapsed().as_secs_f64() * 1e3;
                 print(json!({"type": "xfer_provided", "bytes": state.len(), "chunks": chunks, "ms": ms}));
             }
@@ -227,10 +224,7 @@ fn serve(args: KvArgs) -> Result<(), String> {
                     let bytes = std::mem::take(&mut staging).len();
                     store.map = map;
                     // Installed; a later view already handed over needs no word of it.
-                    member
-                        .xfer_done(*view)
-                        .or_else(|e| if transfer_over(&e) { Ok(()) } else { Err(e) })
-                        .map_err(|e| e.to_string())?;
+                    member.xfer_done(*view).or_else(transfer_over_is_fine).map_err(|e| e.to_string())?;
                     let secs = view_started.elapsed().as_secs_f64();
                     print(
                         json!({"type": "xfer_installed", "bytes": bytes, "ms": secs * 1e3, "mb_per_s": bytes as f64 / secs / 1e6}),
@@ -247,6 +241,15 @@ fn serve(args: KvArgs) -> Result<(), String> {
 /// transfer is over, and the next view transfers again if it must.
 fn transfer_over(error: &motet_runtime::Error) -> bool {
     matches!(error, motet_runtime::Error::Api(motet_core::ApiError::NotInTransfer))
+}
+
+/// `Ok` for an action refused because its transfer is over ([`transfer_over`]).
+fn transfer_over_is_fine(error: motet_runtime::Error) -> Result<(), motet_runtime::Error> {
+    if transfer_over(&error) {
+        Ok(())
+    } else {
+        Err(error)
+    }
 }
 
 /// An output line for a person (without `--json`): the event's type, then its fields as

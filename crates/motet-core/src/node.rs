@@ -378,14 +378,11 @@ impl Node {
             let in_view = usize::from(head.origin) < stack.view().len() && head.origin != stack.rank();
             // A cast comes under the view's connection id, a send under its destination's: the
             // kind must match the id it came under (ids of other stacks may coincide).
-            let mux = match head.cast {
-                true => Mux::Cast,
-                false => Mux::Send { dest: stack.rank() },
+            let (mux, conn) = match head.cast {
+                true => (Mux::Cast, entry.conn),
+                false => (Mux::Send { dest: stack.rank() }, datagram::send_conn(entry.conn, stack.rank())),
             };
-            let for_me = match head.cast {
-                true => head.conn == entry.conn,
-                false => head.conn == datagram::send_conn(entry.conn, stack.rank()),
-            };
+            let for_me = head.conn == conn;
             if !in_view || !for_me {
                 stack.count_drop(DropReason::NotForMe);
                 continue;

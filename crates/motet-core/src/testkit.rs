@@ -105,6 +105,12 @@ impl Group {
 
     /// Delivers datagrams between the nodes (no loss) and drains application events until quiet.
     pub fn pump(&mut self) {
+        self.pump_dropping(|_, _, _| false);
+    }
+
+    /// [`Group::pump`], but a datagram from `from` to `to` for which `drop(from, to, datagram)`
+    /// says so is lost (a test that loses one kind of message).
+    pub fn pump_dropping(&mut self, mut drop: impl FnMut(usize, usize, &bytes::Bytes) -> bool) {
         loop {
             let mut moved = false;
             for from in 0..self.nodes.len() {
@@ -123,7 +129,9 @@ impl Group {
                         if to >= self.nodes.len() {
                             continue;
                         }
-                        if self.partition.as_ref().is_some_and(|side| side.contains(&from) != side.contains(&to)) {
+                        if self.partition.as_ref().is_some_and(|side| side.contains(&from) != side.contains(&to))
+                            || drop(from, to, &datagram)
+                        {
                             continue;
                         }
                         match self.batches {

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use motet_core::testkit::Group;
-use motet_core::{Address, AppEvent, Duration};
+use motet_core::Duration;
 use motet_wire::hdr::merge::Header as MergeHeader;
 use motet_wire::{bundle, datagram, Header};
 
@@ -20,46 +20,6 @@ fn carries_grant(datagram: &Bytes) -> bool {
                 .any(|i| matches!(decoded.hdrs.get(i).as_deref(), Some(Header::Merge(MergeHeader::Granted { .. }))))
         },
     )
-}
-
-/// Delivers datagrams as `Group::pump` does (no partition), but drops every one that carries a
-/// grant while `drop_grants` is positive, counting it down.
-fn pump_losing_grants(group: &mut Group, drop_grants: &mut usize) {
-    loop {
-        let mut moved = false;
-        for from in 0..group.nodes.len() {
-            while let Some(out) = group.nodes[from].0.poll_transmit() {
-                moved = true;
-                let datagram = out.to_bytes();
-                if *drop_grants > 0 && carries_grant(&datagram) {
-                    *drop_grants -= 1;
-                    continue;
-                }
-                for address in out.to.addresses() {
-                    let Address::Sim(to) = address else { continue };
-                    if let Some((node, _)) = group.nodes.get_mut(to as usize) {
-                        node.handle_datagram(group.now, datagram.clone());
-                    }
-                }
-            }
-            while let Some((stack, event)) = group.nodes[from].0.poll_event() {
-                if let AppEvent::View { view, .. } = event {
-                    group.nodes[from].1 = stack;
-                    group.views[from] = Some(view);
-                }
-            }
-        }
-        for (node, _) in &mut group.nodes {
-            node.settle();
-            if node.poll_alarm().is_some_and(|at| at <= group.now) {
-                node.handle_timeout(group.now);
-                moved = true;
-            }
-        }
-        if !moved {
-            return;
-        }
-    }
 }
 
 /// Four `vsync` members split in two partitions of two, each of which installs its own view. The
@@ -93,7 +53,11 @@ fn a_lost_grant_is_answered_again_by_the_merged_views_coordinator() {
         for (node, _) in &mut group.nodes {
             node.handle_timeout(group.now);
         }
-        pump_losing_grants(&mut group, &mut drop_grants);
+        group.pump_dropping(|_, _, datagram| {
+            let lost = drop_grants > 0 && carries_grant(datagram);
+            drop_grants -= usize::from(lost);
+            lost
+        });
     }
     assert_eq!(drop_grants, 0, "a grant was sent, and lost");
     let views: Vec<_> = group.views.iter().flatten().map(|v| (v.view_id, v.members.clone())).collect();

@@ -248,13 +248,10 @@ fn answered(state: &mut Wanted, name: &str, result: &io::Result<Vec<SocketAddr>>
     };
     let until = Deadline::after(&clock, SHARED_FOR);
     state.names.insert(name.to_string(), Shared::Known { until, result: kept });
-    let mut k = state.parked.len();
-    while k > 0 {
-        k -= 1;
-        if state.parked[k].0 == name {
-            let (_, id, request) = state.parked.remove(k);
-            state.requests.push_front((id, request));
-        }
+    let (ready, waiting) = std::mem::take(&mut state.parked).into_iter().partition(|(n, ..)| n == name);
+    state.parked = waiting;
+    for (_, id, request) in ready.into_iter().rev() {
+        state.requests.push_front((id, request));
     }
 }
 
