@@ -8,3 +8,10 @@
 pub fn skip_action(layer: Option<crate::LayerKind>) {
     crate::stack::set_skip_action(layer);
 }
+
+/// Every node on this thread puts its alarms off by a few nanoseconds drawn from outside the
+/// seed (the standard library's hash keys), as a layer that read a clock would: the bug the
+/// determinism check (the same seed, the same trace hash) must catch.
+pub fn unseeded_alarms(on: bool) {
+    crate::node::set_unseeded_alarms(on);
+}

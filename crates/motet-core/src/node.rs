@@ -185,6 +185,10 @@ pub struct Node {
     /// lookup, not a visit of every stack: a process may run many groups, and live through many
     /// views.
     alarms: std::collections::BTreeSet<(Instant, StackId)>,
+    /// What this node's alarms are put off by, from outside the seed (a seeded bug for the
+    /// determinism check, `crate::faults::unseeded_alarms`; 0 unless switched on).
+    #[cfg(feature = "fault-injection")]
+    unseeded: crate::time::Duration,
 }
 
 /// The encoded head of an outgoing datagram. Inline up to 24 bytes (every compressed head and
@@ -198,6 +202,9 @@ const _: () = assert!(datagram::COMPRESSED_HEAD_MAX <= HEAD_INLINE, "a compresse
 impl Node {
     /// A node with no stack.
     pub fn new() -> Node {
+        #[cfg(feature = "fault-injection")]
+        return Node { unseeded: unseeded_delay(), ..Node::default() };
+        #[cfg(not(feature = "fault-injection"))]
         Node::default()
     }
 
@@ -485,7 +492,10 @@ impl Node {
     /// filled ([`Stack::poll_wake`]), not counting full batches: what a driver that calls
     /// [`Node::settle`] itself waits for.
     pub fn poll_alarm(&self) -> Option<Instant> {
-        self.alarms.first().map(|&(at, _)| at)
+        let at = self.alarms.first().map(|&(at, _)| at);
+        #[cfg(feature = "fault-injection")]
+        let at = at.map(|at| at + self.unseeded);
+        at
     }
 
     /// Delayed processing ([`Stack::settle`]), in batches: the bookkeeping of the messages the
@@ -778,3 +788,28 @@ fn outgoing(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(feature = "fault-injection")]
+thread_local! {
+    /// Testing the determinism check: alarms are put off by an amount that comes from outside the
+    /// seed (a seeded bug, `crate::faults::unseeded_alarms`).
+    static UNSEEDED_ALARMS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Sets the seeded bug of `UNSEEDED_ALARMS` on this thread (`crate::faults`).
+#[cfg(feature = "fault-injection")]
+pub(crate) fn set_unseeded_alarms(on: bool) {
+    UNSEEDED_ALARMS.with(|u| u.set(on));
+}
+
+/// With the seeded bug on, 1 to 1,000 ns from the standard library's per-process, per-instance
+/// hash keys, as a layer that read a clock or iterated a `HashMap` would get: the same seed no
+/// longer gives the same run. Nothing otherwise.
+#[cfg(feature = "fault-injection")]
+fn unseeded_delay() -> crate::time::Duration {
+    use std::hash::BuildHasher;
+    match UNSEEDED_ALARMS.with(std::cell::Cell::get) {
+        true => crate::time::Duration(std::collections::hash_map::RandomState::new().hash_one(0u8) % 1_000 + 1),
+        false => crate::time::Duration(0),
+    }
+}

@@ -113,6 +113,22 @@ fn the_same_seed_gives_the_same_trace_hash() {
     assert_ne!(run(&lossy(1)).trace_hash, run(&lossy(2)).trace_hash);
 }
 
+/// The determinism check (the same seed, the same trace hash; CI's across processes) catches a
+/// core that reads something from outside the seed: with the seeded bug, each node puts its
+/// alarms off by a few nanoseconds drawn from the standard library's hash keys, as a layer that
+/// read a clock would, and the same seed no longer hashes alike.
+#[test]
+fn the_determinism_check_catches_a_core_that_reads_outside_the_seed() {
+    let options = SimOptions::swarm(3, 4, fifo());
+    assert_eq!(run(&options).trace_hash, run(&options).trace_hash, "deterministic without the bug");
+    motet_core::faults::unseeded_alarms(true);
+    let runs: Vec<_> = (0..3).map(|_| run(&options)).collect();
+    motet_core::faults::unseeded_alarms(false);
+    assert!(runs.iter().all(|r| r.violations.is_empty()), "a few nanoseconds break no guarantee");
+    let hashes: std::collections::BTreeSet<_> = runs.iter().map(|r| r.trace_hash.clone()).collect();
+    assert_eq!(hashes.len(), 3, "the check misses the bug: {hashes:?}");
+}
+
 #[test]
 fn oracles_catch_a_stack_without_reliability() {
     // A seeded bug: the application asks for reliable delivery from a stack that has none.
