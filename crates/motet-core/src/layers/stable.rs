@@ -353,6 +353,22 @@ impl Layer for Stable {
                     if origin == self.rank {
                         return; // our own cast, looped back by `local`
                     }
+                    // Columns that count failed no member we count live (`within`, below) come
+                    // from our coordinator and no one else: their sender coordinates, so every
+                    // rank below it is in its failed set, hence in ours, and ranks we count failed
+                    // are dropped by `bottom`. And their minimum cannot pass our own row: it is
+                    // over a row of ours the coordinator had, and rows only grow. Columns that
+                    // break either are no genuine coordinator's; taken, one faulty member's cast
+                    // would free every retransmission buffer here (`mnak` frees up to the
+                    // minimum), so that a failed origin's casts could never be repaired.
+                    let within =
+                        columns.failed.iter().all(|&r| Rank::try_from(r).is_ok_and(|r| self.failed.contains(r)));
+                    let own = &self.rows[usize::from(self.rank)];
+                    if within && (origin != self.coordinator() || columns.stable.iter().zip(own).any(|(&s, &r)| s > r))
+                    {
+                        out.drop_input(super::LayerKind::Stable, DropReason::Gossip);
+                        return;
+                    }
                     // An older cast of that coordinator's, arriving late, is old news. One far ahead
                     // of the last taken is no coordinator's: its casts are numbered one by one, and
                     // so many lost in a row would have had it suspected. Taken, one forged cast
@@ -384,9 +400,6 @@ impl Layer for Stable {
                     // The maximum never goes below our own row: the coordinator may not have our
                     // latest row yet, and `frag` drops a failed origin's partial message for good
                     // when its stable and maximum meet, while we may still hold more of it.
-                    let within =
-                        columns.failed.iter().all(|&r| Rank::try_from(r).is_ok_and(|r| self.failed.contains(r)));
-                    let own = &self.rows[usize::from(self.rank)];
                     let stability = if within {
                         let max = columns.max.iter().zip(own).map(|(&m, &r)| m.max(r)).collect();
                         Stability { stable: columns.stable.clone(), max }
@@ -679,6 +692,7 @@ mod tests {
     fn columns_that_leave_out_a_member_we_count_live_are_not_taken() {
         let view = crate::testing::view(4);
         let mut member = at(&view, 3);
+        member.up(Up::NumCasts(Arc::from(vec![5; 4])));
         let seq = std::cell::Cell::new(0);
         let theirs = |failed: Vec<u64>| {
             seq.set(seq.get() + 1);
@@ -696,6 +710,30 @@ mod tests {
             vec![Stability { stable: zero, max: vec![5; 4] }],
             "no such rank"
         );
+    }
+
+    /// Columns taken whole (they count failed no member we count live) come from our coordinator
+    /// alone, with a minimum no higher than our own row: a faulty member's columns that claimed
+    /// everything stable would free every retransmission buffer here (found by a review).
+    #[test]
+    fn columns_from_no_coordinator_or_beyond_our_row_are_not_taken() {
+        let view = crate::testing::view(3);
+        let mut member = at(&view, 2);
+        member.up(Up::NumCasts(Arc::from(vec![1, 1, 1])));
+        let all = vec![1 << 40; 3];
+        let out = member.up(columns_from(1, 1, all.clone(), all.clone(), vec![]));
+        assert!(announced(&out).is_empty(), "rank 1 does not coordinate: {out:?}");
+        let out = member.up(columns_from(0, 1, all.clone(), all, vec![]));
+        assert!(announced(&out).is_empty(), "nobody has more than we received: {out:?}");
+        assert_eq!(member.stats.drops(DropReason::Gossip), 2);
+        // The genuine coordinator's columns, within our row, are taken (the same numbers again:
+        // the refused casts left no trace).
+        let out = member.up(columns_from(0, 1, vec![1, 0, 1], vec![2, 1, 1], vec![]));
+        assert_eq!(announced(&out), vec![Stability { stable: vec![1, 0, 1], max: vec![2, 1, 1] }]);
+        // Once the coordinator has failed, the next rank's columns are taken.
+        member.dn(Dn::Fail([0].into_iter().collect()));
+        let out = member.up(columns_from(1, 1, vec![1, 1, 1], vec![2, 1, 1], vec![0]));
+        assert_eq!(announced(&out), vec![Stability { stable: vec![1, 1, 1], max: vec![2, 1, 1] }]);
     }
 
     /// The review's cases: a late copy of an older cast is not taken (it would take the maximum
