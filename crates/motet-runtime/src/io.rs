@@ -61,9 +61,12 @@ const OFFLOAD_AFTER: u32 = 16;
 
 pub(crate) use motet_wire::chunks::{Chunks, MEDIUM, SMALL};
 
-/// The UDP payload of one packet on an Ethernet path (MTU 1500, IPv4: 1500 - 20 - 8): a
-/// segment up to this size that the kernel refuses means it refuses offload, not the size.
-const ETHERNET_PAYLOAD: usize = 1472;
+/// A segment up to this size that the kernel refuses means it refuses offload, not the size:
+/// every path takes packets of 576 bytes (IPv4's minimum reassembly size; IPv6's minimum MTU is
+/// 1280), so 512 bytes of UDP payload fit. A larger one may be refused by the path alone: an
+/// MTU below Ethernet's 1500 (VXLAN's 1450, WireGuard's 1420, or one learned from ICMP) refuses
+/// segments that an Ethernet path takes.
+const SEGMENT_FLOOR: usize = 512;
 
 /// One process's UDP socket.
 pub(crate) struct UdpIo {
@@ -406,11 +409,12 @@ impl UdpIo {
 
     /// Sends `contents` to `to` as datagrams of `segment` bytes each (the last may be shorter) in
     /// one system call, with UDP generic segmentation offload (`UDP_SEGMENT`): the kernel cuts
-    /// the buffer into packets. A device or kernel that refuses it (`EIO`, or `EINVAL` for a
-    /// segment that fits an Ethernet packet) turns it off for this socket
-    /// ([`UdpIo::max_segments`] becomes 1); a segment larger than the path takes (`EMSGSIZE`,
-    /// `EINVAL`) lowers [`UdpIo::segment_max`] below its size. Either way the error is returned
-    /// and the caller sends the datagrams one per call.
+    /// the buffer into packets. A segment larger than the path takes (`EMSGSIZE` on recent
+    /// kernels, `EINVAL` on older ones, above [`SEGMENT_FLOOR`]) lowers [`UdpIo::segment_max`]
+    /// below its size, so each size is refused at most once; a device or kernel that refuses
+    /// offload itself (`EIO`, or a refusal at a size every path takes) turns it off for this
+    /// socket ([`UdpIo::max_segments`] becomes 1). Either way the error is returned and the
+    /// caller sends the datagrams one per call.
     pub(crate) fn send_segments(&mut self, to: SocketAddr, contents: &[u8], segment_len: usize) -> io::Result<()> {
         if segment_len > self.segment_max {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
@@ -435,14 +439,14 @@ impl UdpIo {
         match sent {
             Ok(_) => Ok(()),
             // Larger than the path's packets (an MTU of 1500 takes 1472 bytes of UDP payload over
-            // IPv4): offload stays on for segments that fit.
-            Err(errno @ (nix::errno::Errno::EMSGSIZE | nix::errno::Errno::EINVAL))
-                if segment_len > ETHERNET_PAYLOAD =>
-            {
+            // IPv4, one of 1450 takes 1422): offload stays on for segments that fit. Before, a
+            // refusal at 1472 bytes or less was taken for no offload, and as `EMSGSIZE` (recent
+            // kernels) for neither: every run of full bundles on a path under 1500 was dropped.
+            Err(errno @ (nix::errno::Errno::EMSGSIZE | nix::errno::Errno::EINVAL)) if segment_len > SEGMENT_FLOOR => {
                 self.segment_max = segment_len - 1;
                 Err(io::Error::from(errno))
             }
-            Err(errno @ (nix::errno::Errno::EIO | nix::errno::Errno::EINVAL)) => {
+            Err(errno @ (nix::errno::Errno::EIO | nix::errno::Errno::EINVAL | nix::errno::Errno::EMSGSIZE)) => {
                 self.max_segments = 1;
                 Err(io::Error::from(errno))
             }

@@ -317,6 +317,14 @@ fn segments_larger_than_the_path_fall_back_without_turning_offload_off() {
             "not tried again"
         );
         a.send_segments(to, &[2u8; 2800], 1400).expect("segments that fit still go in one call");
+        // A path under Ethernet's MTU (VXLAN's 1450): full bundles (1,452 bytes) are refused by
+        // the path, not by the offload, which stays on for what fits. Before, the refusal
+        // (`EMSGSIZE`) changed nothing, and the event loop dropped every such run.
+        let lower = std::process::Command::new("ip").args(["link", "set", "lo", "mtu", "1450"]).status();
+        assert!(lower.is_ok_and(|s| s.success()));
+        let below = a.send_segments(to, &[3u8; 2904], 1452).expect_err("segments over a 1450 MTU");
+        assert_eq!((a.max_segments(), a.segment_max()), (GSO_SEGMENTS, 1451), "{below}");
+        a.send_segments(to, &[4u8; 2844], 1422).expect("segments that fit a 1450 MTU");
         Some(refused)
     });
     match tried.join().unwrap() {
