@@ -17,8 +17,9 @@
 //! The shared socket stays the fallback, so no datagram is lost that it would have sent:
 //! - a send that fails on a connected socket goes out through the shared one. A connected socket
 //!   reports on its next send the ICMP errors earlier datagrams drew (a member that stopped, a
-//!   smaller path MTU), failing that send; any other error (its source address went away, say)
-//!   closes the socket, and the next datagram makes a new one;
+//!   smaller path MTU), failing that send; any other error (its source address went away, a
+//!   firewall refuses the destination) closes the socket, and a new one is tried after
+//!   [`RETRY_AFTER`] sends, as for one that could not be made;
 //! - a connected socket whose buffer is full hands the datagram to the shared one;
 //! - at most [`CONNECTED_MAX`] destinations have a socket at a time. A new destination takes the
 //!   place of the least recently used only if that one has been idle for [`IDLE_EVICT`] sends;
@@ -142,12 +143,19 @@ impl Connected {
 
     /// A send through `to`'s socket failed with `error` (the shared socket sends the datagram).
     /// An ICMP report leaves the socket as it is (the report is consumed); anything else closes
-    /// it, and the next datagram makes a new one.
+    /// it, and the shared socket sends to `to` until a new one is tried, [`RETRY_AFTER`] sends
+    /// later, as for a socket that could not be made. (Until the thirty-second session the next
+    /// datagram made a new one: an error that lasts, such as a firewall's `EPERM` for one
+    /// destination, cost a socket made, connected and closed, about eight system calls, on every
+    /// datagram to it.)
     pub(crate) fn failed(&mut self, to: SocketAddr, error: &io::Error) {
         self.fallbacks += 1;
-        if !is_reported_icmp(error) {
-            tracing::debug!(%to, %error, "connected send failed; the socket is made again");
-            self.slots.remove(to);
+        if is_reported_icmp(error) {
+            return;
+        }
+        tracing::debug!(%to, %error, "connected send failed; the shared socket sends for a while");
+        if let Some(slot) = self.slots.find(to) {
+            self.slots[slot].1 = Entry { socket: None, used: self.uses };
         }
     }
 
