@@ -76,6 +76,8 @@ pub struct RuntimeStats {
     pub send_backlog_dropped: u64,
     /// Times the loop stopped reading the socket because the application lagged (the last
     /// resort: a member whose events wait beyond its bound, in a stack without flow control).
+    /// Each stop counts once, however many turns it lasts (until the thirty-second session, each
+    /// turn counted).
     pub app_backpressure: u64,
     /// Times a member's application fell behind on its events ([`EventLoop::set_lagging`]): its
     /// group's senders waited for it.
@@ -183,6 +185,9 @@ pub struct EventLoop {
     writable_interest: bool,
     /// The socket may have more datagrams (mio is edge-triggered: read until `WouldBlock`).
     readable: bool,
+    /// The last turn did not read, the application's events being at their bound (the last
+    /// resort): `app_backpressure` counts such stops, not the turns they last.
+    stopped_reading: bool,
     /// The multicast receive socket, the group address casts and gossip go to, and the
     /// interface the group is joined on (a migration may move it).
     multicast: Option<(UdpIo, SocketAddr, std::net::Ipv4Addr)>,
@@ -256,6 +261,7 @@ impl EventLoop {
             chunks: Chunks::default(),
             writable_interest: false,
             readable: true,
+            stopped_reading: false,
             multicast_readable: multicast.is_some(),
             multicast,
             seeds: Vec::new(),
@@ -539,9 +545,10 @@ impl EventLoop {
         if writable {
             self.drain_backlog();
         }
-        if lagging {
-            self.stats.app_backpressure += 1;
-        } else {
+        // Counted once per stop: a busy-polling loop turns millions of times a second.
+        self.stats.app_backpressure += u64::from(lagging && !self.stopped_reading);
+        self.stopped_reading = lagging;
+        if !lagging {
             if self.readable || self.config.busy_poll {
                 self.receive(Source::Unicast, &mut fresh);
             }

@@ -292,3 +292,36 @@ fn a_busy_polling_runtime_that_reads_nothing_yields_its_cpu() {
     }
     drop(member);
 }
+
+/// The last resort: a loop whose application's events are at their bound (an `event_queue` of
+/// 8, never read) stops reading the socket, and `app_backpressure` counts that stop once, however
+/// many turns it lasts; reading the events lets it read again, and the next stop counts again.
+/// Before, every turn of the stop counted (millions a second when busy-polling).
+#[test]
+fn a_loop_that_stops_reading_for_its_application_counts_the_stop_once() {
+    let mut loops = joined(2, || RuntimeConfig { event_queue: 8, ..RuntimeConfig::default() }, "last-resort");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !loops.iter().all(|(l, me)| l.view(*me).is_some_and(|v| v.members.len() == 2)) {
+        assert!(Instant::now() < deadline, "no common view");
+        for (event_loop, _) in loops.iter_mut() {
+            event_loop.poll(Some(Duration::from_millis(2))).unwrap();
+            while event_loop.next_event().is_some() {}
+        }
+    }
+    let (sender, to) = (0, 1);
+    let stops = |loops: &Vec<(EventLoop, EndpointId)>| loops[to].0.runtime_stats().app_backpressure;
+    for round in 1..=2 {
+        let me = loops[sender].1;
+        for k in 0..64u32 {
+            let _ = loops[sender].0.cast(me, k.to_le_bytes().to_vec().into());
+        }
+        for _ in 0..50 {
+            for (event_loop, _) in loops.iter_mut() {
+                event_loop.poll(Some(Duration::from_millis(1))).unwrap();
+            }
+        }
+        assert_eq!(stops(&loops), round, "one stop, 50 turns long");
+        while loops[to].0.next_event().is_some() {}
+        while loops[sender].0.next_event().is_some() {}
+    }
+}
