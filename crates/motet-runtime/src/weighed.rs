@@ -26,7 +26,7 @@ impl Weigh for (EndpointId, Event) {
 
 impl Weigh for Op {
     fn weight(&self) -> usize {
-        self.payload_len()
+        Op::weight(self)
     }
 }
 
@@ -77,5 +77,22 @@ impl<T: Weigh> Weighed<T> {
     pub(crate) fn clear(&mut self) {
         self.items.clear();
         self.bytes = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A parked subcast weighs its list of members as well as its payload: a payload of one byte
+    /// to 1,024 members holds 8 KiB, and the parked actions' bound in bytes must see it (found by
+    /// a review: 65,536 such subcasts held 512 MiB under a bound of 64 MiB).
+    #[test]
+    fn a_subcast_weighs_its_list_of_members() {
+        let to: Vec<EndpointId> = (0..1024).map(EndpointId).collect();
+        let mut parked = Weighed::default();
+        parked.push_back(Op::Subcast(to, bytes::Bytes::from_static(b"x")));
+        parked.push_back(Op::Cast(bytes::Bytes::from_static(b"yz")));
+        assert_eq!(parked.bytes(), 1 + 1024 * 8 + 2);
     }
 }

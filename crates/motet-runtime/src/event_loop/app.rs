@@ -121,6 +121,17 @@ impl Op {
         }
     }
 
+    /// What the action weighs against its member's bounds on parked actions: its payload, and a
+    /// subcast's list of members (up to `SUBSET_MAX` of them, 8 KiB, with a payload of one byte:
+    /// counted by payload alone, 65,536 parked subcasts held 512 MiB of lists under a bound of
+    /// 64 MiB).
+    pub(crate) fn weight(&self) -> usize {
+        match self {
+            Op::Subcast(to, data) => data.len() + std::mem::size_of_val(to.as_slice()),
+            op => op.payload_len(),
+        }
+    }
+
     /// The payload bytes the action carries (and its events will: its own delivery of a cast).
     pub(crate) fn payload_len(&self) -> usize {
         match self {

@@ -119,15 +119,21 @@ impl Handle {
             return Err(Error::NotMember(stranger));
         }
         // Refused here, where the caller hears of it, rather than in the loop. Duplicates are
-        // counted out only for a list that long (no allocation for the usual subcast).
+        // counted out only for a list that long (no allocation for the usual subcast), and such a
+        // list is parked without them: the list weighs against the parked actions' bound.
         let max = motet_core::layers::appl::SUBSET_MAX;
-        if to.len() > max {
-            let named = to.iter().collect::<std::collections::BTreeSet<_>>().len();
-            if named > max {
-                return Err(Error::Api(motet_core::ApiError::SubsetTooLarge { members: named, max }));
+        let to = match to.len() > max {
+            false => to.to_vec(),
+            true => {
+                let named: Vec<EndpointId> =
+                    to.iter().copied().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+                if named.len() > max {
+                    return Err(Error::Api(motet_core::ApiError::SubsetTooLarge { members: named.len(), max }));
+                }
+                named
             }
-        }
-        self.act_bounded(Op::Subcast(to.to_vec(), data))
+        };
+        self.act_bounded(Op::Subcast(to, data))
     }
 
     /// Casts `data` to the servers of the view only (client/server groups: members that joined
@@ -266,7 +272,7 @@ impl Handle {
             false => self.shared.try_command(Command::Act { endpoint: self.endpoint, op }),
         };
         let Some(lot) = op.counted() else { return command(op) };
-        let (counted, size) = (member.lot(lot), op.payload_len());
+        let (counted, size) = (member.lot(lot), op.weight());
         if !counted.reserve(size) {
             return Err(if self.shared.stopped.load(Ordering::SeqCst) {
                 self.shared.gone()

@@ -201,7 +201,7 @@ impl LoopThread {
                     let _ = reply.send((self.event_loop.runtime_stats(), self.event_loop.protocol_stats()));
                 }
                 Command::Act { endpoint, op } => {
-                    let counted = op.counted().map(|lot| (lot, op.payload_len()));
+                    let counted = op.counted().map(|lot| (lot, op.weight()));
                     if !matches!(op, Op::Leave) {
                         self.event_loop.refused(&Error::Stopped);
                     }
@@ -237,7 +237,7 @@ impl LoopThread {
                 let _ = reply.send(result);
             }
             Command::Act { endpoint, op } => {
-                let counted = op.counted().map(|lot| (lot, op.payload_len()));
+                let counted = op.counted().map(|lot| (lot, op.weight()));
                 if let Err(error) = self.event_loop.act(endpoint, op) {
                     self.event_loop.refused(&error);
                 }
