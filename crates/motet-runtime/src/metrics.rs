@@ -27,7 +27,7 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
     counter("send_backlog_dropped_total", "datagrams dropped from a full send backlog", runtime.send_backlog_dropped);
     counter(
         "app_backpressure_total",
-        "loop turns that left the socket unread because the application lagged",
+        "times the loop stopped reading the socket because the application lagged",
         runtime.app_backpressure,
     );
     counter("lags_total", "times a member's application fell behind and its senders waited for it", runtime.lags);
