@@ -32,7 +32,7 @@ use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
 use crate::view::ViewState;
 use crate::Rank;
-use motet_wire::hdr::causal::Header;
+use motet_wire::hdr::causal::{entries_len, Header, ENTRIES_BYTES_MAX};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -123,6 +123,42 @@ impl Causal {
         entries.iter().any(far).then_some(DropReason::OutOfWindow)
     }
 
+    /// Changed entries `changed` of this member's next cast that fit in one header: all of them,
+    /// or, past [`ENTRIES_BYTES_MAX`], the last part, the others sent ahead as `Stamp` casts
+    /// (found by a review: a header of about 850 changed entries passed the room kept for
+    /// headers, and the cast could never be sent).
+    fn in_parts(changed: Arc<[(u16, u64)]>, out: &mut Outbox<'_>) -> Arc<[(u16, u64)]> {
+        if !too_long(&changed) {
+            return changed;
+        }
+        let mut part: Vec<(u16, u64)> = Vec::new();
+        let mut bytes = 0;
+        for &entry in changed.iter() {
+            let len = entries_len(&[entry]) - 1; // without the count's byte
+                                                 // The count of a part takes at most two bytes (fewer than 2^14 entries).
+            if bytes + len + 2 > ENTRIES_BYTES_MAX {
+                let stamp = Msg::default().with(Header::Stamp(std::mem::take(&mut part).into()));
+                out.dn(Dn::Cast { msg: stamp, qos: Qos::Reliable });
+                bytes = 0;
+            }
+            part.push(entry);
+            bytes += len;
+        }
+        part.into()
+    }
+
+    /// Part of `origin`'s next timestamp, sent ahead of it (`Stamp`): its entries replace those
+    /// of `origin`'s previous timestamp, as its next cast's will.
+    fn restamp(&mut self, origin: Rank, entries: &[(u16, u64)], out: &mut Outbox<'_>) {
+        let o = usize::from(origin);
+        if let Some(reason) = self.refuse(o, entries) {
+            return out.drop_input(super::LayerKind::Causal, reason);
+        }
+        for &(rank, count) in entries {
+            self.last[o][usize::from(rank)] = count;
+        }
+    }
+
     /// Whether a cast from `origin` carrying `entries` would be delivered at once (nothing of
     /// its origin held before it, and every entry of its timestamp delivered), without building
     /// the timestamp. `None` if the cast is refused ([`Causal::refuse`]).
@@ -193,12 +229,19 @@ impl Causal {
     }
 }
 
+/// Whether changed entries take more than one header's room ([`ENTRIES_BYTES_MAX`]); counted
+/// only for a list that could (an entry takes at most 13 bytes).
+fn too_long(changed: &[(u16, u64)]) -> bool {
+    changed.len() * 13 + 2 > ENTRIES_BYTES_MAX && entries_len(changed) > ENTRIES_BYTES_MAX
+}
+
 impl Layer for Causal {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
         match ev {
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
                 Some(Header::Data(entries)) => self.recv(origin, &entries, msg, out),
+                Some(Header::Stamp(entries)) => self.restamp(origin, &entries, out),
                 None => out.drop_input(super::LayerKind::Causal, DropReason::HeaderMismatch),
             },
             Up::CutReached => {
@@ -218,7 +261,7 @@ impl Layer for Causal {
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
         match ev {
             Dn::Cast { msg, qos: Qos::Causal } => {
-                let changed = self.changed();
+                let changed = Causal::in_parts(self.changed(), out);
                 self.sent.clone_from(&self.delivered);
                 self.casts += 1;
                 out.dn(Dn::Cast { msg: msg.with(Header::Data(changed)), qos: Qos::Reliable });
@@ -233,7 +276,11 @@ impl Layer for Causal {
 
     fn fast_dn(&self, down: &Down) -> Option<DnStep> {
         match (down.dest, down.qos) {
-            (None, Qos::Causal) => Some(DnStep::to(Header::Data(self.changed()), Qos::Reliable)),
+            (None, Qos::Causal) => {
+                let changed = self.changed();
+                // Changes too long for one header go in parts, on the layered path.
+                (!too_long(&changed)).then(|| DnStep::to(Header::Data(changed), Qos::Reliable))
+            }
             _ => DnStep::pass(Header::NoHdr, down),
         }
     }
@@ -356,6 +403,61 @@ mod tests {
         assert_eq!(delivered(&out), vec![(0, 1), (1, 2)]);
         // b casts again having delivered nothing new: no entry at all.
         assert_eq!(cast(&mut b, 3).hdrs, vec![Header::Data(Vec::new().into()).into()]);
+    }
+
+    /// A timestamp whose changes do not fit in one header (1,000 members, each entry past 2^14)
+    /// goes in parts: `Stamp` casts ahead of the cast, each within `ENTRIES_BYTES_MAX`, and a
+    /// receiver rebuilds the whole timestamp from them: it holds the cast until it has delivered
+    /// what the timestamp names, then delivers it. Before, the one header took about 5 KB, more
+    /// than the room kept for headers, and the cast was too large to send (found by a review).
+    #[test]
+    fn a_timestamp_too_long_for_one_header_goes_in_parts() {
+        const N: usize = 1000;
+        let view = crate::testing::view_of("vsync+Causal", N);
+        let mut sender = Harness::new(Causal::new(&Config {}, &view, 1), 1);
+        let mut receiver = Harness::new(Causal::new(&Config {}, &view, 2), 2);
+        let counts: Vec<u64> = (0..N as u64).map(|k| 20_000 + k).collect();
+        sender.layer.delivered.clone_from(&counts);
+        sender.layer.delivered[1] = 0;
+        sender.layer.received.clone_from(&sender.layer.delivered);
+        let down = Down { dest: None, qos: Qos::Causal, len: 1 };
+        assert!(sender.layer.fast_dn(&down).is_none(), "the parts go on the layered path");
+        let out = sender.dn(Dn::Cast { msg: Msg::new(vec![7].into()), qos: Qos::Causal });
+        let casts: Vec<&Msg> = out
+            .iter()
+            .map(|o| match o {
+                Out::Dn(Dn::Cast { msg, qos: Qos::Reliable }) => msg,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert!(casts.len() >= 3, "{} casts", casts.len());
+        let entries = |msg: &Msg| match msg.hdrs.last().map(|h| h.as_ref().clone()) {
+            Some(motet_wire::Header::Causal(Header::Stamp(e) | Header::Data(e))) => e,
+            other => panic!("{other:?}"),
+        };
+        for (k, msg) in casts.iter().enumerate() {
+            assert!(entries_len(&entries(msg)) <= ENTRIES_BYTES_MAX);
+            let last = k + 1 == casts.len();
+            assert_eq!(msg.payload.is_empty(), !last, "only the cast itself carries data");
+        }
+        let all: usize = casts.iter().map(|m| entries(m).len()).sum();
+        assert_eq!(all, N - 1, "every entry but the sender's own");
+        assert_eq!(sender.layer.casts, 1, "the parts are not casts of the sender");
+        // The receiver has delivered all but one cast of member 999: the cast waits for it.
+        receiver.layer.delivered.clone_from(&counts);
+        receiver.layer.delivered[1] = 0;
+        receiver.layer.casts = counts[2];
+        receiver.layer.delivered[N - 1] -= 1;
+        receiver.layer.received.clone_from(&receiver.layer.delivered);
+        receiver.layer.received[1] = 0;
+        for msg in &casts {
+            assert!(delivered(&receiver.up(Up::Cast { origin: 1, msg: (*msg).clone(), qos: Qos::Reliable })).is_empty());
+        }
+        assert_eq!(receiver.layer.buffered(), 1);
+        let before = Msg::new(vec![9].into()).with(Header::Data(Vec::new().into()));
+        let out = receiver.up(Up::Cast { origin: (N - 1) as Rank, msg: before, qos: Qos::Reliable });
+        assert_eq!(delivered(&out), vec![((N - 1) as Rank, 9), (1, 7)]);
+        receiver.layer.check_invariants();
     }
 
     #[test]

@@ -248,6 +248,7 @@ pub fn causal_hdr() -> impl Strategy<Value = causal::Header> {
     prop_oneof![
         Just(causal::Header::NoHdr),
         prop::collection::vec((rank(), u64_any()), 0..6).prop_map(|entries| causal::Header::Data(entries.into())),
+        prop::collection::vec((rank(), u64_any()), 0..6).prop_map(|entries| causal::Header::Stamp(entries.into())),
     ]
 }
 
