@@ -28,10 +28,12 @@ use bytes::{Buf, Bytes};
 /// version 4 would read a report of bytes as one of messages, and its window, or ours, would
 /// never reopen). 6 (2026-11-28): `suspect`'s `Excluded` gossip, and `sync`'s `FlushOk` carries
 /// the ranks its member failed (a member of version 5 would misread the header stack after it,
-/// and never tell the coordinator whom it cannot hear). A datagram of another version
+/// and never tell the coordinator whom it cannot hear). 7 (2026-11-28): `causal`'s `Stamp` (a
+/// member of version 6 would drop it as malformed, then read its sender's next timestamp without
+/// it). A datagram of another version
 /// does not decode (`WireErrorKind::Version`; the node counts it as `OtherVersion`), so members
 /// of different versions never form a view together.
-pub const VERSION: u8 = 6;
+pub const VERSION: u8 = 7;
 /// The largest datagram accepted (the UDP/IPv4 payload limit).
 pub const DATAGRAM_SIZE_MAX: usize = 65_507;
 /// The largest number of headers in one datagram.
