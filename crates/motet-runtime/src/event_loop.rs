@@ -411,6 +411,11 @@ impl EventLoop {
     /// Waits up to `timeout` (forever with `None`) for datagrams, due timers or a wake-up, and
     /// handles what came. Events for the application are then available from
     /// [`EventLoop::next_event`].
+    ///
+    /// Events waiting already do not end the wait: take them with [`EventLoop::next_event`]
+    /// before calling `poll` again. An action's own events, such as a cast's delivery to its
+    /// sender, are there as soon as the action returns (unless it was parked). (Ending the wait for them would make a
+    /// driver whose application lags, and leaves its events waiting, spin.)
     pub fn poll(&mut self, timeout: Option<Duration>) -> Result<(), Error> {
         // What earlier actions produced goes out before we wait.
         self.send_packed();
