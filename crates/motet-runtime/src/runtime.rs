@@ -397,10 +397,14 @@ impl Runtime {
     /// and `migrate_grace_ms` more). Every joined stack needs the `Migrate` property. Returns the
     /// new advertised address; watch `View::addresses` for the change.
     pub fn migrate(&self, bind: SocketAddr, advertise: Option<SocketAddr>) -> Result<SocketAddr, Error> {
+        // Held from the request to its answer: migrations from two threads are taken one after
+        // the other, and the addresses kept are the last one's (stored after the answer without
+        // the lock, an earlier migration's could be stored last).
+        let mut addresses = self.addresses.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (reply, answer) = mpsc::sync_channel(1);
         self.shared.command(Command::Migrate { bind, advertise, reply })?;
         let moved = answer.recv().map_err(|_| self.shared.gone())??;
-        *self.addresses.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = moved;
+        *addresses = moved;
         Ok(moved.advertise)
     }
 }
