@@ -102,8 +102,8 @@ pub struct Mflow {
     slowest: Option<u64>,
     /// Per origin: how many bytes of its casts we consumed (and whether the application lags).
     receivers: Receivers,
-    /// A flush (`Block`) waits here until every pending cast is out.
-    block_held: bool,
+    /// A flush (`Block`) waits here until every pending cast is out, and a `Cut` behind it.
+    block: super::HeldBlock,
 }
 
 impl Mflow {
@@ -117,7 +117,7 @@ impl Mflow {
             credit: vec![0; view.len()],
             slowest: (view.len() > 1).then_some(0),
             receivers: Receivers::new(view.len(), super::LayerKind::Mflow),
-            block_held: false,
+            block: super::HeldBlock::default(),
         }
     }
 
@@ -158,9 +158,8 @@ impl Mflow {
             out.up(Up::FlowBlock { dest: None, blocked: false });
         }
         // A held flush continues once nothing is pending.
-        if self.block_held && self.window.pending() == 0 {
-            self.block_held = false;
-            out.dn(Dn::Block);
+        if self.window.pending() == 0 {
+            self.block.release(out);
         }
     }
 }
@@ -228,13 +227,14 @@ impl Layer for Mflow {
                 // The others' flushes wait for their pending casts, which need this member's
                 // credit: a lag ends here for the rest of the view.
                 self.receivers.flush(&self.failed, out, credit);
-                self.block_held = true;
+                self.block.held = true;
                 self.release(out);
             }
             Dn::Lagging(lagging) => {
                 self.receivers.lag(lagging, self.config.lag_report_interval, &self.failed, out, credit);
                 out.dn(Dn::Lagging(lagging));
             }
+            Dn::Cut(cut) => self.block.cut(cut, out),
             other => out.pass_dn(other, Header::NoHdr),
         }
     }
@@ -266,7 +266,7 @@ impl Layer for Mflow {
         if let motet_wire::Header::Mflow(Header::Credit { .. }) = up.header {
             // A credit report that releases nothing (no cast waits, no flush is held) only
             // raises a count: kept here, with no event.
-            let quiet = !up.cast && self.window.pending() == 0 && !self.block_held;
+            let quiet = !up.cast && self.window.pending() == 0 && !self.block.held;
             return quiet.then_some(UpStep { absorb: true, ..UpStep::to(up.qos) });
         }
         if !fast::is(up.header, Header::NoHdr) {
@@ -418,6 +418,35 @@ mod tests {
             })
             .collect();
         assert_eq!(released, (2..10).collect::<Vec<u8>>());
+    }
+
+    /// A flush's `Block` waits behind the pending casts, and a `Cut` that comes down meanwhile
+    /// (a later round's, whose `Block` this is, when an earlier round's went on before) waits
+    /// behind the `Block`: ahead of it, it reached `mnak` first, and the `Block` withdrew it
+    /// (found by a review; the flush stalled until `flush_timeout` suspected a healthy member).
+    #[test]
+    fn a_cut_waits_behind_a_held_block() {
+        let view = crate::testing::view(2);
+        let config = Config { window_bytes: ONE, ..Config::default() };
+        let mut h = Harness::new(Mflow::new(&config, &view, 0), 0);
+        let cast = |k: u8| Dn::Cast { msg: Msg::new(vec![k].into()), qos: Qos::Reliable };
+        h.dn(cast(0));
+        h.dn(cast(1));
+        assert!(h.dn(Dn::Block).is_empty(), "held behind the pending cast");
+        assert!(h.dn(Dn::Cut(vec![1, 0].into())).is_empty(), "held behind the block");
+        let out = h.up(Up::Send { origin: 1, msg: Msg::default().with(Header::Credit { count: 2 * ONE }) });
+        let order: Vec<&str> = out
+            .iter()
+            .filter_map(|o| match o {
+                Out::Dn(Dn::Cast { .. }) => Some("cast"),
+                Out::Dn(Dn::Block) => Some("block"),
+                Out::Dn(Dn::Cut(_)) => Some("cut"),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(order, ["cast", "block", "cut"]);
+        // With nothing held, a cut goes on at once.
+        assert!(matches!(&h.dn(Dn::Cut(vec![2, 0].into()))[..], [Out::Dn(Dn::Cut(_))]));
     }
 
     #[test]

@@ -29,6 +29,41 @@ pub const PENDING_MAX: u64 = 1 << 20;
 /// The smallest flow-control window: two empty messages (a report is due every half window).
 pub const WINDOW_BYTES_MIN: u64 = 2 * flow::MESSAGE_CHARGE;
 
+/// A flush's `Block` that a layer holds until what it waits for has gone down (pending casts,
+/// unacknowledged sends), and the `Cut` that came down after it, held behind it. A later round's
+/// `Block` may wait in one layer while an earlier round's went on and was answered (`sync` then
+/// reports to the later round), and the later round's `Cut` then comes down: passed on at once, it
+/// reached `mnak` ahead of the `Block`, which withdraws a cut, so the cut was lost, the flush
+/// stalled, and a healthy member was suspected at `flush_timeout` (found by a review). Shared by
+/// `pt2ptw`, `mflow` and `pt2pt`.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct HeldBlock {
+    /// A `Block` waits here.
+    pub(crate) held: bool,
+    /// The `Cut` that came down while it waited.
+    cut: Option<Arc<[u64]>>,
+}
+
+impl HeldBlock {
+    /// A `Cut` going down: kept while a `Block` waits, else passed on.
+    pub(crate) fn cut(&mut self, cut: Arc<[u64]>, out: &mut Outbox<'_>) {
+        match self.held {
+            true => self.cut = Some(cut),
+            false => out.dn(Dn::Cut(cut)),
+        }
+    }
+
+    /// The waiting `Block` goes on, then the `Cut` that waited behind it.
+    pub(crate) fn release(&mut self, out: &mut Outbox<'_>) {
+        if std::mem::take(&mut self.held) {
+            out.dn(Dn::Block);
+            if let Some(cut) = self.cut.take() {
+                out.dn(Dn::Cut(cut));
+            }
+        }
+    }
+}
+
 /// How many casts of one origin another member may have received, and acted on, beyond those
 /// this member has received, when the view's stack has `mflow`: a sender is at most a window
 /// ahead of its slowest live receiver, so at most `WINDOW_BYTES_MAX / MESSAGE_CHARGE` (2^14)

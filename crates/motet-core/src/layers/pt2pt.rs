@@ -116,8 +116,9 @@ pub struct Pt2pt {
     rank: Rank,
     failed: RankSet,
     peers: Vec<Peer>,
-    /// A flush (`Block`) waits here until every send to a live peer is acknowledged.
-    block_held: bool,
+    /// A flush (`Block`) waits here until every send to a live peer is acknowledged, and a `Cut`
+    /// behind it.
+    block: super::HeldBlock,
     /// Bytes of one peer's sends kept ahead of a gap ([`super::gaps::ahead_bytes_max`]); a send
     /// that would pass it is dropped like one beyond `recv_window_max`, and asked for again.
     ahead_bytes_max: u64,
@@ -131,7 +132,7 @@ impl Pt2pt {
             rank,
             failed: RankSet::new(),
             peers: (0..view.len()).map(|_| Peer::default()).collect(),
-            block_held: false,
+            block: super::HeldBlock::default(),
             ahead_bytes_max: super::gaps::ahead_bytes_max(view, super::LayerKind::Pt2ptw),
         }
     }
@@ -149,9 +150,8 @@ impl Pt2pt {
     }
 
     fn release_block(&mut self, out: &mut Outbox<'_>) {
-        if self.block_held && self.peers.iter().all(|p| p.unacked.is_empty()) {
-            self.block_held = false;
-            out.dn(Dn::Block);
+        if self.peers.iter().all(|p| p.unacked.is_empty()) {
+            self.block.release(out);
         }
     }
 
@@ -274,9 +274,10 @@ impl Layer for Pt2pt {
                 self.release_block(out);
             }
             Dn::Block => {
-                self.block_held = true;
+                self.block.held = true;
                 self.release_block(out);
             }
+            Dn::Cut(cut) => self.block.cut(cut, out),
             other => out.pass_dn(other, Header::NoHdr),
         }
     }
@@ -352,7 +353,7 @@ impl Layer for Pt2pt {
         match up.header {
             // An acknowledgement frees the retransmission buffer; it is kept here, with no event,
             // unless a flush waits for it.
-            motet_wire::Header::Pt2pt(Header::Ack { .. }) if !self.block_held => {
+            motet_wire::Header::Pt2pt(Header::Ack { .. }) if !self.block.held => {
                 Some(UpStep { absorb: true, ..UpStep::to(up.qos) })
             }
             // The next expected send; if it fills a gap, the run held behind it is released after
@@ -561,6 +562,19 @@ mod tests {
         sender.up(Up::Send { origin: 1, msg: ack.clone() });
         assert!(sent_headers(&sender.timer(sweep)).is_empty(), "nothing to retransmit");
         assert_eq!(sender.stats.counter(Counter::Retransmit), 0);
+    }
+
+    /// A flush's `Block` waits for the acknowledgements, and a `Cut` that comes down meanwhile
+    /// waits behind it (`mflow`'s test says why).
+    #[test]
+    fn a_cut_waits_behind_a_held_block() {
+        let view = crate::testing::view(2);
+        let mut h = Harness::new(Pt2pt::new(&Config::default(), &view, 0), 0);
+        h.dn(Dn::Send { dest: 1, msg: Msg::new(b"a".as_slice().into()) });
+        assert!(h.dn(Dn::Block).is_empty(), "held until acknowledged");
+        assert!(h.dn(Dn::Cut(vec![0, 0].into())).is_empty(), "held behind the block");
+        let out = h.up(Up::Send { origin: 1, msg: Msg::default().with(Header::Ack { next: 1 }) });
+        assert!(matches!(&out[..], [Out::Dn(Dn::Block), Out::Dn(Dn::Cut(_))]), "{out:?}");
     }
 
     #[test]

@@ -82,8 +82,8 @@ pub struct Pt2ptw {
     acked: Vec<u64>,
     /// Per origin: how many we consumed.
     receivers: Receivers,
-    /// A flush (`Block`) waits here until every pending message is out.
-    block_held: bool,
+    /// A flush (`Block`) waits here until every pending message is out, and a `Cut` behind it.
+    block: super::HeldBlock,
 }
 
 impl Pt2ptw {
@@ -95,15 +95,14 @@ impl Pt2ptw {
             windows: (0..view.len()).map(|_| Window::default()).collect(),
             acked: vec![0; view.len()],
             receivers: Receivers::new(view.len(), super::LayerKind::Pt2ptw),
-            block_held: false,
+            block: super::HeldBlock::default(),
         }
     }
 
     /// Lets a held `Block` continue down once nothing is pending.
     fn release_block(&mut self, out: &mut Outbox<'_>) {
-        if self.block_held && self.windows.iter().all(|w| w.pending() == 0) {
-            self.block_held = false;
-            out.dn(Dn::Block);
+        if self.windows.iter().all(|w| w.pending() == 0) {
+            self.block.release(out);
         }
     }
 }
@@ -180,13 +179,14 @@ impl Layer for Pt2ptw {
                 // Senders' flushes wait for their pending sends, which need this member's
                 // acknowledgements: a lag ends here for the rest of the view.
                 self.receivers.flush(&self.failed, out, ack);
-                self.block_held = true;
+                self.block.held = true;
                 self.release_block(out);
             }
             Dn::Lagging(lagging) => {
                 self.receivers.lag(lagging, self.config.lag_report_interval, &self.failed, out, ack);
                 out.dn(Dn::Lagging(lagging));
             }
+            Dn::Cut(cut) => self.block.cut(cut, out),
             other => out.pass_dn(other, Header::NoHdr),
         }
     }
