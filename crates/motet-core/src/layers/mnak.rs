@@ -109,8 +109,11 @@ struct Origin {
     /// Some live member holds casts below this (from stability gossip).
     max_known: Seqno,
     /// Sweeps in a row that found the origin's first hole where it was (`received` then), which
-    /// choose whom its re-NAK goes to ([`Mnak::repairer`]).
-    stalled: (Seqno, u32),
+    /// choose whom its re-NAK goes to ([`Mnak::repairer`]); `None` before the first sweep that
+    /// found one. (It began at `(0, 0)`, so a first sweep for a hole at 0, an origin's first cast
+    /// lost, counted as the second and asked another member first: the origin itself only after
+    /// one sweep per other member, about 5 s in a view of 100. Found by a review.)
+    stalled: Option<(Seqno, u32)>,
 }
 
 impl Origin {
@@ -581,11 +584,11 @@ impl Layer for Mnak {
                 continue;
             }
             // The first hole still where the last sweep found it: ask someone else this time.
-            o.stalled = match o.stalled {
-                (at, sweeps) if at == o.received => (at, sweeps.wrapping_add(1)),
-                _ => (o.received, 0),
+            let stalled = match o.stalled {
+                Some((at, sweeps)) if at == o.received => sweeps.wrapping_add(1),
+                _ => 0,
             };
-            let stalled = o.stalled.1;
+            o.stalled = Some((o.received, stalled));
             let dest = self.repairer(origin, stalled);
             for (lo, hi) in asks {
                 self.nak_to(origin, lo, hi, dest, out);

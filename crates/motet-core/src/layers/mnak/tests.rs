@@ -99,6 +99,26 @@ fn an_awaited_view_is_naked_and_a_silent_origins_gap_is_asked_of_the_others_in_t
     assert!(sent::<Header>(&h.timer(at)).is_empty());
 }
 
+/// An origin's very first cast lost (a hole at 0): the first sweep asks the origin, as for any
+/// other hole, and the others in turn after it (before, it asked the next member first).
+#[test]
+fn a_lost_first_cast_is_asked_of_its_origin_first() {
+    let view = crate::testing::view(5);
+    let mut h = Harness::new(Mnak::new(&Config::default(), &view, 3), 3);
+    h.dn(Dn::Fail([4].into_iter().collect()));
+    h.up(Up::Cast { origin: 1, msg: data(1), qos: Qos::Unreliable });
+    let mut at = h.alarm.expect("the NAK's alarm");
+    let mut asked = Vec::new();
+    for _ in 0..4 {
+        for (dest, header) in sent::<Header>(&h.timer(at)) {
+            assert_eq!(header, Header::Nak { origin: 1, lo: 0, hi: 0 }, "the first cast");
+            asked.push(dest);
+        }
+        at = h.alarm.expect("the sweep goes on while the gap is open");
+    }
+    assert_eq!(asked, [1, 2, 0, 1], "the origin, then the others in turn");
+}
+
 /// After `report_every` casts entered the buffers (own and received together), the counts go
 /// up to `stable` from a timer asked for at once, without waiting for the stability sweep;
 /// the sweep's own request resets the count.
