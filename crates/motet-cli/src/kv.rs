@@ -26,7 +26,8 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 /// Bytes per state-transfer chunk.
@@ -130,7 +131,7 @@ pub(crate) fn run(args: KvArgs) -> ExitCode {
     match serve(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("motet kv: {error}");
+            note!("motet kv: {error}");
             ExitCode::from(1)
         }
     }
@@ -145,6 +146,12 @@ fn serve(args: KvArgs) -> Result<(), String> {
             "--stack {}: a replicated store needs total order and state transfer (total+Xfer)",
             args.stack
         ));
+    }
+    // First, as `member` and `chat` do: SIGTERM or SIGINT is a leave, once joined, not an exit the
+    // other replicas must find by suspicion (a view change and a transfer a timeout later).
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(|e| e.to_string())?;
     }
     let runtime = Runtime::start(RuntimeConfig::bind(args.bind)).map_err(|e| e.to_string())?;
     let member = runtime
@@ -164,7 +171,7 @@ fn serve(args: KvArgs) -> Result<(), String> {
                         return std::ops::ControlFlow::Break(());
                     }
                 } else if let Err(error) = crate::member::cast_when_room(&handle, Bytes::copy_from_slice(line)) {
-                    eprintln!("motet kv: update refused: {error}");
+                    note!("motet kv: update refused: {error}");
                 }
                 std::ops::ControlFlow::Continue(())
             });
@@ -180,13 +187,29 @@ fn serve(args: KvArgs) -> Result<(), String> {
     let mut view_started = Instant::now();
     // A state's chunks fit the view's largest message (one datagram on a stack without `frag`).
     let mut chunk = CHUNK;
+    // Once asked to stop: until when the leave may take to be confirmed, as `member`'s.
+    let mut leave_by: Option<Instant> = None;
     loop {
+        if stop.load(Ordering::SeqCst) && leave_by.is_none() {
+            leave_by = Some(Instant::now() + crate::member::LEAVE_WAIT);
+            let _ = member.leave();
+        }
+        if leave_by.is_some_and(|by| Instant::now() >= by) {
+            note!("motet kv: left without a confirmation within {:?}", crate::member::LEAVE_WAIT);
+            // Not through the runtime's drop, which would give the leave up to 5 s more.
+            std::process::exit(0);
+        }
         while digest_rx.try_recv().is_ok() {
             print(
                 json!({"type": "digest", "keys": store.map.len(), "bytes": store.bytes(), "applied": store.applied, "digest": store.digest()}),
             );
         }
-        let Some(event) = member.recv_timeout(Duration::from_millis(20)).map_err(|e| e.to_string())? else { continue };
+        let event = match member.recv_timeout(Duration::from_millis(20)) {
+            Ok(Some(event)) => event,
+            Ok(None) => continue,
+            Err(motet_runtime::Error::Left) => return Ok(()),
+            Err(e) => return Err(e.to_string()),
+        };
         match &event {
             Event::View(view) => {
                 chunk = CHUNK.min(view.message_size_max).max(1);
@@ -240,7 +263,8 @@ fn serve(args: KvArgs) -> Result<(), String> {
 /// The runtime's answer to a state-transfer action whose view is no longer the latest: that
 /// transfer is over, and the next view transfers again if it must.
 fn transfer_over(error: &motet_runtime::Error) -> bool {
-    matches!(error, motet_runtime::Error::Api(motet_core::ApiError::NotInTransfer))
+    // A replica leaving (asked to stop) ends its part in the transfer too.
+    matches!(error, motet_runtime::Error::Api(motet_core::ApiError::NotInTransfer) | motet_runtime::Error::Left)
 }
 
 /// `Ok` for an action refused because its transfer is over ([`transfer_over`]).

@@ -157,6 +157,30 @@ fn a_line_that_is_not_utf8_does_not_end_the_updates() {
     });
 }
 
+/// SIGTERM is a leave, as for `motet member`: the replica exits 0 once the other has seen it
+/// go, and the other's next view is one member. Before, `kv` installed no handler: the signal
+/// killed it (status 143) and the other replica found it only by suspicion.
+#[test]
+fn sigterm_is_a_leave_and_status_0() {
+    let ports = ports::free_ports(2).unwrap();
+    let peers = seeds(&ports);
+    let mut a = Replica::spawn(ports[0], &peers, &[]);
+    let b = Replica::spawn(ports[1], &peers, &[]);
+    wait(Duration::from_secs(30), "two replicas in one view", || a.view_size() == 2 && b.view_size() == 2);
+    let pid = a.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = a.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the replica did not end after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    wait(Duration::from_secs(10), "the other replica alone", || b.view_size() == 1);
+}
+
 /// On a stack without `frag` a message is at most one datagram (61,411 B), and a state larger
 /// than that goes in chunks that fit it: before, the provider sent 64 KiB chunks, was refused
 /// (`TooLarge`) and exited. Two founders hold the state, so that their view, later than the
