@@ -204,10 +204,22 @@ pub(crate) fn run(command: PerfCommand) -> ExitCode {
     }
 }
 
+/// `n` loopback addresses on ports free now, outside the kernel's ephemeral range (`crate::ports`):
+/// a port the kernel hands out for port 0 and that is released can be handed out again, before
+/// the peer meant for it binds it, to any socket bound to port 0, such as the connected-send
+/// sockets of the members already running ("Address already in use").
 fn free_addresses(n: usize) -> Result<Vec<SocketAddr>, String> {
-    let sockets: Vec<UdpSocket> =
-        (0..n).map(|_| UdpSocket::bind("127.0.0.1:0")).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
-    sockets.iter().map(|s| s.local_addr().map_err(|e| e.to_string())).collect()
+    let ports = crate::ports::free_ports(n).map_err(|e| e.to_string())?;
+    Ok(ports.into_iter().map(|port| SocketAddr::from(([127, 0, 0, 1], port))).collect())
+}
+
+/// Each message carries its sequence number in its first 8 bytes: smaller ones were measured as
+/// 8 bytes and reported as the size asked for.
+fn check_size(size: usize) -> Result<(), String> {
+    match size >= 8 {
+        true => Ok(()),
+        false => Err(format!("--size {size}: at least 8 bytes (each message carries its sequence number)")),
+    }
 }
 
 /// A child `motet perf peer` process, stopped when dropped.
@@ -372,6 +384,7 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
     if args.samples == 0 {
         return Err("--samples 0: measure at least one round trip".into());
     }
+    check_size(args.size)?;
     let blocks = args.blocks.clamp(1, args.samples);
     pin(my_cpu)?;
     let addresses = free_addresses(3)?;
@@ -444,11 +457,25 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
             }
             measure(&mut udp, &mut udp_seq, warm, count, |seq| {
                 socket.send(&stamp(args.size, seq)).map_err(|e| e.to_string())?;
+                // As the Motet round trip's guard: a lost echo or a stopped peer ends the run
+                // (before, it waited for ever). A blocking read is empty only after its 5 s
+                // timeout; a busy-polling one spins, and reads the clock once in 4,096 empty
+                // reads, never in a round trip of the usual length, so the raw baseline pays no
+                // clock read in it.
+                let (mut empty, mut started) = (0u32, None);
                 loop {
                     match socket.recv(&mut buf) {
                         Ok(n) if seq_of(&buf[..n]) == Some(seq) => return Ok(()),
                         Ok(_) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            empty = empty.wrapping_add(1);
+                            if empty % 4096 == 0 || !args.busy_poll {
+                                let since = *started.get_or_insert_with(Instant::now);
+                                if since.elapsed() > Duration::from_secs(10) {
+                                    return Err(format!("no raw UDP echo of round trip {seq} within 10 s"));
+                                }
+                            }
+                        }
                         Err(e) => return Err(format!("raw UDP echo: {e}")),
                     }
                 }
@@ -536,6 +563,16 @@ fn round(x: f64) -> f64 {
 /// `blast` casts as fast as flow control allows (or at `rate`), and in the raw blocks sends raw
 /// datagrams to `udp_target` as fast as it can.
 fn peer(args: &PeerArgs) -> Result<(), String> {
+    // A peer must not outlive the measuring process: killed, or ended by a Ctrl-C's SIGINT
+    // before its drop stopped the peers, it left them running for ever (blocked in a raw read,
+    // or spinning or blasting at full speed). The kernel now kills a peer when its parent ends
+    // (the thread that started it: `perf` starts its peers from its main thread); a parent
+    // already gone before this took effect is seen here.
+    let parent = std::os::unix::process::parent_id();
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(|e| e.to_string())?;
+    if parent == 1 || std::os::unix::process::parent_id() != parent {
+        return Err("the measuring process is gone".into());
+    }
     let raw = UdpSocket::bind(args.udp_bind).map_err(|e| e.to_string())?;
     let config = runtime_config(args.bind, args.busy_poll, args.receive_offload);
     let mut event_loop = EventLoop::new(config).map_err(|e| e.to_string())?;

@@ -91,10 +91,9 @@ impl Drop for MemberProcess {
 /// Sends `child` SIGTERM and waits up to `limit` for it to exit: its status, or `None` if the
 /// signal could not be sent or it is still running.
 pub(crate) fn terminate(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let pid = child.id().to_string();
-    if !Command::new("kill").args(["-TERM", &pid]).status().is_ok_and(|s| s.success()) {
-        return None;
-    }
+    // `kill(2)` itself, not the `kill` program, which slim images may lack.
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).ok()?);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).ok()?;
     let deadline = Instant::now() + limit;
     loop {
         match child.try_wait() {

@@ -156,3 +156,60 @@ fn a_peer_exits_cleanly_on_sigterm() {
         assert!(status.success(), "the {role} peer exited with {status} on SIGTERM");
     }
 }
+
+/// Sizes the measurement cannot honour are refused: under 8 bytes (each message carries its
+/// sequence number; they were measured as 8 and reported as asked), and for throughput above one
+/// datagram (the raw baseline's every send failed, and it reported 0 with a ratio of `null`).
+#[test]
+fn sizes_the_measurement_cannot_honour_are_refused() {
+    assert!(refused(&["latency", "--size", "4"]).contains("at least 8 bytes"));
+    assert!(refused(&["throughput", "--size", "4"]).contains("at least 8 bytes"));
+    assert!(refused(&["throughput", "--size", "70000"]).contains("at most 65507 bytes"));
+}
+
+/// The peer processes end with the measuring process, even when it is killed before it can stop
+/// them (SIGKILL here; a Ctrl-C's SIGINT likewise): before, they ran for ever, blocked in a raw
+/// read or spinning.
+#[test]
+#[allow(clippy::disallowed_types)] // wall-clock waits for real processes
+fn the_peers_end_with_the_measuring_process() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_motet"))
+        .args(["perf", "latency", "--samples", "50000000", "--blocks", "1", "--json"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let group = format!("perf-latency-{}", child.id());
+    // The peers of this run: processes whose command line names its group.
+    let pids = || -> Vec<String> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|entry| {
+                let path = entry.ok()?.path();
+                let cmdline = std::fs::read(path.join("cmdline")).ok()?;
+                String::from_utf8_lossy(&cmdline)
+                    .contains(&group)
+                    .then(|| path.file_name()?.to_str().map(String::from))?
+            })
+            .collect()
+    };
+    let peers = || pids().len();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while peers() == 0 {
+        assert!(std::time::Instant::now() < deadline, "no peer started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Measuring by now (its view is formed within a few seconds).
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while peers() > 0 {
+        if std::time::Instant::now() > deadline {
+            let left = pids();
+            let _ = std::process::Command::new("kill").arg("-9").args(&left).status();
+            panic!("peers {left:?} outlived the measuring process");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -10,6 +10,16 @@ pub(super) fn throughput(args: &ThroughputArgs) -> Result<(), String> {
     if args.blocks == 0 || args.seconds == 0 {
         return Err("--blocks and --seconds must be at least 1: a ratio needs a block of each path".into());
     }
+    check_size(args.size)?;
+    if args.size > motet_wire::DATAGRAM_SIZE_MAX {
+        // The raw baseline sends one datagram per message: above this, every send failed and the
+        // baseline read 0 (a ratio of `null`) with a status of 0.
+        return Err(format!(
+            "--size {}: the raw UDP baseline sends each message as one datagram, at most {} bytes",
+            args.size,
+            motet_wire::DATAGRAM_SIZE_MAX
+        ));
+    }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (my_cpu, their_cpu) = match args.pin.as_str() {
         "none" => (None, None),
@@ -25,6 +35,8 @@ pub(super) fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         );
     }
     let addresses = free_addresses(2 * args.members)?;
+    // Not before: the ports are free until bound, and none is handed out to a socket bound to port
+    // 0 meanwhile (`crate::ports`).
     let (members, udps) = addresses.split_at(args.members);
     let group = format!("perf-throughput-{}", std::process::id());
     let raw = UdpSocket::bind(udps[0]).map_err(|e| e.to_string())?;
