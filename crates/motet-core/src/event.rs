@@ -534,4 +534,5 @@ counters! {
     MergeUnanswered [Merge]: "merge requests never answered within `merge_timeout` of the start of their merge flush (the requester's partition went on alone, blocked until then)",
     CompressedOut []: "datagrams sent with compressed headers (the common trace's template and a sequence number; counted by the node)",
     CompressedIn []: "compressed datagrams received and expanded (counted by the node)",
+    ConnCollision []: "stacks built at this node whose 32-bit connection id (or gossip or send id) is one another stack of another view already has here: datagrams of either reach both (counted by the node; docs/bypass.md, \"Connection ids\")",
 }

@@ -476,3 +476,37 @@ fn the_route_remembered_last_is_forgotten_when_routes_change() {
     assert!(carry(&mut a, &mut b).is_empty());
     assert_eq!(b.stats().drops(DropReason::UnknownConn), unknown + 1);
 }
+
+/// Connection ids are 32-bit hashes: two views of different groups may share one. A node that
+/// builds stacks for both counts the collision (`ConnCollision`) and says it, since their
+/// datagrams reach both stacks; views that are merely successive, or groups that do not collide,
+/// count none. Found by a review; docs/bypass.md, "Connection ids".
+#[test]
+fn a_connection_id_shared_by_two_views_is_counted() {
+    let view = |group: &str, ltime: u64| {
+        let mut view = ViewState::initial(
+            crate::view::GroupName::new(group),
+            crate::StackSpec::parse("vsync").unwrap(),
+            crate::StackConfig::default(),
+            vec![crate::EndpointId(0), crate::EndpointId(1)],
+            vec![Address::Sim(0), Address::Sim(1)],
+        );
+        view.view_id.ltime = ltime;
+        Arc::new(view)
+    };
+    // A birthday search: two views of two groups with one connection id.
+    let mut seen = std::collections::HashMap::new();
+    for ltime in 0..(1u64 << 16) {
+        seen.insert(conn_id(&view("a", ltime)), ltime);
+    }
+    let (ours, theirs) = (0..(1u64 << 18))
+        .find_map(|ltime| seen.get(&conn_id(&view("b", ltime))).map(|&a| (a, ltime)))
+        .expect("a collision among 2^34 pairs of 32-bit ids");
+    let mut node = Node::new();
+    node.join(Instant::ZERO, view("a", ours), 0).unwrap();
+    node.join(Instant::ZERO, view("a", ours + 1), 0).unwrap();
+    node.join(Instant::ZERO, view("c", 7), 0).unwrap();
+    assert_eq!(node.stats().counter(Counter::ConnCollision), 0, "successive views, another group");
+    node.join(Instant::ZERO, view("b", theirs), 0).unwrap();
+    assert_eq!(node.stats().counter(Counter::ConnCollision), 1);
+}
