@@ -124,6 +124,8 @@ struct Entry {
     conn: ConnId,
     /// The stack passed out its successor view and is lingering.
     replaced: bool,
+    /// The stack built for that view here.
+    successor: Option<StackId>,
     /// Listed in `Node::unsettled`.
     unsettled: bool,
     /// The time this stack has in `Node::alarms` ([`Stack::poll_wake`]).
@@ -225,7 +227,7 @@ impl Node {
             u32::try_from(self.stacks.len() - 1).expect("fewer than 2^32 live stacks")
         });
         let slot = &mut self.stacks[index as usize];
-        slot.entry = Some(Entry { stack, conn, replaced: false, unsettled: false, armed: None });
+        slot.entry = Some(Entry { stack, conn, replaced: false, successor: None, unsettled: false, armed: None });
         let id = StackId { index, generation: slot.generation };
         // Compressed sends to this member come under a connection id of its own (the
         // destination folded in: `datagram::send_conn`).
@@ -493,6 +495,14 @@ impl Node {
     #[inline(never)] // an entry point, counted by name (`motet bench stack`)
     pub fn handle_action(&mut self, now: Instant, id: StackId, action: Action) -> Result<(), ApiError> {
         self.now = now;
+        // A leave or a loop-back setting is the member's, not one view's: given to a stack that
+        // was just replaced (a driver that had not yet taken the new view's event), it goes to
+        // the stack of the view the member is in now. The lingering stack took it, and the
+        // request was lost: the member stayed in the group for good (found by a review).
+        let id = match action {
+            Action::Leave | Action::Loopback(_) => self.carrying_on(id),
+            _ => id,
+        };
         let entry = self.entry(id)?;
         let result = entry.stack.handle_action(now, action);
         self.collect(id);
@@ -584,6 +594,15 @@ impl Node {
     /// Slots in use or free: the most stacks this node has held at once.
     pub fn slots(&self) -> usize {
         self.stacks.len()
+    }
+
+    /// The stack that carries on for stack `id`'s member: `id`, or the successor built for its
+    /// next view, and so on, while they are live.
+    fn carrying_on(&self, mut id: StackId) -> StackId {
+        while let Some(next) = self.live(id).and_then(|e| e.successor).filter(|&next| self.live(next).is_some()) {
+            id = next;
+        }
+        id
     }
 
     /// The entry of stack `id`, if it is live.
@@ -737,6 +756,9 @@ impl Node {
                     // The successor stack uses the same, already validated, spec and parameters,
                     // and this member's own setting of the loop-back.
                     let joined = self.join(now, view, rank);
+                    if let (Ok(next), Some(entry)) = (&joined, live_mut(&mut self.stacks, id)) {
+                        entry.successor = Some(*next);
+                    }
                     if let (Ok(next), false) = (&joined, loopback) {
                         let set = self.handle_action(now, *next, Action::Loopback(false));
                         debug_assert!(set.is_ok(), "a new stack takes the loop-back setting: {set:?}");

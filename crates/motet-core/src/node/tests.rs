@@ -510,3 +510,29 @@ fn a_connection_id_shared_by_two_views_is_counted() {
     node.join(Instant::ZERO, view("b", theirs), 0).unwrap();
     assert_eq!(node.stats().counter(Counter::ConnCollision), 1);
 }
+
+/// A leave given to the stack of a view the member has just left behind (a driver that has not
+/// yet taken the new view's event) goes to the stack of its current view: the member leaves.
+/// Before, the lingering stack took it and lost it, and the member stayed in the group for good.
+/// Found by a review.
+#[test]
+fn a_leave_given_to_a_replaced_stack_is_the_members() {
+    let mut group = crate::testkit::Group::new(2, "vsync");
+    let old = group.nodes[0].1;
+    group.act(1, Action::Switch(crate::spec::StackSpec::parse("total").unwrap())).unwrap();
+    for _ in 0..2000 {
+        if group.nodes[0].1 != old {
+            break;
+        }
+        group.tick(Duration::from_millis(1));
+    }
+    assert_ne!(group.nodes[0].1, old, "a new view's stack");
+    assert!(group.nodes[0].0.stack(old).is_some(), "the old one lingers");
+    let now = group.now;
+    group.nodes[0].0.handle_action(now, old, Action::Leave).unwrap();
+    for _ in 0..50 {
+        group.tick(Duration::from_millis(100));
+    }
+    assert!(group.exited[0], "the member left");
+    assert_eq!(group.views[1].as_ref().map(|v| v.members.len()), Some(1), "the other is alone");
+}
