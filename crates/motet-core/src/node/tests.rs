@@ -495,7 +495,7 @@ fn a_connection_id_shared_by_two_views_is_counted() {
         Arc::new(view)
     };
     // A birthday search: two views of two groups with one connection id.
-    let mut seen = std::collections::HashMap::new();
+    let mut seen = std::collections::BTreeMap::new();
     for ltime in 0..(1u64 << 16) {
         seen.insert(conn_id(&view("a", ltime)), ltime);
     }
