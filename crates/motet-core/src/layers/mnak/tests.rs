@@ -84,19 +84,24 @@ fn an_awaited_view_is_naked_and_a_silent_origins_gap_is_asked_of_the_others_in_t
     h.dn(Dn::Fail([4].into_iter().collect()));
     h.up(Up::Cast { origin: 1, msg: data(0), qos: Qos::Unreliable });
     assert!(h.dn(Dn::AwaitView { coord: 1 }).is_empty(), "not at once: it may be on its way");
-    let mut at = h.alarm.expect("the NAK's alarm");
-    let mut asked = Vec::new();
-    for _ in 0..6 {
-        for (dest, header) in sent::<Header>(&h.timer(at)) {
-            assert_eq!(header, Header::Nak { origin: 1, lo: 1, hi: 1 }, "the awaited cast");
-            asked.push(dest);
-        }
-        at = h.alarm.expect("the sweep goes on while the gap is open");
-    }
+    let asked = asked_over_sweeps(&mut h, 6, Header::Nak { origin: 1, lo: 1, hi: 1 });
     assert_eq!(asked, [1, 2, 0, 1, 2, 0], "the origin, then the others in turn (not 3 itself, not 4, failed)");
     // The view arrives: nothing more is asked.
     h.up(Up::Cast { origin: 1, msg: data(1), qos: Qos::Unreliable });
-    assert!(sent::<Header>(&h.timer(at)).is_empty());
+    assert!(sent::<Header>(&h.timer(h.alarm.expect("a sweep"))).is_empty());
+}
+
+/// Whom `sweeps` repair sweeps in a row ask, each for `nak` alone.
+fn asked_over_sweeps(h: &mut Harness<Mnak>, sweeps: usize, nak: Header) -> Vec<Rank> {
+    let mut asked = Vec::new();
+    for _ in 0..sweeps {
+        let at = h.alarm.expect("the sweep goes on while the gap is open");
+        for (dest, header) in sent::<Header>(&h.timer(at)) {
+            assert_eq!(header, nak);
+            asked.push(dest);
+        }
+    }
+    asked
 }
 
 /// An origin's very first cast lost (a hole at 0): the first sweep asks the origin, as for any
@@ -107,15 +112,7 @@ fn a_lost_first_cast_is_asked_of_its_origin_first() {
     let mut h = Harness::new(Mnak::new(&Config::default(), &view, 3), 3);
     h.dn(Dn::Fail([4].into_iter().collect()));
     h.up(Up::Cast { origin: 1, msg: data(1), qos: Qos::Unreliable });
-    let mut at = h.alarm.expect("the NAK's alarm");
-    let mut asked = Vec::new();
-    for _ in 0..4 {
-        for (dest, header) in sent::<Header>(&h.timer(at)) {
-            assert_eq!(header, Header::Nak { origin: 1, lo: 0, hi: 0 }, "the first cast");
-            asked.push(dest);
-        }
-        at = h.alarm.expect("the sweep goes on while the gap is open");
-    }
+    let asked = asked_over_sweeps(&mut h, 4, Header::Nak { origin: 1, lo: 0, hi: 0 });
     assert_eq!(asked, [1, 2, 0, 1], "the origin, then the others in turn");
 }
 
