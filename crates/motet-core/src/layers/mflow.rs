@@ -227,7 +227,7 @@ impl Layer for Mflow {
                 // The others' flushes wait for their pending casts, which need this member's
                 // credit: a lag ends here for the rest of the view.
                 self.receivers.flush(&self.failed, out, credit);
-                self.block.held = true;
+                self.block.hold();
                 self.release(out);
             }
             Dn::Lagging(lagging) => {
@@ -447,6 +447,13 @@ mod tests {
         assert_eq!(order, ["cast", "block", "cut"]);
         // With nothing held, a cut goes on at once.
         assert!(matches!(&h.dn(Dn::Cut(vec![2, 0].into()))[..], [Out::Dn(Dn::Cut(_))]));
+        // A cut held behind a block is an earlier round's once another block comes: dropped.
+        h.dn(cast(2));
+        assert!(h.dn(Dn::Block).is_empty() && h.dn(Dn::Cut(vec![3, 0].into())).is_empty());
+        assert!(h.dn(Dn::Block).is_empty());
+        let out = h.up(Up::Send { origin: 1, msg: Msg::default().with(Header::Credit { count: 3 * ONE }) });
+        assert!(out.iter().any(|o| matches!(o, Out::Dn(Dn::Block))), "{out:?}");
+        assert!(!out.iter().any(|o| matches!(o, Out::Dn(Dn::Cut(_)))), "{out:?}");
     }
 
     #[test]

@@ -45,6 +45,14 @@ pub(crate) struct HeldBlock {
 }
 
 impl HeldBlock {
+    /// A `Block` comes down: it waits here. A `Cut` held behind an earlier `Block` is dropped: it
+    /// is an earlier round's, which the new `Block` withdraws at `mnak` anyway; let through after
+    /// it, it would set a cut the new round's counts, reported at its `Block`, do not cover.
+    pub(crate) fn hold(&mut self) {
+        self.held = true;
+        self.cut = None;
+    }
+
     /// A `Cut` going down: kept while a `Block` waits, else passed on.
     pub(crate) fn cut(&mut self, cut: Arc<[u64]>, out: &mut Outbox<'_>) {
         match self.held {

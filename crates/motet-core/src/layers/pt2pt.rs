@@ -274,7 +274,7 @@ impl Layer for Pt2pt {
                 self.release_block(out);
             }
             Dn::Block => {
-                self.block.held = true;
+                self.block.hold();
                 self.release_block(out);
             }
             Dn::Cut(cut) => self.block.cut(cut, out),

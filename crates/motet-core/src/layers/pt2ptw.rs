@@ -179,7 +179,7 @@ impl Layer for Pt2ptw {
                 // Senders' flushes wait for their pending sends, which need this member's
                 // acknowledgements: a lag ends here for the rest of the view.
                 self.receivers.flush(&self.failed, out, ack);
-                self.block.held = true;
+                self.block.hold();
                 self.release_block(out);
             }
             Dn::Lagging(lagging) => {
