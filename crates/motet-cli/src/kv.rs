@@ -157,6 +157,9 @@ fn serve(args: KvArgs) -> Result<(), String> {
     let member = runtime
         .join(GroupConfig::new(&args.group).stack(&args.stack).peers(args.peers.iter().cloned()))
         .map_err(|e| e.to_string())?;
+    // A stop the loop below cannot act on, because it is blocked writing to a pipe nobody reads
+    // or waiting for room for a chunk, still ends the process (as for `member` and `chat`).
+    crate::member::spawn_watchdog("motet kv", Arc::clone(&stop));
     let mut store = Store::preload(args.preload_bytes);
     let (digest_tx, digest_rx) = mpsc::channel::<()>();
     let handle = member.handle();

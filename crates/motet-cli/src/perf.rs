@@ -119,6 +119,10 @@ pub(crate) struct ThroughputArgs {
 
 #[derive(Args)]
 pub(crate) struct PeerArgs {
+    /// The measuring process's pid (`PeerProcess::spawn` gives it): a peer whose parent is no
+    /// longer that process ends at once.
+    #[arg(long)]
+    parent: Option<u32>,
     #[arg(long)]
     role: String,
     #[arg(long)]
@@ -231,6 +235,7 @@ impl PeerProcess {
         let mut child = Command::new(exe)
             .arg("perf")
             .arg("peer")
+            .args(["--parent", &std::process::id().to_string()])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -470,8 +475,10 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                             empty = empty.wrapping_add(1);
                             if empty % 4096 == 0 || !args.busy_poll {
+                                // A blocking read is empty 5 s after the send already.
+                                let limit = Duration::from_secs(if args.busy_poll { 10 } else { 5 });
                                 let since = *started.get_or_insert_with(Instant::now);
-                                if since.elapsed() > Duration::from_secs(10) {
+                                if since.elapsed() > limit {
                                     return Err(format!("no raw UDP echo of round trip {seq} within 10 s"));
                                 }
                             }
@@ -567,10 +574,9 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
     // before its drop stopped the peers, it left them running for ever (blocked in a raw read,
     // or spinning or blasting at full speed). The kernel now kills a peer when its parent ends
     // (the thread that started it: `perf` starts its peers from its main thread); a parent
-    // already gone before this took effect is seen here.
-    let parent = std::os::unix::process::parent_id();
+    // already gone before this took effect is seen here, by the pid it gave (`--parent`).
     nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(|e| e.to_string())?;
-    if parent == 1 || std::os::unix::process::parent_id() != parent {
+    if args.parent.is_some_and(|parent| parent != std::os::unix::process::parent_id()) {
         return Err("the measuring process is gone".into());
     }
     let raw = UdpSocket::bind(args.udp_bind).map_err(|e| e.to_string())?;

@@ -414,8 +414,8 @@ impl EventLoop {
     ///
     /// Events waiting already do not end the wait: take them with [`EventLoop::next_event`]
     /// before calling `poll` again. An action's own events, such as a cast's delivery to its
-    /// sender, are there as soon as the action returns (unless it was parked). (Ending the wait for them would make a
-    /// driver whose application lags, and leaves its events waiting, spin.)
+    /// sender, are there as soon as the action returns (unless it was parked). (Ending the wait
+    /// for them would make a driver whose application lags, and leaves its events waiting, spin.)
     pub fn poll(&mut self, timeout: Option<Duration>) -> Result<(), Error> {
         // What earlier actions produced goes out before we wait.
         self.send_packed();
@@ -425,6 +425,9 @@ impl EventLoop {
         self.node.settle();
         self.stats.turns += 1;
         let lagging = self.ready.full(0, 0, &self.config);
+        // A stop ends with the lag, whichever way this turn goes on (the waits below return
+        // early, only when not lagging): the next stop counts again.
+        self.stopped_reading &= lagging;
         // One clock read serves every deadline of the wait (each read costs about as much as a
         // protocol layer's work on a message).
         let before = self.clock.now();

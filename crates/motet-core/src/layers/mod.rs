@@ -45,9 +45,12 @@ pub(crate) struct HeldBlock {
 }
 
 impl HeldBlock {
-    /// A `Block` comes down: it waits here. A `Cut` held behind an earlier `Block` is dropped: it
-    /// is an earlier round's, which the new `Block` withdraws at `mnak` anyway; let through after
-    /// it, it would set a cut the new round's counts, reported at its `Block`, do not cover.
+    /// A `Block` comes down: it waits here. A `Cut` still held behind an earlier `Block` is
+    /// dropped: it is an earlier round's, which the new `Block` withdraws at `mnak` anyway; let
+    /// through after it, it would set a cut the new round's counts, reported at its `Block`, do
+    /// not cover. (Usually the new round's `Fail`, which comes first, has let the earlier `Block`
+    /// and its `Cut` go on already, in that order, and the new `Block` withdraws the cut at
+    /// `mnak`, as before.)
     pub(crate) fn hold(&mut self) {
         self.held = true;
         self.cut = None;
