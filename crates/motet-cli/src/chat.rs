@@ -10,7 +10,7 @@ use motet_runtime::{Error, Event, GroupConfig, Runtime, RuntimeConfig};
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,10 +68,7 @@ fn chat(args: ChatArgs) -> Result<(), String> {
     let name = args.name.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "anonymous".into());
     // First, as `member` does: a signal while starting is a leave once joined, not an exit
     // the others must find out by suspicion.
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(|e| e.to_string())?;
-    }
+    let stop = crate::member::stop_on_signals()?;
     let runtime = start(&args)?;
     let peers = if args.peers.is_empty() {
         LOCAL_PORTS.map(|p| format!("127.0.0.1:{p}")).collect()
@@ -112,14 +109,12 @@ fn chat(args: ChatArgs) -> Result<(), String> {
         })
         .map_err(|e| e.to_string())?;
     let mut previous: Vec<motet_runtime::EndpointId> = Vec::new();
-    // Once asked to stop: until when the leave may take to be confirmed (`exit`), as `member`'s.
-    let mut leave_by: Option<std::time::Instant> = None;
+    let mut leave_by = crate::member::LeaveBy::default();
     loop {
-        if stop.load(Ordering::SeqCst) && leave_by.is_none() {
-            leave_by = Some(std::time::Instant::now() + crate::member::LEAVE_WAIT);
+        if leave_by.starts(&stop) {
             let _ = member.leave();
         }
-        if leave_by.is_some_and(|by| std::time::Instant::now() >= by) {
+        if leave_by.overdue() {
             say(format_args!("* left without a confirmation within {:?}", crate::member::LEAVE_WAIT));
             // Not through the runtime's drop, which would give the leave up to 5 s more.
             std::process::exit(0);

@@ -26,7 +26,6 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -149,10 +148,7 @@ fn serve(args: KvArgs) -> Result<(), String> {
     }
     // First, as `member` and `chat` do: SIGTERM or SIGINT is a leave, once joined, not an exit the
     // other replicas must find by suspicion (a view change and a transfer a timeout later).
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(|e| e.to_string())?;
-    }
+    let stop = crate::member::stop_on_signals()?;
     let runtime = Runtime::start(RuntimeConfig::bind(args.bind)).map_err(|e| e.to_string())?;
     let member = runtime
         .join(GroupConfig::new(&args.group).stack(&args.stack).peers(args.peers.iter().cloned()))
@@ -190,14 +186,12 @@ fn serve(args: KvArgs) -> Result<(), String> {
     let mut view_started = Instant::now();
     // A state's chunks fit the view's largest message (one datagram on a stack without `frag`).
     let mut chunk = CHUNK;
-    // Once asked to stop: until when the leave may take to be confirmed, as `member`'s.
-    let mut leave_by: Option<Instant> = None;
+    let mut leave_by = crate::member::LeaveBy::default();
     loop {
-        if stop.load(Ordering::SeqCst) && leave_by.is_none() {
-            leave_by = Some(Instant::now() + crate::member::LEAVE_WAIT);
+        if leave_by.starts(&stop) {
             let _ = member.leave();
         }
-        if leave_by.is_some_and(|by| Instant::now() >= by) {
+        if leave_by.overdue() {
             note!("motet kv: left without a confirmation within {:?}", crate::member::LEAVE_WAIT);
             // Not through the runtime's drop, which would give the leave up to 5 s more.
             std::process::exit(0);

@@ -310,13 +310,13 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
     // First: a stop asked while this process starts (a supervisor's SIGTERM right after the
     // spawn) is then a leave once joined and exit status 0, not the signal's default action
     // (status 143, and a member the others must suspect).
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        if let Err(error) = signal_hook::flag::register(signal, Arc::clone(&stop)) {
-            note!("motet member: cannot handle signal {signal}: {error}");
+    let stop = match stop_on_signals() {
+        Ok(stop) => stop,
+        Err(error) => {
+            note!("motet member: {error}");
             return ExitCode::from(1);
         }
-    }
+    };
     let (runtime_config, group) = match configure(&args) {
         Ok(config) => config,
         Err(message) => {
@@ -375,7 +375,7 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
     let stats_every = Duration::from_secs(args.stats_interval);
     let mut next_stats = std::time::Instant::now() + stats_every;
     let tick = Duration::from_millis(50);
-    let mut leave_by: Option<std::time::Instant> = None;
+    let mut leave_by = LeaveBy::default();
     // When to ask for `--switch`: set once a view with other members arrives.
     let mut switch_at: Option<std::time::Instant> = None;
     let mut switch = args.switch.clone();
@@ -393,8 +393,7 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
                 }
             }
         }
-        if stop.load(Ordering::SeqCst) && leave_by.is_none() {
-            leave_by = Some(std::time::Instant::now() + LEAVE_WAIT);
+        if leave_by.starts(&stop) {
             match member.leave() {
                 // `Left`: a leave is already under way (a `/leave` command): wait for its exit
                 // like this one's (had the exit come, the loop would have ended).
@@ -436,7 +435,7 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
             }
         }
         let now = std::time::Instant::now();
-        if leave_by.is_some_and(|by| now >= by) {
+        if leave_by.overdue() {
             note!("motet member: the leave was not confirmed within {LEAVE_WAIT:?}; exiting anyway");
             if args.stats {
                 print_stats();
@@ -460,6 +459,41 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
 /// How long a member asked to stop (SIGTERM, SIGINT) waits for its leave to be confirmed (its
 /// `exit` event) before it exits anyway.
 pub(crate) const LEAVE_WAIT: Duration = Duration::from_secs(5);
+
+/// From now on, SIGTERM and SIGINT set the flag returned instead of ending the process: the
+/// tools (`member`, `chat`, `kv`) turn it into a leave once joined, and exit status 0, not the
+/// signal's default action (status 143, and a member the others must suspect).
+pub(crate) fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .map_err(|error| format!("cannot handle signal {signal}: {error}"))?;
+    }
+    Ok(stop)
+}
+
+/// Until when a leave asked on a stop may take to be confirmed ([`LEAVE_WAIT`]).
+#[derive(Default)]
+#[allow(clippy::disallowed_types)] // wall-clock time of a command-line tool
+pub(crate) struct LeaveBy(Option<std::time::Instant>);
+
+#[allow(clippy::disallowed_types)]
+impl LeaveBy {
+    /// Whether a stop is asked now for the first time (the caller asks to leave then).
+    pub(crate) fn starts(&mut self, stop: &AtomicBool) -> bool {
+        let first = stop.load(Ordering::SeqCst) && self.0.is_none();
+        if first {
+            self.0 = Some(std::time::Instant::now() + LEAVE_WAIT);
+        }
+        first
+    }
+
+    /// Whether the leave was asked longer than [`LEAVE_WAIT`] ago (the process then exits
+    /// without its confirmation, not through the runtime's drop, which would give it 5 s more).
+    pub(crate) fn overdue(&self) -> bool {
+        self.0.is_some_and(|by| std::time::Instant::now() >= by)
+    }
+}
 
 /// Ends the process a little after [`LEAVE_WAIT`] once asked to stop, if the main loop has not
 /// ended it: the loop may be blocked writing to a stdout whose reader stopped reading (a full

@@ -232,14 +232,14 @@ impl Node {
         // Compressed sends to this member come under a connection id of its own (the
         // destination folded in: `datagram::send_conn`).
         let send = datagram::send_conn(conn, rank);
+        // Ids are 32-bit hashes: another view's stack may have one of them already (about one
+        // chance in 2^32 / (9 x stacks here) per view). Its datagrams and ours then reach both
+        // stacks, which cannot tell them apart. Counted and said, once per stack, not yet
+        // resolved (docs/bypass.md, "Connection ids").
+        let view = self.stacks[index as usize].entry.as_ref().expect("just built").stack.view();
         let mut collided = false;
         for key in [conn, gossip, send] {
             let route = self.routes.entry(key).or_default();
-            // Ids are 32-bit hashes: another view's stack may have one of them already (about
-            // one chance in 2^32 / (3 x stacks here) per view). Its datagrams and ours then
-            // reach both stacks, which cannot tell them apart. Counted and said, not yet
-            // resolved (docs/bypass.md, "Connection ids").
-            let view = &self.stacks[index as usize].entry.as_ref().expect("just built").stack.view();
             let collides = route.iter().any(|&other| {
                 live_in(&self.stacks, other).is_some_and(|e| {
                     let theirs = e.stack.view();

@@ -141,28 +141,26 @@ const ACCEPT_POLL: Duration = Duration::from_millis(20);
 /// At most this many of the [`CONNECTIONS_MAX`] connections come from one client address.
 pub const PER_CLIENT_MAX: usize = 4;
 
-/// The connections being served, in all and by client address.
+/// The connections being served, by client address (at most [`CONNECTIONS_MAX`] in all).
 #[derive(Default)]
-struct Slots(std::sync::Mutex<(usize, std::collections::BTreeMap<std::net::IpAddr, usize>)>);
+struct Slots(std::sync::Mutex<std::collections::BTreeMap<std::net::IpAddr, usize>>);
 
 impl Slots {
     /// Takes a slot for a connection from `client`, if one is free for it.
     fn take(&self, client: std::net::IpAddr) -> bool {
-        let mut slots = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (open, by_client) = &mut *slots;
+        let mut by_client = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let open: usize = by_client.values().sum();
         let mine = by_client.entry(client).or_default();
-        if *open >= CONNECTIONS_MAX || *mine >= PER_CLIENT_MAX {
+        if open >= CONNECTIONS_MAX || *mine >= PER_CLIENT_MAX {
             return false;
         }
-        (*open, *mine) = (*open + 1, *mine + 1);
+        *mine += 1;
         true
     }
 
     /// Gives back the slot of a connection from `client`.
     fn give(&self, client: std::net::IpAddr) {
-        let mut slots = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (open, by_client) = &mut *slots;
-        *open -= 1;
+        let mut by_client = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(mine) = by_client.get_mut(&client) {
             *mine -= 1;
             if *mine == 0 {

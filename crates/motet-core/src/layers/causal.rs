@@ -134,8 +134,9 @@ impl Causal {
         let mut part: Vec<(u16, u64)> = Vec::new();
         let mut bytes = 0;
         for &entry in changed.iter() {
-            let len = entries_len(&[entry]) - 1; // without the count's byte
-                                                 // The count of a part takes at most two bytes (fewer than 2^14 entries).
+            // The entry alone, without the count's byte; a part's count takes at most two bytes
+            // (fewer than 2^14 entries).
+            let len = entries_len(&[entry]) - 1;
             if bytes + len + 2 > ENTRIES_BYTES_MAX {
                 let stamp = Msg::default().with(Header::Stamp(std::mem::take(&mut part).into()));
                 out.dn(Dn::Cast { msg: stamp, qos: Qos::Reliable });

@@ -356,7 +356,7 @@ impl Intra {
     fn next_view(&self, coord: Rank, survivors: &[Rank]) -> ViewState {
         let old = &self.view;
         let members: Vec<_> = survivors.iter().map(|&r| old.members[usize::from(r)]).collect();
-        ViewState {
+        let mut next = ViewState {
             coord: survivors.iter().position(|&r| r == coord).unwrap_or(0) as Rank,
             view_id: ViewId { ltime: old.view_id.ltime + 1, coord: old.members[usize::from(coord)] },
             // Members that asked to migrate are at their new address (`migrate`).
@@ -368,12 +368,21 @@ impl Intra {
             primary: false, // decided by `primary`, if the stack has it
             prev_ids: vec![old.view_id],
             members,
-            stack: self.switch_to.as_ref().map_or_else(|| old.stack.clone(), |(_, spec)| spec.clone()),
-            // A transfer view that ends before every member is done is followed by another, unless
-            // the member goes on alone (nothing to copy: it keeps the state it had installed).
-            xfer_view: old.xfer_view && !self.xfer_complete && survivors.len() > 1,
             ..ViewState::clone(old)
+        };
+        self.carry_over(&mut next);
+        next
+    }
+
+    /// What a next view of this partition takes from this one: the stack a switch asked for in
+    /// it, and a state transfer still owed (a transfer view that ends before every member is done
+    /// is followed by another, unless the member goes on alone: nothing to copy, it keeps the
+    /// state it had installed).
+    fn carry_over(&self, next: &mut ViewState) {
+        if let Some((_, spec)) = &self.switch_to {
+            next.stack = spec.clone();
         }
+        next.xfer_view = self.view.xfer_view && !self.xfer_complete && next.len() > 1;
     }
 
     fn install(&mut self, coord: Rank, round: u64, survivors: Vec<u64>, out: &mut Outbox<'_>) {
@@ -488,10 +497,7 @@ impl Layer for Intra {
                     // switch asked in this view, so they are carried over as in a view of the
                     // survivors (`next_view`). Before, the transfer view ended with a receiver that
                     // had not installed the state, and the switch was lost (a review's finding).
-                    next.xfer_view = self.view.xfer_view && !self.xfer_complete && next.len() > 1;
-                    if let Some((_, spec)) = &self.switch_to {
-                        next.stack = spec.clone();
-                    }
+                    self.carry_over(&mut next);
                 }
                 if next.rank_of(self.view.members[usize::from(self.rank)]).is_some() {
                     out.up(Up::NewView(Arc::new(next)));
