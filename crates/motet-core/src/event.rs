@@ -465,6 +465,7 @@ reasons! {
     Malformed: "the datagram did not decode",
     OtherVersion: "a datagram of another wire version: a member running another release (members of one group must run the same)",
     UnknownConn: "no stack has this connection id (an old view, another group, or noise)",
+    SharedKey: "a compressed datagram under a 32-bit key that stacks of two views share at this node: which one it is for cannot be told, so neither gets it (the layers' NAKs bring it in full; docs/bypass.md, \"Connection ids\")",
     NotForMe: "a send addressed to another rank, or an origin outside the view",
     FromFailed: "the origin was marked failed",
     HeaderMismatch: "a layer popped a header that is not its own",
@@ -534,5 +535,5 @@ counters! {
     MergeUnanswered [Merge]: "merge requests never answered within `merge_timeout` of the start of their merge flush (the requester's partition went on alone, blocked until then)",
     CompressedOut []: "datagrams sent with compressed headers (the common trace's template and a sequence number; counted by the node)",
     CompressedIn []: "compressed datagrams received and expanded (counted by the node)",
-    ConnCollision []: "stacks built at this node whose 32-bit connection id (or gossip or send id) is one another stack of another view already has here: datagrams of either reach both (counted by the node; docs/bypass.md, \"Connection ids\")",
+    ConnCollision []: "stacks built at this node whose 32-bit key (a view's, its gossip's or a member's sends') another stack of another view already has here: compressed datagrams under it are dropped, and the layers' repair brings them in full (counted by the node; docs/bypass.md, \"Connection ids\")",
 }

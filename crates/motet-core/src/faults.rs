@@ -15,3 +15,11 @@ pub fn skip_action(layer: Option<crate::LayerKind>) {
 pub fn unseeded_alarms(on: bool) {
     crate::node::set_unseeded_alarms(on);
 }
+
+/// Every connection id made on this thread has its key (the 32 bits a compressed datagram
+/// carries, `motet_wire::ConnId::key`) cut to 2 bits, so a node's stacks share keys often, as
+/// two of the 10^5 a process may run would once in a while. Not a bug: the oracles must find
+/// nothing, and the node counts the compressed datagrams it drops (`DropReason::SharedKey`).
+pub fn short_keys(on: bool) {
+    crate::node::set_short_keys(on);
+}

@@ -122,6 +122,8 @@ fn live_in(stacks: &[Slot], id: StackId) -> Option<&Entry> {
 struct Entry {
     stack: Stack,
     conn: ConnId,
+    /// Its group's gossip id ([`gossip_conn_id`]).
+    gossip: ConnId,
     /// The stack passed out its successor view and is lingering.
     replaced: bool,
     /// The stack built for that view here.
@@ -132,10 +134,11 @@ struct Entry {
     armed: Option<Instant>,
 }
 
-/// The connection identifier of a view's stack: a 32-bit hash of the addressing that is the same
+/// The connection identifier of a view's stack: a 64-bit hash of the addressing that is the same
 /// at every member and changes with every view (group, view id, stack). Old and new stacks get
 /// distinct ids, so they never receive each other's messages (thesis §2.3.4). The original used
-/// MD5; BLAKE3 is faster and as collision resistant for this purpose.
+/// MD5; BLAKE3 is faster and as collision resistant for this purpose. Compressed datagrams carry
+/// only its low 32 bits ([`ConnId::key`]), which other views' stacks here may share.
 pub fn conn_id(view: &ViewState) -> ConnId {
     let mut hasher = blake3::Hasher::new();
     hasher.update(view.group.0.as_bytes());
@@ -143,9 +146,7 @@ pub fn conn_id(view: &ViewState) -> ConnId {
     hasher.update(&view.view_id.ltime.to_le_bytes());
     hasher.update(&view.view_id.coord.0.to_le_bytes());
     hasher.update(view.stack.to_string().as_bytes());
-    let digest = hasher.finalize();
-    let bytes = digest.as_bytes();
-    ConnId(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    short_keys(first_64(&hasher))
 }
 
 /// The connection id of a group's gossip channel, shared by all its views and partitions.
@@ -153,8 +154,22 @@ pub fn gossip_conn_id(group: &crate::view::GroupName) -> ConnId {
     let mut hasher = blake3::Hasher::new();
     hasher.update(b"motet gossip\0");
     hasher.update(group.0.as_bytes());
+    short_keys(first_64(&hasher))
+}
+
+fn first_64(hasher: &blake3::Hasher) -> u64 {
     let bytes = *hasher.finalize().as_bytes();
-    ConnId(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"))
+}
+
+/// `id` as it is, or with its key (the low 32 bits) cut to 2 bits under the seeded fault
+/// `crate::faults::short_keys`, so that a simulated node's successive views share keys often.
+fn short_keys(id: u64) -> ConnId {
+    #[cfg(feature = "fault-injection")]
+    if SHORT_KEYS.with(std::cell::Cell::get) {
+        return ConnId(id & !0xffff_fffc);
+    }
+    ConnId(id)
 }
 
 /// The endpoints of one process and their stacks.
@@ -163,11 +178,19 @@ pub struct Node {
     stacks: Vec<Slot>,
     /// Slots whose stack exited, reused last-freed first.
     free: Vec<u32>,
-    routes: BTreeMap<ConnId, SmallVec<[StackId; 1]>>,
+    /// Stacks by key ([`ConnId::key`]): of their view, their group's gossip, and their sends
+    /// ([`datagram::send_conn`]). Keys may be shared; full ids tell stacks apart.
+    routes: BTreeMap<u32, SmallVec<[StackId; 1]>>,
     /// The route found last, when it names one stack: datagrams come in runs for one group, and
     /// the map's search costs more than the rest of the route (about 50 instructions a datagram).
     /// Cleared whenever a route changes.
-    last_route: Option<(ConnId, StackId)>,
+    last_route: Option<(u32, StackId)>,
+    /// Keys of stacks removed lately, with their ids, kept [`GONE_FOR`]: a compressed datagram
+    /// of that view still on its way, under a key a live stack of another view has, is dropped
+    /// (`SharedKey`) instead of taken by that stack.
+    gone: BTreeMap<u32, (ConnId, Instant)>,
+    /// `gone`'s keys by when they expire (removals come in time order).
+    gone_order: VecDeque<(Instant, u32)>,
     transmits: VecDeque<Outgoing>,
     events: VecDeque<(StackId, AppEvent)>,
     stats: Stats,
@@ -199,6 +222,11 @@ pub struct Node {
     unseeded: crate::time::Duration,
 }
 
+/// How long the keys of a removed stack are remembered (`Node::gone`): longer than its view's
+/// datagrams stay on their way (a member cut off in that view goes on casting in it until it
+/// suspects the others, a few seconds by default).
+const GONE_FOR: crate::time::Duration = crate::time::Duration::from_millis(30_000);
+
 /// The encoded head of an outgoing datagram. Inline up to 24 bytes (every compressed head and
 /// most full ones), so the common path allocates nothing per datagram.
 pub type DatagramHead = SmallVec<[u8; HEAD_INLINE]>;
@@ -227,34 +255,31 @@ impl Node {
             u32::try_from(self.stacks.len() - 1).expect("fewer than 2^32 live stacks")
         });
         let slot = &mut self.stacks[index as usize];
-        slot.entry = Some(Entry { stack, conn, replaced: false, successor: None, unsettled: false, armed: None });
+        slot.entry =
+            Some(Entry { stack, conn, gossip, replaced: false, successor: None, unsettled: false, armed: None });
         let id = StackId { index, generation: slot.generation };
-        // Compressed sends to this member come under a connection id of its own (the
-        // destination folded in: `datagram::send_conn`).
-        let send = datagram::send_conn(conn, rank);
-        // Ids are 32-bit hashes: another view's stack may have one of them already (about one
-        // chance in 2^32 / (9 x stacks here) per view). Its datagrams and ours then reach both
-        // stacks, which cannot tell them apart. Counted and said, once per stack, not yet
-        // resolved (docs/bypass.md, "Connection ids").
-        let view = self.stacks[index as usize].entry.as_ref().expect("just built").stack.view();
+        // Routed by key, the low 32 bits: another view's stack may have one of ours already
+        // (about one chance in 2^32 / (9 x stacks here) per view). Full-form datagrams still
+        // reach exactly their stack (their 64-bit id); a compressed one under a key two ids
+        // share is dropped (`handle_compressed`). Counted and said, once per stack.
+        let keys = [conn.key(), gossip.key(), datagram::send_conn(conn, rank)];
         let mut collided = false;
-        for key in [conn, gossip, send] {
+        for key in keys {
             let route = self.routes.entry(key).or_default();
             let collides = route.iter().any(|&other| {
-                live_in(&self.stacks, other).is_some_and(|e| {
-                    let theirs = e.stack.view();
-                    match key == gossip {
-                        true => theirs.group != view.group,
-                        false => key == send || theirs.view_id != view.view_id || theirs.group != view.group,
-                    }
-                })
+                live_in(&self.stacks, other)
+                    .is_some_and(|e| e.conn != conn && !(key == gossip.key() && e.gossip == gossip))
             });
             if collides && !collided {
                 self.stats.count(crate::Counter::ConnCollision);
-                tracing::warn!(group = ?view.group, conn = key.0, "a connection id collides with another view's at this node");
+                let group = &self.stacks[index as usize].entry.as_ref().expect("just built").stack.view().group;
+                tracing::warn!(?group, key, "a connection key is another view's at this node: its compressed datagrams are dropped, and repaired in full");
             }
             collided |= collides;
-            route.push(id);
+            // Once per key: a stack's own keys may coincide (its gossip's and its view's).
+            if !route.contains(&id) {
+                route.push(id);
+            }
         }
         self.last_route = None;
         self.collect(id);
@@ -294,7 +319,9 @@ impl Node {
             Ok(decoded) => decoded,
             Err(e) => return self.drop_undecodable(e, len),
         };
-        let Some(ids) = self.route(decoded.head.conn) else { return self.stats.drop_one(DropReason::UnknownConn) };
+        let Some((ids, _)) = self.route(decoded.head.conn.key()) else {
+            return self.stats.drop_one(DropReason::UnknownConn);
+        };
         let head = decoded.head;
         let mut msg = Some(Msg { hdrs: decoded.hdrs, payload: decoded.payload });
         for (i, &id) in ids.iter().enumerate() {
@@ -302,11 +329,10 @@ impl Node {
             let stack = &mut entry.stack;
             let in_view = head.mux == Mux::Gossip
                 || (usize::from(head.origin) < stack.view().len() && head.origin != stack.rank());
-            // The full form comes under the view's connection id (or the group's gossip id), never
-            // under the id a member receives compressed sends by, which may coincide with another
-            // stack's (`datagram::send_conn`).
+            // The full form carries the whole 64-bit id: the view's, or the group's gossip id.
+            // Others' keys may coincide with ours, not their ids.
             let own = match head.mux {
-                Mux::Gossip => head.conn != datagram::send_conn(entry.conn, stack.rank()),
+                Mux::Gossip => head.conn == entry.gossip,
                 _ => head.conn == entry.conn,
             };
             let for_me = own
@@ -387,17 +413,50 @@ impl Node {
     /// The stacks routed under `conn`, copied out, since the caller's loop over them changes the
     /// node (`from_slice` copies the ids at once, where `clone` would push them one by one).
     #[inline]
-    fn route(&mut self, conn: ConnId) -> Option<SmallVec<[StackId; 1]>> {
+    /// The stacks under `key`, and whether they are known to be one view's alone: the route
+    /// remembered last names one stack and no removed stack's key (`gone`).
+    fn route(&mut self, key: u32) -> Option<(SmallVec<[StackId; 1]>, bool)> {
         if let Some((last, id)) = self.last_route {
-            if last == conn {
-                return Some(SmallVec::from_buf([id]));
+            if last == key {
+                return Some((SmallVec::from_buf([id]), true));
             }
         }
-        let ids = SmallVec::from_slice(self.routes.get(&conn)?);
+        let ids = SmallVec::from_slice(self.routes.get(&key)?);
         if let [id] = ids[..] {
-            self.last_route = Some((conn, id));
+            if !self.gone.contains_key(&key) {
+                self.last_route = Some((key, id));
+            }
         }
-        Some(ids)
+        Some((ids, false))
+    }
+
+    /// Forgets the keys of removed stacks that have been remembered [`GONE_FOR`].
+    fn forget_gone(&mut self) {
+        while let Some(&(until, key)) = self.gone_order.front().filter(|&&(until, _)| until <= self.now) {
+            self.gone_order.pop_front();
+            // Unless the key was remembered again since, for a stack removed later.
+            if self.gone.get(&key).is_some_and(|&(_, at)| at == until) {
+                self.gone.remove(&key);
+            }
+        }
+    }
+
+    /// Whether a compressed datagram under `key` (a cast, or else a send) may be for stacks of
+    /// two views, here or lately removed: their keys coincide, and their full ids, which it
+    /// does not carry, differ.
+    #[cold]
+    fn shared(&mut self, ids: &[StackId], key: u32, cast: bool) -> bool {
+        self.forget_gone();
+        let mut conns = ids.iter().filter_map(|&id| self.live(id)).filter_map(|e| {
+            let theirs = match cast {
+                true => e.conn.key(),
+                false => datagram::send_conn(e.conn, e.stack.rank()),
+            };
+            (theirs == key).then_some(e.conn)
+        });
+        let first = conns.next();
+        let gone = self.gone.get(&key).map(|&(conn, _)| conn);
+        conns.chain(gone).any(|conn| Some(conn) != first)
     }
 
     /// A compressed datagram: its headers are rebuilt from the destination stack's template of
@@ -407,7 +466,14 @@ impl Node {
             Ok(decoded) => decoded,
             Err(_) => return self.stats.drop_one(DropReason::Malformed),
         };
-        let Some(ids) = self.route(head.conn) else { return self.stats.drop_one(DropReason::UnknownConn) };
+        let Some((ids, alone)) = self.route(head.key) else { return self.stats.drop_one(DropReason::UnknownConn) };
+        // A key two views share here (or a view of a stack removed lately): which one it is for
+        // cannot be told. Dropped, as the network might have: the layers repair it in full
+        // (`mnak`'s `Retrans`, `pt2pt`'s), whose 64-bit id routes exactly. Taken by every stack
+        // under the key, it would reach a group it was not cast in.
+        if !alone && self.shared(&ids, head.key, head.cast) {
+            return self.stats.drop_one(DropReason::SharedKey);
+        }
         let mut payload = Some(payload);
         for (i, &id) in ids.iter().enumerate() {
             let Some(entry) = live_mut(&mut self.stacks, id) else { continue };
@@ -415,18 +481,18 @@ impl Node {
             let in_view = usize::from(head.origin) < stack.view().len() && head.origin != stack.rank();
             // A cast comes under the view's connection id, a send under its destination's: the
             // kind must match the id it came under (ids of other stacks may coincide).
-            let (mux, conn) = match head.cast {
-                true => (Mux::Cast, entry.conn),
+            let (mux, key) = match head.cast {
+                true => (Mux::Cast, entry.conn.key()),
                 false => (Mux::Send { dest: stack.rank() }, datagram::send_conn(entry.conn, stack.rank())),
             };
-            let for_me = head.conn == conn;
+            let for_me = head.key == key;
             if !in_view || !for_me {
                 stack.count_drop(DropReason::NotForMe);
                 continue;
             }
             // The last stack takes the payload itself (no reference-count traffic).
             let payload = if i + 1 == ids.len() { payload.take() } else { payload.clone() }.expect("present");
-            match stack.handle_recv_compressed(now, head.origin, mux, head.seqno, payload) {
+            match stack.handle_recv_compressed(now, head.origin, mux, head.seqno(entry.conn), payload) {
                 Ok(()) => self.stats.count(crate::Counter::CompressedIn),
                 Err(_) => {
                     stack.count_drop(DropReason::Malformed);
@@ -655,11 +721,20 @@ impl Node {
         self.stats.merge(entry.stack.stats());
         self.last_route = None;
         let own = datagram::send_conn(entry.conn, entry.stack.rank());
-        for conn in [entry.conn, gossip_conn_id(&entry.stack.view().group), own] {
-            if let Some(ids) = self.routes.get_mut(&conn) {
+        // Its view's datagrams may still be on their way: its keys are remembered a while, so
+        // that another view's stack with one of them does not take them (`shared`). Not the
+        // gossip's: gossip never goes compressed.
+        self.forget_gone();
+        let until = self.now + GONE_FOR;
+        for key in [entry.conn.key(), own] {
+            self.gone.insert(key, (entry.conn, until));
+            self.gone_order.push_back((until, key));
+        }
+        for key in [entry.conn.key(), entry.gossip.key(), own] {
+            if let Some(ids) = self.routes.get_mut(&key) {
                 ids.retain(|&mut other| other != id);
                 if ids.is_empty() {
-                    self.routes.remove(&conn);
+                    self.routes.remove(&key);
                 }
             }
         }
@@ -672,9 +747,9 @@ impl Node {
         }
     }
 
-    /// Whether any stack is routed under `conn`.
+    /// Whether any stack is routed under `conn` (its key).
     pub fn routes(&self, conn: ConnId) -> bool {
-        self.routes.contains_key(&conn)
+        self.routes.contains_key(&conn.key())
     }
 
     fn entry(&mut self, id: StackId) -> Result<&mut Entry, ApiError> {
@@ -796,7 +871,7 @@ fn outgoing(
 ) -> Option<Outgoing> {
     let view = entry.stack.view();
     let (conn, origin) = match transmit.mux {
-        Mux::Gossip => (gossip_conn_id(&view.group), 0),
+        Mux::Gossip => (entry.gossip, 0),
         _ => (entry.conn, entry.stack.rank()),
     };
     // The common trace's datagrams go compressed (8 bytes of head, built in place), the rest in
@@ -843,6 +918,19 @@ thread_local! {
     /// Testing the determinism check: alarms are put off by an amount that comes from outside the
     /// seed (a seeded bug, `crate::faults::unseeded_alarms`).
     static UNSEEDED_ALARMS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[cfg(feature = "fault-injection")]
+thread_local! {
+    /// Testing shared keys: every connection id's key is cut to 2 bits, so that a node's stacks
+    /// share keys often (`crate::faults::short_keys`).
+    static SHORT_KEYS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Sets `SHORT_KEYS` on this thread (`crate::faults`).
+#[cfg(feature = "fault-injection")]
+pub(crate) fn set_short_keys(on: bool) {
+    SHORT_KEYS.with(|u| u.set(on));
 }
 
 /// Sets the seeded bug of `UNSEEDED_ALARMS` on this thread (`crate::faults`).

@@ -8,7 +8,8 @@ use motet_core::testkit::Group;
 use motet_core::Action;
 use motet_wire::datagram;
 
-/// The low 24 bits of the sequence number of the last compressed cast in `tap`, and the datagram.
+/// The low 24 bits of the sequence number of the last compressed cast in `tap` (as on the wire:
+/// shifted by the view's, which a difference cancels), and the datagram.
 fn last_compressed_cast(tap: &[Bytes]) -> (u32, Bytes) {
     let datagram = tap
         .iter()
@@ -17,7 +18,7 @@ fn last_compressed_cast(tap: &[Bytes]) -> (u32, Bytes) {
         .expect("a compressed cast on the wire")
         .clone();
     let (head, _) = datagram::decode_compressed(datagram.clone()).expect("decodes");
-    (head.seqno, datagram)
+    (head.shifted, datagram)
 }
 
 #[test]

@@ -44,8 +44,8 @@ impl<'a> Writer<'a> {
         self.out().push(value);
     }
 
-    /// A little-endian `u32`.
-    pub fn u32_le(&mut self, value: u32) {
+    /// A little-endian `u64`.
+    pub fn u64_le(&mut self, value: u64) {
         self.out().extend_from_slice(&value.to_le_bytes());
     }
 
@@ -172,6 +172,16 @@ impl<'a> Reader<'a> {
         raw.copy_from_slice(&self.bytes[self.pos..end]);
         self.pos = end;
         Ok(u32::from_le_bytes(raw))
+    }
+
+    /// A little-endian `u64`.
+    pub fn u64_le(&mut self) -> Result<u64, WireError> {
+        let end = self.pos.checked_add(8).filter(|&end| end <= self.bytes.len());
+        let end = end.ok_or(self.error(WireErrorKind::Truncated))?;
+        let mut raw = [0u8; 8];
+        raw.copy_from_slice(&self.bytes[self.pos..end]);
+        self.pos = end;
+        Ok(u64::from_le_bytes(raw))
     }
 
     /// An unsigned LEB128 varint of at most 10 bytes that fits in 64 bits.

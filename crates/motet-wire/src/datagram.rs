@@ -5,7 +5,7 @@
 //! | field | bytes | meaning |
 //! |---|---|---|
 //! | version | 1 | [`VERSION`] |
-//! | conn | 4, little-endian | hash of (group, view id, stack) naming the destination stack(s) (thesis §2.3.1, §3.4.2) |
+//! | conn | 8, little-endian | hash of (group, view id, stack) naming the destination stack(s) (thesis §2.3.1, §3.4.2) |
 //! | mux | 1 | multiplexing index: 0 cast, 1 send, 2 group gossip |
 //! | origin | varint | the sender's rank in the view |
 //! | dest | varint, sends only | the destination's rank |
@@ -30,10 +30,12 @@ use bytes::{Buf, Bytes};
 /// the ranks its member failed (a member of version 5 would misread the header stack after it,
 /// and never tell the coordinator whom it cannot hear). 7 (2026-11-28): `causal`'s `Stamp` (a
 /// member of version 6 would drop it as malformed, then read its sender's next timestamp without
-/// it). A datagram of another version
+/// it). 8 (2026-11-28): the full form's connection id has 64 bits, not 32 (two views' ids
+/// coincided at one node about once in 2^32 / 9S per stack among S; [`ConnId`]), and `pt2pt`
+/// retransmits under `Retrans`, never compressed. A datagram of another version
 /// does not decode (`WireErrorKind::Version`; the node counts it as `OtherVersion`), so members
 /// of different versions never form a view together.
-pub const VERSION: u8 = 7;
+pub const VERSION: u8 = 8;
 /// The largest datagram accepted (the UDP/IPv4 payload limit).
 pub const DATAGRAM_SIZE_MAX: usize = 65_507;
 /// The largest number of headers in one datagram.
@@ -54,9 +56,31 @@ pub enum Mux {
     Gossip,
 }
 
-/// A connection identifier: names the protocol stack(s) a datagram is for.
+/// A connection identifier: names the protocol stack(s) a datagram is for. The full form carries
+/// all 64 bits, so it reaches exactly its stack: two of the ids live at a node coincide about once
+/// in 2^64 / S^2. A compressed datagram carries only the low 32 bits ([`ConnId::key`]), which
+/// two views at a node share about once in 2^32 / 9S per stack built among S (likely from
+/// about 30,000 stacks a process); the receiving node drops a compressed datagram under a key
+/// that stacks of two ids share, and the layers' repair brings it in full (docs/bypass.md,
+/// "Connection ids").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ConnId(pub u32);
+pub struct ConnId(pub u64);
+
+impl ConnId {
+    /// The 32 bits a compressed cast carries: the key its receivers route by.
+    pub fn key(self) -> u32 {
+        self.0 as u32
+    }
+
+    /// What a compressed datagram's sequence number is shifted by on the wire: 24 bits of the id
+    /// that the key leaves out. A stale datagram of another view whose key a stack here has (one
+    /// that has gone, or one not yet built here) then reads, at that stack, as a sequence number
+    /// at random, which it refuses unless it falls in the 2^15 its window takes (one in 512),
+    /// instead of as the small numbers every view's streams begin with.
+    fn seqno_shift(self) -> u32 {
+        (self.0 >> 40) as u32
+    }
+}
 
 /// Everything in a datagram before the headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +116,7 @@ where
     assert!(hdrs.len() <= HEADER_COUNT_MAX, "a stack pushed {} headers", hdrs.len());
     let mut w = Writer::new(out);
     w.u8(VERSION);
-    w.u32_le(head.conn.0);
+    w.u64_le(head.conn.0);
     match head.mux {
         Mux::Cast => {
             w.u8(0);
@@ -142,7 +166,7 @@ pub fn decode(datagram: Bytes) -> Result<Decoded, WireError> {
     if version != VERSION {
         return Err(WireError { kind: WireErrorKind::Version(version), offset: 0 });
     }
-    let conn = ConnId(r.u32_le()?);
+    let conn = ConnId(r.u64_le()?);
     let mux_offset = r.position();
     let mux = r.u8()?;
     if mux > 2 {
@@ -181,8 +205,8 @@ pub fn decode(datagram: Bytes) -> Result<Decoded, WireError> {
 /// | field | bytes | meaning |
 /// |---|---|---|
 /// | kind and origin | 1 | `0b11oo_oooo` a cast, `0b01oo_oooo` a send, from rank `o` (< 64) |
-/// | conn | 4, little-endian | a cast's: the connection id, as in the full form; a send's: its destination's ([`send_conn`]) |
-/// | seqno | 3, little-endian | the low 24 bits of the trace's sequence number |
+/// | key | 4, little-endian | a cast's: the low 32 bits of the connection id ([`ConnId::key`]); a send's: its destination's ([`send_conn`]) |
+/// | seqno | 3, little-endian | the low 24 bits of the trace's sequence number, plus 24 bits of the connection id ([`Arrived::seqno`]) |
 /// | payload | the rest | |
 ///
 /// The first byte never equals [`VERSION`] nor the bundle tag, so the three forms are told apart
@@ -208,18 +232,28 @@ pub struct Compressed {
 }
 
 /// A compressed datagram's head as it arrives: a send's destination is not on the wire, but in
-/// `conn`, which names the destination's stack ([`send_conn`]).
+/// `key`, which names the destination's stack ([`send_conn`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Arrived {
-    /// The connection id on the wire: a cast's view's, or a send's destination's.
-    pub conn: ConnId,
+    /// The key on the wire: a cast's view's ([`ConnId::key`]), or a send's destination's.
+    pub key: u32,
     /// A cast (or else a send).
     pub cast: bool,
     /// The sender's rank.
     pub origin: Rank,
-    /// The low [`SEQNO_BITS`] bits of the sequence number.
-    pub seqno: u32,
+    /// The low [`SEQNO_BITS`] bits of the sequence number, shifted ([`Arrived::seqno`]).
+    pub shifted: u32,
 }
+
+impl Arrived {
+    /// The low [`SEQNO_BITS`] bits of the sequence number, for the stack of connection `conn`
+    /// (the key it came under is `conn`'s, or the send key of one of its ranks).
+    pub fn seqno(&self, conn: ConnId) -> u32 {
+        self.shifted.wrapping_sub(conn.seqno_shift()) & SEQNO_MASK
+    }
+}
+
+const SEQNO_MASK: u32 = (1 << SEQNO_BITS) - 1;
 
 /// Ranks from here on send the full form.
 pub const COMPRESSED_ORIGIN_MAX: Rank = 64;
@@ -232,12 +266,12 @@ pub const SEQNO_BITS: u32 = 24;
 /// `StackConfig::validate`). Anything else with those low bits is behind: a duplicate.
 pub const SEQNO_AHEAD_MAX: u64 = 1 << 15;
 
-/// The connection id under which the member at rank `dest` of the view whose connection id is
-/// `conn` receives compressed sends: distinct for every rank of a view, and from the view's own.
-pub fn send_conn(conn: ConnId, dest: Rank) -> ConnId {
-    // An odd multiplier: rank + 1 maps to distinct nonzero values, so no rank's id is the
+/// The key under which the member at rank `dest` of the view whose connection id is `conn`
+/// receives compressed sends: distinct for every rank of a view, and from the view's own key.
+pub fn send_conn(conn: ConnId, dest: Rank) -> u32 {
+    // An odd multiplier: rank + 1 maps to distinct nonzero values, so no rank's key is the
     // view's, nor another rank's.
-    ConnId(conn.0 ^ (u32::from(dest) + 1).wrapping_mul(0x9E37_79B9))
+    conn.key() ^ (u32::from(dest) + 1).wrapping_mul(0x9E37_79B9)
 }
 
 /// Whether a datagram is in the compressed form.
@@ -262,15 +296,16 @@ pub fn compressed_head(head: &Compressed) -> Option<([u8; COMPRESSED_HEAD_MAX], 
     if head.origin >= COMPRESSED_ORIGIN_MAX {
         return None;
     }
-    let (kind, conn) = match head.mux {
-        Mux::Cast => (0xc0, head.conn),
+    let (kind, key) = match head.mux {
+        Mux::Cast => (0xc0, head.conn.key()),
         Mux::Send { dest } => (0x40, send_conn(head.conn, dest)),
         Mux::Gossip => return None,
     };
     let mut out = [0u8; COMPRESSED_HEAD_MAX];
     out[0] = kind | head.origin as u8;
-    out[1..5].copy_from_slice(&conn.0.to_le_bytes());
-    out[5..8].copy_from_slice(&(head.seqno as u32).to_le_bytes()[..3]);
+    out[1..5].copy_from_slice(&key.to_le_bytes());
+    let shifted = (head.seqno as u32).wrapping_add(head.conn.seqno_shift());
+    out[5..8].copy_from_slice(&shifted.to_le_bytes()[..3]);
     Some((out, COMPRESSED_HEAD_MAX))
 }
 
@@ -285,13 +320,13 @@ pub fn decode_compressed(datagram: Bytes) -> Result<(Arrived, Payload), WireErro
         return Err(WireError { kind: WireErrorKind::Version(first), offset: 0 });
     }
     let origin = Rank::from(first & 0x3f);
-    let conn = ConnId(r.u32_le()?);
-    let seqno = u32::from(r.u8()?) | u32::from(r.u8()?) << 8 | u32::from(r.u8()?) << 16;
+    let key = r.u32_le()?;
+    let shifted = u32::from(r.u8()?) | u32::from(r.u8()?) << 8 | u32::from(r.u8()?) << 16;
     let start = r.position();
     let mut datagram = datagram;
     datagram.advance(start);
     let payload = Payload::from(datagram);
-    Ok((Arrived { conn, cast: first & 0x80 != 0, origin, seqno }, payload))
+    Ok((Arrived { key, cast: first & 0x80 != 0, origin, shifted }, payload))
 }
 
 /// The sequence number whose low [`SEQNO_BITS`] bits are `low`, given the one the receiver
@@ -314,7 +349,7 @@ mod compressed_tests {
 
     #[test]
     fn compressed_heads_are_8_bytes_and_round_trip() {
-        let conn = ConnId(0xdead_beef);
+        let conn = ConnId(0x0123_4567_dead_beef);
         for mux in [Mux::Cast, Mux::Send { dest: 5 }, Mux::Send { dest: 200 }, Mux::Send { dest: Rank::MAX }] {
             let head = Compressed { conn, mux, origin: 63, seqno: 0x0123_4567_89ab };
             let mut out = Vec::new();
@@ -325,9 +360,11 @@ mod compressed_tests {
             let (back, payload) = decode_compressed(Bytes::from(out)).unwrap();
             let (cast, on_wire) = match mux {
                 Mux::Send { dest } => (false, send_conn(conn, dest)),
-                _ => (true, conn),
+                _ => (true, 0xdead_beef),
             };
-            assert_eq!(back, Arrived { conn: on_wire, cast, origin: 63, seqno: 0x67_89ab });
+            assert_eq!((back.key, back.cast, back.origin), (on_wire, cast, 63));
+            assert_eq!(back.seqno(conn), 0x67_89ab);
+            assert_ne!(back.seqno(ConnId(conn.0 ^ 1 << 41)), 0x67_89ab, "another view's stack reads another number");
             assert_eq!(payload.to_bytes(), Bytes::from_static(b"payload"));
         }
         let mut out = Vec::new();
@@ -341,10 +378,10 @@ mod compressed_tests {
     /// Every rank of a view receives sends under its own connection id, none the view's.
     #[test]
     fn each_rank_has_its_own_send_connection() {
-        for conn in [ConnId(0), ConnId(0xdead_beef), ConnId(u32::MAX)] {
-            let ids: std::collections::BTreeSet<u32> = (0..=Rank::MAX).map(|r| send_conn(conn, r).0).collect();
+        for conn in [ConnId(0), ConnId(0xdead_beef), ConnId(u64::MAX)] {
+            let ids: std::collections::BTreeSet<u32> = (0..=Rank::MAX).map(|r| send_conn(conn, r)).collect();
             assert_eq!(ids.len(), usize::from(Rank::MAX) + 1);
-            assert!(!ids.contains(&conn.0));
+            assert!(!ids.contains(&conn.key()));
         }
     }
 

@@ -17,15 +17,15 @@ use std::panic::{self, AssertUnwindSafe};
 // ---------------------------------------------------------------------------------------------
 // Hand-built datagrams.
 //
-// Layout of `cast_head(count)`: version @0, conn @1..5, mux @5, origin @6, count @7, headers @8.
+// Layout of `cast_head(count)`: version @0, conn @1..9, mux @9, origin @10, count @11, headers @12.
 // ---------------------------------------------------------------------------------------------
 
 /// Offset of the first header after a `cast_head`.
-const HDRS: usize = 8;
+const HDRS: usize = 12;
 
 /// A cast head from rank 0 announcing `count` headers.
 fn cast_head(count: u8) -> Vec<u8> {
-    vec![VERSION, 0x78, 0x56, 0x34, 0x12, 0, 0, count]
+    vec![VERSION, 0x78, 0x56, 0x34, 0x12, 0x21, 0x43, 0x65, 0x87, 0, 0, count]
 }
 
 fn varint(value: u64) -> Vec<u8> {
@@ -96,8 +96,8 @@ fn unknown_version() {
 fn unknown_mux() {
     for mux in [3, 0x7f, 0x80, 0xff] {
         let mut bytes = cast_head(0);
-        bytes[5] = mux;
-        assert_error(bytes, WireErrorKind::Mux(mux), 5..=5);
+        bytes[9] = mux;
+        assert_error(bytes, WireErrorKind::Mux(mux), 9..=9);
     }
 }
 
@@ -107,10 +107,10 @@ fn header_count_above_max() {
     let hdrs = [9u8, 1].repeat(32);
     assert_eq!(decode_ok(cat(&[&cast_head(32), &hdrs])).hdrs.len(), 32);
     // ...one fewer than announced is truncated...
-    assert_error(cat(&[&cast_head(32), &hdrs[2..]]), WireErrorKind::Truncated, 8 + 62..=8 + 62);
+    assert_error(cat(&[&cast_head(32), &hdrs[2..]]), WireErrorKind::Truncated, HDRS + 62..=HDRS + 62);
     // ...and a count above 32 is rejected before any header is read.
     for count in [33u8, 0x80, 0xff] {
-        assert_error(cat(&[&cast_head(count), &hdrs]), WireErrorKind::HeaderCount(count.into()), 7..=8);
+        assert_error(cat(&[&cast_head(count), &hdrs]), WireErrorKind::HeaderCount(count.into()), 11..=12);
     }
 }
 
@@ -129,7 +129,7 @@ fn unknown_layer_tag() {
 #[test]
 fn unknown_variant() {
     // (layer, first variant number past the layer's last one)
-    let layers = [(1u8, 1u8), (2, 5), (3, 4), (4, 3), (5, 2), (6, 2), (7, 2), (8, 1), (9, 3)];
+    let layers = [(1u8, 1u8), (2, 5), (3, 5), (4, 3), (5, 2), (6, 2), (7, 2), (8, 1), (9, 3)];
     for (layer, variant) in layers {
         for variant in [variant, 0x7f, 0xff] {
             let kind = WireErrorKind::Variant { layer, variant };
@@ -149,10 +149,10 @@ fn overlong_varints() {
     let continued = [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x81, 0x00]; // 11 bytes
     for bad in [&eleven[..], &overflow[..], &continued[..]] {
         // In the origin, the destination, and a header field (`mnak::Data { seqno }` is `02 01 seqno`).
-        let origin = cat(&[&[VERSION, 0, 0, 0, 0, 0], bad, &[0]]);
-        assert_error(origin, WireErrorKind::Varint, 6..=6);
-        let dest = cat(&[&[VERSION, 0, 0, 0, 0, 1, 0], bad, &[0]]);
-        assert_error(dest, WireErrorKind::Varint, 7..=7);
+        let origin = cat(&[&[VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0], bad, &[0]]);
+        assert_error(origin, WireErrorKind::Varint, 10..=10);
+        let dest = cat(&[&[VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0], bad, &[0]]);
+        assert_error(dest, WireErrorKind::Varint, 11..=11);
         let seqno = cat(&[&cast_head(1), &[2, 1], bad]);
         assert_error(seqno, WireErrorKind::Varint, HDRS + 2..=HDRS + 2);
     }
@@ -169,9 +169,10 @@ fn ranks_and_u32_fields_out_of_range() {
     let big_rank = varint(u64::from(u16::MAX) + 1);
     let max_rank = varint(u16::MAX.into());
     // origin, dest
-    assert_error(cat(&[&[VERSION, 0, 0, 0, 0, 0], &big_rank, &[0]]), WireErrorKind::Range, 6..=6);
-    assert_error(cat(&[&[VERSION, 0, 0, 0, 0, 1, 0], &big_rank, &[0]]), WireErrorKind::Range, 7..=7);
-    decode_ok(cat(&[&[VERSION, 0, 0, 0, 0, 1], &max_rank, &max_rank, &[0]]));
+    let conn = [0u8; 8];
+    assert_error(cat(&[&[VERSION], &conn, &[0], &big_rank, &[0]]), WireErrorKind::Range, 10..=10);
+    assert_error(cat(&[&[VERSION], &conn, &[1, 0], &big_rank, &[0]]), WireErrorKind::Range, 11..=11);
+    decode_ok(cat(&[&[VERSION], &conn, &[1], &max_rank, &max_rank, &[0]]));
     // mnak::Nak { origin, lo, hi } is `02 03 origin lo hi`; mnak::Retrans is `02 04 origin seqno`.
     assert_error(cat(&[&cast_head(1), &[2, 3], &big_rank, &[0, 0]]), WireErrorKind::Range, HDRS + 2..=HDRS + 2);
     assert_error(cat(&[&cast_head(1), &[2, 4], &big_rank, &[0]]), WireErrorKind::Range, HDRS + 2..=HDRS + 2);

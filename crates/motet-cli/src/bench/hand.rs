@@ -109,17 +109,17 @@ impl Member {
     pub(crate) fn receive(&mut self, datagram: Bytes) -> Option<Out> {
         let (head, payload) = datagram::decode_compressed(datagram).ok()?;
         let origin = usize::from(head.origin);
-        let conn = if head.cast { self.conn } else { datagram::send_conn(self.conn, self.rank) };
-        if head.conn != conn || origin >= self.expected.len() || head.origin == self.rank {
+        let key = if head.cast { self.conn.key() } else { datagram::send_conn(self.conn, self.rank) };
+        if head.key != key || origin >= self.expected.len() || head.origin == self.rank {
             return None;
         }
         if !head.cast {
             // A credit report: the count travels in the sequence-number field, in units.
-            let units = datagram::expand_seqno(head.seqno, self.credit[origin] / CREDIT_UNIT);
+            let units = datagram::expand_seqno(head.seqno(self.conn), self.credit[origin] / CREDIT_UNIT);
             self.credit[origin] = units * CREDIT_UNIT;
             return None;
         }
-        let seqno = datagram::expand_seqno(head.seqno, self.expected[origin]);
+        let seqno = datagram::expand_seqno(head.seqno(self.conn), self.expected[origin]);
         if seqno != self.expected[origin] {
             return None; // out of order: the layered path's business
         }

@@ -188,7 +188,9 @@ impl Pt2pt {
             let entry = &mut p.unacked[(seqno - p.acked) as usize];
             entry.1 = now;
             out.count(super::LayerKind::Pt2pt, Counter::Retransmit);
-            out.dn(Dn::Send { dest: peer, msg: entry.0.clone().with(Header::Data { seqno }) });
+            // Under `Retrans`, not `Data`: never compressed, so it reaches this peer's stack even
+            // where its node drops the compressed form (a key two stacks share: `ConnId`).
+            out.dn(Dn::Send { dest: peer, msg: entry.0.clone().with(Header::Retrans { seqno }) });
         }
     }
 
@@ -234,7 +236,7 @@ impl Layer for Pt2pt {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
         match ev {
             Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
-                Some(Header::Data { seqno }) => self.recv_data(origin, seqno, msg, out),
+                Some(Header::Data { seqno } | Header::Retrans { seqno }) => self.recv_data(origin, seqno, msg, out),
                 Some(Header::Ack { next }) => {
                     self.acknowledge(origin, next);
                     self.release_block(out);
@@ -586,12 +588,14 @@ mod tests {
         h.dn(Dn::Send { dest: 1, msg: Msg::new(b"b".as_slice().into()) });
         let at = h.alarm.expect("a sweep is armed");
         let out = h.timer(at);
-        assert_eq!(sent_headers(&out), vec![Header::Data { seqno: 0 }, Header::Data { seqno: 1 }]);
+        // Under `Retrans`, so never compressed (`ConnId`: a compressed datagram under a key
+        // two stacks share at the receiving node is dropped there).
+        assert_eq!(sent_headers(&out), vec![Header::Retrans { seqno: 0 }, Header::Retrans { seqno: 1 }]);
         h.up(Up::Send { origin: 1, msg: Msg::default().with(Header::Ack { next: 1 }) });
         assert_eq!(h.layer.buffered(), 1);
         // A NAK for an acknowledged message retransmits only what is still held.
         let out = h.up(Up::Send { origin: 1, msg: Msg::default().with(Header::Nak { lo: 0, hi: 9 }) });
-        assert_eq!(sent_headers(&out), vec![Header::Data { seqno: 1 }]);
+        assert_eq!(sent_headers(&out), vec![Header::Retrans { seqno: 1 }]);
         h.up(Up::Send { origin: 1, msg: Msg::default().with(Header::Ack { next: 2 }) });
         assert_eq!(h.layer.buffered(), 0);
         let out = h.timer(h.now + config.sweep_interval);

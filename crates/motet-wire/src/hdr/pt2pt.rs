@@ -14,6 +14,13 @@ pub enum Header {
         /// Sequence number, from 0, per (sender, destination).
         seqno: Seqno,
     },
+    /// A retransmission of `Data { seqno }`. Its own variant so that it never matches the send
+    /// trace's template, and so leaves in the full form, whose 64-bit connection id reaches its
+    /// stack even where a compressed datagram's 32-bit key is shared and dropped (`ConnId`).
+    Retrans {
+        /// Sequence number, as in `Data`.
+        seqno: Seqno,
+    },
     /// Cumulative acknowledgement: every message below `next` was received.
     Ack {
         /// The next sequence number the receiver expects.
@@ -37,12 +44,13 @@ impl LayerHeader for Header {
             Header::Data { .. } => 1,
             Header::Ack { .. } => 2,
             Header::Nak { .. } => 3,
+            Header::Retrans { .. } => 4,
         }
     }
     fn encode_fields(&self, w: &mut Writer<'_>) {
         match *self {
             Header::NoHdr => {}
-            Header::Data { seqno } => w.varint(seqno),
+            Header::Data { seqno } | Header::Retrans { seqno } => w.varint(seqno),
             Header::Ack { next } => w.varint(next),
             Header::Nak { lo, hi } => {
                 w.varint(lo);
@@ -55,6 +63,7 @@ impl LayerHeader for Header {
             1 => Header::Data { seqno: r.varint()? },
             2 => Header::Ack { next: r.varint()? },
             3 => Header::Nak { lo: r.varint()?, hi: r.varint()? },
+            4 => Header::Retrans { seqno: r.varint()? },
             _ => return Err(bad_variant::<Self>(variant, r)),
         })
     }

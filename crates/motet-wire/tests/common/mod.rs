@@ -76,6 +76,7 @@ pub fn pt2pt_hdr() -> impl Strategy<Value = pt2pt::Header> {
     prop_oneof![
         Just(pt2pt::Header::NoHdr),
         seqno().prop_map(|seqno| pt2pt::Header::Data { seqno }),
+        seqno().prop_map(|seqno| pt2pt::Header::Retrans { seqno }),
         seqno().prop_map(|next| pt2pt::Header::Ack { next }),
         (seqno(), seqno()).prop_map(|(lo, hi)| pt2pt::Header::Nak { lo, hi }),
     ]
@@ -321,7 +322,7 @@ pub fn header() -> impl Strategy<Value = Header> {
 
 pub fn head() -> impl Strategy<Value = Head> {
     let mux = prop_oneof![Just(Mux::Cast), rank().prop_map(|dest| Mux::Send { dest }), Just(Mux::Gossip)];
-    (any::<u32>(), mux, rank()).prop_map(|(conn, mux, origin)| Head { conn: ConnId(conn), mux, origin })
+    (any::<u64>(), mux, rank()).prop_map(|(conn, mux, origin)| Head { conn: ConnId(conn), mux, origin })
 }
 
 /// A datagram as a sender holds it: typed head and headers, and a payload in several chunks.
