@@ -45,7 +45,15 @@ pub(super) fn check_total(
         if !checked.contains(&view) {
             continue;
         }
-        for (p, q) in trace.pairs(&nodes) {
+        // Members still in the view at a run's time limit are held only to one sequence being a
+        // prefix of the other, which does not carry from pair to pair: every pair is compared
+        // (neighbours alone missed `[m1]`, `[]`, `[m2]`: a review's finding).
+        let unequal = next.is_some() || trace.quiesced;
+        let pairs = match unequal {
+            true => trace.pairs(&nodes),
+            false => Trace::every_pair(&nodes),
+        };
+        for (p, q) in pairs {
             // Both without what either's application discards (its own casts; one delivered
             // anyway is an `OwnCast` violation of its own).
             let owed = |id: &MsgId| !trace.discarded(p, *id) && !trace.discarded(q, *id);
@@ -55,7 +63,6 @@ pub(super) fn check_total(
             let (a, b) = (&seen(p), &seen(q));
             let common = a.len().min(b.len());
             let differs = (0..common).find(|&i| a[i] != b[i]);
-            let unequal = next.is_some() || trace.quiesced;
             let position = differs.or((unequal && a.len() != b.len()).then_some(common));
             if let Some(position) = position {
                 violations.push(Violation::TotalOrder { view, nodes: (p, q), position });
@@ -141,7 +148,10 @@ pub(super) fn check_safe(
         // A member that asked to leave is exempt only in the view it left (its last): in every
         // view it went on from, it is held to the guarantee like the others.
         let left_here = !next && trace.left.get(node).copied().unwrap_or(false);
-        if !correct(node) || left_here || !went_on || !checked.contains(&view) {
+        // Correct in this view: it went on from it, or never crashed. A member that crashes views
+        // later is held to this view's guarantee like the others (as `Lost` holds it); before,
+        // any crash in the run exempted it in every view (a review's finding).
+        if !(next || correct(node)) || left_here || !went_on || !checked.contains(&view) {
             continue;
         }
         for &id in anywhere.get(&view).into_iter().flatten() {

@@ -207,8 +207,14 @@ impl Trace {
         let discards = nodes.iter().any(|&n| self.no_loopback.get(n).copied().unwrap_or(false));
         match discards {
             false => nodes.windows(2).map(|w| (w[0], w[1])).collect(),
-            true => nodes.iter().enumerate().flat_map(|(i, &a)| nodes[i + 1..].iter().map(move |&b| (a, b))).collect(),
+            true => Trace::every_pair(nodes),
         }
+    }
+
+    /// Every pair of `nodes`, once: for a relation that does not carry from pair to pair (one
+    /// sequence a prefix of the other: `[m1]` and `[m2]` are each a prefix of `[]`).
+    pub fn every_pair(nodes: &[usize]) -> Vec<(usize, usize)> {
+        nodes.iter().enumerate().flat_map(|(i, &a)| nodes[i + 1..].iter().map(move |&b| (a, b))).collect()
     }
 }
 
