@@ -30,6 +30,10 @@ impl Weigh for Op {
     }
 }
 
+/// Slots an empty queue keeps; beyond, it gives its room back (a queue that fills and empties
+/// past this again pays one allocation per 4,096 items).
+const KEPT_MAX: usize = 4096;
+
 /// Items in order, and the bytes they weigh together.
 #[derive(Debug)]
 pub(crate) struct Weighed<T> {
@@ -59,7 +63,18 @@ impl<T: Weigh> Weighed<T> {
     pub(crate) fn pop_front(&mut self) -> Option<T> {
         let item = self.items.pop_front()?;
         self.bytes -= item.weight();
+        if self.items.is_empty() && self.items.capacity() > KEPT_MAX {
+            self.release();
+        }
         Some(item)
+    }
+
+    /// Gives back the room of a queue that grew past [`KEPT_MAX`] and is empty again: a member
+    /// that lagged once to its overflow's bound (2^19 events or more, 56 B each) otherwise held
+    /// that room for the rest of its life (a review's finding).
+    #[cold]
+    fn release(&mut self) {
+        self.items = VecDeque::new();
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -77,6 +92,9 @@ impl<T: Weigh> Weighed<T> {
     pub(crate) fn clear(&mut self) {
         self.items.clear();
         self.bytes = 0;
+        if self.items.capacity() > KEPT_MAX {
+            self.release();
+        }
     }
 }
 
@@ -94,5 +112,23 @@ mod tests {
         parked.push_back(Op::Subcast(to, bytes::Bytes::from_static(b"x")));
         parked.push_back(Op::Cast(bytes::Bytes::from_static(b"yz")));
         assert_eq!(parked.bytes(), 1 + 1024 * 8 + 2);
+    }
+
+    /// A queue that grew large gives its room back once empty; a small one keeps it.
+    #[test]
+    fn an_emptied_queue_gives_back_the_room_it_grew_to() {
+        let mut queue = Weighed::default();
+        for n in [100, 100_000] {
+            for _ in 0..n {
+                queue.push_back(Event::Block);
+            }
+            let grown = queue.items.capacity();
+            while queue.pop_front().is_some() {}
+            let kept = queue.items.capacity();
+            match n > KEPT_MAX {
+                true => assert!(kept <= KEPT_MAX, "{grown} slots kept as {kept}"),
+                false => assert_eq!(kept, grown),
+            }
+        }
     }
 }

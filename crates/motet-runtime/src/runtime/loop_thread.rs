@@ -346,11 +346,19 @@ enum Handed {
 /// `bytes_max` of payload: one message may pass it), to the front of its overflow.
 fn hand(listener: &mut Listener, event: Event, bytes_max: usize) -> Handed {
     let exit = matches!(event, Event::Exit);
-    // What the handle checks actions against changes when the application gets the view.
-    let view = match &event {
-        Event::View(view) => Some((Arc::new(super::Latest::of(view)), view.message_size_max)),
-        _ => None,
-    };
+    // What the handle checks actions against changes before the application can take the view:
+    // set after the offer, a thread already waiting in `recv` could take it and act on it (a
+    // send to a member it names) while the handle still checked against the view before, and be
+    // refused (`NotMember`) for doing what the error says to do (a review's finding). The handle
+    // may be ahead of the events taken, never behind: a view waiting in the overflow has
+    // replaced the one before at the loop already.
+    if let Event::View(view) = &event {
+        if let Ok(mut current) = listener.shared.view.lock() {
+            *current = Some(Arc::new(super::Latest::of(view)));
+        }
+        // The view's limit, not the member's own: a view runs its parameters.
+        listener.shared.message_size_max.store(view.message_size_max, Ordering::Relaxed);
+    }
     let sent = match offer(listener, event, bytes_max) {
         // Full: the application is asked to wake the loop when it takes an event. It may have
         // taken one between the refusal and the request, and would not wake it: so one more try
@@ -364,13 +372,6 @@ fn hand(listener: &mut Listener, event: Event, bytes_max: usize) -> Handed {
         }
         other => other,
     };
-    if let (Ok(()), Some((members, size_max))) = (&sent, view) {
-        if let Ok(mut current) = listener.shared.view.lock() {
-            *current = Some(members);
-        }
-        // The view's limit, not the member's own: a view runs its parameters.
-        listener.shared.message_size_max.store(size_max, Ordering::Relaxed);
-    }
     match sent {
         Ok(()) if exit => Handed::Gone,
         Ok(()) => Handed::All,
@@ -437,6 +438,43 @@ mod tests {
             Listener { sink: Sink::Blocking(sink), shared: Arc::clone(&member), overflow: Overflow::default() };
         thread.members.insert(endpoint, listener);
         (thread, Handle { endpoint, shared, member }, events)
+    }
+
+    /// The handle's view is set before the `View` event can be taken: a thread waiting in `recv`
+    /// acts on what it takes (a send to a member it names), and the handle must not check that
+    /// against the view before. Here the test holds the handle's view locked: the loop waits for
+    /// it before it offers the event, so the event cannot be taken meanwhile. Before, it was
+    /// offered first (a review's finding).
+    #[test]
+    fn the_handles_view_is_set_before_the_view_event_can_be_taken() {
+        let (mut thread, handle, events) = member_with(4);
+        let view = crate::View {
+            id: crate::ViewId { ltime: 3, coord: EndpointId(1) },
+            members: vec![EndpointId(1), EndpointId(7)],
+            addresses: vec!["127.0.0.1:1".parse().unwrap(), "127.0.0.1:2".parse().unwrap()],
+            rank: 1,
+            primary: true,
+            stack: String::new(),
+            clients: Vec::new(),
+            xfer: false,
+            params: Arc::new(motet_core::StackConfig::default()),
+            message_size_max: 1000,
+        };
+        let locked = handle.member.view.lock().unwrap();
+        std::thread::scope(|scope| {
+            let handing = scope.spawn(|| {
+                let listener = thread.members.get_mut(&handle.endpoint).unwrap();
+                matches!(hand(listener, Event::View(Box::new(view)), usize::MAX), Handed::All)
+            });
+            assert!(
+                events.recv_timeout(Duration::from_millis(300)).is_err(),
+                "offered before the handle's view was set"
+            );
+            drop(locked);
+            assert!(handing.join().unwrap());
+        });
+        assert!(matches!(events.try_recv(), Ok(Event::View(_))));
+        assert_eq!(handle.view(), Some(vec![EndpointId(1), EndpointId(7)]));
     }
 
     /// `try_cast` never waits for room in the command channel (`action_queue`, 16 here, with no
