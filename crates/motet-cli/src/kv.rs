@@ -40,6 +40,10 @@ pub(crate) struct KvArgs {
     /// UDP address to bind.
     #[arg(long, default_value = "127.0.0.1:0")]
     bind: SocketAddr,
+    /// The address other replicas reach this one at, when it is not `--bind`'s (a wildcard
+    /// bind, NAT, containers).
+    #[arg(long)]
+    advertise: Option<SocketAddr>,
     /// Seed addresses of other replicas, comma-separated.
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
@@ -149,7 +153,8 @@ fn serve(args: KvArgs) -> Result<(), String> {
     // First, as `member` and `chat` do: SIGTERM or SIGINT is a leave, once joined, not an exit the
     // other replicas must find by suspicion (a view change and a transfer a timeout later).
     let stop = crate::member::stop_on_signals()?;
-    let runtime = Runtime::start(RuntimeConfig::bind(args.bind)).map_err(|e| e.to_string())?;
+    let config = RuntimeConfig { advertise: args.advertise, ..RuntimeConfig::bind(args.bind) };
+    let runtime = Runtime::start(config).map_err(|e| e.to_string())?;
     let member = runtime
         .join(GroupConfig::new(&args.group).stack(&args.stack).peers(args.peers.iter().cloned()))
         .map_err(|e| e.to_string())?;

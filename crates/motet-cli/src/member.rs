@@ -294,10 +294,15 @@ fn configure(args: &MemberArgs) -> Result<(RuntimeConfig, GroupConfig), String> 
     }
     // Flags override the file: `--peers` replaces its seeds (as `--stack` replaces its stack).
     if !args.peers.is_empty() {
-        group.peers = args.peers.clone();
+        group.peers = args.peers.iter().map(|p| p.trim().to_string()).collect();
     }
     group.client |= args.client;
     group.loopback &= !args.no_loopback;
+    // At the start, not when the switch is asked for (once a view with others arrives, maybe
+    // hours later).
+    if let Some(spec) = &args.switch {
+        motet_runtime::switch_target(spec).map_err(|error| format!("--switch {spec}: {error}"))?;
+    }
     Ok((runtime, group))
 }
 
@@ -328,7 +333,9 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(error) => {
             note!("motet member: {error}");
-            return ExitCode::from(1);
+            // A setting refused is a configuration error like those `configure` finds (status
+            // 2, as documented); a socket that cannot be made is not.
+            return ExitCode::from(if matches!(error, motet_runtime::Error::Config(_)) { 2 } else { 1 });
         }
     };
     // Before joining: a port in use then ends the process before the group saw it (after, it
@@ -379,12 +386,6 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
     // When to ask for `--switch`: set once a view with other members arrives.
     let mut switch_at: Option<std::time::Instant> = None;
     let mut switch = args.switch.clone();
-    if let Some(spec) = &switch {
-        if let Err(error) = motet_core::StackSpec::parse(spec) {
-            note!("motet member: --switch {spec}: {error}");
-            return ExitCode::from(2);
-        }
-    }
     loop {
         if switch_at.is_some_and(|at| std::time::Instant::now() >= at) {
             if let Some(spec) = switch.take() {

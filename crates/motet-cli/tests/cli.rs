@@ -486,6 +486,30 @@ fn a_switch_delay_no_clock_can_count_is_refused_up_front() {
     }
 }
 
+/// A `--switch` target that the runtime would refuse (no `switch` layer, or no membership to
+/// merge with) is refused at the start, status 2, not when the switch is asked for once a view
+/// with others arrives; and a runtime setting refused is status 2 like the others (it was 1).
+/// Review findings.
+#[test]
+#[allow(clippy::disallowed_types)] // a wall-clock limit on the process
+fn a_switch_target_and_runtime_settings_that_cannot_work_are_refused_at_the_start() {
+    let cases: [&[&str]; 3] =
+        [&["--switch", "fifo"], &["--switch", "Gmp+Sync+Suspect+Switch+Frag+Flow+Local"], &["--inject-loss", "2"]];
+    for flags in cases {
+        let child = Command::new(env!("CARGO_BIN_EXE_motet"))
+            .args(["member", "--group", "g"])
+            .args(flags)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let output = exited_within(child, &format!("{flags:?} was taken"));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flags:?}: {stderr}");
+    }
+}
+
 /// A `--stats-interval` no clock can count, or of 0, is refused with a reason (it panicked on
 /// adding it to the clock, or was silently taken as 1), and a metrics port in use ends the member
 /// before it joins (it joined and left, two view changes for the group).

@@ -78,6 +78,9 @@ pub enum ApiError {
 /// A stack specification that cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum StackSpecError {
+    /// Nothing was named.
+    #[error("the stack is empty: give a preset (`vsync`, `total`, ...), properties (`Gmp+Sync+Total`) or a layer list (`motet stack explain vsync`)")]
+    Empty,
     /// An unknown layer name in an explicit layer list.
     #[error("unknown layer `{0}`; known layers: {1}")]
     UnknownLayer(String, String),

@@ -215,6 +215,10 @@ impl StackSpec {
     /// `motet stack explain`).
     pub fn parse_explained(text: &str) -> Result<(StackSpec, Vec<(LayerKind, String)>), StackSpecError> {
         let text = text.trim();
+        // Nothing named (an unset variable in `--stack "$STACK"`) is not the bare base stack.
+        if text.split(['+', ',', ':']).all(|word| word.trim().is_empty()) {
+            return Err(StackSpecError::Empty);
+        }
         // A word that names both a preset and a layer (`causal`) is the preset.
         let preset = PRESETS.iter().any(|(name, _, _)| name.eq_ignore_ascii_case(text));
         if text.contains(':') || (LayerKind::from_name(text).is_some() && !preset) {
@@ -361,6 +365,16 @@ mod tests {
         assert_eq!(spec.to_string(), "top:stable:appl:local:frag:pt2ptw:mflow:pt2pt:mnak:bottom");
         assert_eq!(StackSpec::parse("Frag+Flow+Local").unwrap(), spec);
         assert_eq!(StackSpec::parse(&spec.to_string()).unwrap(), spec);
+    }
+
+    /// Nothing named is an error, not the bare base stack (`--stack "$UNSET"`: a review's
+    /// finding).
+    #[test]
+    fn an_empty_stack_is_an_error() {
+        for text in ["", "  ", "+", ",", ":", " + , "] {
+            assert_eq!(StackSpec::parse(text), Err(StackSpecError::Empty), "`{text}`");
+        }
+        assert!(StackSpecError::Empty.to_string().contains("vsync"));
     }
 
     #[test]

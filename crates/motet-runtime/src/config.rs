@@ -56,7 +56,8 @@ pub struct RuntimeConfig {
     /// Datagrams held when the socket's send buffer is full, before the oldest are dropped (the
     /// protocol retransmits them) and counted.
     pub send_backlog: usize,
-    /// Socket send and receive buffer sizes in bytes (the kernel may cap them).
+    /// Socket send and receive buffer sizes in bytes (the kernel may cap them). Default 4 MiB,
+    /// from [`SOCKET_BUFFER_MIN`] to [`SOCKET_BUFFER_MAX`].
     pub socket_buffer: usize,
     /// Message packing: datagrams for one destination produced in one turn of the loop are
     /// packed into bundles of at most this many bytes (one system call and one packet for many
@@ -107,13 +108,21 @@ pub struct RuntimeConfig {
     /// After a migration ([`crate::Runtime::migrate`]), how long the old socket is still read once
     /// every endpoint's view has the new address, in milliseconds: datagrams peers sent to the
     /// old address just before they installed that view (and their retransmissions) still
-    /// arrive. Default 2000.
+    /// arrive. Default 2000, at most [`MIGRATE_GRACE_MAX_MS`].
     pub migrate_grace_ms: u64,
 }
 
 /// The largest `event_queue`, `action_queue` and `send_backlog` a configuration may give (2^20,
 /// 64 times the defaults): the channels of the threaded runtime allocate every slot up front.
 pub const QUEUE_MAX: usize = 1 << 20;
+
+/// The smallest and largest [`RuntimeConfig::socket_buffer`] a configuration may give.
+pub const SOCKET_BUFFER_MIN: usize = 64 << 10;
+/// See [`SOCKET_BUFFER_MIN`].
+pub const SOCKET_BUFFER_MAX: usize = 1 << 30;
+
+/// The largest [`RuntimeConfig::migrate_grace_ms`] (ten minutes).
+pub const MIGRATE_GRACE_MAX_MS: u64 = 600_000;
 
 /// The largest [`RuntimeConfig::timer_slack_ms`] a configuration may give: a tenth of the failure
 /// detector's default timeout. More is no longer slack but a delay of every protocol timer.
@@ -230,6 +239,30 @@ impl RuntimeConfig {
                     "advertise address {advertise} must be a concrete IP and port other members can reach"
                 )));
             }
+            // A socket bound to loopback cannot send to another host (the kernel refuses with
+            // EINVAL, which the loop only logs): the member would sit alone.
+            if self.bind.ip().is_loopback() && !advertise.ip().is_loopback() {
+                return Err(Error::Config(format!(
+                    "bind address {} is a loopback address, from which nothing reaches {advertise}: bind the address to advertise, or 0.0.0.0:{}",
+                    self.bind,
+                    advertise.port()
+                )));
+            }
+        }
+        // The kernel takes the size as a C int (and doubles it); 0 shrinks the buffers to a few
+        // KiB, which drops any burst.
+        if !(SOCKET_BUFFER_MIN..=SOCKET_BUFFER_MAX).contains(&self.socket_buffer) {
+            return Err(Error::Config(format!(
+                "socket_buffer {} must be from {SOCKET_BUFFER_MIN} to {SOCKET_BUFFER_MAX} bytes; the default is 4194304",
+                self.socket_buffer
+            )));
+        }
+        // Retired sockets are read this long after a migration: for ever, they pile up.
+        if self.migrate_grace_ms > MIGRATE_GRACE_MAX_MS {
+            return Err(Error::Config(format!(
+                "migrate_grace_ms {} is above {MIGRATE_GRACE_MAX_MS}: an old socket is kept that long after each migration; the default is 2000",
+                self.migrate_grace_ms
+            )));
         }
         Ok(())
     }
@@ -320,7 +353,9 @@ impl GroupConfig {
 
     /// Adds seed addresses.
     pub fn peers<I: IntoIterator<Item = S>, S: Into<String>>(mut self, peers: I) -> GroupConfig {
-        self.peers.extend(peers.into_iter().map(Into::into));
+        // Trimmed: `"a:1, b:2"` split at the comma gives ` b:2`, which is no IP literal and was
+        // looked up as a DNS name for ever.
+        self.peers.extend(peers.into_iter().map(|p| p.into().trim().to_string()));
         self
     }
 
@@ -339,15 +374,22 @@ impl GroupConfig {
         self.params.validate()?;
         // Each re-resolution is a DNS query from every member (on the lookup thread): a zero
         // interval would ask the servers again as soon as they answer.
-        if self.resolve_interval < Duration::from_secs(1) {
+        // One too long turns re-resolution off unnoticed (a day at most).
+        if !(Duration::from_secs(1)..=Duration::from_secs(86_400)).contains(&self.resolve_interval) {
             return Err(Error::Config(format!(
-                "resolve_interval {:?} is too short: seed names are resolved again at most once a second",
-                self.resolve_interval
+                "resolve_interval ({} ms; `resolve_interval_ms` in a file) must be from 1000 to 86400000 ms: seed names are resolved again at most once a second, and at least once a day",
+                self.resolve_interval.as_millis()
             )));
         }
         // A seed is `host:port`: without a port (or with port 0) it was taken for a DNS name
         // that never resolves, and reported every interval as a lookup failure.
         for peer in &self.peers {
+            if peer.trim() != peer {
+                return Err(Error::Config(format!(
+                    "peer `{peer}` has spaces around it: give `{}` (a name with spaces is looked up in DNS, and never found)",
+                    peer.trim()
+                )));
+            }
             // An IPv6 host is bracketed (`[fe80::1]:7001`): bare, `fe80::1` read as host `fe80:`
             // and port 1.
             let port = peer.rsplit_once(':').and_then(|(host, port)| {
@@ -486,13 +528,39 @@ mod tests {
     }
 
     #[test]
-    fn a_resolve_interval_under_a_second_is_refused() {
+    fn a_resolve_interval_under_a_second_or_over_a_day_is_refused() {
         let mut group = GroupConfig::new("g");
         group.resolve_interval = Duration::ZERO;
-        let err = group.resolve_spec().unwrap_err();
-        assert!(err.to_string().contains("resolve_interval"), "{err}");
+        let err = group.resolve_spec().unwrap_err().to_string();
+        assert!(err.contains("resolve_interval_ms") && err.contains("from 1000"), "{err}");
         group.resolve_interval = Duration::from_secs(1);
         assert!(group.resolve_spec().is_ok());
+        group.resolve_interval = Duration::from_secs(86_401);
+        assert!(group.resolve_spec().is_err());
+    }
+
+    /// Settings that leave a member silently cut off or its memory unbounded are refused, with
+    /// what to give instead (a review's findings): a loopback bind advertising another address
+    /// (the kernel refuses every send from it), a socket buffer of nothing or past a C int, a
+    /// grace after migration that keeps old sockets for ever, and peers with spaces around them
+    /// (looked up in DNS for ever), which the builder trims.
+    #[test]
+    fn settings_that_cut_a_member_off_are_refused() {
+        let err = RuntimeConfig::default().advertise("10.0.0.5:7001".parse().unwrap()).validate().unwrap_err();
+        assert!(err.to_string().contains("bind the address to advertise"), "{err}");
+        assert!(RuntimeConfig::default().advertise("127.0.0.2:7001".parse().unwrap()).validate().is_ok());
+        let bound = RuntimeConfig::bind("0.0.0.0:7001".parse().unwrap());
+        assert!(bound.advertise("10.0.0.5:7001".parse().unwrap()).validate().is_ok());
+        for size in [0, SOCKET_BUFFER_MAX + 1] {
+            let err = RuntimeConfig { socket_buffer: size, ..RuntimeConfig::default() }.validate().unwrap_err();
+            assert!(err.to_string().contains("socket_buffer"), "{err}");
+        }
+        let err = RuntimeConfig { migrate_grace_ms: u64::MAX, ..RuntimeConfig::default() }.validate().unwrap_err();
+        assert!(err.to_string().contains("migrate_grace_ms"), "{err}");
+        assert_eq!(GroupConfig::new("g").peers(["10.0.0.6:7001", " 10.0.0.7:7001"]).peers[1], "10.0.0.7:7001");
+        let mut group = GroupConfig::new("g");
+        group.peers = vec![" 10.0.0.7:7001".into()];
+        assert!(group.resolve_spec().unwrap_err().to_string().contains("give `10.0.0.7:7001`"));
     }
 
     #[test]
@@ -534,6 +602,13 @@ mod tests {
         assert!(err("[group.params.mnak]\nrecv_window_max = 100000000\n")
             .contains("mnak.recv_window_max (100000000) must be at most 65536"));
         assert!(err("[group.params.appl]\nmessage_size_max = 1000000000000\n").contains("appl.message_size_max"));
+        // Delays that hold every repair or delivery past the failure timeout (a review's finding:
+        // they had no bound at all).
+        for key in ["mnak]\nnak_delay_ms", "pt2pt]\nnak_delay_ms", "sequencer]\norder_delay_ms", "safe]\nack_delay_ms"]
+        {
+            let text = err(&format!("[group.params.{key} = 86400000\n"));
+            assert!(text.contains("must be shorter than suspect.timeout_ms (1000 ms)"), "{text}");
+        }
     }
 
     /// A queue bound past `QUEUE_MAX` is refused with the bound named, not allocated whole.

@@ -17,7 +17,7 @@ use crate::io::{Chunks, UdpIo};
 use crate::{Error, Event};
 use bytes::Bytes;
 use motet_core::DatagramHead;
-use motet_core::{Address, Destination, EndpointId, GroupName, LayerKind, Node, Payload, ViewId, ViewState};
+use motet_core::{Address, Destination, EndpointId, GroupName, Node, Payload, ViewId, ViewState};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
 use std::net::SocketAddr;
@@ -298,11 +298,18 @@ impl EventLoop {
     pub fn join(&mut self, group: &GroupConfig) -> Result<EndpointId, Error> {
         let _span = tracing::info_span!("join", group = %group.name, stack = %group.stack).entered();
         let (name, spec) = group.resolve_spec()?;
-        if !spec.layers().contains(&LayerKind::Heal) || !spec.layers().contains(&LayerKind::Intra) {
-            return Err(Error::Config(format!(
-                "stack `{}` has no membership: a member started by the runtime begins alone and must merge, so it needs the Gmp and Heal properties (use `vsync`)",
-                group.stack
-            )));
+        crate::merges(&spec, &group.stack)?;
+        // A member on a loopback address cannot reach a seed on another host, nor be reached
+        // from it (the kernel refuses those sends; the loop only logs them): it would sit alone.
+        if self.advertise.ip().is_loopback() {
+            let remote =
+                group.peers.iter().filter_map(|p| p.parse::<SocketAddr>().ok()).find(|p| !p.ip().is_loopback());
+            if let Some(peer) = remote {
+                return Err(Error::Config(format!(
+                    "this member's address {} is a loopback address, which seed {peer} on another host cannot reach: bind a reachable address (`--bind 0.0.0.0:PORT --advertise IP:PORT`, or `bind` and `advertise` in [runtime])",
+                    self.advertise
+                )));
+            }
         }
         let endpoint = EndpointId(rand::random());
         let mut view = ViewState::initial(

@@ -101,13 +101,29 @@ pub struct View {
     pub message_size_max: usize,
 }
 
-/// Parses a stack to switch to and checks it can switch again (it has the `Switch` property).
-pub(crate) fn switch_target(spec: &str) -> Result<motet_core::StackSpec, Error> {
-    let spec = motet_core::StackSpec::parse(spec)?;
-    if !spec.layers().contains(&motet_core::LayerKind::Switch) {
-        return Err(Error::Api(motet_core::ApiError::NoSwitch(format!("to `{spec}`"))));
+/// Parses a stack to switch to and checks it can switch again (it has the `Switch` property)
+/// and can merge, as every stack the runtime runs must ([`merges`]). A tool checks a target it
+/// was given at its start with this, rather than when the switch is asked for, maybe hours later.
+pub fn switch_target(spec: &str) -> Result<motet_core::StackSpec, Error> {
+    let parsed = motet_core::StackSpec::parse(spec)?;
+    if !parsed.layers().contains(&motet_core::LayerKind::Switch) {
+        return Err(Error::Api(motet_core::ApiError::NoSwitch(format!("to `{parsed}`"))));
     }
-    Ok(spec)
+    merges(&parsed, spec)?;
+    Ok(parsed)
+}
+
+/// Checks that `spec` (given as `text`) has membership and merging: a member the runtime starts
+/// begins alone and must merge, and a group switched to a stack without them could never take a
+/// new member or heal a partition again (a review's finding: a switch was not held to this).
+pub(crate) fn merges(spec: &motet_core::StackSpec, text: &str) -> Result<(), Error> {
+    let layers = spec.layers();
+    if !layers.contains(&motet_core::LayerKind::Heal) || !layers.contains(&motet_core::LayerKind::Intra) {
+        return Err(Error::Config(format!(
+            "stack `{text}` has no membership: a member started by the runtime begins alone and must merge, so it needs the Gmp and Heal properties (use `vsync`)"
+        )));
+    }
+    Ok(())
 }
 
 impl View {

@@ -409,6 +409,33 @@ fn a_stopping_runtime_refuses_casts_and_still_answers_statistics() {
     stopping.join().unwrap();
 }
 
+/// While a runtime stops, a member whose leave is done gets `Exit` and then the end of its
+/// events at once, not once every other member's leave has run out (here another group's, whose
+/// peer went silent, so that leave waits for the failure detector). Before, the loop handed the
+/// `Exit` but kept the channel open until it was gone: `recv` after `Exit` blocked that long.
+/// A review's finding.
+#[test]
+#[allow(clippy::disallowed_methods)] // the stop runs on a thread of its own, as an application's may
+fn a_member_that_left_while_the_runtime_stops_sees_its_events_end_at_once() {
+    let (mut runtimes, addresses) = start(2);
+    let config = GroupConfig::new("slow-leave").peers(addresses);
+    let members: Vec<Member> = runtimes.iter().map(|r| r.join(config.clone()).unwrap()).collect();
+    converge(&members, Duration::from_secs(30));
+    let alone = runtimes[0].join(GroupConfig::new("quick-leave")).unwrap();
+    receive_until(&alone, Duration::from_secs(10), |event| matches!(event, Event::View(_)));
+    let silent = runtimes.pop().unwrap();
+    silent.shutdown(Duration::ZERO);
+    let runtime = runtimes.pop().unwrap();
+    let stopping = std::thread::spawn(move || runtime.shutdown(Duration::from_secs(10)));
+    receive_until(&alone, Duration::from_secs(10), |event| *event == Event::Exit);
+    let after = alone.recv_timeout(Duration::from_secs(10));
+    assert!(after.is_err(), "{after:?}");
+    // It ended before the other member's leave (waiting for the failure detector) was over.
+    let others: Vec<Event> = std::iter::from_fn(|| members[0].try_recv().ok().flatten()).collect();
+    assert!(!others.contains(&Event::Exit), "the events ended only with the other leave: {others:?}");
+    stopping.join().unwrap();
+}
+
 /// Actions the loop would refuse are refused at the call, with the typed error that says why:
 /// a switch from a stack that cannot switch (or, in a transfer view, to one that cannot finish
 /// the transfer), a chunk from a member that does not provide, a state-transfer action for a

@@ -147,7 +147,6 @@ fn stacks_sharing_keys_keep_every_guarantee() {
     }
     motet_core::faults::short_keys(false);
     assert!(shared > 40, "the runs shared keys: {shared} compressed datagrams dropped");
-    eprintln!("shared {shared}");
 }
 
 #[test]

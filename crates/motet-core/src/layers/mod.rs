@@ -391,6 +391,22 @@ impl StackConfig {
         if let Some((name, _)) = periods.iter().find(|(_, d)| *d > PERIOD_MAX) {
             return bad(format!("{name} must be at most {} ms (an hour)", PERIOD_MAX.as_millis()));
         }
+        // Delays hold work back on purpose (a NAK for reordering to settle, an order or an
+        // acknowledgement to batch): one as long as the failure detector's timeout holds repair
+        // or delivery that long on every loss, and flushes time out waiting behind it.
+        let delays = [
+            ("mnak.nak_delay_ms", self.mnak.nak_delay),
+            ("pt2pt.nak_delay_ms", self.pt2pt.nak_delay),
+            ("sequencer.order_delay_ms", self.sequencer.order_delay),
+            ("safe.ack_delay_ms", self.safe.ack_delay),
+        ];
+        if let Some((name, delay)) = delays.iter().find(|(_, d)| *d >= self.suspect.timeout) {
+            return bad(format!(
+                "{name} ({} ms) must be shorter than suspect.timeout_ms ({} ms): it holds repair or delivery back that long (a few ms absorbs reordering and batches)",
+                delay.as_millis(),
+                self.suspect.timeout.as_millis()
+            ));
+        }
         if self.top.linger > LINGER_MAX {
             return bad(format!(
                 "top.linger_ms must be at most {} ms: a replaced stack keeps its buffers while it lingers",

@@ -564,3 +564,28 @@ fn groups_seeded_by_one_name_share_its_lookup() {
     let lookups = LOOKUPS.load(std::sync::atomic::Ordering::SeqCst);
     assert!((1..=2).contains(&lookups), "{lookups} lookups for 20 groups");
 }
+
+/// A member on a loopback address with a seed on another host is refused at the join, with what
+/// to bind instead: the kernel refuses every send from a loopback socket to another host, and
+/// the loop only logs that, so the member sat alone (a review's finding). Names are not looked
+/// at (they resolve later); a loopback seed is fine.
+#[test]
+fn a_loopback_member_with_a_seed_on_another_host_is_refused() {
+    let mut event_loop = EventLoop::new(RuntimeConfig::default()).unwrap();
+    let mut group = GroupConfig::new("cut-off");
+    group.peers = vec!["127.0.0.1:7998".into(), "10.0.0.6:7001".into()];
+    let err = event_loop.join(&group).unwrap_err().to_string();
+    assert!(err.contains("loopback") && err.contains("--bind 0.0.0.0:PORT"), "{err}");
+    group.peers = vec!["127.0.0.1:7998".into(), "seed.invalid:7001".into()];
+    assert!(event_loop.join(&group).is_ok());
+}
+
+/// A switch is held to the rule a join is: a stack without membership and merging could never
+/// take a new member or heal a partition again (a review's finding: only `switch` was asked).
+#[test]
+fn a_switch_target_without_membership_is_refused() {
+    assert!(crate::switch_target("vsync").is_ok());
+    let err = crate::switch_target("Gmp+Sync+Suspect+Switch+Frag+Flow+Local").unwrap_err().to_string();
+    assert!(err.contains("no membership"), "{err}");
+    assert!(matches!(crate::switch_target("fifo"), Err(Error::Api(motet_core::ApiError::NoSwitch(_)))));
+}

@@ -274,7 +274,10 @@ impl Handle {
         let Some(lot) = op.counted() else { return command(op) };
         let (counted, size) = (member.lot(lot), op.weight());
         if !counted.reserve(size) {
-            return Err(if self.shared.stopped.load(Ordering::SeqCst) {
+            // A stopping runtime too: its loop takes no more actions, and `QueueFull` would have
+            // the application retry for the whole grace period (a review's finding).
+            let stopping = self.shared.stopped.load(Ordering::SeqCst) || self.shared.stopping.load(Ordering::SeqCst);
+            return Err(if stopping {
                 self.shared.gone()
             } else if member.forgotten.load(Ordering::SeqCst) {
                 Error::Left

@@ -184,8 +184,18 @@ impl LoopThread {
                 let Some(listener) = self.members.get(&endpoint).filter(|_| !cut_off.contains(&endpoint)) else {
                     continue;
                 };
-                if offer(listener, event, self.channel_bytes_max).is_err() {
-                    cut_off.insert(endpoint);
+                let exit = matches!(event, Event::Exit);
+                match offer(listener, event, self.channel_bytes_max) {
+                    // Its last: the channel ends with it, as `hand` ends it while running, so
+                    // that `recv`, the iterator and the stream end now, not once every other
+                    // member's leave has run out (a review's finding).
+                    Ok(()) if exit => {
+                        self.members.remove(&endpoint);
+                    }
+                    Ok(()) => {}
+                    Err(_) => {
+                        cut_off.insert(endpoint);
+                    }
                 }
             }
         }
@@ -475,6 +485,18 @@ mod tests {
         });
         assert!(matches!(events.try_recv(), Ok(Event::View(_))));
         assert_eq!(handle.view(), Some(vec![EndpointId(1), EndpointId(7)]));
+    }
+
+    /// At the bound of parked messages, a stopping runtime answers `Stopped`, not `QueueFull`,
+    /// which the application would retry for the whole grace period (a review's finding).
+    #[test]
+    fn a_stopping_runtime_at_the_parked_bound_says_stopped() {
+        let (_thread, handle, _events) = member_with(16);
+        handle.member.message_size_max.store(1 << 20, Ordering::Relaxed);
+        handle.member.lot(Lot::Messages).parked.store(crate::event_loop::PARKED_MAX, Ordering::SeqCst);
+        assert!(matches!(handle.cast(Bytes::from_static(b"x")), Err(crate::Error::QueueFull(_))));
+        handle.shared.stopping.store(true, Ordering::SeqCst);
+        assert!(matches!(handle.cast(Bytes::from_static(b"x")), Err(crate::Error::Stopped)));
     }
 
     /// `try_cast` never waits for room in the command channel (`action_queue`, 16 here, with no
