@@ -28,7 +28,9 @@ pub enum Error {
     /// A send named an endpoint that is not in the current view.
     #[error("endpoint {0} is not in the current view; send to an id from the latest View event")]
     NotMember(EndpointId),
-    /// A cast or send before the first view was installed.
+    /// A send (to a member, or to several) or a state-transfer action before the first view was
+    /// handed to this member: there is no member nor transfer to name yet. Casts and switches
+    /// before it are taken, and go once the view is installed.
     #[error("no view installed yet; wait for the first View event")]
     NoView,
     /// This endpoint has left the group (or the runtime stopped it).

@@ -281,7 +281,8 @@ impl Counted {
 /// (those that asked, with [`Member::leave`] or by dropping the `Member`, and the others) and
 /// stops the loop once the leaves have run, for at most 5 s: a program leaves its groups
 /// gracefully whichever it drops first. A `Member` that outlives its runtime gets
-/// [`Error::Stopped`]. [`Runtime::shutdown`] sets the wait; in async code, drop the runtime where
+/// [`Error::Stopped`] ([`Error::Left`] once it has taken its `Exit`, [`Error::Failed`] if the
+/// loop failed). [`Runtime::shutdown`] sets the wait; in async code, drop the runtime where
 /// blocking is allowed (`spawn_blocking`).
 pub struct Runtime {
     shared: Arc<Shared>,
@@ -289,6 +290,10 @@ pub struct Runtime {
     thread: Option<JoinHandle<()>>,
     /// Where the socket is bound and advertised (they change when the process migrates).
     addresses: Mutex<Addresses>,
+    /// Held by a migration from its request to its answer, so that migrations from two threads
+    /// run one after the other and the addresses kept are the last one's; apart from
+    /// `addresses`, so that reading them never waits for a migration (on a full action queue).
+    migrating: Mutex<()>,
 }
 
 /// A socket's bound and advertised addresses.
@@ -334,7 +339,13 @@ impl Runtime {
                 }
             })
             .map_err(|e| Error::io("starting the event-loop thread", e))?;
-        Ok(Runtime { shared, event_queue: config.event_queue, thread: Some(thread), addresses: Mutex::new(addresses) })
+        Ok(Runtime {
+            shared,
+            event_queue: config.event_queue,
+            thread: Some(thread),
+            addresses: Mutex::new(addresses),
+            migrating: Mutex::new(()),
+        })
     }
 
     /// Joins a group. The endpoint starts alone and merges with the members it finds through the
@@ -397,14 +408,16 @@ impl Runtime {
     /// and `migrate_grace_ms` more). Every joined stack needs the `Migrate` property. Returns the
     /// new advertised address; watch `View::addresses` for the change.
     pub fn migrate(&self, bind: SocketAddr, advertise: Option<SocketAddr>) -> Result<SocketAddr, Error> {
-        // Held from the request to its answer: migrations from two threads are taken one after
-        // the other, and the addresses kept are the last one's (stored after the answer without
-        // the lock, an earlier migration's could be stored last).
-        let mut addresses = self.addresses.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // From the request to its answer: migrations from two threads are taken one after the
+        // other, and the addresses kept are the last one's (without it, an earlier migration's
+        // could be stored last). Not `addresses` itself: `local_addr` and `Debug` (a metrics or
+        // logging thread) would wait meanwhile, on a full action queue for long (a review's
+        // finding).
+        let _migrating = self.migrating.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (reply, answer) = mpsc::sync_channel(1);
         self.shared.command(Command::Migrate { bind, advertise, reply })?;
         let moved = answer.recv().map_err(|_| self.shared.gone())??;
-        *addresses = moved;
+        *self.addresses.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = moved;
         Ok(moved.advertise)
     }
 }

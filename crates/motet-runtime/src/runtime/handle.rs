@@ -258,8 +258,9 @@ impl Handle {
     /// `Error::QueueFull("parked actions")`, which the application answers by taking its events
     /// (a member that lags holds its own casts back) and trying again. Refused here, the
     /// application knows; past the bound the loop would refuse the message after `cast` had
-    /// returned, and it would be lost. Not blocking: an application that casts and reads its
-    /// events on one thread would wait for itself.
+    /// returned, and it would be lost. Not blocking at that bound (an application that casts and
+    /// reads its events on one thread would wait for itself); a full `action_queue` is waited
+    /// for (the loop takes commands even when it cannot take events).
     fn act_bounded(&self, op: Op) -> Result<(), Error> {
         self.act_bounded_or(op, true)
     }
