@@ -74,14 +74,26 @@ fn numbers(words: &[&str]) -> Result<Vec<usize>, String> {
     words.iter().map(|w| w.parse::<usize>().map_err(|e| format!("`{w}`: {e}"))).collect()
 }
 
+/// `[0 1] [1 2]`: sets of nodes in brackets, nothing else (an unclosed `[`, or a number outside
+/// brackets, was taken silently).
 fn sets(text: &str) -> Result<Vec<BTreeSet<usize>>, String> {
-    text.split('[')
-        .filter(|part| !part.trim().is_empty())
-        .map(|part| {
-            let inner = part.split(']').next().ok_or("unclosed `[`")?;
-            Ok(numbers(&inner.split_whitespace().collect::<Vec<_>>())?.into_iter().collect())
-        })
-        .collect()
+    let mut sets = Vec::new();
+    let mut rest = text.trim();
+    while !rest.is_empty() {
+        let inner = rest.strip_prefix('[').ok_or_else(|| format!("`{rest}`: expected `[`"))?;
+        let (inner, after) = inner.split_once(']').ok_or("unclosed `[`")?;
+        sets.push(numbers(&inner.split_whitespace().collect::<Vec<_>>())?.into_iter().collect());
+        rest = after.trim_start();
+    }
+    Ok(sets)
+}
+
+/// At least one node: a command or an expectation naming none did nothing and checked nothing.
+fn some(nodes: Vec<usize>) -> Result<Vec<usize>, String> {
+    match nodes.is_empty() {
+        true => Err("no node given".into()),
+        false => Ok(nodes),
+    }
 }
 
 impl Scenario {
@@ -140,7 +152,7 @@ impl Scenario {
                     }
                     ["at", t, action, rest @ ..] => {
                         let t: u64 = t.parse().map_err(|e| format!("{e}"))?;
-                        for node in numbers(rest)? {
+                        for node in some(numbers(rest)?)? {
                             let action = match *action {
                                 "crash" => ScriptAction::Crash(node),
                                 "start" => ScriptAction::Start(node),
@@ -153,9 +165,11 @@ impl Scenario {
                             options.script.push((t, action));
                         }
                     }
-                    ["expect", "final:", rest @ ..] => expect.push(Expect::Final(numbers(rest)?.into_iter().collect())),
+                    ["expect", "final:", rest @ ..] => {
+                        expect.push(Expect::Final(some(numbers(rest)?)?.into_iter().collect()))
+                    }
                     ["expect", "together:", rest @ ..] => {
-                        expect.push(Expect::Together(numbers(rest)?.into_iter().collect()))
+                        expect.push(Expect::Together(some(numbers(rest)?)?.into_iter().collect()))
                     }
                     ["expect", "primary", node, flags @ ..] => {
                         let node = node.trim_end_matches(':').parse().map_err(|e| format!("{e}"))?;
@@ -188,7 +202,38 @@ impl Scenario {
             })();
             result.map_err(fail)?;
         }
-        Ok(Scenario { name: name.to_string(), options, expect })
+        let scenario = Scenario { name: name.to_string(), options, expect };
+        // A node out of range panicked in the world, and was reported as a broken invariant of
+        // the core.
+        let highest = scenario.nodes_named().max();
+        if let Some(node) = highest.filter(|&n| n >= scenario.options.nodes) {
+            return Err(format!("{name}: node {node} named, but the run has {} (`nodes N`)", scenario.options.nodes));
+        }
+        Ok(scenario)
+    }
+
+    /// Every node the script or the expectations name.
+    fn nodes_named(&self) -> impl Iterator<Item = usize> + '_ {
+        use crate::options::ScriptAction as A;
+        let script = self.options.script.iter().map(|(_, action)| match action {
+            A::Crash(n)
+            | A::Start(n)
+            | A::Leave(n)
+            | A::Migrate(n)
+            | A::Lag(n, _)
+            | A::Stall(n, _)
+            | A::Switch(n, _) => *n,
+        });
+        let initial = self.options.initial.iter().flatten().copied();
+        let partitions = self.options.partitions.iter().flat_map(|p| p.side.iter().copied());
+        let expected = self.expect.iter().flat_map(|e| -> Vec<usize> {
+            match e {
+                Expect::Views { node, views } => views.iter().flatten().copied().chain([*node]).collect(),
+                Expect::Stacks { node, .. } | Expect::Primary { node, .. } => vec![*node],
+                Expect::Final(nodes) | Expect::Together(nodes) => nodes.iter().copied().collect(),
+            }
+        });
+        script.chain(initial).chain(partitions).chain(expected)
     }
 
     /// Runs the scenario with `seed` in place of its own.
@@ -258,8 +303,20 @@ impl Scenario {
                     }
                 }
                 Expect::Final(members) => {
-                    for node in members {
-                        let last = trace.views.iter().rev().find(|v| v.node == *node);
+                    // Every live node (started, never crashed, not gone by a leave), listed or
+                    // not, ends in one view of exactly these members, and every one listed is
+                    // live: before, only the listed ones' last views were looked at.
+                    let live = |node: usize| {
+                        trace.crashed.get(node).is_some_and(Option::is_none)
+                            && !trace.exited.get(node).copied().unwrap_or(false)
+                    };
+                    let started: BTreeSet<usize> = trace.views.iter().map(|v| v.node).collect();
+                    for node in started.iter().copied().filter(|&n| live(n)).chain(members.iter().copied()) {
+                        if !live(node) {
+                            problems.push(format!("node {node} is expected in the final view, and is not live"));
+                            continue;
+                        }
+                        let last = trace.views.iter().rev().find(|v| v.node == node);
                         let got: Option<BTreeSet<usize>> = last.map(|v| v.members.iter().copied().collect());
                         if got.as_ref() != Some(members) {
                             problems.push(format!("node {node} ended in {got:?}, expected {members:?}"));

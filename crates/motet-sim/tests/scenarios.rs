@@ -33,3 +33,37 @@ fn a_scenario_expecting_the_wrong_views_fails() {
     let problems = scenario.check(&motet_sim::run(&scenario.options));
     assert!(problems.iter().any(|p| p.contains("without all of {0, 1}")), "{problems:?}");
 }
+
+/// `expect final:` holds what it says: every live node ends in that view (a node left out of
+/// the list and of the view is reported, as is a listed node that crashed), not only the listed
+/// nodes' last views (a review's finding).
+#[test]
+fn expect_final_checks_every_live_node_and_that_the_listed_ones_live() {
+    // Node 2 crashes: a final view of 0 1 passes; one of 0 1 2 names a node that is not live.
+    let scenario = Scenario::parse("crash", "nodes 3\nat 500 crash 2\nexpect final: 0 1\n").unwrap();
+    assert_eq!(scenario.check(&motet_sim::run(&scenario.options)), Vec::<String>::new());
+    // Node 2 is cut off for good on a stack that cannot merge: it ends alone, which a list of
+    // 0 1 alone did not see.
+    let text = "nodes 3\nstack Gmp+Sync+Suspect+Frag+Flow+Local\nat 500 partition 2\nexpect final: 0 1\n";
+    let scenario = Scenario::parse("split", text).unwrap();
+    let problems = scenario.check(&motet_sim::run(&scenario.options));
+    assert!(problems.iter().any(|p| p.starts_with("node 2 ended in")), "{problems:?}");
+}
+
+/// Malformed lines are errors that name the line: an unclosed `[`, a number outside brackets, a
+/// command or expectation naming no node, a node past `nodes N` (it panicked in the world and
+/// was reported as a broken invariant of the core). Review findings.
+#[test]
+fn malformed_scenarios_are_refused() {
+    for (text, what) in [
+        ("nodes 3\nexpect views 0: [0 1\n", "unclosed"),
+        ("nodes 3\nexpect views 0: [0 1] 5 [2]\n", "expected `[`"),
+        ("nodes 3\nat 5 crash\n", "no node"),
+        ("nodes 3\nexpect final:\n", "no node"),
+        ("nodes 3\nat 0 crash 5\n", "node 5 named"),
+        ("nodes 3\nexpect views 4: [0 1]\n", "node 4 named"),
+    ] {
+        let err = Scenario::parse("bad", text).unwrap_err();
+        assert!(err.contains(what), "{text:?}: {err}");
+    }
+}
