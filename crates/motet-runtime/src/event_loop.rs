@@ -299,6 +299,16 @@ impl EventLoop {
         let _span = tracing::info_span!("join", group = %group.name, stack = %group.stack).entered();
         let (name, spec) = group.resolve_spec()?;
         crate::merges(&spec, &group.stack)?;
+        // The slack lets an idle loop fire the failure detector's sweep late; a tenth of the
+        // timeout at most (as `TIMER_SLACK_MAX_MS` is of the default one), or beats go out late
+        // enough for a healthy member to be suspected.
+        let timeout = group.params.suspect.timeout.as_millis();
+        if self.config.timer_slack_ms.saturating_mul(10) > timeout {
+            return Err(Error::Config(format!(
+                "timer_slack_ms ({}) is more than a tenth of the group's suspect.timeout_ms ({timeout}): its beats could go out late enough to be suspected; lower timer_slack_ms or raise suspect.timeout_ms",
+                self.config.timer_slack_ms
+            )));
+        }
         // A member on a loopback address cannot reach a seed on another host, nor be reached
         // from it (the kernel refuses those sends; the loop only logs them): it would sit alone.
         if self.advertise.ip().is_loopback() {

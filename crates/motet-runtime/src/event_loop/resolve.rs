@@ -316,6 +316,19 @@ pub(super) struct Known {
     failures: u32,
 }
 
+/// When to ask again for names some of which have no address (never resolved, or dropped after
+/// failing): sooner than `interval`, by doubling from a second after the first failure (1, 2, 4
+/// ... 32 s, at most `interval`). Peers whose records do not exist yet (a StatefulSet's pods as
+/// they start) were otherwise waited for a whole interval (30 s) before the next try (a
+/// review's finding). `None` when every name has addresses.
+pub(super) fn retry_after(
+    last: &BTreeMap<String, Known>,
+    interval: std::time::Duration,
+) -> Option<std::time::Duration> {
+    let failures = last.values().filter(|k| k.addresses.is_empty() && k.failures > 0).map(|k| k.failures).min()?;
+    Some(std::time::Duration::from_secs(1 << (failures - 1).min(5)).min(interval))
+}
+
 /// The addresses of `peers` (IP literals as they are, names from `found` or, when their lookup
 /// failed or has not been answered yet, from `last`), leaving out `own` and any address of the
 /// other IP family than `own` (an IPv4 socket cannot send to `::1`, which `localhost` also

@@ -115,6 +115,9 @@ impl EventLoop {
             seeds.in_flight = false;
             seeds.slow_told = false;
             let peers = resolve::seed_addresses(&seeds.peers, self.advertise, &mut seeds.last, answer.found);
+            if let Some(retry) = resolve::retry_after(&seeds.last, seeds.interval) {
+                seeds.next = seeds.next.min(crate::clock::Deadline::after(&self.clock, retry));
+            }
             if let Some(member) = self.members.get_mut(&seeds.endpoint) {
                 member.seeds = peers;
             }

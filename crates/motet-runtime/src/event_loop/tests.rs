@@ -589,3 +589,49 @@ fn a_switch_target_without_membership_is_refused() {
     assert!(err.contains("no membership"), "{err}");
     assert!(matches!(crate::switch_target("fifo"), Err(Error::Api(motet_core::ApiError::NoSwitch(_)))));
 }
+
+/// Lookups for the stand-in below: the first fails, the others find the name.
+static FAILED_ONCE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn fails_once(_name: &str) -> io::Result<Vec<SocketAddr>> {
+    match FAILED_ONCE.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+        0 => Err(io::Error::other("no such record yet")),
+        _ => Ok(vec!["127.0.0.1:7997".parse().unwrap()]),
+    }
+}
+
+/// A seed name that does not resolve yet is asked again after a second, not after the whole
+/// re-resolution interval (30 s by default): a StatefulSet's peers get their records as they
+/// start (a review's finding).
+#[test]
+fn a_name_that_does_not_resolve_is_asked_again_within_seconds() {
+    let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+    event_loop.resolver = resolve::Resolver::with_lookup(fails_once);
+    let mut group = GroupConfig::new("late-dns");
+    group.peers = vec!["seed.invalid:7997".into()];
+    event_loop.join(&group).unwrap();
+    let name = GroupName(group.name.as_str().into());
+    let found = [Address::Inet("127.0.0.1:7997".parse().unwrap())];
+    let clock = crate::clock::Clock::new();
+    let started = clock.now();
+    while event_loop.node.peers(&name) != found && crate::clock::between(started, clock.now()) < Duration::from_secs(10)
+    {
+        event_loop.poll(Some(Duration::from_millis(50))).unwrap();
+    }
+    assert_eq!(event_loop.node.peers(&name), found, "asked again within 10 s of a 30 s interval");
+    assert_eq!(FAILED_ONCE.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+/// A timer slack of more than a tenth of the group's failure timeout is refused at the join: an
+/// idle loop could send its beats late enough to be suspected (a review's finding: the slack was
+/// bounded by the default timeout only).
+#[test]
+fn a_timer_slack_too_long_for_the_groups_failure_timeout_is_refused() {
+    let mut event_loop = EventLoop::new(RuntimeConfig { timer_slack_ms: 100, ..RuntimeConfig::default() }).unwrap();
+    let mut group = GroupConfig::new("slack");
+    group.params.suspect.timeout = motet_core::Duration::from_millis(500);
+    let err = event_loop.join(&group).unwrap_err().to_string();
+    assert!(err.contains("timer_slack_ms (100)") && err.contains("suspect.timeout_ms (500)"), "{err}");
+    group.params.suspect.timeout = motet_core::Duration::from_millis(1000);
+    assert!(event_loop.join(&group).is_ok());
+}
