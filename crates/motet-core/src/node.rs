@@ -188,9 +188,9 @@ pub struct Node {
     /// Keys of stacks removed lately, with their ids, kept [`GONE_FOR`]: a compressed datagram
     /// of that view still on its way, under a key a live stack of another view has, is dropped
     /// (`SharedKey`) instead of taken by that stack.
-    gone: BTreeMap<u32, (ConnId, Instant)>,
-    /// `gone`'s keys by when they expire (removals come in time order).
-    gone_order: VecDeque<(Instant, u32)>,
+    gone: BTreeMap<u32, SmallVec<[Gone; 1]>>,
+    /// `gone`'s keys by when they expire.
+    gone_order: std::collections::BTreeSet<(Instant, u32)>,
     transmits: VecDeque<Outgoing>,
     events: VecDeque<(StackId, AppEvent)>,
     stats: Stats,
@@ -222,10 +222,22 @@ pub struct Node {
     unseeded: crate::time::Duration,
 }
 
-/// How long the keys of a removed stack are remembered (`Node::gone`): longer than its view's
-/// datagrams stay on their way (a member cut off in that view goes on casting in it until it
-/// suspects the others, a few seconds by default).
+/// How long the keys of a removed stack are remembered (`Node::gone`) at least: longer than its
+/// view's datagrams stay on their way (a member cut off in that view goes on casting in it until
+/// it suspects the others, a few seconds by default; with a longer failure timeout, twice that
+/// and the linger: `Node::remove`).
 const GONE_FOR: crate::time::Duration = crate::time::Duration::from_millis(30_000);
+
+/// A key of a removed stack ([`Node::gone`]).
+#[derive(Clone, Copy, Debug)]
+struct Gone {
+    /// The stack's connection id.
+    conn: ConnId,
+    /// Its view's key (casts), or else its send key.
+    cast: bool,
+    /// Until when it is remembered.
+    until: Instant,
+}
 
 /// The encoded head of an outgoing datagram. Inline up to 24 bytes (every compressed head and
 /// most full ones), so the common path allocates nothing per datagram.
@@ -262,24 +274,26 @@ impl Node {
         // (about one chance in 2^32 / (9 x stacks here) per view). Full-form datagrams still
         // reach exactly their stack (their 64-bit id); a compressed one under a key two ids
         // share is dropped (`handle_compressed`). Counted and said, once per stack.
-        let keys = [conn.key(), gossip.key(), datagram::send_conn(conn, rank)];
-        let mut collided = false;
-        for key in keys {
+        let (cast_key, send_key) = (conn.key(), datagram::send_conn(conn, rank));
+        for key in [cast_key, gossip.key(), send_key] {
             let route = self.routes.entry(key).or_default();
-            let collides = route.iter().any(|&other| {
-                live_in(&self.stacks, other)
-                    .is_some_and(|e| e.conn != conn && !(key == gossip.key() && e.gossip == gossip))
-            });
-            if collides && !collided {
-                self.stats.count(crate::Counter::ConnCollision);
-                let group = &self.stacks[index as usize].entry.as_ref().expect("just built").stack.view().group;
-                tracing::warn!(?group, key, "a connection key is another view's at this node: its compressed datagrams are dropped, and repaired in full");
-            }
-            collided |= collides;
             // Once per key: a stack's own keys may coincide (its gossip's and its view's).
             if !route.contains(&id) {
                 route.push(id);
             }
+        }
+        // Counted when it matters: a key of the kind that goes compressed (its view's, for
+        // casts; its own, for sends) that a stack of another view here has, or had lately.
+        // Gossip never goes compressed, and a key of another kind is told apart by the kind.
+        self.forget_gone();
+        let collides = [(cast_key, true), (send_key, false)].into_iter().any(|(key, cast)| {
+            let ids = self.routes.get(&key).map_or(&[][..], |r| &r[..]);
+            self.ids_under(ids, key, cast).any(|other| other != conn)
+        });
+        if collides {
+            self.stats.count(crate::Counter::ConnCollision);
+            let group = &self.stacks[index as usize].entry.as_ref().expect("just built").stack.view().group;
+            tracing::warn!(?group, "a connection key is another view's at this node: its compressed datagrams are dropped, and repaired in full");
         }
         self.last_route = None;
         self.collect(id);
@@ -410,11 +424,10 @@ impl Node {
         self.stats.drop_one(DropReason::OtherVersion);
     }
 
-    /// The stacks routed under `conn`, copied out, since the caller's loop over them changes the
-    /// node (`from_slice` copies the ids at once, where `clone` would push them one by one).
+    /// The stacks under `key`, copied out, since the caller's loop over them changes the node
+    /// (`from_slice` copies the ids at once, where `clone` would push them one by one); and
+    /// whether they are known to be one view's alone: one stack, and no removed stack's key.
     #[inline]
-    /// The stacks under `key`, and whether they are known to be one view's alone: the route
-    /// remembered last names one stack and no removed stack's key (`gone`).
     fn route(&mut self, key: u32) -> Option<(SmallVec<[StackId; 1]>, bool)> {
         if let Some((last, id)) = self.last_route {
             if last == key {
@@ -425,20 +438,37 @@ impl Node {
         if let [id] = ids[..] {
             if !self.gone.contains_key(&key) {
                 self.last_route = Some((key, id));
+                return Some((ids, true));
             }
         }
         Some((ids, false))
     }
 
-    /// Forgets the keys of removed stacks that have been remembered [`GONE_FOR`].
+    /// Forgets the keys of removed stacks whose time is up.
     fn forget_gone(&mut self) {
-        while let Some(&(until, key)) = self.gone_order.front().filter(|&&(until, _)| until <= self.now) {
-            self.gone_order.pop_front();
-            // Unless the key was remembered again since, for a stack removed later.
-            if self.gone.get(&key).is_some_and(|&(_, at)| at == until) {
-                self.gone.remove(&key);
+        while let Some(&(until, key)) = self.gone_order.first().filter(|&&(until, _)| until <= self.now) {
+            self.gone_order.pop_first();
+            if let Some(gone) = self.gone.get_mut(&key) {
+                gone.retain(|g| g.until > until);
+                if gone.is_empty() {
+                    self.gone.remove(&key);
+                }
             }
         }
+    }
+
+    /// The ids of stacks whose `cast` key (their view's; else their send key) is `key`: live
+    /// ones among `ids`, and removed ones still remembered.
+    fn ids_under<'a>(&'a self, ids: &'a [StackId], key: u32, cast: bool) -> impl Iterator<Item = ConnId> + 'a {
+        let live = ids.iter().filter_map(|&id| self.live(id)).filter_map(move |e| {
+            let theirs = match cast {
+                true => e.conn.key(),
+                false => datagram::send_conn(e.conn, e.stack.rank()),
+            };
+            (theirs == key).then_some(e.conn)
+        });
+        let gone = self.gone.get(&key).into_iter().flatten();
+        live.chain(gone.filter(move |g| g.cast == cast && g.until > self.now).map(|g| g.conn))
     }
 
     /// Whether a compressed datagram under `key` (a cast, or else a send) may be for stacks of
@@ -447,16 +477,9 @@ impl Node {
     #[cold]
     fn shared(&mut self, ids: &[StackId], key: u32, cast: bool) -> bool {
         self.forget_gone();
-        let mut conns = ids.iter().filter_map(|&id| self.live(id)).filter_map(|e| {
-            let theirs = match cast {
-                true => e.conn.key(),
-                false => datagram::send_conn(e.conn, e.stack.rank()),
-            };
-            (theirs == key).then_some(e.conn)
-        });
+        let mut conns = self.ids_under(ids, key, cast);
         let first = conns.next();
-        let gone = self.gone.get(&key).map(|&(conn, _)| conn);
-        conns.chain(gone).any(|conn| Some(conn) != first)
+        conns.any(|conn| Some(conn) != first)
     }
 
     /// A compressed datagram: its headers are rebuilt from the destination stack's template of
@@ -725,10 +748,12 @@ impl Node {
         // that another view's stack with one of them does not take them (`shared`). Not the
         // gossip's: gossip never goes compressed.
         self.forget_gone();
-        let until = self.now + GONE_FOR;
-        for key in [entry.conn.key(), own] {
-            self.gone.insert(key, (entry.conn, until));
-            self.gone_order.push_back((until, key));
+        let params = &entry.stack.view().params;
+        let held = params.suspect.timeout.0.saturating_mul(2).saturating_add(params.top.linger.0);
+        let until = self.now + crate::time::Duration(held.max(GONE_FOR.0));
+        for (key, cast) in [(entry.conn.key(), true), (own, false)] {
+            self.gone.entry(key).or_default().push(Gone { conn: entry.conn, cast, until });
+            self.gone_order.insert((until, key));
         }
         for key in [entry.conn.key(), entry.gossip.key(), own] {
             if let Some(ids) = self.routes.get_mut(&key) {

@@ -239,15 +239,7 @@ impl RuntimeConfig {
                     "advertise address {advertise} must be a concrete IP and port other members can reach"
                 )));
             }
-            // A socket bound to loopback cannot send to another host (the kernel refuses with
-            // EINVAL, which the loop only logs): the member would sit alone.
-            if self.bind.ip().is_loopback() && !advertise.ip().is_loopback() {
-                return Err(Error::Config(format!(
-                    "bind address {} is a loopback address, from which nothing reaches {advertise}: bind the address to advertise, or 0.0.0.0:{}",
-                    self.bind,
-                    advertise.port()
-                )));
-            }
+            loopback_reaches(self.bind, advertise)?;
         }
         // The kernel takes the size as a C int (and doubles it); 0 shrinks the buffers to a few
         // KiB, which drops any burst.
@@ -266,6 +258,19 @@ impl RuntimeConfig {
         }
         Ok(())
     }
+}
+
+/// Refuses a socket bound to loopback that advertises another address: it cannot send to
+/// another host (the kernel refuses with EINVAL, which the loop only logs), and the member would
+/// sit alone. At the start and at a migration.
+pub(crate) fn loopback_reaches(bind: SocketAddr, advertise: SocketAddr) -> Result<(), Error> {
+    if bind.ip().is_loopback() && !advertise.ip().is_loopback() {
+        return Err(Error::Config(format!(
+            "bind address {bind} is a loopback address, from which nothing reaches {advertise}: bind the address to advertise, or 0.0.0.0:{}",
+            advertise.port()
+        )));
+    }
+    Ok(())
 }
 
 /// IP multicast settings (see [`RuntimeConfig::multicast`]).

@@ -452,6 +452,19 @@ fn migrating_a_stack_without_the_migrate_property_is_refused_and_changes_nothing
     assert!(err.to_string().contains("advertise") || err.to_string().contains("Migrate"), "{err}");
 }
 
+/// A migration to a loopback socket that would advertise another host's address is refused, as
+/// such a start is: nothing sent from it reaches another host (a review's finding: only the start
+/// was checked).
+#[test]
+fn migrating_to_a_loopback_socket_advertising_another_address_is_refused() {
+    let runtime = Runtime::start(RuntimeConfig::default()).unwrap();
+    let _member = runtime.join(GroupConfig::new("to-loopback")).unwrap();
+    let before = runtime.advertised_addr();
+    let err = runtime.migrate("127.0.0.1:0".parse().unwrap(), Some("10.0.0.5:7001".parse().unwrap())).unwrap_err();
+    assert!(err.to_string().contains("loopback"), "{err}");
+    assert_eq!(runtime.advertised_addr(), before);
+}
+
 /// Real datagrams, captured on their way between two runtimes: member B advertises the address
 /// of a relay socket, which records what A sends to B and forwards it. The common-path casts and
 /// sends of `vsync` carry at most 8 bytes of head (issue 6: header compression).

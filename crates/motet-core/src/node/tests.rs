@@ -587,38 +587,111 @@ fn a_key_shared_by_two_views_delivers_in_the_right_group_only() {
     );
 }
 
+/// A compressed cast of view `from`, from rank 0, whose number reads at the stack of view `at` as
+/// the first it expects.
+fn stale_cast(from: ConnId, at: ConnId) -> Bytes {
+    let encode = |seqno: u64| {
+        let mut out = Vec::new();
+        let head = datagram::Compressed { conn: from, mux: Mux::Cast, origin: 0, seqno };
+        datagram::encode_compressed(&head, &mut out).unwrap();
+        out.extend_from_slice(b"stale cast");
+        Bytes::from(out)
+    };
+    let (arrived, _) = datagram::decode_compressed(encode(0)).unwrap();
+    let seqno = u64::from((1 << datagram::SEQNO_BITS) - arrived.seqno(at)) % (1 << datagram::SEQNO_BITS);
+    let datagram = encode(seqno);
+    assert_eq!(datagram::decode_compressed(datagram.clone()).unwrap().0.seqno(at), 0, "read as the first");
+    datagram
+}
+
+/// The casts `node` delivers now.
+fn casts_delivered(node: &mut Node) -> Vec<(StackId, AppEvent)> {
+    std::iter::from_fn(|| node.poll_event()).filter(|(_, e)| matches!(e, AppEvent::Cast { .. })).collect()
+}
+
 /// A compressed cast of a view whose stack this node has removed, still on its way, under a key
 /// that a live stack of another view has, is not taken by that stack, even when its number reads
-/// there as the one expected next: the removed stack's keys are remembered a while (`gone`).
+/// there as the one expected next: the removed stack's keys are remembered a while (`gone`),
+/// each removed stack's, not only the last one's under a key (the second case: a review's
+/// finding), and for longer than the view's failure timeout.
 #[test]
 fn a_stale_cast_under_a_key_of_a_removed_stack_is_not_taken_by_another_view() {
     let (ours, theirs) = ltimes_sharing_a_key();
     let (a, b) = (view_at("a", ours), view_at("b", theirs));
     let (conn_a, conn_b) = (conn_id(&a), conn_id(&b));
+    // One stack of `a`, removed; one of `b`.
     let mut node = Node::new();
     let mut now = Instant::ZERO;
-    let old = node.join(now, a, 1).unwrap();
+    let old = node.join(now, Arc::clone(&a), 1).unwrap();
     node.remove(old);
-    node.join(now, b, 1).unwrap();
+    node.join(now, Arc::clone(&b), 1).unwrap();
     while node.poll_event().is_some() {}
-    // A cast of view `a` whose number reads at `b`'s stack as the first it expects.
-    let stale = |seqno: u64| {
-        let mut out = Vec::new();
-        let head = datagram::Compressed { conn: conn_a, mux: Mux::Cast, origin: 0, seqno };
-        datagram::encode_compressed(&head, &mut out).unwrap();
-        out.extend_from_slice(b"cast in a");
-        Bytes::from(out)
-    };
-    let (arrived, _) = datagram::decode_compressed(stale(0)).unwrap();
-    let seqno = u64::from((1 << datagram::SEQNO_BITS) - arrived.seqno(conn_b)) % (1 << datagram::SEQNO_BITS);
-    let (arrived, _) = datagram::decode_compressed(stale(seqno)).unwrap();
-    assert_eq!(arrived.seqno(conn_b), 0, "read as the first at b");
     now = now + Duration::from_millis(1000);
-    node.handle_datagram(now, stale(seqno));
+    node.handle_datagram(now, stale_cast(conn_a, conn_b));
     assert_eq!(node.stats().drops(DropReason::SharedKey), 1);
-    let delivered: Vec<_> =
-        std::iter::from_fn(|| node.poll_event()).filter(|(_, e)| matches!(e, AppEvent::Cast { .. })).collect();
-    assert_eq!(delivered, [], "a cast of group a delivered in group b");
+    assert_eq!(casts_delivered(&mut node), [], "a cast of group a delivered in group b");
+    // Two endpoints of `b` and one of `a`: `a`'s removed, then one of `b`'s. The key is
+    // remembered for both; before, the second removal replaced the first, and `b`'s other
+    // endpoint took the cast.
+    let mut node = Node::new();
+    let b0 = node.join(now, Arc::clone(&b), 0).unwrap();
+    node.join(now, Arc::clone(&b), 1).unwrap();
+    let gone = node.join(now, Arc::clone(&a), 1).unwrap();
+    node.remove(gone);
+    node.remove(b0);
+    while node.poll_event().is_some() {}
+    node.handle_datagram(now + Duration::from_millis(1000), stale_cast(conn_a, conn_b));
+    assert_eq!(node.stats().drops(DropReason::SharedKey), 1);
+    assert_eq!(casts_delivered(&mut node), []);
+    // A view whose failure timeout is a minute: its cut-off members cast for that long, and its
+    // keys are remembered twice that (and its linger), past the 30 s of the default.
+    let mut slow = (*a).clone();
+    let mut params = (*slow.params).clone();
+    params.suspect.timeout = Duration::from_millis(60_000);
+    params.intra.flush_timeout = Duration::from_millis(70_000);
+    params.safe.ack_timeout = Duration::from_millis(70_000);
+    slow.params = Arc::new(params);
+    let mut node = Node::new();
+    let gone = node.join(now, Arc::new(slow), 1).unwrap();
+    node.remove(gone);
+    node.join(now, Arc::clone(&b), 1).unwrap();
+    while node.poll_event().is_some() {}
+    node.handle_datagram(now + Duration::from_millis(100_000), stale_cast(conn_a, conn_b));
+    assert_eq!(node.stats().drops(DropReason::SharedKey), 1, "remembered for 2 x 60 s");
+    assert_eq!(casts_delivered(&mut node), []);
+    node.handle_datagram(now + Duration::from_millis(130_000), stale_cast(conn_a, conn_b));
+    assert_eq!(node.stats().drops(DropReason::SharedKey), 1, "and then forgotten");
+}
+
+/// A removed stack's send key that equals a live stack's view key does not make that stack's
+/// casts look shared: a compressed datagram says whether it is a cast or a send, and each kind
+/// is looked for under its own keys (a review's finding: every remembered key counted, and the
+/// live stack's compressed casts were dropped for 30 s).
+#[test]
+fn a_removed_stacks_send_key_does_not_shadow_another_views_casts() {
+    // A view of `b` whose rank 1 receives sends under the key of a view of `a`.
+    let mut seen = std::collections::BTreeMap::new();
+    for ltime in 0..(1u64 << 16) {
+        seen.insert(datagram::send_conn(conn_id(&view_at("b", ltime)), 1), ltime);
+    }
+    let (ours, theirs) = (0..(1u64 << 18))
+        .find_map(|ltime| seen.get(&conn_id(&view_at("a", ltime)).key()).map(|&b| (ltime, b)))
+        .expect("a collision among 2^34 pairs of 32-bit keys");
+    let (a, b) = (view_at("a", ours), view_at("b", theirs));
+    let mut node = Node::new();
+    let now = Instant::ZERO;
+    let gone = node.join(now, Arc::clone(&b), 1).unwrap();
+    node.remove(gone);
+    node.join(now, Arc::clone(&a), 1).unwrap();
+    assert_eq!(node.stats().counter(Counter::ConnCollision), 0, "keys of two kinds do not collide");
+    while node.poll_event().is_some() {}
+    let mut cast = Vec::new();
+    let head = datagram::Compressed { conn: conn_id(&a), mux: Mux::Cast, origin: 0, seqno: 0 };
+    datagram::encode_compressed(&head, &mut cast).unwrap();
+    cast.extend_from_slice(b"cast in a");
+    node.handle_datagram(now, Bytes::from(cast));
+    assert_eq!(node.stats().drops(DropReason::SharedKey), 0);
+    assert_eq!(casts_delivered(&mut node).len(), 1);
 }
 
 /// A leave given to the stack of a view the member has just left behind (a driver that has not

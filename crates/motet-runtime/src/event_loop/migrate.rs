@@ -203,7 +203,10 @@ pub(super) fn bind_socket(
                 "advertise address {address} is IPv6 and the bound address {local} IPv4: other members would send where this socket cannot receive"
             )))
         }
-        Some(address) => address,
+        Some(address) => {
+            crate::config::loopback_reaches(local, address)?;
+            address
+        }
         None if local.ip().is_unspecified() => {
             return Err(Error::Config(format!(
                 "bound to the wildcard address {local}: set `advertise` to the address other members use"
