@@ -36,6 +36,9 @@ pub fn encode<'a>(datagrams: impl IntoIterator<Item = &'a [&'a [u8]]>, out: &mut
     out.push(BUNDLE_TAG);
     for chunks in datagrams {
         let len: usize = chunks.iter().map(|c| c.len()).sum();
+        // What `decode` refuses: an empty part (read as the start of padding), a bundle in a
+        // bundle.
+        debug_assert!(len > 0 && chunks.iter().find(|c| !c.is_empty()).is_none_or(|c| c[0] != BUNDLE_TAG));
         Writer::new(out).varint(len as u64);
         for chunk in chunks {
             out.extend_from_slice(chunk);

@@ -27,8 +27,13 @@ pub struct Template {
 }
 
 impl Template {
-    /// A template of `hdrs`, or `None` unless exactly one of them carries a sequence number.
+    /// A template of `hdrs`, or `None` unless exactly one of them carries a sequence number, or
+    /// when there are more than a datagram carries ([`crate::HEADER_COUNT_MAX`]; the compact form
+    /// keeps its length in 8 bits).
     pub fn new(hdrs: Vec<Header>) -> Option<Template> {
+        if hdrs.len() > crate::HEADER_COUNT_MAX {
+            return None;
+        }
         let mut slots = hdrs.iter().enumerate().filter(|(_, h)| h.seqno().is_some()).map(|(i, _)| i);
         let (Some(slot), None) = (slots.next(), slots.next()) else { return None };
         Some(Template { hdrs: hdrs.into_boxed_slice(), slot })
@@ -247,6 +252,9 @@ impl HeaderStack {
     pub fn push_template(&mut self, template: &Arc<Template>, len: usize) {
         let at = self.len();
         debug_assert!(len <= template.len() && !(at..len).contains(&template.slot), "{at}..{len} crosses the slot");
+        // It only pushes: a length below this stack's leaves both forms as they are (the compact
+        // one cut itself short, and the full one did not).
+        let len = len.max(at);
         match &mut self.0 {
             Repr::Compact { template: t, packed } if Arc::ptr_eq(t, template) => {
                 *packed = (*packed & !0xff) | len as u64;
@@ -411,6 +419,26 @@ mod tests {
             Header::Mnak(mnak::Header::Data { seqno }),
             Header::Bottom(bottom::Header::NoHdr),
         ]
+    }
+
+    /// The two forms stay one: a template push to a length below the stack's leaves both as they
+    /// are (the compact form cut itself short, the full one did not: a review's finding); and a
+    /// template longer than a datagram's headers is refused (its length would carry into the
+    /// compact form's sequence number).
+    #[test]
+    fn a_template_push_never_shortens_and_templates_fit_a_datagram() {
+        let t = template();
+        let mut compact = HeaderStack::expanded(&t, 7).unwrap();
+        let mut vector = HeaderStack::from(full(7));
+        compact.push_template(&t, 1);
+        vector.push_template(&t, 1);
+        assert_eq!((compact.len(), vector.len()), (3, 3));
+        assert_eq!(compact, vector);
+        let mut long = full(0);
+        long.extend(std::iter::repeat_n(Header::Bottom(bottom::Header::NoHdr), crate::HEADER_COUNT_MAX - 2));
+        assert!(Template::new(long.clone()).is_none(), "{} headers", long.len());
+        long.pop();
+        assert!(Template::new(long).is_some());
     }
 
     #[test]

@@ -98,7 +98,11 @@ impl Payload {
     /// # Panics
     /// When the range is outside the payload: callers compute ranges from `len()`.
     pub fn slice(&self, start: usize, len: usize) -> Payload {
-        assert!(start + len <= self.len, "payload slice {start}+{len} beyond {}", self.len);
+        assert!(
+            start.checked_add(len).is_some_and(|end| end <= self.len),
+            "payload slice {start}+{len} beyond {}",
+            self.len
+        );
         let mut out = Payload::new();
         let mut skip = start;
         let mut want = len;
@@ -188,6 +192,14 @@ mod tests {
         let text = |bytes: &[u8]| format!("{:?}", Payload::from(bytes.to_vec()));
         assert_eq!(text(b"abcd"), text(b"abcd"));
         assert_ne!(text(b"abcd"), text(b"abce"), "the bypass diff compares outputs by this text");
+    }
+
+    /// A range whose end overflows is refused as beyond the payload (it wrapped, and gave an
+    /// empty payload in a build without overflow checks).
+    #[test]
+    #[should_panic(expected = "beyond")]
+    fn a_slice_whose_end_overflows_is_refused() {
+        let _ = Payload::from(vec![0u8; 5]).slice(usize::MAX, 2);
     }
 
     #[test]
