@@ -17,8 +17,14 @@ use motet_core::{Action, Bypass, DropReason, Duration};
 const STEPS: usize = 400;
 const PER_STEP: usize = 3;
 
-/// Bytes at the front of a datagram that name its connection (version, connection id).
-const KEEP: usize = 5;
+/// Bytes at the front of a datagram that name its connection: a compressed one's kind and key
+/// (5), a full one's version and 64-bit connection id (9).
+fn keep(datagram: &[u8]) -> usize {
+    match motet_wire::datagram::is_compressed(datagram) {
+        true => 5,
+        false => 9,
+    }
+}
 
 /// A small deterministic generator (xorshift64*): the test is the same on every run.
 struct Rng(u64);
@@ -43,10 +49,11 @@ fn alter(rng: &mut Rng, datagram: &[u8]) -> Bytes {
         if d.is_empty() {
             break;
         }
-        // Mostly past the version and the connection id (5 bytes in either form), so the
-        // datagram still reaches a live stack; sometimes anywhere.
-        let i = match d.len() > KEEP && rng.below(4) > 0 {
-            true => KEEP + rng.below(d.len() - KEEP),
+        // Mostly past what names the connection, so the datagram still reaches a live stack;
+        // sometimes anywhere.
+        let kept = keep(&d);
+        let i = match d.len() > kept && rng.below(4) > 0 {
+            true => kept + rng.below(d.len() - kept),
             false => rng.below(d.len()),
         };
         match rng.below(6) {
