@@ -475,6 +475,7 @@ reasons! {
     FragViolation: "fragments arrived out of the expected order or count",
     Orphan: "part of a failed member's message that can never be completed",
     Disabled: "the stack has left or exited",
+    AfterEnd: "a state-transfer chunk after its stream's last chunk, or after its provider said it was done",
     Gossip: "a stability row or columns of the wrong length, rank or order, or a failure detector's ping from a rank outside the view",
 }
 

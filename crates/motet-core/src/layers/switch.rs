@@ -45,12 +45,15 @@ pub static SPEC: LayerSpec = LayerSpec {
 pub struct Switch {
     rank: Rank,
     requests: u64,
+    /// A state-transfer view: the next view may still owe its transfer, so a stack to switch to
+    /// must have `xfer`.
+    xfer_view: bool,
 }
 
 impl Switch {
     /// A `switch` for `view`.
-    pub fn new(_config: &Config, _view: &ViewState, rank: Rank) -> Switch {
-        Switch { rank, requests: 0 }
+    pub fn new(_config: &Config, view: &ViewState, rank: Rank) -> Switch {
+        Switch { rank, requests: 0, xfer_view: view.xfer_view }
     }
 }
 
@@ -65,8 +68,15 @@ impl Layer for Switch {
             }
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
+                // What `appl` refuses at its own member is refused from any other too: a stack
+                // without `switch`, or one without `xfer` asked in a transfer view (the next
+                // view may owe the transfer, and no layer could end it: every cast held). Only
+                // the asking member's `appl` checked the second (a review's finding).
                 Some(Header::Request(text)) => match StackSpec::parse(&text) {
-                    Ok(spec) if spec.layers().contains(&super::LayerKind::Switch) => {
+                    Ok(spec)
+                        if spec.layers().contains(&super::LayerKind::Switch)
+                            && (!self.xfer_view || spec.layers().contains(&super::LayerKind::Xfer)) =>
+                    {
                         tracing::info!(from = origin, stack = %spec, "stack switch requested for the next view");
                         out.up(Up::Switch { origin, spec })
                     }
@@ -91,6 +101,25 @@ impl Layer for Switch {
 mod tests {
     use super::*;
     use crate::layer::harness::{Harness, Out};
+
+    /// In a transfer view, a request for a stack without `xfer` is dropped at every member, not
+    /// only refused by the asking member's `appl` (a member that skipped that check left the
+    /// group in a transfer view no layer could end).
+    #[test]
+    fn in_a_transfer_view_a_request_without_xfer_is_dropped() {
+        let mut view = (*crate::testing::view_of("vsync+Xfer", 2)).clone();
+        view.xfer_view = true;
+        let mut h = Harness::new(Switch::new(&Config {}, &view, 1), 1);
+        let request = |text: &str| Up::Cast {
+            origin: 0,
+            msg: Msg::default().with(Header::Request(text.into())),
+            qos: Qos::Reliable,
+        };
+        assert!(h.up(request("vsync")).is_empty());
+        assert_eq!(h.stats.drops(DropReason::Malformed), 1);
+        let out = h.up(request("total+Xfer"));
+        assert!(matches!(&out[..], [Out::Up(Up::Switch { origin: 0, .. })]), "{out:?}");
+    }
 
     #[test]
     fn a_request_is_cast_and_what_is_delivered_goes_up() {

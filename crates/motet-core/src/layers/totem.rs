@@ -150,6 +150,16 @@ impl Totem {
         seq.saturating_sub(known) > self.ahead_max
     }
 
+    /// Whether cast `seq` is refused: too far ahead ([`Totem::ahead`]), or to be held beyond a
+    /// gap when `ahead_max` casts are held already. The first alone bounds how far one cast is
+    /// ahead, not how many are held: each accepted cast raises what counts as known, so a faulty
+    /// member numbering its casts `ahead_max` apart, one after the other, had every one held
+    /// for the rest of the view (a review's finding). A genuine member's held casts are
+    /// numbered and in flight, at most `ahead_max` of them.
+    fn refused(&self, seq: u64) -> bool {
+        self.ahead(seq) || (seq > self.deliver_next && self.held.len() as u64 >= self.ahead_max)
+    }
+
     /// The most unordered casts one origin can have cast in a view.
     fn unordered_max(&self) -> u64 {
         (self.pending_max as u64).saturating_add(WINDOW_CASTS_MAX)
@@ -218,7 +228,7 @@ impl Layer for Totem {
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
                 Some(Header::Data { .. } | Header::Unordered) if self.completed => self.deliver(origin, msg, out),
                 Some(Header::Data { seq }) => {
-                    if self.ahead(seq) {
+                    if self.refused(seq) {
                         return out.drop_input(super::LayerKind::Totem, DropReason::OutOfWindow);
                     }
                     self.waiting.remove(origin); // it had the token: served
@@ -335,7 +345,7 @@ impl Layer for Totem {
         match up.header {
             motet_wire::Header::Totem(Header::NoHdr) => UpStep::pass(up),
             &motet_wire::Header::Totem(Header::Data { seq }) if up.cast && !self.completed => {
-                if seq < self.deliver_next || self.held.contains_key(&seq) || self.ahead(seq) {
+                if seq < self.deliver_next || self.held.contains_key(&seq) || self.refused(seq) {
                     return None; // a duplicate, or too far ahead: the handler drops it
                 }
                 match seq == self.deliver_next {
@@ -520,6 +530,30 @@ mod tests {
         }
         assert_eq!(b.layer.unordered[0].len() as u64, b.layer.unordered_max());
         assert_eq!(b.stats.drops(DropReason::OutOfWindow), 5);
+    }
+
+    /// Casts each within the bound of the one before, `ahead_max` apart, are held only up to
+    /// `ahead_max` of them: before, every one was held for the rest of the view (each raised
+    /// what counts as known), at a faulty member's rate (a review's finding). The fast path
+    /// refuses the same casts.
+    #[test]
+    fn casts_held_beyond_a_gap_are_at_most_ahead_max() {
+        let view = crate::testing::view_of("vsync+Token", 2);
+        let mut b = Harness::new(Totem::new(&Config { pending_max: 2 }, &view, 1), 1);
+        b.layer.ahead_max = 4; // small, to reach it
+        let data =
+            |seq| Up::Cast { origin: 0, msg: Msg::new(vec![1].into()).with(Header::Data { seq }), qos: Qos::Reliable };
+        for k in 1..=10u64 {
+            b.up(data(k * 4));
+        }
+        assert_eq!(b.layer.held.len(), 4);
+        assert_eq!(b.stats.drops(DropReason::OutOfWindow), 6);
+        let header = motet_wire::Header::from(Header::Data { seq: 41 });
+        let up = fast::Up { origin: 0, cast: true, qos: Qos::Reliable, header: &header, len: 1 };
+        assert!(b.layer.fast_up(&up).is_none(), "the fast path refuses it too");
+        // The one expected next is still taken, and delivered.
+        b.up(data(0));
+        assert_eq!(b.layer.deliver_next, 1);
     }
 
     /// Without flow control a member may lag any number of casts behind, so a token numbered that

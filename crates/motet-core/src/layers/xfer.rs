@@ -54,6 +54,8 @@ pub struct Xfer {
     complete: bool,
     /// Chunks received (receivers) or sent (the provider).
     chunks: u64,
+    /// The stream's last chunk was sent (the provider) or received (a receiver).
+    ended: bool,
 }
 
 impl Xfer {
@@ -67,6 +69,7 @@ impl Xfer {
             said_done: false,
             complete: false,
             chunks: 0,
+            ended: false,
         }
     }
 }
@@ -81,14 +84,28 @@ impl Layer for Xfer {
                 out.up(Up::Init);
             }
             Up::XferChunk { payload, last } => {
-                if self.active && self.rank == 0 && !self.said_done {
+                if self.active && self.rank == 0 {
+                    // After the last chunk, or after `XferDone`, the stream has ended: counted,
+                    // not dropped unseen (the application had `Ok` from `appl`).
+                    if self.ended || self.said_done {
+                        return out.drop_input(super::LayerKind::Xfer, DropReason::AfterEnd);
+                    }
                     self.chunks += 1;
+                    self.ended = last;
                     let msg = Msg::new(payload).with(if last { Header::Last } else { Header::Chunk });
                     out.dn(Dn::Cast { msg, qos: Qos::Reliable });
                 }
             }
             Up::XferDone => {
                 if self.active && !self.said_done {
+                    // A provider done before its last chunk ends the stream first: its receivers
+                    // wait for `Last` before they say `Done`, and the transfer view never ended
+                    // (a review's finding).
+                    if self.rank == 0 && !self.ended {
+                        self.ended = true;
+                        self.chunks += 1;
+                        out.dn(Dn::Cast { msg: Msg::default().with(Header::Last), qos: Qos::Reliable });
+                    }
                     self.said_done = true;
                     out.dn(Dn::Cast { msg: Msg::default().with(Header::Done), qos: Qos::Reliable });
                 }
@@ -100,8 +117,12 @@ impl Layer for Xfer {
                         return out.drop_input(super::LayerKind::Xfer, DropReason::NotForMe);
                     }
                     if self.rank != 0 {
+                        if self.ended {
+                            return out.drop_input(super::LayerKind::Xfer, DropReason::AfterEnd);
+                        }
                         self.chunks += 1;
-                        out.deliver(AppEvent::XferChunk { payload: msg.payload, last: h == Header::Last });
+                        self.ended = h == Header::Last;
+                        out.deliver(AppEvent::XferChunk { payload: msg.payload, last: self.ended });
                     }
                 }
                 Some(Header::Done) => {
@@ -164,6 +185,36 @@ mod tests {
         assert!(receiver.up(Up::Cast { origin: 0, msg: done0, qos: Qos::Reliable }).is_empty());
         let out = receiver.up(Up::Cast { origin: 1, msg: done1, qos: Qos::Reliable });
         assert!(matches!(&out[..], [Out::Up(Up::XferComplete)]));
+    }
+
+    /// A provider done before its last chunk ends the stream first (its receivers waited for
+    /// `Last` for ever, and the transfer view never ended); a chunk after the end is dropped and
+    /// counted, at the provider and at a receiver. Review findings.
+    #[test]
+    fn a_stream_ends_once_and_nothing_follows_its_end() {
+        let view = xfer_view(2);
+        let mut provider = Harness::new(Xfer::new(&Config {}, &view, 0), 0);
+        provider.up(Up::Init);
+        let headers = |out: &[Out]| -> Vec<Vec<motet_wire::Header>> {
+            out.iter()
+                .filter_map(|o| match o {
+                    Out::Dn(Dn::Cast { msg, .. }) => Some(msg.hdrs.iter().map(|h| h.into_owned()).collect()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let out = provider.up(Up::XferDone);
+        let (last, done) = (motet_wire::Header::from(Header::Last), motet_wire::Header::from(Header::Done));
+        assert_eq!(headers(&out), vec![vec![last], vec![done]]);
+        assert!(provider.up(Up::XferChunk { payload: b"late".as_slice().into(), last: true }).is_empty());
+        assert_eq!(provider.stats.drops(DropReason::AfterEnd), 1);
+        let mut receiver = Harness::new(Xfer::new(&Config {}, &view, 1), 1);
+        receiver.up(Up::Init);
+        for h in [Header::Last, Header::Chunk] {
+            receiver.up(Up::Cast { origin: 0, msg: Msg::new(b"x".as_slice().into()).with(h), qos: Qos::Reliable });
+        }
+        assert_eq!(receiver.app.len(), 1, "the chunk after the last is not delivered");
+        assert_eq!(receiver.stats.drops(DropReason::AfterEnd), 1);
     }
 
     #[test]
