@@ -106,6 +106,9 @@ pub enum Dn {
     Stable(Arc<Stability>),
     /// This endpoint leaves: the stack stops sending.
     Leave,
+    /// (node → `bottom`) This node shares this view's key with a stack of another view and
+    /// drops what comes compressed under it: `bottom` asks the members for the full form.
+    KeyShared,
     /// The application is (`true`) or is no longer (`false`) behind on its events
     /// ([`Action::Lagging`]): the flow-control layers withhold credit meanwhile, so senders wait
     /// for it (Ensemble test 26, "slow receiver: bounded buffering, sender throttled").

@@ -495,7 +495,16 @@ impl Node {
         // (`mnak`'s `Retrans`, `pt2pt`'s), whose 64-bit id routes exactly. Taken by every stack
         // under the key, it would reach a group it was not cast in.
         if !alone && self.shared(&ids, head.key, head.cast) {
-            return self.stats.drop_one(DropReason::SharedKey);
+            self.stats.drop_one(DropReason::SharedKey);
+            // Each live stack under the key asks its members for the full form: after the first
+            // drops, their datagrams route exactly instead of arriving only by repair.
+            for &id in &ids {
+                if let Some(entry) = live_mut(&mut self.stacks, id) {
+                    entry.stack.key_shared(now);
+                    self.collect(id);
+                }
+            }
+            return;
         }
         let mut payload = Some(payload);
         for (i, &id) in ids.iter().enumerate() {

@@ -444,6 +444,26 @@ impl Stack {
         }
     }
 
+    /// Tells `bottom` that this node shares this view's key with another view's stack and drops
+    /// what comes compressed under it: it asks the members for the full form (docs/bypass.md,
+    /// "Connection ids").
+    pub(crate) fn key_shared(&mut self, now: Instant) {
+        let _span = self.span();
+        let twin = self.twin.take().map(|mut twin| {
+            let mark = self.mark();
+            twin.key_shared(now);
+            (twin, mark)
+        });
+        self.settle_for_input();
+        let bottom = self.layers.len() - 1;
+        self.queue.push_back((bottom, Ev::Dn(Dn::KeyShared)));
+        self.run(now);
+        if let Some((mut twin, mark)) = twin {
+            self.diff(&mut twin, mark, "a shared key");
+            self.twin = Some(twin);
+        }
+    }
+
     /// Fires every alarm due at `now`, bottom layer first (thesis §2.3.2: the Timer event travels
     /// up the stack).
     #[inline(never)] // an entry point, counted by name (`motet bench stack`)
@@ -572,6 +592,12 @@ impl Stack {
             Mux::Gossip => return None,
         };
         let template = self.templates[trace].as_ref().filter(|_| self.bounded[trace])?;
+        // A member's node shares this view's key with another view's stack: the full form, whose
+        // 64-bit id reaches its stack there (`bottom`'s `Full`).
+        let bottom = self.layers.last()?;
+        if <crate::layers::bottom::Bottom as crate::layers::Typed>::typed(bottom).full_form() {
+            return None;
+        }
         // A member this sender has marked failed is outside the window until the view change
         // excludes it, and still receives its casts meanwhile: the full form until then.
         if let Some(i) = self.mflow.filter(|_| trace == 0) {

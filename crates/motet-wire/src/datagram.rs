@@ -31,8 +31,9 @@ use bytes::{Buf, Bytes};
 /// and never tell the coordinator whom it cannot hear). 7 (2026-11-28): `causal`'s `Stamp` (a
 /// member of version 6 would drop it as malformed, then read its sender's next timestamp without
 /// it). 8 (2026-11-28): the full form's connection id has 64 bits, not 32 (two views' ids
-/// coincided at one node about once in 2^32 / 9S per stack among S; [`ConnId`]), and `pt2pt`
-/// retransmits under `Retrans`, never compressed. A datagram of another version
+/// coincided at one node about once in 2^32 / 9S per stack among S; [`ConnId`]), `pt2pt`
+/// retransmits under `Retrans`, never compressed, and `bottom`'s `Full` asks a view's members for
+/// the full form. A datagram of another version
 /// does not decode (`WireErrorKind::Version`; the node counts it as `OtherVersion`), so members
 /// of different versions never form a view together.
 pub const VERSION: u8 = 8;

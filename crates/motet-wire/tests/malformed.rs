@@ -129,7 +129,7 @@ fn unknown_layer_tag() {
 #[test]
 fn unknown_variant() {
     // (layer, first variant number past the layer's last one)
-    let layers = [(1u8, 1u8), (2, 5), (3, 5), (4, 3), (5, 2), (6, 2), (7, 2), (8, 1), (9, 3)];
+    let layers = [(1u8, 2u8), (2, 5), (3, 5), (4, 3), (5, 2), (6, 2), (7, 2), (8, 1), (9, 3)];
     for (layer, variant) in layers {
         for variant in [variant, 0x7f, 0xff] {
             let kind = WireErrorKind::Variant { layer, variant };

@@ -33,12 +33,27 @@ pub static SPEC: LayerSpec = LayerSpec {
 pub struct Bottom {
     failed: RankSet,
     enabled: bool,
+    /// A member's node shares this view's key with another view's stack: this view's traffic
+    /// goes in the full form (`Stack::compress` asks), whose 64-bit id reaches its stack there.
+    full: bool,
+    /// When this member last asked for the full form (at most every [`FULL_ASK_EVERY`]).
+    asked: Option<crate::time::Instant>,
 }
+
+/// How often a member whose node drops this view's compressed datagrams asks again for the full
+/// form (the request is one unreliable cast: lost, the next drop after this asks again).
+const FULL_ASK_EVERY: crate::time::Duration = crate::time::Duration::from_millis(10);
 
 impl Bottom {
     /// A `bottom` for `view`.
     pub fn new(_config: &Config, _view: &ViewState, _rank: Rank) -> Bottom {
-        Bottom { failed: RankSet::new(), enabled: true }
+        Bottom { failed: RankSet::new(), enabled: true, full: false, asked: None }
+    }
+
+    /// Whether this view's datagrams go in the full form: a member asked (docs/bypass.md,
+    /// "Connection ids").
+    pub(crate) fn full_form(&self) -> bool {
+        self.full
     }
 }
 
@@ -50,6 +65,15 @@ impl Layer for Bottom {
                     super::LayerKind::Bottom,
                     if self.enabled { DropReason::FromFailed } else { DropReason::Disabled },
                 );
+            }
+            // A member asks for the full form (its node shares this view's key).
+            Up::Cast { msg, .. }
+                if msg.hdrs.last().is_some_and(|h| matches!(*h, motet_wire::Header::Bottom(Header::Full))) =>
+            {
+                if !self.full {
+                    tracing::info!("a member's node shares this view's connection key: sending in the full form");
+                }
+                self.full = true;
             }
             other => out.pass_up(super::LayerKind::Bottom, other, Header::NoHdr),
         }
@@ -64,6 +88,18 @@ impl Layer for Bottom {
             Dn::Cast { .. } | Dn::Send { .. } => out.drop_input(super::LayerKind::Bottom, DropReason::Disabled),
             Dn::Fail(ranks) => self.failed.union_with(&ranks),
             Dn::Leave => self.enabled = false,
+            // This node drops this view's compressed datagrams: ask every member for the full
+            // form, and send in it too. At most every `FULL_ASK_EVERY`.
+            Dn::KeyShared if self.enabled => {
+                self.full = true;
+                let now = out.now();
+                if self.asked.is_none_or(|at| now >= at + FULL_ASK_EVERY) {
+                    self.asked = Some(now);
+                    let msg = crate::event::Msg::default().with(Header::Full);
+                    out.dn(Dn::Cast { msg, qos: crate::event::Qos::Unreliable });
+                }
+            }
+            Dn::KeyShared => {}
             // The flush reached the bottom: everything above is drained. (`mnak`, if present,
             // adds its counts on the way up.)
             Dn::Block => out.up(Up::BlockOk(std::sync::Arc::from(Vec::new()))),
@@ -108,6 +144,30 @@ mod tests {
     use super::*;
     use crate::event::{Msg, Qos};
     use crate::layer::harness::{Harness, Out};
+
+    /// A node that shares the view's key has `bottom` ask every member for the full form, at
+    /// most every `FULL_ASK_EVERY`; a member that hears it sends in the full form, and the
+    /// request goes no higher.
+    #[test]
+    fn a_shared_key_asks_for_the_full_form_and_a_request_is_heard() {
+        let view = crate::testing::view(3);
+        let mut h = Harness::new(Bottom::new(&Config {}, &view, 0), 0);
+        let asks = |out: &[Out]| {
+            out.iter()
+                .filter(|o| matches!(o, Out::Dn(Dn::Cast { msg, .. }) if msg.hdrs.last().is_some_and(|h| matches!(*h, motet_wire::Header::Bottom(Header::Full)))))
+                .count()
+        };
+        assert_eq!(asks(&h.dn(Dn::KeyShared)), 1);
+        assert!(h.layer.full_form());
+        assert_eq!(asks(&h.dn(Dn::KeyShared)), 0, "not again within FULL_ASK_EVERY");
+        h.now = h.now + FULL_ASK_EVERY;
+        assert_eq!(asks(&h.dn(Dn::KeyShared)), 1);
+        let mut other = Harness::new(Bottom::new(&Config {}, &view, 1), 1);
+        assert!(!other.layer.full_form());
+        let out = other.up(Up::Cast { origin: 0, msg: Msg::default().with(Header::Full), qos: Qos::Unreliable });
+        assert!(out.is_empty(), "{out:?}");
+        assert!(other.layer.full_form());
+    }
 
     #[test]
     fn drops_messages_from_failed_members() {

@@ -585,6 +585,17 @@ fn a_key_shared_by_two_views_delivers_in_the_right_group_only() {
         vec![(a, "cast", 0, Bytes::from_static(b"cast in a")), (a, "send", 0, Bytes::from_static(b"send in a"))],
         "repaired in full, in group a only"
     );
+    // The first drops had node 1's stacks ask their members for the full form (`bottom`'s
+    // `Full`): node 0's next cast in `a` leaves in full and arrives at once, in `a` alone, with
+    // no drop and no repair.
+    let mut got = Vec::new();
+    let (compressed, shared) =
+        (nodes[0].stats().counter(Counter::CompressedOut), nodes[1].stats().drops(DropReason::SharedKey));
+    nodes[0].handle_action(now, ids[0][0], Action::Cast(Payload::from(b"next cast in a".to_vec()))).unwrap();
+    pump(&mut nodes, now, &mut got);
+    assert_eq!(nodes[0].stats().counter(Counter::CompressedOut), compressed, "in the full form");
+    assert_eq!(nodes[1].stats().drops(DropReason::SharedKey), shared);
+    assert!(matches!(&got[..], [(id, AppEvent::Cast { origin: 0, .. })] if *id == a), "{got:?}");
 }
 
 /// A compressed cast of view `from`, from rank 0, whose number reads at the stack of view `at` as

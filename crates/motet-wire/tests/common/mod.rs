@@ -59,7 +59,7 @@ pub fn seqno() -> impl Strategy<Value = Seqno> {
 }
 
 pub fn bottom_hdr() -> impl Strategy<Value = bottom::Header> {
-    Just(bottom::Header::NoHdr)
+    prop_oneof![Just(bottom::Header::NoHdr), Just(bottom::Header::Full)]
 }
 
 pub fn mnak_hdr() -> impl Strategy<Value = mnak::Header> {
