@@ -161,6 +161,10 @@ pub struct Stack {
     /// Flow control bounds how far this stack's casts and sends (index 0 and 1) run ahead of
     /// their receivers (`mflow`, `pt2ptw`): only then do they go compressed ([`Stack::compress`]).
     bounded: [bool; 2],
+    /// A member's node shares this view's key: everything goes in the full form (`bottom`'s
+    /// `Full`). Read from `bottom` after the layered path runs, the only path that sets it, so
+    /// that compressing a transmit costs no visit of the layer.
+    full_form: bool,
     /// Where `mflow` is, if the stack has it ([`Stack::compress`]).
     mflow: Option<usize>,
     /// The compiled traces, by `Trace as usize`: `None` for a trace without a template.
@@ -244,6 +248,7 @@ impl Stack {
             twin: None,
             templates: [None, None],
             bounded,
+            full_form: false,
             mflow,
             plans: [None; 4],
             fused: [None; 4],
@@ -594,8 +599,7 @@ impl Stack {
         let template = self.templates[trace].as_ref().filter(|_| self.bounded[trace])?;
         // A member's node shares this view's key with another view's stack: the full form, whose
         // 64-bit id reaches its stack there (`bottom`'s `Full`).
-        let bottom = self.layers.last()?;
-        if <crate::layers::bottom::Bottom as crate::layers::Typed>::typed(bottom).full_form() {
+        if self.full_form {
             return None;
         }
         // A member this sender has marked failed is outside the window until the view change
@@ -701,6 +705,10 @@ impl Stack {
                 Ev::Timer => layer.handle_timer(&mut out),
             }
             self.after_handler(index, alarm);
+        }
+        if !self.full_form {
+            let bottom = self.layers.last().expect("a stack has layers");
+            self.full_form = <crate::layers::bottom::Bottom as crate::layers::Typed>::typed(bottom).full_form();
         }
     }
 
