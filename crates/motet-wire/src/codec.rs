@@ -164,24 +164,24 @@ impl<'a> Reader<'a> {
         Ok(byte)
     }
 
-    /// A little-endian `u32`.
-    pub fn u32_le(&mut self) -> Result<u32, WireError> {
-        let end = self.pos.checked_add(4).filter(|&end| end <= self.bytes.len());
+    /// The next `N` bytes.
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
+        let end = self.pos.checked_add(N).filter(|&end| end <= self.bytes.len());
         let end = end.ok_or(self.error(WireErrorKind::Truncated))?;
-        let mut raw = [0u8; 4];
+        let mut raw = [0u8; N];
         raw.copy_from_slice(&self.bytes[self.pos..end]);
         self.pos = end;
-        Ok(u32::from_le_bytes(raw))
+        Ok(raw)
+    }
+
+    /// A little-endian `u32`.
+    pub fn u32_le(&mut self) -> Result<u32, WireError> {
+        self.array().map(u32::from_le_bytes)
     }
 
     /// A little-endian `u64`.
     pub fn u64_le(&mut self) -> Result<u64, WireError> {
-        let end = self.pos.checked_add(8).filter(|&end| end <= self.bytes.len());
-        let end = end.ok_or(self.error(WireErrorKind::Truncated))?;
-        let mut raw = [0u8; 8];
-        raw.copy_from_slice(&self.bytes[self.pos..end]);
-        self.pos = end;
-        Ok(u64::from_le_bytes(raw))
+        self.array().map(u64::from_le_bytes)
     }
 
     /// An unsigned LEB128 varint of at most 10 bytes that fits in 64 bits.
