@@ -134,44 +134,6 @@ struct Entry {
     armed: Option<Instant>,
 }
 
-/// The connection identifier of a view's stack: a 64-bit hash of the addressing that is the same
-/// at every member and changes with every view (group, view id, stack). Old and new stacks get
-/// distinct ids, so they never receive each other's messages (thesis §2.3.4). The original used
-/// MD5; BLAKE3 is faster and as collision resistant for this purpose. Compressed datagrams carry
-/// only its low 32 bits ([`ConnId::key`]), which other views' stacks here may share.
-pub fn conn_id(view: &ViewState) -> ConnId {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(view.group.0.as_bytes());
-    hasher.update(&[0]);
-    hasher.update(&view.view_id.ltime.to_le_bytes());
-    hasher.update(&view.view_id.coord.0.to_le_bytes());
-    hasher.update(view.stack.to_string().as_bytes());
-    short_keys(first_64(&hasher))
-}
-
-/// The connection id of a group's gossip channel, shared by all its views and partitions.
-pub fn gossip_conn_id(group: &crate::view::GroupName) -> ConnId {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(b"motet gossip\0");
-    hasher.update(group.0.as_bytes());
-    short_keys(first_64(&hasher))
-}
-
-fn first_64(hasher: &blake3::Hasher) -> u64 {
-    let bytes = *hasher.finalize().as_bytes();
-    u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"))
-}
-
-/// `id` as it is, or with its key (the low 32 bits) cut to 2 bits under the seeded fault
-/// `crate::faults::short_keys`, so that a simulated node's successive views share keys often.
-fn short_keys(id: u64) -> ConnId {
-    #[cfg(feature = "fault-injection")]
-    if SHORT_KEYS.with(std::cell::Cell::get) {
-        return ConnId(id & !0xffff_fffc);
-    }
-    ConnId(id)
-}
-
 /// The endpoints of one process and their stacks.
 #[derive(Debug, Default)]
 pub struct Node {
@@ -185,12 +147,10 @@ pub struct Node {
     /// the map's search costs more than the rest of the route (about 50 instructions a datagram).
     /// Cleared whenever a route changes.
     last_route: Option<(u32, StackId)>,
-    /// Keys of stacks removed lately, with their ids, kept [`GONE_FOR`]: a compressed datagram
-    /// of that view still on its way, under a key a live stack of another view has, is dropped
-    /// (`SharedKey`) instead of taken by that stack.
-    gone: BTreeMap<u32, SmallVec<[Gone; 1]>>,
-    /// `gone`'s keys by when they expire.
-    gone_order: std::collections::BTreeSet<(Instant, u32)>,
+    /// Keys of stacks removed lately, with their ids: a compressed datagram of that view still on
+    /// its way, under a key a live stack of another view has, is dropped (`SharedKey`) instead
+    /// of taken by that stack.
+    gone: keys::Removed,
     transmits: VecDeque<Outgoing>,
     events: VecDeque<(StackId, AppEvent)>,
     stats: Stats,
@@ -220,23 +180,6 @@ pub struct Node {
     /// determinism check, `crate::faults::unseeded_alarms`; 0 unless switched on).
     #[cfg(feature = "fault-injection")]
     unseeded: crate::time::Duration,
-}
-
-/// How long the keys of a removed stack are remembered (`Node::gone`) at least: longer than its
-/// view's datagrams stay on their way (a member cut off in that view goes on casting in it until
-/// it suspects the others, a few seconds by default; with a longer failure timeout, twice that
-/// and the linger: `Node::remove`).
-const GONE_FOR: crate::time::Duration = crate::time::Duration::from_millis(30_000);
-
-/// A key of a removed stack ([`Node::gone`]).
-#[derive(Clone, Copy, Debug)]
-struct Gone {
-    /// The stack's connection id.
-    conn: ConnId,
-    /// Its view's key (casts), or else its send key.
-    cast: bool,
-    /// Until when it is remembered.
-    until: Instant,
 }
 
 /// The encoded head of an outgoing datagram. Inline up to 24 bytes (every compressed head and
@@ -285,7 +228,7 @@ impl Node {
         // Counted when it matters: a key of the kind that goes compressed (its view's, for
         // casts; its own, for sends) that a stack of another view here has, or had lately.
         // Gossip never goes compressed, and a key of another kind is told apart by the kind.
-        self.forget_gone();
+        self.gone.forget(self.now);
         let collides = [(cast_key, true), (send_key, false)].into_iter().any(|(key, cast)| {
             let ids = self.routes.get(&key).map_or(&[][..], |r| &r[..]);
             self.ids_under(ids, key, cast).any(|other| other != conn)
@@ -436,25 +379,12 @@ impl Node {
         }
         let ids = SmallVec::from_slice(self.routes.get(&key)?);
         if let [id] = ids[..] {
-            if !self.gone.contains_key(&key) {
+            if !self.gone.contains(key) {
                 self.last_route = Some((key, id));
                 return Some((ids, true));
             }
         }
         Some((ids, false))
-    }
-
-    /// Forgets the keys of removed stacks whose time is up.
-    fn forget_gone(&mut self) {
-        while let Some(&(until, key)) = self.gone_order.first().filter(|&&(until, _)| until <= self.now) {
-            self.gone_order.pop_first();
-            if let Some(gone) = self.gone.get_mut(&key) {
-                gone.retain(|g| g.until > until);
-                if gone.is_empty() {
-                    self.gone.remove(&key);
-                }
-            }
-        }
     }
 
     /// The ids of stacks whose `cast` key (their view's; else their send key) is `key`: live
@@ -467,8 +397,7 @@ impl Node {
             };
             (theirs == key).then_some(e.conn)
         });
-        let gone = self.gone.get(&key).into_iter().flatten();
-        live.chain(gone.filter(move |g| g.cast == cast && g.until > self.now).map(|g| g.conn))
+        live.chain(self.gone.ids(key, cast, self.now))
     }
 
     /// Whether a compressed datagram under `key` (a cast, or else a send) may be for stacks of
@@ -476,7 +405,7 @@ impl Node {
     /// does not carry, differ.
     #[cold]
     fn shared(&mut self, ids: &[StackId], key: u32, cast: bool) -> bool {
-        self.forget_gone();
+        self.gone.forget(self.now);
         let mut conns = self.ids_under(ids, key, cast);
         let first = conns.next();
         conns.any(|conn| Some(conn) != first)
@@ -756,14 +685,9 @@ impl Node {
         // Its view's datagrams may still be on their way: its keys are remembered a while, so
         // that another view's stack with one of them does not take them (`shared`). Not the
         // gossip's: gossip never goes compressed.
-        self.forget_gone();
-        let params = &entry.stack.view().params;
-        let held = params.suspect.timeout.0.saturating_mul(2).saturating_add(params.top.linger.0);
-        let until = self.now + crate::time::Duration(held.max(GONE_FOR.0));
-        for (key, cast) in [(entry.conn.key(), true), (own, false)] {
-            self.gone.entry(key).or_default().push(Gone { conn: entry.conn, cast, until });
-            self.gone_order.insert((until, key));
-        }
+        self.gone.forget(self.now);
+        let until = self.now + keys::held(&entry.stack.view().params);
+        self.gone.remember(entry.conn, [(entry.conn.key(), true), (own, false)], until);
         for key in [entry.conn.key(), entry.gossip.key(), own] {
             if let Some(ids) = self.routes.get_mut(&key) {
                 ids.retain(|&mut other| other != id);
@@ -944,6 +868,11 @@ fn outgoing(
     Some(Outgoing { stack: id, to, head, payload: transmit.msg.payload })
 }
 
+mod keys;
+#[cfg(feature = "fault-injection")]
+pub(crate) use keys::set_short_keys;
+pub use keys::{conn_id, gossip_conn_id};
+
 #[cfg(test)]
 mod tests;
 
@@ -952,19 +881,6 @@ thread_local! {
     /// Testing the determinism check: alarms are put off by an amount that comes from outside the
     /// seed (a seeded bug, `crate::faults::unseeded_alarms`).
     static UNSEEDED_ALARMS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-#[cfg(feature = "fault-injection")]
-thread_local! {
-    /// Testing shared keys: every connection id's key is cut to 2 bits, so that a node's stacks
-    /// share keys often (`crate::faults::short_keys`).
-    static SHORT_KEYS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Sets `SHORT_KEYS` on this thread (`crate::faults`).
-#[cfg(feature = "fault-injection")]
-pub(crate) fn set_short_keys(on: bool) {
-    SHORT_KEYS.with(|u| u.set(on));
 }
 
 /// Sets the seeded bug of `UNSEEDED_ALARMS` on this thread (`crate::faults`).

@@ -434,37 +434,30 @@ impl Stack {
 
     /// Marks `ranks` failed, from the top down (as a membership layer would).
     pub fn handle_fail(&mut self, now: Instant, ranks: RankSet) {
-        let _span = self.span();
-        let twin = self.twin.take().map(|mut twin| {
-            let mark = self.mark();
-            twin.handle_fail(now, ranks.clone());
-            (twin, mark)
-        });
-        self.settle_for_input();
-        self.queue.push_back((0, Ev::Dn(Dn::Fail(ranks))));
-        self.run(now);
-        if let Some((mut twin, mark)) = twin {
-            self.diff(&mut twin, mark, "a failure notice");
-            self.twin = Some(twin);
-        }
+        self.inject(now, 0, Dn::Fail(ranks), "a failure notice");
     }
 
     /// Tells `bottom` that this node shares this view's key with another view's stack and drops
     /// what comes compressed under it: it asks the members for the full form (docs/bypass.md,
     /// "Connection ids").
     pub(crate) fn key_shared(&mut self, now: Instant) {
+        self.inject(now, self.layers.len() - 1, Dn::KeyShared, "a shared key");
+    }
+
+    /// Hands `dn` to the layer at `index` and runs the layered path (`what` names the input in a
+    /// `Bypass::Diff` report, whose twin gets the same).
+    fn inject(&mut self, now: Instant, index: usize, dn: Dn, what: &str) {
         let _span = self.span();
         let twin = self.twin.take().map(|mut twin| {
             let mark = self.mark();
-            twin.key_shared(now);
+            twin.inject(now, index, dn.clone(), what);
             (twin, mark)
         });
         self.settle_for_input();
-        let bottom = self.layers.len() - 1;
-        self.queue.push_back((bottom, Ev::Dn(Dn::KeyShared)));
+        self.queue.push_back((index, Ev::Dn(dn)));
         self.run(now);
         if let Some((mut twin, mark)) = twin {
-            self.diff(&mut twin, mark, "a shared key");
+            self.diff(&mut twin, mark, what);
             self.twin = Some(twin);
         }
     }
