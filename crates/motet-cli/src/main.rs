@@ -66,6 +66,14 @@ enum Command {
 
 fn main() -> ExitCode {
     quiet_on_closed_stdout();
+    // The commands that stay members handle SIGTERM and SIGINT (a leave, status 0) from the first
+    // thing the process does, before parsing its arguments and setting up its logging: a
+    // supervisor's SIGTERM right after the spawn took the default action there (status 143, and
+    // a member the others had to suspect). The commands take this flag
+    // (`member::stop_on_signals`); an error registering is theirs to report.
+    if matches!(std::env::args_os().nth(1).as_deref().and_then(|a| a.to_str()), Some("member" | "chat" | "kv")) {
+        let _ = member::stop_on_signals();
+    }
     let cli = Cli::parse();
     // Diagnostics go to stderr, filtered by RUST_LOG (default: warnings only), so stdout stays
     // the machine-readable contract. The simulator's and the benchmarks' members are not this

@@ -103,6 +103,11 @@ pub(crate) struct MemberArgs {
     /// running). Looked at every 200 ms.
     #[arg(long)]
     exit_with_parent: bool,
+    /// With `--exit-with-parent`: the process id of the process that starts this one (the demo
+    /// gives its own). A parent that ended before this process could look is then seen: without
+    /// it, this process takes the reaper it was handed to for its parent, and runs on.
+    #[arg(long, value_name = "PID", requires = "exit_with_parent")]
+    parent_pid: Option<u32>,
 }
 
 /// A number of seconds for a flag: finite, not negative, and at most a year (a `Duration` that a
@@ -311,7 +316,7 @@ fn configure(args: &MemberArgs) -> Result<(RuntimeConfig, GroupConfig), String> 
 pub(crate) fn run(args: MemberArgs) -> ExitCode {
     // Read first: a parent that dies while this process starts leaves it to a reaper, whose id a
     // later read would take for the parent's, and the watch would never fire.
-    let parent = std::os::unix::process::parent_id();
+    let parent = args.parent_pid.unwrap_or_else(std::os::unix::process::parent_id);
     // First: a stop asked while this process starts (a supervisor's SIGTERM right after the
     // spawn) is then a leave once joined and exit status 0, not the signal's default action
     // (status 143, and a member the others must suspect).
@@ -322,6 +327,18 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if args.exit_with_parent {
+        // From here the kernel sends SIGTERM (a leave, as a supervisor's stop) when the parent
+        // ends; a parent already gone is seen by its id. The 200 ms watch below stays, for a
+        // kernel that refuses the request.
+        if let Err(error) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM) {
+            note!("motet member: cannot ask to be told of the parent's end ({error}); watching it instead");
+        }
+        if std::os::unix::process::parent_id() != parent {
+            note!("motet member: the parent process {parent} is gone; not joining");
+            return ExitCode::SUCCESS;
+        }
+    }
     let (runtime_config, group) = match configure(&args) {
         Ok(config) => config,
         Err(message) => {
@@ -465,12 +482,19 @@ pub(crate) const LEAVE_WAIT: Duration = Duration::from_secs(5);
 /// tools (`member`, `chat`, `kv`) turn it into a leave once joined, and exit status 0, not the
 /// signal's default action (status 143, and a member the others must suspect).
 pub(crate) fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(signal, Arc::clone(&stop))
-            .map_err(|error| format!("cannot handle signal {signal}: {error}"))?;
-    }
-    Ok(stop)
+    // One flag for the process, registered once: `main` registers it before parsing the command
+    // line (a SIGTERM in that window took the default action: status 143 and no leave), and the
+    // command takes the same flag here.
+    static STOP: std::sync::OnceLock<Result<Arc<AtomicBool>, String>> = std::sync::OnceLock::new();
+    STOP.get_or_init(|| {
+        let stop = Arc::new(AtomicBool::new(false));
+        for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+            signal_hook::flag::register(signal, Arc::clone(&stop))
+                .map_err(|error| format!("cannot handle signal {signal}: {error}"))?;
+        }
+        Ok(stop)
+    })
+    .clone()
 }
 
 /// Until when a leave asked on a stop may take to be confirmed ([`LEAVE_WAIT`]).

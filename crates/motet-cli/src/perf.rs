@@ -250,6 +250,22 @@ impl PeerProcess {
         }
         Ok(PeerProcess(child))
     }
+
+    /// An error if the peer has exited: a run that went on counted what the others still sent
+    /// (a dead member stays in the view until suspected, and flow control stalls on it), and
+    /// printed those figures with status 0.
+    fn alive(&mut self) -> Result<(), String> {
+        match self.0.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => Err(format!("a peer process ({}) ended during the measurement: {status}", self.0.id())),
+            Err(error) => Err(format!("cannot tell whether peer process {} runs: {error}", self.0.id())),
+        }
+    }
+}
+
+/// [`PeerProcess::alive`] for each peer, after each block of a measurement.
+fn all_alive(peers: &mut [PeerProcess]) -> Result<(), String> {
+    peers.iter_mut().try_for_each(PeerProcess::alive)
 }
 
 impl Drop for PeerProcess {
@@ -602,6 +618,10 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
             // empty datagram makes it serve its event loop alone (it answers with `TO_MOTET`).
             let target = args.udp_target.ok_or("--udp-target is required for echo")?;
             raw.set_nonblocking(args.busy_poll).map_err(|e| e.to_string())?;
+            // Blocking reads end every 100 ms so that a stop is seen: the signal's handler
+            // restarts a read, and a read with no end kept the process until its SIGKILL 5 s later
+            // (a profiler running it then wrote nothing).
+            raw.set_read_timeout(Some(Duration::from_millis(100))).map_err(|e| e.to_string())?;
             let mut buf = vec![0u8; 65536];
             let me = event_loop.join(&config).map_err(|e| e.to_string())?;
             loop {
@@ -627,7 +647,11 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
                     match raw.recv_from(&mut buf) {
                         Ok((0, _)) => break,
                         Ok((n, from)) => drop(raw.send_to(&buf[..n], from)),
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                            if stopped() {
+                                return Ok(());
+                            }
+                        }
                         Err(e) => return Err(e.to_string()),
                     }
                 }

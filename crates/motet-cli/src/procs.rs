@@ -24,10 +24,14 @@ impl MemberProcess {
     pub(crate) fn spawn(name: &str, group: &str, port: u16, peers: &str) -> Result<MemberProcess, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let bind = format!("127.0.0.1:{port}");
+        let parent = std::process::id().to_string();
         let mut child = Command::new(exe)
             // Nothing left running if this process ends without dropping its members (killed, or
-            // ended by a closed stdout).
-            .args(["member", "--group", group, "--bind", &bind, "--peers", peers, "--json", "--exit-with-parent"])
+            // ended by a closed stdout), even while a member starts (it is told this process's
+            // id, and the kernel tells it of this thread's end: members are spawned from the
+            // main thread).
+            .args(["member", "--group", group, "--bind", &bind, "--peers", peers, "--json"])
+            .args(["--exit-with-parent", "--parent-pid", &parent])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -213,3 +213,36 @@ fn the_peers_end_with_the_measuring_process() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// A peer that dies during a throughput run fails the run: before, the measuring process went on
+/// counting what the others still sent (the dead member stays in the view until suspected, and
+/// flow control stalls on it) and printed those figures with status 0.
+#[test]
+#[allow(clippy::disallowed_types)] // wall-clock waits for real processes
+fn a_throughput_run_whose_peer_dies_fails() {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_motet"))
+        .args(["perf", "throughput", "--members", "3", "--size", "64", "--seconds", "8", "--blocks", "4", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The measuring process's children are its peers.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut peers: Vec<String> = Vec::new();
+    while peers.len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "the peers did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        peers = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id()))
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+    }
+    // Measuring by now (the view forms within a few seconds).
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(std::process::Command::new("kill").args(["-9", &peers[0]]).status().unwrap().success());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "the run succeeded: {}", String::from_utf8_lossy(&output.stdout));
+    assert!(stderr.contains("ended during the measurement"), "{stderr}");
+}

@@ -645,3 +645,28 @@ fn a_member_started_with_exit_with_parent_ends_with_its_parent() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The same when the parent ends while the member is still starting (`motet demo | head` ends the
+/// demo right after its spawns): told its parent's id, the member sees the parent gone. Before,
+/// it read its parent's id after the parent had ended, took the reaper for its parent, and ran on.
+#[test]
+fn a_member_whose_parent_ends_while_it_starts_ends_too() {
+    let port = free_ports(1)[0];
+    let script = format!(
+        "\"$0\" member --group orphan --bind 127.0.0.1:{port} --peers 127.0.0.1:{port} --exit-with-parent --parent-pid $$ </dev/null >/dev/null 2>&1 & echo $!"
+    );
+    let output = Command::new("sh").args(["-c", &script, env!("CARGO_BIN_EXE_motet")]).output().unwrap();
+    let pid: u32 = String::from_utf8_lossy(&output.stdout).trim().parse().unwrap();
+    let running = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while running(pid) {
+        if Instant::now() >= deadline {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("the member {pid} still runs 10 s after its parent ended while it started");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

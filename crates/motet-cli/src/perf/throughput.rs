@@ -111,6 +111,7 @@ pub(super) fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         } else {
             motet.add(motet_block(&mut event_loop, me, args, settle, length, &payload)?);
         }
+        all_alive(&mut peers)?;
     }
     drop(peers);
     let (rate, udp_rate) = (motet.rate(), udp.rate());
