@@ -209,6 +209,9 @@ pub struct EventLoop {
     /// Busy-polling turns in a row, outside a spin, that were idle (read nothing, nothing due).
     empty_turns: usize,
     stats: RuntimeStats,
+    /// Tests: every turn starts with a timer due (a process whose alarms outlast their gaps).
+    #[cfg(test)]
+    timers_always_due: bool,
 }
 
 impl EventLoop {
@@ -273,6 +276,8 @@ impl EventLoop {
             waker_lent: std::cell::Cell::new(false),
             empty_turns: 0,
             stats: RuntimeStats::default(),
+            #[cfg(test)]
+            timers_always_due: false,
         })
     }
 
@@ -455,10 +460,14 @@ impl EventLoop {
             let next = next.from(before);
             wait = Some(wait.map_or(next, |w| w.min(next)));
         }
+        #[cfg(test)]
+        if self.timers_always_due {
+            wait = Some(Duration::ZERO);
+        }
         let retired_readable = self.retired.iter().any(|r| r.readable);
         // The loop's own reasons not to wait: something is due, or a socket has more to read.
-        let due = wait.is_some_and(|w| w.is_zero())
-            || ((self.readable || self.multicast_readable || retired_readable) && !lagging);
+        let more_to_read = (self.readable || self.multicast_readable || retired_readable) && !lagging;
+        let due = wait.is_some_and(|w| w.is_zero()) || more_to_read;
         if let Some(timeout) = timeout {
             wait = Some(wait.map_or(timeout, |w| w.min(timeout)));
         }
@@ -535,12 +544,15 @@ impl EventLoop {
         // With other sockets to watch (multicast, retired ones), a turn asks `epoll` even when
         // due: their readiness is learnt only there, and a unicast socket that always has more
         // to read (a flood, a burst of retransmissions) would otherwise keep every turn due and
-        // leave them unread for good.
+        // leave them unread for good. Likewise a turn due only for its timers asks (without
+        // waiting): a socket's readiness is learnt only there too, and timers due at every turn
+        // (a process whose alarms take longer than the gaps between them) left the socket unread
+        // while its buffer overflowed and the group suspected the member.
         let seen = self.stats.datagrams_in;
         let skip = if self.config.busy_poll {
             !self.stats.turns.is_multiple_of(BUSY_POLL_EPOLL_EVERY)
         } else {
-            due && one_socket
+            more_to_read && one_socket
         };
         // A turn that does not wait in `epoll` keeps the time read at its start (a busy-polling
         // spin that finds nothing then reads the clock once, not three times: each read is about

@@ -204,6 +204,25 @@ fn a_unicast_socket_that_always_has_more_does_not_starve_a_retired_one() {
     assert_eq!(event_loop.runtime_stats().datagrams_in_retired, 1);
 }
 
+/// Timers due at the start of every turn (a process whose alarms outlast the gaps between them)
+/// do not keep the loop from its socket. Before, such a turn skipped `epoll`, where alone the
+/// socket's readiness is learnt, and read nothing for as long as the timers stayed due.
+#[test]
+fn timers_due_at_every_turn_do_not_starve_the_socket() {
+    let mut event_loop = EventLoop::new(RuntimeConfig::bind("127.0.0.1:0".parse().unwrap())).unwrap();
+    event_loop.poll(Some(Duration::ZERO)).unwrap();
+    event_loop.timers_always_due = true;
+    let sender = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sender.send_to(b"while busy", event_loop.local_addr()).unwrap();
+    for _ in 0..50 {
+        event_loop.poll(Some(Duration::from_millis(1))).unwrap();
+        if event_loop.runtime_stats().datagrams_in == 1 {
+            break;
+        }
+    }
+    assert_eq!(event_loop.runtime_stats().datagrams_in, 1, "the datagram was read");
+}
+
 /// The count of datagrams sent through the shared socket in place of a connected one is a
 /// Prometheus counter: a migration, which binds a new socket with a new table of connected ones,
 /// must not take it back to zero. Fallbacks come here from a seed that is not there: its ICMP
