@@ -164,7 +164,7 @@ impl Connected {
         self.fallbacks += 1;
     }
 
-    /// Datagrams the shared socket sent in place of a connected one.
+    /// Sends handed to the shared socket in place of a connected one (tries; see `RuntimeStats`).
     pub(crate) fn fallbacks(&self) -> u64 {
         self.fallbacks
     }

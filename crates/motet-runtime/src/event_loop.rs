@@ -63,7 +63,10 @@ pub struct RuntimeStats {
     pub recv_waits: u64,
     /// Datagrams sent (one per destination address).
     pub datagrams_out: u64,
-    /// `recvmmsg` calls that returned data.
+    /// Receive calls that returned (`recvmmsg` batches, and the single reads of a busy-polling
+    /// spin or of a wait in the receive call), including those whose datagrams were all dropped
+    /// as cut short (`control_truncated`): `datagrams_in / recv_batches` is the batching a
+    /// blocking loop gets, and about 1 for a busy-polling one.
     pub recv_batches: u64,
     /// Sends that failed for a reason other than a full buffer (counted, then dropped).
     pub send_errors: u64,
@@ -134,10 +137,13 @@ pub struct RuntimeStats {
     /// Sockets open for connected sends (`RuntimeConfig::connected_sends`), one per unicast
     /// destination, at most 256.
     pub connected_sockets: u64,
-    /// Unicast datagrams the shared socket sent because their connected socket could not: the
-    /// table was full, the socket could not be made, its buffer was full, or its send failed (an
-    /// ICMP report of an earlier datagram's fate, such as a member that stopped). Over every
-    /// socket the process has had: a migration's new socket adds to its predecessors' count.
+    /// Unicast sends handed to the shared socket because their connected socket could not take
+    /// them: the table was full, the socket could not be made, its buffer was full, or its send
+    /// failed (an ICMP report of an earlier datagram's fate, such as a member that stopped).
+    /// Counted when handed over, whether the shared socket then sends or refuses (a datagram that
+    /// then waits in the send backlog and is tried again counts again), so under back-pressure it
+    /// can grow faster than `datagrams_out`. Over every socket the process has had: a
+    /// migration's new socket adds to its predecessors' count.
     pub connected_fallbacks: u64,
     /// Receive offload (`UDP_GRO`) is on at the process's unicast socket: it was wanted
     /// (`RuntimeConfig::receive_offload`) and the socket has been busy (docs/runtime.md,
@@ -676,6 +682,12 @@ impl EventLoop {
             self.drain();
         }
         Ok(())
+    }
+
+    /// Datagrams waiting for room in the socket's send buffer (the send backlog). A driver that
+    /// stops should poll until none are left, or its last datagrams (a leave's) are lost.
+    pub fn unsent(&self) -> usize {
+        self.backlog.len()
     }
 
     /// Endpoints that asked to leave and have not exited yet (their leave is still running).

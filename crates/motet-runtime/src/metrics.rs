@@ -21,7 +21,7 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
     };
     counter("datagrams_received_total", "UDP datagrams received", runtime.datagrams_in);
     counter("datagrams_sent_total", "UDP datagrams sent (one per destination)", runtime.datagrams_out);
-    counter("recv_batches_total", "recvmmsg calls that returned data", runtime.recv_batches);
+    counter("recv_batches_total", "receive calls that returned (recvmmsg batches and single reads)", runtime.recv_batches);
     counter("send_errors_total", "sends that failed and were dropped", runtime.send_errors);
     counter("receive_errors_total", "receive calls that failed (ICMP errors reported there)", runtime.receive_errors);
     counter("send_backlog_dropped_total", "datagrams dropped from a full send backlog", runtime.send_backlog_dropped);
@@ -45,7 +45,7 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
     );
     counter(
         "connected_fallbacks_total",
-        "unicast datagrams the shared socket sent in place of their connected socket",
+        "unicast sends handed to the shared socket in place of their connected socket (tries, a retry counts again)",
         runtime.connected_fallbacks,
     );
     counter("views_installed_total", "views installed by this process's endpoints", runtime.views_installed);
@@ -150,11 +150,12 @@ impl Slots {
     fn take(&self, client: std::net::IpAddr) -> bool {
         let mut by_client = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let open: usize = by_client.values().sum();
-        let mine = by_client.entry(client).or_default();
-        if open >= CONNECTIONS_MAX || *mine >= PER_CLIENT_MAX {
+        // Looked at before an entry is made: a refused client left one at zero, and the map (and
+        // each accept's sum over it) grew with every address ever refused.
+        if open >= CONNECTIONS_MAX || by_client.get(&client).is_some_and(|&mine| mine >= PER_CLIENT_MAX) {
             return false;
         }
-        *mine += 1;
+        *by_client.entry(client).or_default() += 1;
         true
     }
 
@@ -298,6 +299,25 @@ fn answer(mut stream: TcpStream, stats: &StatsHandle) -> Result<(), crate::Error
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A full server refuses clients without keeping an entry for each: before, every refused
+    /// address stayed in the map at zero.
+    #[test]
+    fn refused_clients_leave_nothing_behind() {
+        let slots = Slots::default();
+        let ip = |i: u32| std::net::IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i));
+        for i in 0..CONNECTIONS_MAX as u32 {
+            assert!(slots.take(ip(i / PER_CLIENT_MAX as u32)));
+        }
+        for i in 100..1100 {
+            assert!(!slots.take(ip(i)), "full");
+        }
+        assert!(!slots.take(ip(0)), "a client at its own bound");
+        assert_eq!(slots.0.lock().unwrap().len(), CONNECTIONS_MAX / PER_CLIENT_MAX);
+        slots.give(ip(0));
+        assert!(slots.take(ip(7)), "a slot given back is taken");
+        assert_eq!(slots.0.lock().unwrap().len(), CONNECTIONS_MAX / PER_CLIENT_MAX + 1);
+    }
 
     #[test]
     fn renders_every_counter_and_drop_reason() {

@@ -85,7 +85,7 @@ const FLOWING: Duration = Duration::from_millis(1);
 /// batch instead, while receive offload is wanted and not yet on ([`RecvTimeout::returned`]).
 const PROBE_AFTER: u32 = 32;
 
-/// When the loop may wait in the receive call (`recvmmsg` with `MSG_WAITFORONE`, bounded by the
+/// When the loop may wait in the receive call (a blocking `recv`/`recvmsg`, bounded by the
 /// socket's receive timeout) instead of in `epoll`. The kernel rounds that timeout up to whole
 /// jiffies and sleeps one more (measured at 250 Hz: 1-4 ms slept 8 ms, 5-8 ms 12 ms, 16 ms
 /// 20 ms), so timeouts are multiples of 4 ms and the wait is asked to end `overshoot` before the

@@ -199,6 +199,21 @@ impl LoopThread {
                 }
             }
         }
+        // The leaves' last datagrams may still wait in the send backlog (a full socket buffer):
+        // they go before the socket closes, within what is left of the grace. Before, the loop
+        // ended with the last leave and they were dropped, unsent and uncounted.
+        while self.event_loop.unsent() > 0 {
+            let left = deadline.until(&clock);
+            if left.is_zero() {
+                tracing::warn!(unsent = self.event_loop.unsent(), "stopping with datagrams the socket had no room for");
+                return;
+            }
+            self.commands_while_stopping();
+            if let Err(error) = self.event_loop.poll(Some(left.min(Duration::from_millis(50)))) {
+                tracing::error!(%error, "event loop failed while sending its last datagrams; stopping");
+                return;
+            }
+        }
     }
 
     /// While the leaves run out: statistics are answered; an action that came as the stop was
