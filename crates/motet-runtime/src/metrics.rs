@@ -21,7 +21,11 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
     };
     counter("datagrams_received_total", "UDP datagrams received", runtime.datagrams_in);
     counter("datagrams_sent_total", "UDP datagrams sent (one per destination)", runtime.datagrams_out);
-    counter("recv_batches_total", "receive calls that returned (recvmmsg batches and single reads)", runtime.recv_batches);
+    counter(
+        "recv_batches_total",
+        "receive calls that returned (recvmmsg batches and single reads)",
+        runtime.recv_batches,
+    );
     counter("send_errors_total", "sends that failed and were dropped", runtime.send_errors);
     counter("receive_errors_total", "receive calls that failed (ICMP errors reported there)", runtime.receive_errors);
     counter("send_backlog_dropped_total", "datagrams dropped from a full send backlog", runtime.send_backlog_dropped);

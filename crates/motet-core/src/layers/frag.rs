@@ -161,6 +161,11 @@ impl Layer for Frag {
             }
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 Some(Header::Whole) => out.up(Up::Cast { origin, msg, qos }),
+                // Unreliable casts are never fragmented: a part on one would wipe (or join) a
+                // reliable message's reassembly.
+                Some(Header::Part { .. }) if qos == crate::event::Qos::Unreliable => {
+                    out.drop_input(super::LayerKind::Frag, DropReason::HeaderMismatch)
+                }
                 Some(Header::Part { index, count }) => {
                     let slot = &mut self.casts[usize::from(origin)];
                     if let Some(msg) = Frag::reassemble(slot, (self.count_max, self.frag_size), index, count, msg, out)
@@ -251,6 +256,9 @@ impl Layer for Frag {
         }
         let motet_wire::Header::Frag(header) = up.header else { return None };
         let Header::Part { index, count } = *header else { return UpStep::pass(up) };
+        if up.qos == crate::event::Qos::Unreliable {
+            return None; // dropped on the layered path
+        }
         // The parts `reassemble` accepts without a violation: a first part with nothing pending,
         // or the next part of the message pending.
         let slot = if up.cast { &self.casts } else { &self.sends }.get(usize::from(up.origin))?;
@@ -314,6 +322,30 @@ mod tests {
     use super::*;
     use crate::event::Qos;
     use crate::layer::harness::{Harness, Out};
+
+    /// A part on an unreliable cast is dropped: unreliable casts are never fragmented, and one
+    /// taken wiped the reassembly of a reliable message under way.
+    #[test]
+    fn a_part_on_an_unreliable_cast_is_dropped() {
+        let view = crate::testing::view(2);
+        let mut sender = Harness::new(Frag::new(&Config { frag_size: 4 }, &view, 0), 0);
+        let mut receiver = Harness::new(Frag::new(&Config { frag_size: 4 }, &view, 1), 1);
+        let parts: Vec<Msg> = sender
+            .dn(Dn::Cast { msg: Msg::new(b"0123456789".as_slice().into()), qos: Qos::Reliable })
+            .into_iter()
+            .map(|o| match o {
+                Out::Dn(Dn::Cast { msg, .. }) => msg,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert!(receiver.up(Up::Cast { origin: 0, msg: parts[0].clone(), qos: Qos::Reliable }).is_empty());
+        let forged = Msg::new(b"xxxx".as_slice().into()).with(Header::Part { index: 0, count: 3 });
+        assert!(receiver.up(Up::Cast { origin: 0, msg: forged, qos: Qos::Unreliable }).is_empty());
+        assert_eq!(receiver.stats.drops(DropReason::HeaderMismatch), 1);
+        assert!(receiver.up(Up::Cast { origin: 0, msg: parts[1].clone(), qos: Qos::Reliable }).is_empty());
+        let out = receiver.up(Up::Cast { origin: 0, msg: parts[2].clone(), qos: Qos::Reliable });
+        assert!(matches!(&out[..], [Out::Up(Up::Cast { msg, .. })] if &msg.payload.to_bytes()[..] == b"0123456789"));
+    }
 
     #[test]
     fn large_casts_are_split_and_reassembled_without_copy() {

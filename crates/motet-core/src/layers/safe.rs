@@ -93,6 +93,11 @@ pub struct Safe {
     /// What this member last acknowledged.
     sent_ack: Vec<u64>,
     armed: bool,
+    /// `mflow` holds this member's casts (a receiver lags, or credit is short): acknowledgements
+    /// wait, and one cumulative acknowledgement goes when it lets casts go again. Cast meanwhile,
+    /// each turn's would queue behind the others in `mflow`, all but the newest useless, growing
+    /// for as long as the lag lasted and holding a flush behind them.
+    flow_blocked: bool,
     /// The flush has passed: no more acknowledgements.
     blocked: bool,
     completed: bool,
@@ -119,6 +124,7 @@ impl Safe {
             failed: RankSet::new(),
             sent_ack: vec![0; n],
             armed: false,
+            flow_blocked: false,
             blocked: false,
             completed: false,
             watch: None,
@@ -214,7 +220,14 @@ impl Safe {
         }
     }
 
+    /// Acknowledges what arrived, unless `mflow` holds casts (see `flow_blocked`).
     fn ack(&mut self, out: &mut Outbox<'_>) {
+        if !self.flow_blocked {
+            self.ack_now(out);
+        }
+    }
+
+    fn ack_now(&mut self, out: &mut Outbox<'_>) {
         if self.blocked || self.received == self.sent_ack {
             return;
         }
@@ -229,6 +242,11 @@ impl Layer for Safe {
         match ev {
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
+                // This layer casts its headers reliably: one on an unreliable cast would shift
+                // the counts every acknowledgement is read against.
+                Some(Header::Data | Header::Ack(_)) if qos == Qos::Unreliable => {
+                    out.drop_input(super::LayerKind::Safe, DropReason::HeaderMismatch)
+                }
                 Some(Header::Data) if self.completed => {
                     // Nothing should arrive after the cut; if it does it is in the cut already.
                     self.received[usize::from(origin)] += 1;
@@ -256,6 +274,13 @@ impl Layer for Safe {
                 self.completed = true;
                 out.up(Up::CutReached);
             }
+            Up::FlowBlock { dest: None, blocked } => {
+                self.flow_blocked = blocked;
+                if !blocked {
+                    self.ack(out);
+                }
+                out.up(Up::FlowBlock { dest: None, blocked });
+            }
             other => out.pass_up(super::LayerKind::Safe, other, Header::NoHdr),
         }
     }
@@ -269,8 +294,9 @@ impl Layer for Safe {
                 out.dn(Dn::Fail(ranks));
             }
             Dn::Block => {
-                // What arrived before the flush is acknowledged inside the cut.
-                self.ack(out);
+                // What arrived before the flush is acknowledged inside the cut (behind whatever
+                // `mflow` holds: the flush waits for that anyway).
+                self.ack_now(out);
                 self.blocked = true;
                 out.dn(Dn::Block);
             }
@@ -302,6 +328,7 @@ impl Layer for Safe {
     fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
         match up.header {
             motet_wire::Header::Safe(Header::NoHdr) => UpStep::pass(up),
+            _ if up.qos == Qos::Unreliable => None, // dropped on the layered path
             motet_wire::Header::Safe(Header::Data) if up.cast && !self.completed => {
                 Some(UpStep { absorb: true, ..UpStep::to(up.qos) })
             }
@@ -378,6 +405,56 @@ mod tests {
         // The last member's acknowledgement makes it safe.
         assert_eq!(casts(&h.up(Up::Cast { origin: 1, msg: ack(&[1, 0, 0]), qos: Qos::Reliable })), 1);
         assert_eq!(h.layer.buffered(), 0);
+    }
+
+    /// While `mflow` holds this member's casts, acknowledgements wait, and one cumulative one goes
+    /// when it lets casts go again. Before, each turn with new casts queued one more behind the
+    /// others in `mflow` (100 here), for as long as a receiver lagged.
+    #[test]
+    fn acknowledgements_wait_while_flow_control_holds_casts() {
+        let view = crate::testing::view_of("vsync+Agree", 3);
+        let mut h = Harness::new(Safe::new(&Config::default(), &view, 2), 2);
+        let acks = |out: &[Out]| -> Vec<Msg> {
+            out.iter()
+                .filter_map(|o| match o {
+                    Out::Dn(Dn::Cast { msg, .. }) => Some(msg.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let out = h.up(Up::FlowBlock { dest: None, blocked: true });
+        assert!(matches!(&out[..], [Out::Up(Up::FlowBlock { dest: None, blocked: true })]), "passed up: {out:?}");
+        for i in 0..100 {
+            h.up(Up::Cast { origin: 1, msg: data(i), qos: Qos::Reliable });
+            assert!(acks(&h.timer(h.now)).is_empty(), "no acknowledgement while blocked");
+        }
+        let out = h.up(Up::FlowBlock { dest: None, blocked: false });
+        let sent = acks(&out);
+        assert_eq!(sent.len(), 1, "{out:?}");
+        assert_eq!(sent[0].hdrs, vec![Header::Ack(Arc::from(vec![0, 100, 0])).into()]);
+        assert!(matches!(out.last(), Some(Out::Up(Up::FlowBlock { dest: None, blocked: false }))));
+        // Blocked again at the flush: what arrived is acknowledged inside the cut all the same.
+        h.up(Up::FlowBlock { dest: None, blocked: true });
+        h.up(Up::Cast { origin: 1, msg: data(7), qos: Qos::Reliable });
+        let out = h.dn(Dn::Block);
+        assert_eq!(acks(&out).len(), 1, "{out:?}");
+    }
+
+    /// `safe`'s headers on an unreliable cast are dropped: counted, they shifted the counts every
+    /// acknowledgement is read against.
+    #[test]
+    fn safe_headers_on_an_unreliable_cast_are_dropped() {
+        let view = crate::testing::view_of("vsync+Agree", 3);
+        let mut h = Harness::new(Safe::new(&Config::default(), &view, 2), 2);
+        assert!(h.up(Up::Cast { origin: 1, msg: data(1), qos: Qos::Unreliable }).is_empty());
+        assert!(h.up(Up::Cast { origin: 0, msg: ack(&[0, 5, 0]), qos: Qos::Unreliable }).is_empty());
+        assert_eq!(h.stats.drops(DropReason::HeaderMismatch), 2);
+        assert_eq!((h.layer.received.clone(), h.layer.acked[0].clone()), (vec![0, 0, 0], vec![0, 0, 0]));
+        h.up(Up::Cast { origin: 1, msg: data(2), qos: Qos::Reliable });
+        for member in 0..3 {
+            h.up(Up::Cast { origin: member, msg: ack(&[0, 1, 0]), qos: Qos::Reliable });
+        }
+        assert_eq!(h.layer.buffered(), 0, "the genuine cast is the first of its origin, and safe");
     }
 
     #[test]

@@ -369,6 +369,24 @@ impl Layer for Stable {
                         out.drop_input(super::LayerKind::Stable, DropReason::Gossip);
                         return;
                     }
+                    // Columns that count failed a member we count live (only their maximum is
+                    // taken, below) still come from a coordinator, as their sender sees the view:
+                    // ranks of this view, every one below the sender among them. Taken from any
+                    // member, one cast naming a rank past the view made every member NAK for
+                    // casts nobody sent, each sweep, until the view ended.
+                    if !within {
+                        let failed: Option<RankSet> = columns
+                            .failed
+                            .iter()
+                            .map(|&r| Rank::try_from(r).ok().filter(|&r| usize::from(r) < n))
+                            .collect();
+                        if failed
+                            .is_none_or(|failed| (0..origin).any(|r| !failed.contains(r)) || failed.contains(origin))
+                        {
+                            out.drop_input(super::LayerKind::Stable, DropReason::Gossip);
+                            return;
+                        }
+                    }
                     // An older cast of that coordinator's, arriving late, is old news. One far ahead
                     // of the last taken is no coordinator's: its casts are numbered one by one, and
                     // so many lost in a row would have had it suspected. Taken, one forged cast
@@ -704,11 +722,19 @@ mod tests {
         member.dn(Dn::Fail([2].into_iter().collect()));
         let all = Stability { stable: vec![5; 4], max: vec![5; 4] };
         assert_eq!(announced(&member.up(theirs(vec![2]))), vec![all], "now we count it failed too");
+        // Not a coordinator's as its sender sees the view: a rank past the view, a sender with a
+        // live rank below it, a sender that counts itself failed. Before, any member's cast
+        // naming a rank past the view raised the maximum (casts nobody sent, NAKed each sweep).
         let mut other = at(&view, 3);
+        assert!(announced(&other.up(theirs(vec![1 << 40]))).is_empty(), "no such rank");
+        assert!(announced(&other.up(theirs(vec![4]))).is_empty(), "no such rank");
+        assert!(announced(&other.up(columns_from(2, 1, vec![5; 4], vec![9; 4], vec![1]))).is_empty(), "0 lives");
+        assert!(announced(&other.up(columns_from(1, 1, vec![5; 4], vec![9; 4], vec![0, 1]))).is_empty(), "itself");
+        assert_eq!(other.stats.drops(DropReason::Gossip), 4);
+        // A coordinator of the other side of a partition (0 and 1 failed, as rank 2 sees it).
         assert_eq!(
-            announced(&other.up(theirs(vec![1 << 40]))),
-            vec![Stability { stable: zero, max: vec![5; 4] }],
-            "no such rank"
+            announced(&other.up(columns_from(2, 2, vec![5; 4], vec![9; 4], vec![0, 1]))),
+            vec![Stability { stable: zero, max: vec![9; 4] }]
         );
     }
 
