@@ -147,13 +147,18 @@ impl EventLoop {
         while !rest.is_empty() {
             let mut segment = datagram_len(&rest[0]);
             let mut run = 1;
-            if self.config.segment_offload && self.backlog.is_empty() {
+            // Segments larger than the path takes (`segment_max`, learnt from a refusal) are not
+            // gathered into a run: the run would be copied, refused without a system call, and
+            // sent one datagram at a time anyway, every turn, on exactly the low-MTU paths the
+            // fallback is for.
+            let segment_max = self.io.segment_max();
+            if self.config.segment_offload && self.backlog.is_empty() && segment <= segment_max {
                 let limit = self.io.max_segments();
                 if is_bundle(&rest[0]) {
                     // Bundles vary in length; each is padded to the longest of its run.
                     while run < rest.len() && run < limit && is_bundle(&rest[run]) {
                         let longest = segment.max(datagram_len(&rest[run]));
-                        if longest * (run + 1) > SEGMENTED_MAX {
+                        if longest > segment_max || longest * (run + 1) > SEGMENTED_MAX {
                             break;
                         }
                         segment = longest;
