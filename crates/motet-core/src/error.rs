@@ -32,6 +32,9 @@ pub enum ApiError {
         /// View size.
         len: usize,
     },
+    /// A send names no destination.
+    #[error("a send names no destination; name at least one rank of the current view (or cast to all)")]
+    NoDestination,
     /// A subcast names more members than its header may carry.
     #[error(
         "a subcast names at most {max} members ({members} given, duplicates removed); cast to all instead, or split it"

@@ -539,9 +539,13 @@ impl Stack {
         self.layers.iter().map(AnyLayer::buffered).sum::<usize>() + self.delayed.len()
     }
 
-    /// Per layer (top to bottom): name and buffered messages.
+    /// Per layer (top to bottom): name and buffered messages; then, if any wait, `("delayed", n)`:
+    /// copies the bypass made and delayed processing has not filed with their layers yet (so the
+    /// list sums to [`Stack::buffered`], whichever path ran).
     pub fn buffered_by_layer(&self) -> Vec<(&'static str, usize)> {
-        self.view.stack.layers().iter().zip(&self.layers).map(|(k, l)| (k.name(), l.buffered())).collect()
+        let layers = self.view.stack.layers().iter().zip(&self.layers).map(|(k, l)| (k.name(), l.buffered()));
+        let delayed = (!self.delayed.is_empty()).then_some(("delayed", self.delayed.len()));
+        layers.chain(delayed).collect()
     }
 
     /// Asserts the scheduler's invariants and, once the stack has settled (a retransmission

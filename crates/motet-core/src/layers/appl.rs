@@ -167,8 +167,16 @@ impl Appl {
                 }
                 out.dn(Dn::Cast { msg: Msg::new(payload).with(Header::Data), qos: self.cast_qos });
             }
-            Action::Send(dests, payload) => {
+            Action::Send(mut dests, payload) => {
                 self.check_size(payload.len())?;
+                // Each destination once, as a subcast's (a rank named twice was sent and delivered
+                // twice); none at all is a mistake the caller should hear of, not an `Ok` that
+                // sent nothing.
+                dests.sort_unstable();
+                dests.dedup();
+                if dests.is_empty() {
+                    return Err(ApiError::NoDestination);
+                }
                 for &dest in &dests {
                     if usize::from(dest) >= self.view.len() {
                         return Err(ApiError::NoSuchRank { rank: dest, len: self.view.len() });
@@ -528,6 +536,13 @@ mod tests {
         );
         let (result, emitted) = run(&mut h, Action::Send(smallvec::smallvec![1, 7], b"x".as_slice().into()));
         assert_eq!((result, emitted), (Err(ApiError::NoSuchRank { rank: 7, len: 3 }), 0));
+        // A send names each destination once, and at least one (before, `[1, 1]` sent twice
+        // and `[]` returned `Ok` having sent nothing).
+        assert_eq!(run(&mut h, Action::Send(smallvec::smallvec![1, 1], b"x".as_slice().into())), (Ok(()), 1));
+        assert_eq!(
+            run(&mut h, Action::Send(smallvec::smallvec![], b"x".as_slice().into())),
+            (Err(ApiError::NoDestination), 0)
+        );
         h.up(Up::FlowBlock { dest: None, blocked: true });
         assert_eq!(run(&mut h, Action::Cast(b"x".as_slice().into())).0, Err(ApiError::FlowBlocked { dest: None }));
         h.up(Up::FlowBlock { dest: None, blocked: false });

@@ -151,7 +151,10 @@ impl Layer for Heal {
                 let view = ViewId { ltime, coord: EndpointId(coord) };
                 let (theirs, ours) = ((primary, view), (self.view.primary, self.view.view_id));
                 let stranger = self.view.rank_of(EndpointId(coord)).is_none();
-                if self.coord != self.rank || !stranger || self.replaced {
+                // A partition at the largest logical time cannot be merged with (`inter` refuses
+                // it): asking would only flush both sides for nothing, at every hello.
+                let mergeable = ltime < motet_wire::hdr::intra::LTIME_MAX;
+                if self.coord != self.rank || !stranger || self.replaced || !mergeable {
                     return;
                 }
                 match (theirs > ours, answer) {

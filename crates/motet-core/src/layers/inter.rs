@@ -20,7 +20,7 @@ use crate::time::Instant;
 use crate::view::{Address, EndpointId, ViewId, ViewState};
 use crate::Rank;
 use motet_wire::hdr::inter::Header;
-use motet_wire::hdr::intra::FullView;
+use motet_wire::hdr::intra::{FullView, LTIME_MAX};
 use std::sync::Arc;
 
 /// `inter` has no parameters (the merge protocol's timeouts are `merge`'s).
@@ -209,9 +209,15 @@ impl Layer for Inter {
                 // within `RANKS_MAX` (or a forged request can make it so). Granted, it was
                 // dropped as oversized at every transmission, and every member but the granter
                 // went on alone at the end of its wait.
+                //
+                // The merged view's logical time is one past the larger of the two, and a view
+                // past `LTIME_MAX` does not decode: granted, one request at `LTIME_MAX` (a forged
+                // one) gave the granter a view its members could not receive, and every later
+                // view of its lineage could not be sent to another partition, for good.
                 let merged = self.view.len() + request.members.len();
                 let bytes = self.view.to_full().encoded_len() + request.encoded_len() + VIEW_HEADROOM;
-                if (merged > motet_wire::RANKS_MAX || bytes > motet_wire::DATAGRAM_SIZE_MAX)
+                let ltime = self.view.view_id.ltime.max(request.ltime);
+                if (merged > motet_wire::RANKS_MAX || bytes > motet_wire::DATAGRAM_SIZE_MAX || ltime >= LTIME_MAX)
                     && matches!(self.phase, Phase::Idle)
                 {
                     tracing::warn!(
@@ -316,6 +322,19 @@ mod tests {
         let mut coordinator = inter(0);
         coordinator.up(Up::NewView(crate::testing::view(3)));
         assert!(coordinator.up(Up::MergeRequest(request())).is_empty());
+    }
+
+    /// A merge whose view's logical time would pass `LTIME_MAX` is refused: that view could not be
+    /// decoded by its members, nor any later view of its lineage by another partition.
+    #[test]
+    fn a_merge_past_the_largest_logical_time_is_refused() {
+        let mut late = request();
+        late.ltime = LTIME_MAX - 1;
+        let out = inter(0).up(Up::MergeRequest(late.clone()));
+        assert!(matches!(&out[..], [Out::Dn(Dn::MergeFlush)]), "the merged view at LTIME_MAX decodes: {out:?}");
+        late.ltime = LTIME_MAX;
+        let out = inter(0).up(Up::MergeRequest(late));
+        assert!(matches!(&out[..], [Out::Dn(Dn::MergeDeny { .. })]), "{out:?}");
     }
 
     /// A merge whose view would pass `RANKS_MAX` members is refused: it could never be cast.

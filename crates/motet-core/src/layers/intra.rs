@@ -93,6 +93,9 @@ struct Round {
     leavers: RankSet,
     /// A merge flush (asked by `inter`): report `MergeReady` instead of casting a view.
     merge: bool,
+    /// `MergeReady` was reported: `inter` ends the round (the merged view, or this partition's
+    /// own), and no other round may start before it does.
+    ready: bool,
     flush_ok: BTreeMap<Rank, Arc<[u64]>>,
     cut_ok: RankSet,
     cut_sent: bool,
@@ -194,6 +197,15 @@ impl Intra {
             return;
         }
         let (failed, leavers) = (self.suspects.clone(), self.leavers.clone());
+        // A merge round whose flush is done waits for `inter`: its request may be granted at any
+        // moment, and a round started now dropped the grant (`cast_full` takes the merge round's
+        // only) while the granter installed a view listing this whole partition, none of whose
+        // members would ever install it. `inter` ends the wait (a grant, or this partition's own
+        // view once the request is refused or unanswered); the new view's stack finds the
+        // suspicions again, and a leave carries into it.
+        if self.active.as_ref().is_some_and(|a| a.ready) {
+            return;
+        }
         let nothing_to_do = failed.is_empty()
             && leavers.is_empty()
             && self.switch_to.is_none()
@@ -210,7 +222,10 @@ impl Intra {
 
     /// At the coordinator, for `inter`: a flush round that ends in `MergeReady`.
     fn merge_flush(&mut self, out: &mut Outbox<'_>) {
-        if self.coord != self.rank || self.installed || self.view_cast {
+        // A coordinator that is leaving does not merge: its request would name it as the
+        // requester's contact though the partition's view leaves it out, and the grant would go
+        // to another member, which drops it. Its leave round goes on; the next coordinator merges.
+        if self.coord != self.rank || self.installed || self.view_cast || self.leavers.contains(self.rank) {
             return;
         }
         self.rounds += 1;
@@ -224,8 +239,17 @@ impl Intra {
         self.later_round(self.rank, round, out);
         let deadline = out.now() + self.flush_timeout;
         let (flush_ok, cut_ok, cut_sent) = (BTreeMap::new(), RankSet::new(), false);
-        self.active =
-            Some(Round { round, failed: failed.clone(), leavers, merge, flush_ok, cut_ok, cut_sent, deadline });
+        self.active = Some(Round {
+            round,
+            failed: failed.clone(),
+            leavers,
+            merge,
+            ready: false,
+            flush_ok,
+            cut_ok,
+            cut_sent,
+            deadline,
+        });
         out.alarm(deadline);
         out.dn(Dn::SyncFlush { round, failed });
     }
@@ -337,9 +361,13 @@ impl Intra {
         active.cut_ok.insert(from);
         let failed = active.failed.clone();
         let survivors: Vec<Rank> = self.survivors(&failed).collect();
-        let active = self.active.as_ref().expect("checked");
+        let active = self.active.as_mut().expect("checked");
         if survivors.iter().all(|&r| active.cut_ok.contains(r)) {
             if active.merge {
+                if active.ready {
+                    return; // reported already (a repeated answer)
+                }
+                active.ready = true;
                 let survivors = survivors.into_iter().filter(|&r| !active.leavers.contains(r)).collect();
                 out.up(Up::MergeReady { round, survivors });
                 return;
@@ -652,6 +680,47 @@ mod tests {
         assert!(!install(true, false).0, "every member was done");
         let (_, stack) = install(false, true);
         assert_eq!(stack, crate::StackSpec::parse("total+Xfer").unwrap().to_string(), "the switch asked");
+    }
+
+    /// Runs a merge flush at rank 0 of a 4-member view until `MergeReady`.
+    fn merge_ready() -> Harness<Intra> {
+        let view = crate::testing::view(4);
+        let mut h = Harness::new(Intra::new(&Config::default(), &view, 0), 0);
+        assert_eq!(flushes(&h.dn(Dn::MergeFlush)), [(1, vec![])]);
+        for from in 0..4 {
+            h.up(report(from, 1));
+        }
+        h.up(Up::CutDone { coord: 0, round: 1 });
+        let mut ready = false;
+        for from in 0..4 {
+            ready |= h.up(Up::CutOk { from, round: 1 }).iter().any(|o| matches!(o, Out::Up(Up::MergeReady { .. })));
+        }
+        assert!(ready, "the merge flush is done");
+        h
+    }
+
+    /// Once a merge round's flush is done (`MergeReady`), no other round starts before `inter`
+    /// ends it, and its grant is cast. Before, a leave (or a suspicion) meanwhile started a round,
+    /// and the grant that came next was dropped while the granter installed a view listing this
+    /// whole partition.
+    #[test]
+    fn a_merge_round_that_is_ready_waits_for_its_answer() {
+        let mut h = merge_ready();
+        assert!(flushes(&h.up(Up::LeaveReq(2))).is_empty(), "no round while the answer is awaited");
+        assert!(flushes(&h.up(Up::Suspect([3].into_iter().collect()))).is_empty());
+        let merged = Arc::new(ViewState::clone(&crate::testing::view(6)));
+        let out = h.dn(Dn::CastFull { round: 1, view: merged });
+        assert!(matches!(&out[..], [Out::Dn(Dn::Cast { .. })]), "the grant is cast: {out:?}");
+    }
+
+    /// A coordinator that is leaving does not start a merge flush: the request would name it as
+    /// the partition's contact though the partition's view leaves it out.
+    #[test]
+    fn a_leaving_coordinator_does_not_merge() {
+        let view = crate::testing::view(4);
+        let mut h = Harness::new(Intra::new(&Config::default(), &view, 0), 0);
+        assert_eq!(flushes(&h.up(Up::LeaveReq(0))), [(1, vec![])]);
+        assert!(flushes(&h.dn(Dn::MergeFlush)).is_empty(), "its leave round goes on");
     }
 
     /// A member installs a view only from survivors in rank order: a coordinator's list with a

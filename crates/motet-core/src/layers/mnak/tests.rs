@@ -34,6 +34,36 @@ fn gap_from_failed_origin_is_naked_to_the_view_and_answered_by_any_holder() {
     assert_eq!(lagger.layer.origins[0].received, 2);
 }
 
+/// In a view of more than `NAK_CAST_MAX` live members, a failed origin's gap is asked of one
+/// member at a time, the next one at each sweep that finds it where it was: cast to the view,
+/// every holder answered (at 64 members, hundreds of thousands of duplicates at once).
+#[test]
+fn in_a_larger_view_a_failed_origins_gap_is_asked_of_one_member_at_a_time() {
+    let view = crate::testing::view(NAK_CAST_MAX + 2);
+    let me = (NAK_CAST_MAX + 1) as Rank;
+    let mut h = Harness::new(Mnak::new(&Config::default(), &view, me), me);
+    h.dn(Dn::Fail([0].into_iter().collect()));
+    h.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Unreliable }); // cast 0 missing
+    let naks = |out: &[Out]| -> Vec<Rank> {
+        assert!(!out.iter().any(|o| matches!(o, Out::Dn(Dn::Cast { .. }))), "nothing cast: {out:?}");
+        sent::<Header>(out)
+            .into_iter()
+            .filter(|(_, h)| matches!(h, Header::Nak { origin: 0, .. }))
+            .map(|(d, _)| d)
+            .collect()
+    };
+    assert_eq!(naks(&h.timer(h.alarm.expect("nak_delay"))), [1]);
+    assert_eq!(naks(&h.timer(h.alarm.expect("sweep"))), [2], "a sweep that finds it where it was asks the next");
+    assert_eq!(naks(&h.timer(h.alarm.expect("sweep"))), [3]);
+    // In a small view the NAK is cast: any holder answers at once.
+    let view = crate::testing::view(NAK_CAST_MAX + 1);
+    let mut h = Harness::new(Mnak::new(&Config::default(), &view, me - 1), me - 1);
+    h.dn(Dn::Fail([0].into_iter().collect()));
+    h.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Unreliable });
+    let out = h.timer(h.alarm.expect("nak_delay"));
+    assert!(matches!(&out[..], [Out::Dn(Dn::Cast { qos: Qos::Unreliable, .. })]), "{out:?}");
+}
+
 /// Casts ahead of a gap are kept up to twice the largest flow-control window in bytes (each
 /// counted as its payload and `MESSAGE_CHARGE`); one that would pass it is dropped
 /// (`OutOfWindow`) on both paths, like one beyond `recv_window_max`, and taken once it is

@@ -52,6 +52,10 @@ fn a_kept_copy_is_filed_after_the_transmit_and_before_any_other_input() {
     assert!(stack.unsettled());
     assert_eq!(buffered_at(&stack, "mnak"), 0);
     assert_eq!(stack.buffered(), 1, "a copy waiting to be filed still counts as buffered");
+    // And in the per-layer list (the simulator's report of a run that did not settle): before, it
+    // summed to 0 here, and a run under the bypass reported other counts than the layered path.
+    assert_eq!(buffered_at(&stack, "delayed"), 1);
+    assert_eq!(stack.buffered_by_layer().iter().map(|(_, n)| n).sum::<usize>(), stack.buffered());
     // `Diff` settles whenever idle (a batch of one), since it compares the layers only then.
     assert!(stack.settle_due());
     assert_eq!(stack.poll_timeout(), Some(Instant::ZERO), "the driver is asked to come back at once");
