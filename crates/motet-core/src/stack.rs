@@ -229,7 +229,13 @@ impl Stack {
         let appl = kinds.iter().position(|&k| k == LayerKind::Appl).expect("StackSpec guarantees one appl");
         let bounded = [LayerKind::Mflow, LayerKind::Pt2ptw].map(|kind| kinds.contains(&kind));
         let mflow = kinds.iter().position(|&k| k == LayerKind::Mflow);
-        let delayed = DelayedQueue::new(layers.iter().map(AnyLayer::fast_keep_wait).collect(), bypass);
+        // `Diff` settles after every input in views of even logical time, so the layers are
+        // compared with the twin's at every input; in views of odd logical time it settles in
+        // batches with deadlines, as `On` does, so that compiled traces run ahead of the copies
+        // they leave waiting, as in production (a condition that read a kept buffer would pass a
+        // `Diff` that settles at once; test `in_views_of_odd_logical_time_the_diff_settles_in_batches`).
+        let batched = bypass == Bypass::On || view.view_id.ltime % 2 == 1;
+        let delayed = DelayedQueue::new(layers.iter().map(AnyLayer::fast_keep_wait).collect(), batched);
         let mut stack = Stack {
             alarms: vec![None; layers.len()],
             next_alarm: None,

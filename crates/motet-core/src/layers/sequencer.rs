@@ -61,6 +61,13 @@ pub static SPEC: LayerSpec = LayerSpec {
     below_every: &[],
 };
 
+/// The most runs one `Order` names (each at most 8 bytes): an order that interleaved more
+/// origins in one `order_delay` is announced in several. Unbounded, about 21,000 runs made an
+/// `Order` larger than a datagram, dropped at every send and retransmission, and total order
+/// stopped at every member but the sequencer (a review's finding). Within the room kept for
+/// headers, as `causal`'s entries are (`motet_wire::hdr::causal::ENTRIES_BYTES_MAX`).
+pub const ORDER_RUNS_MAX: usize = 256;
+
 /// `sequencer` state.
 #[derive(Debug, PartialEq)]
 pub struct Sequencer {
@@ -110,9 +117,21 @@ impl Sequencer {
         self.rank == 0
     }
 
+    /// At the sequencer: an arrival of `origin` would start a run past [`ORDER_RUNS_MAX`], so
+    /// the pending order goes out first (the layered path; the fast path refuses such arrivals).
+    fn order_full(&self, origin: Rank) -> bool {
+        self.is_sequencer()
+            && !self.blocked
+            && self.pending.len() >= ORDER_RUNS_MAX
+            && self.pending.last().is_none_or(|&(last, _)| last != origin)
+    }
+
     /// At the sequencer, before the flush: a cast of `origin` arrived, so it joins the order to
     /// announce at the end of the turn.
     fn note_arrival(&mut self, origin: Rank, out: &mut Outbox<'_>) {
+        if self.order_full(origin) {
+            self.announce(out);
+        }
         if self.is_sequencer() && !self.blocked {
             match self.pending.last_mut() {
                 Some((last, count)) if *last == origin => *count += 1,
@@ -295,6 +314,8 @@ impl Layer for Sequencer {
                     && !self.too_far(runs);
                 valid.then_some(UpStep { absorb: true, release: true, ..UpStep::to(up.qos) })
             }
+            // An arrival that would make the pending order too long: announced first, layered.
+            motet_wire::Header::Sequencer(Header::Data) if self.order_full(up.origin) => None,
             motet_wire::Header::Sequencer(Header::Data) => match self.order.front() {
                 // The order already names it: it is delivered now, then what the order names
                 // next, if it has arrived (the run goes on with a later cast of its origin, or
@@ -380,6 +401,45 @@ mod tests {
 
     fn order(runs: &[(Rank, u32)]) -> Msg {
         Msg::default().with(Header::Order(runs.to_vec().into()))
+    }
+
+    /// An order names at most `ORDER_RUNS_MAX` runs: arrivals that interleave more origins within
+    /// one `order_delay` are announced in several orders. Before, one order named them all, and
+    /// past about 21,000 runs it was larger than a datagram and could never be sent.
+    #[test]
+    fn an_order_names_at_most_order_runs_max_runs() {
+        let view = crate::testing::view(3);
+        let mut h = Harness::new(Sequencer::new(&Config::default(), &view, 0), 0);
+        let orders = |out: &[Out]| -> Vec<Vec<(Rank, u32)>> {
+            out.iter()
+                .filter_map(|o| match o {
+                    Out::Dn(Dn::Cast { msg, .. }) => match msg.hdrs.last().as_deref() {
+                        Some(motet_wire::Header::Sequencer(Header::Order(runs))) => Some(runs.to_vec()),
+                        _ => None,
+                    },
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut sent = Vec::new();
+        for k in 0..1000u32 {
+            let origin = 1 + (k % 2) as Rank;
+            sent.extend(orders(&h.up(Up::Cast { origin, msg: data(k as u8), qos: Qos::Reliable })));
+        }
+        sent.extend(orders(&h.timer(h.alarm.expect("the order's delay"))));
+        assert!(sent.len() >= 4, "{} orders", sent.len());
+        assert!(sent.iter().all(|runs| runs.len() <= ORDER_RUNS_MAX));
+        let named: u32 = sent.iter().flatten().map(|&(_, count)| count).sum();
+        assert_eq!(named, 1000, "every arrival named once, in order");
+        let flat: Vec<Rank> = sent.iter().flatten().flat_map(|&(o, c)| std::iter::repeat_n(o, c as usize)).collect();
+        assert!(flat.iter().enumerate().all(|(k, &o)| o == 1 + (k % 2) as Rank));
+        // The fast path refuses the arrival that would start one run too many.
+        let header = motet_wire::Header::from(Header::Data);
+        for k in 0..ORDER_RUNS_MAX as u32 {
+            h.up(Up::Cast { origin: 1 + (k % 2) as Rank, msg: data(0), qos: Qos::Reliable });
+        }
+        let up = fast::Up { origin: 1, cast: true, qos: Qos::Reliable, header: &header, len: 1 };
+        assert!(h.layer.fast_up(&up).is_none());
     }
 
     #[test]

@@ -150,14 +150,29 @@ impl Totem {
         seq.saturating_sub(known) > self.ahead_max
     }
 
-    /// Whether cast `seq` is refused: too far ahead ([`Totem::ahead`]), or to be held beyond a
-    /// gap when `ahead_max` casts are held already. The first alone bounds how far one cast is
-    /// ahead, not how many are held: each accepted cast raises what counts as known, so a faulty
-    /// member numbering its casts `ahead_max` apart, one after the other, had every one held
-    /// for the rest of the view (a review's finding). A genuine member's held casts are
-    /// numbered and in flight, at most `ahead_max` of them.
+    /// Whether cast `seq` is refused: too far ahead ([`Totem::ahead`]), or, held, it would leave
+    /// more than `ahead_max` numbers missing between the next to deliver and the highest held.
+    /// The first alone bounds how far one cast is ahead, not how far held casts reach: each
+    /// accepted cast raises what counts as known, so a faulty member numbering its casts
+    /// `ahead_max` apart, one after the other, had every one held for the rest of the view (a
+    /// review's finding). The numbers missing are casts numbered and not yet received, at most
+    /// `ahead_max` of them for genuine members (the premise of `ahead`); the casts that did
+    /// arrive are not bounded, since `mflow` credits a cast when it arrives, not when it is
+    /// delivered: a holder may cast a window after window while one earlier cast is repaired.
+    /// (The thirty-third session bounded their count instead, and dropped genuine casts so,
+    /// which had already been delivered by `mnak`: members then delivered different casts. The
+    /// thirty-fourth session's review found it.)
     fn refused(&self, seq: u64) -> bool {
-        self.ahead(seq) || (seq > self.deliver_next && self.held.len() as u64 >= self.ahead_max)
+        if self.ahead(seq) {
+            return true;
+        }
+        if seq <= self.deliver_next || self.held.contains_key(&seq) {
+            return false;
+        }
+        let top = self.held.last_key_value().map_or(seq, |(&last, _)| last.max(seq));
+        let span = top - self.deliver_next + 1;
+        let missing = span.saturating_sub(self.held.len() as u64 + 1);
+        missing > self.ahead_max
     }
 
     /// The most unordered casts one origin can have cast in a view.
@@ -517,25 +532,30 @@ mod tests {
         b.up(Up::Send { origin: 0, msg: token });
         assert!(!b.layer.holder, "a token far ahead is not taken");
         assert_eq!(b.stats.drops(DropReason::OutOfWindow), 2);
-        // Just within: held, waiting for the casts before it; and a cast that far beyond it is
-        // taken too (what is held counts as known: a long gap does not make casts look too far).
+        // Just within: held, waiting for the casts before it; and casts right after it are taken
+        // too, however far from the next to deliver (a long gap does not make them look too far:
+        // what is missing is counted, not the distance). One that would leave more numbers
+        // missing than can be on their way is not.
         b.up(data(far - 1));
         assert_eq!(b.layer.held.len(), 1);
-        b.up(data(2 * far - 2));
-        assert_eq!(b.layer.held.len(), 2);
+        b.up(data(far));
+        b.up(data(far + 1));
+        assert_eq!(b.layer.held.len(), 3);
         assert_eq!(b.stats.drops(DropReason::OutOfWindow), 2);
+        b.up(data(far + 3));
+        assert_eq!((b.layer.held.len(), b.stats.drops(DropReason::OutOfWindow)), (3, 3));
         // Unordered: at most pending_max plus a window from one origin.
         for _ in 0..b.layer.unordered_max() + 3 {
             b.up(Up::Cast { origin: 0, msg: Msg::default().with(Header::Unordered), qos: Qos::Reliable });
         }
         assert_eq!(b.layer.unordered[0].len() as u64, b.layer.unordered_max());
-        assert_eq!(b.stats.drops(DropReason::OutOfWindow), 5);
+        assert_eq!(b.stats.drops(DropReason::OutOfWindow), 6);
     }
 
-    /// Casts each within the bound of the one before, `ahead_max` apart, are held only up to
-    /// `ahead_max` of them: before, every one was held for the rest of the view (each raised
-    /// what counts as known), at a faulty member's rate (a review's finding). The fast path
-    /// refuses the same casts.
+    /// Casts each within the bound of the one before, `ahead_max` apart, are held only while the
+    /// numbers missing below them stay within `ahead_max`: before the thirty-third session every
+    /// one was held for the rest of the view (each raised what counts as known), at a faulty
+    /// member's rate. The fast path refuses the same casts.
     #[test]
     fn casts_held_beyond_a_gap_are_at_most_ahead_max() {
         let view = crate::testing::view_of("vsync+Token", 2);
@@ -546,14 +566,36 @@ mod tests {
         for k in 1..=10u64 {
             b.up(data(k * 4));
         }
-        assert_eq!(b.layer.held.len(), 4);
-        assert_eq!(b.stats.drops(DropReason::OutOfWindow), 6);
-        let header = motet_wire::Header::from(Header::Data { seq: 41 });
+        assert_eq!(b.layer.held.len(), 1, "4 held (0..4 missing); 8 would leave 7 missing");
+        assert_eq!(b.stats.drops(DropReason::OutOfWindow), 9);
+        let header = motet_wire::Header::from(Header::Data { seq: 9 });
         let up = fast::Up { origin: 0, cast: true, qos: Qos::Reliable, header: &header, len: 1 };
         assert!(b.layer.fast_up(&up).is_none(), "the fast path refuses it too");
         // The one expected next is still taken, and delivered.
         b.up(data(0));
         assert_eq!(b.layer.deliver_next, 1);
+    }
+
+    /// Genuine casts that arrived behind one missing number are all held, however many (`mflow`
+    /// credits them on arrival), and delivered once it comes. The thirty-third session's bound
+    /// on their count dropped those past `ahead_max`, which `mnak` had already delivered: the
+    /// members then delivered different casts (a review's finding).
+    #[test]
+    fn genuine_casts_behind_one_gap_are_held_however_many() {
+        let view = crate::testing::view_of("vsync+Token", 3);
+        let mut b = Harness::new(Totem::new(&Config { pending_max: 2 }, &view, 2), 2);
+        b.layer.ahead_max = 4;
+        let data = |origin, seq| Up::Cast {
+            origin,
+            msg: Msg::new(vec![1].into()).with(Header::Data { seq }),
+            qos: Qos::Reliable,
+        };
+        for seq in 1..=20 {
+            b.up(data(1, seq));
+        }
+        assert_eq!((b.layer.held.len(), b.stats.drops(DropReason::OutOfWindow)), (20, 0));
+        b.up(data(0, 0));
+        assert_eq!(b.layer.deliver_next, 21);
     }
 
     /// Without flow control a member may lag any number of casts behind, so a token numbered that

@@ -30,8 +30,9 @@ pub(crate) struct DelayedQueue {
     /// The earliest of the copies' inputs' times plus their layers' waits: when they must be
     /// filed even if their batch has not filled (`None`: they may wait for the next input).
     by: Option<Instant>,
-    /// Copies that make a batch: [`SETTLE_BATCH`], or 1 under `Bypass::Diff`, which compares
-    /// the layers with its twin's only when the stack has settled, so it settles whenever idle.
+    /// Copies that make a batch: [`SETTLE_BATCH`], or 1 in half the views under `Bypass::Diff`
+    /// (see `Stack::with_bypass`), which compares the layers with its twin's only when the stack
+    /// has settled, so that those views settle whenever idle.
     batch: usize,
     /// A copy of a layer that declares no wait is queued: the copies are due at the driver's next
     /// idle moment, as if the batch were full (not at a deadline of its input's time, which a
@@ -41,9 +42,9 @@ pub(crate) struct DelayedQueue {
 
 impl DelayedQueue {
     /// An empty queue for layers that declare `waits` ([`crate::Layer::fast_keep_wait`], by
-    /// index), with the batch `bypass` settles.
-    pub(super) fn new(waits: Box<[crate::Duration]>, bypass: super::Bypass) -> DelayedQueue {
-        let batch = if bypass == super::Bypass::Diff { 1 } else { SETTLE_BATCH };
+    /// index), settled in batches of [`SETTLE_BATCH`] or (not `batched`) whenever idle.
+    pub(super) fn new(waits: Box<[crate::Duration]>, batched: bool) -> DelayedQueue {
+        let batch = if batched { SETTLE_BATCH } else { 1 };
         DelayedQueue { copies: VecDeque::new(), waits, by: None, batch, urgent: false }
     }
 

@@ -6,6 +6,7 @@ use crate::stack::delayed::SETTLE_BATCH;
 use crate::stack::{Bypass, SETTLE_LATE};
 use crate::testkit::Group;
 use crate::time::Duration;
+use crate::ViewState;
 
 fn buffered_at(stack: &Stack, layer: &str) -> usize {
     stack.buffered_by_layer().into_iter().find(|(name, _)| *name == layer).map_or(0, |(_, n)| n)
@@ -119,6 +120,35 @@ fn the_diff_catches_an_input_that_does_not_settle_first() {
     };
     assert_eq!(late(false), None);
     let caught = late(true).expect("a retransmission buffer filed late went unnoticed");
+    assert!(caught.contains("bypass diff after a timeout"), "{caught}");
+}
+
+/// `Diff` settles in batches, as `On` does, in views of odd logical time: compiled traces then run
+/// ahead of the copies they leave waiting and are still compared with the layered twin at every
+/// input, and a bug in what waits is still caught (here, a timer that does not settle first).
+/// Before, `Diff` always settled after each input, and copies never waited across inputs.
+#[test]
+fn in_views_of_odd_logical_time_the_diff_settles_in_batches() {
+    let base = crate::testing::view_of("vsync", 3);
+    let at = |ltime: u64| {
+        Arc::new(ViewState { view_id: crate::view::ViewId { ltime, ..base.view_id }, ..ViewState::clone(&base) })
+    };
+    let waiting = |view: Arc<ViewState>| {
+        let mut stack = Stack::with_bypass(view, 1, Instant::ZERO, Bypass::Diff).unwrap();
+        stack.handle_action(Instant::ZERO, Action::send(0, b"x".as_slice().into())).unwrap();
+        stack.handle_action(Instant::ZERO, Action::send(0, b"y".as_slice().into())).unwrap();
+        assert_eq!(stack.bypass_stats().compiled, 2);
+        (stack.settle_due(), stack)
+    };
+    assert!(waiting(at(2)).0, "an even view settles whenever idle");
+    let (due, mut stack) = waiting(at(3));
+    assert!(!due && stack.unsettled(), "two copies wait for a batch of {SETTLE_BATCH}");
+    SETTLE_LATE.with(|s| s.set(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        stack.handle_timeout(Instant::ZERO + Duration::from_millis(1_000));
+    }));
+    SETTLE_LATE.with(|s| s.set(false));
+    let caught = result.err().and_then(|e| e.downcast_ref::<String>().cloned()).expect("caught");
     assert!(caught.contains("bypass diff after a timeout"), "{caught}");
 }
 
