@@ -522,6 +522,9 @@ fn a_busy_member_reports_stats_by_the_clock_and_leaves_on_sigterm_during_a_flood
     std::thread::sleep(Duration::from_millis(100)); // let the reader drain
     let events = procs[0].events();
     assert_eq!(events.last(), Some(&LogEvent::Exit), "no exit event: the leave was given up");
+    // And the reports can be seen at all (the bound above holds for none): one at the exit.
+    let reports = procs[0].lines.lock().unwrap().iter().filter(|l| l.contains("\"type\":\"stats\"")).count();
+    assert!(reports >= 1, "no stats report, not even at the exit");
 }
 
 /// SIGTERM ends a member whose output is not being read (a full pipe blocks its writes, and the
@@ -652,8 +655,13 @@ fn a_member_started_with_exit_with_parent_ends_with_its_parent() {
 #[test]
 fn a_member_whose_parent_ends_while_it_starts_ends_too() {
     let port = free_ports(1)[0];
+    let dir = std::env::temp_dir().join(format!("motet-orphan-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (out, err) = (dir.join("out"), dir.join("err"));
     let script = format!(
-        "\"$0\" member --group orphan --bind 127.0.0.1:{port} --peers 127.0.0.1:{port} --exit-with-parent --parent-pid $$ </dev/null >/dev/null 2>&1 & echo $!"
+        "\"$0\" member --group orphan --bind 127.0.0.1:{port} --peers 127.0.0.1:{port} --json --exit-with-parent --parent-pid $$ </dev/null >{} 2>{} & echo $!",
+        out.display(),
+        err.display()
     );
     let output = Command::new("sh").args(["-c", &script, env!("CARGO_BIN_EXE_motet")]).output().unwrap();
     let pid: u32 = String::from_utf8_lossy(&output.stdout).trim().parse().unwrap();
@@ -669,4 +677,10 @@ fn a_member_whose_parent_ends_while_it_starts_ends_too() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    // It ended for its parent's sake (not a usage or socket error): it saw the parent gone before
+    // joining, or joined and left on the kernel's SIGTERM.
+    let (stdout, stderr) = (std::fs::read_to_string(&out).unwrap(), std::fs::read_to_string(&err).unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+    let left = stdout.lines().last().is_some_and(|line| line.contains("\"type\":\"exit\""));
+    assert!(stderr.contains("is gone; not joining") || left, "stdout: {stdout}\nstderr: {stderr}");
 }

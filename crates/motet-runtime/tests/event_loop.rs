@@ -4,6 +4,15 @@
 //! a spin finds nothing), waiting in the receive call, receive offload. The threaded runtime's
 //! tests are in `loopback.rs` and `backpressure.rs`.
 
+/// Said on the real standard error: libtest captures `eprintln!` and shows it only for a failing
+/// test, so a skip said with it was seen by nobody.
+macro_rules! skipped {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 use motet_runtime::{EndpointId, Event, EventLoop, GroupConfig, Runtime, RuntimeConfig};
 use std::time::{Duration, Instant};
 
@@ -235,7 +244,7 @@ fn offload_probe() -> (motet_runtime::EventLoop, impl FnMut(&mut motet_runtime::
 #[test]
 fn receive_offload_goes_on_when_waits_keep_finding_several_datagrams_queued() {
     if !gro_supported() {
-        eprintln!("loopback test: this kernel has no UDP receive offload (UDP_GRO); not tested");
+        skipped!("loopback test: this kernel has no UDP receive offload (UDP_GRO); not tested");
         return;
     }
     let (mut event_loop, mut send_and_poll) = offload_probe();
@@ -258,7 +267,7 @@ fn receive_offload_goes_on_when_waits_keep_finding_several_datagrams_queued() {
 #[test]
 fn receive_offload_goes_on_when_batches_keep_finding_several_datagrams_queued() {
     if !gro_supported() {
-        eprintln!("loopback test: this kernel has no UDP receive offload (UDP_GRO); not tested");
+        skipped!("loopback test: this kernel has no UDP receive offload (UDP_GRO); not tested");
         return;
     }
     let (mut event_loop, mut send_and_poll) = offload_probe();

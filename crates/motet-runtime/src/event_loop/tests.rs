@@ -1,3 +1,12 @@
+/// Said on the real standard error: libtest captures `eprintln!` and shows it only for a failing
+/// test, so a skip said with it was seen by nobody.
+macro_rules! skipped {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 use super::*;
 use std::sync::{Condvar, Mutex};
 
@@ -384,7 +393,7 @@ fn a_migration_to_another_interface_receives_the_multicast_group_there() {
         _ => None,
     });
     let Some(other) = other else {
-        eprintln!("SKIPPED multicast migration test: no IPv4 interface but loopback (no route out)");
+        skipped!("SKIPPED multicast migration test: no IPv4 interface but loopback (no route out)");
         return;
     };
     // A group of this process's own: another test's members must not join it on either interface.
@@ -407,7 +416,7 @@ fn a_migration_to_another_interface_receives_the_multicast_group_there() {
         socket.send_to(b"junk", &SocketAddr::from((group, port)).into())
     };
     if let Err(error) = try_junk_from(other) {
-        eprintln!("SKIPPED multicast migration test: {other} cannot send multicast ({error})");
+        skipped!("SKIPPED multicast migration test: {other} cannot send multicast ({error})");
         return;
     }
     let junk_from = |from| assert_eq!(try_junk_from(from).unwrap(), 4);

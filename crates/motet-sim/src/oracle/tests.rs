@@ -408,8 +408,14 @@ fn a_member_that_crashes_later_is_held_to_the_views_it_went_on_from() {
 fn a_crashed_sender_need_not_be_delivered_but_a_crashed_receiver_is_excused_too() {
     let mut trace = good();
     trace.deliveries.retain(|d| !(d.origin == 2 && d.node == 0));
+    // The crashed node also misses another's casts, as a receiver.
+    trace.deliveries.retain(|d| !(d.origin == 0 && d.node == 2));
     trace.crashed[2] = Some(Instant::ZERO);
     assert_eq!(check(&trace), vec![]);
+    // The control: the same trace with node 2 correct loses casts at node 2.
+    trace.crashed[2] = None;
+    let violations = check(&trace);
+    assert!(violations.iter().any(|v| matches!(v, Violation::Lost { node: 2, .. })), "{violations:?}");
 }
 
 #[test]
