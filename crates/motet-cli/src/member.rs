@@ -327,10 +327,12 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    if args.exit_with_parent {
-        // From here the kernel sends SIGTERM (a leave, as a supervisor's stop) when the parent
-        // ends; a parent already gone is seen by its id. The 200 ms watch below stays, for a
-        // kernel that refuses the request.
+    if args.exit_with_parent && args.parent_pid.is_some() {
+        // From here the kernel sends SIGTERM (a leave, as a supervisor's stop) when the thread
+        // that started this process ends: only for a parent that says who it is (`--parent-pid`,
+        // as `motet demo` does from its main thread), since a launcher that spawns from a worker
+        // thread would see its members leave when that thread returned. A parent already gone is
+        // seen by its id. The 200 ms watch below stays, for a kernel that refuses the request.
         if let Err(error) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM) {
             note!("motet member: cannot ask to be told of the parent's end ({error}); watching it instead");
         }

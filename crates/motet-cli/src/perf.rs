@@ -646,7 +646,13 @@ fn peer(args: &PeerArgs) -> Result<(), String> {
                 loop {
                     match raw.recv_from(&mut buf) {
                         Ok((0, _)) => break,
-                        Ok((n, from)) => drop(raw.send_to(&buf[..n], from)),
+                        Ok((n, from)) => {
+                            drop(raw.send_to(&buf[..n], from));
+                            // Under a steady stream the timeout below never comes.
+                            if stopped() {
+                                return Ok(());
+                            }
+                        }
                         Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
                             if stopped() {
                                 return Ok(());

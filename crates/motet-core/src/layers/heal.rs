@@ -153,7 +153,7 @@ impl Layer for Heal {
                 let stranger = self.view.rank_of(EndpointId(coord)).is_none();
                 // A partition at the largest logical time cannot be merged with (`inter` refuses
                 // it): asking would only flush both sides for nothing, at every hello.
-                let mergeable = ltime < motet_wire::hdr::intra::LTIME_MAX;
+                let mergeable = ltime.max(self.view.view_id.ltime) + 2 <= motet_wire::hdr::intra::LTIME_MAX;
                 if self.coord != self.rank || !stranger || self.replaced || !mergeable {
                     return;
                 }

@@ -213,11 +213,13 @@ impl Layer for Inter {
                 // The merged view's logical time is one past the larger of the two, and a view
                 // past `LTIME_MAX` does not decode: granted, one request at `LTIME_MAX` (a forged
                 // one) gave the granter a view its members could not receive, and every later
-                // view of its lineage could not be sent to another partition, for good.
+                // view of its lineage could not be sent to another partition, for good. The
+                // merged view must leave room for one view after it (the exclusion of a forged
+                // request's members) that still decodes.
                 let merged = self.view.len() + request.members.len();
                 let bytes = self.view.to_full().encoded_len() + request.encoded_len() + VIEW_HEADROOM;
                 let ltime = self.view.view_id.ltime.max(request.ltime);
-                if (merged > motet_wire::RANKS_MAX || bytes > motet_wire::DATAGRAM_SIZE_MAX || ltime >= LTIME_MAX)
+                if (merged > motet_wire::RANKS_MAX || bytes > motet_wire::DATAGRAM_SIZE_MAX || ltime + 2 > LTIME_MAX)
                     && matches!(self.phase, Phase::Idle)
                 {
                     tracing::warn!(
@@ -329,10 +331,10 @@ mod tests {
     #[test]
     fn a_merge_past_the_largest_logical_time_is_refused() {
         let mut late = request();
-        late.ltime = LTIME_MAX - 1;
+        late.ltime = LTIME_MAX - 2;
         let out = inter(0).up(Up::MergeRequest(late.clone()));
-        assert!(matches!(&out[..], [Out::Dn(Dn::MergeFlush)]), "the merged view at LTIME_MAX decodes: {out:?}");
-        late.ltime = LTIME_MAX;
+        assert!(matches!(&out[..], [Out::Dn(Dn::MergeFlush)]), "the merged view and the next decode: {out:?}");
+        late.ltime = LTIME_MAX - 1;
         let out = inter(0).up(Up::MergeRequest(late));
         assert!(matches!(&out[..], [Out::Dn(Dn::MergeDeny { .. })]), "{out:?}");
     }

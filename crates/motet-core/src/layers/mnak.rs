@@ -82,8 +82,8 @@ impl Default for Config {
     }
 }
 
-/// The most live members (this one included) among whom a failed origin's casts are NAKed to
-/// the whole view ([`Mnak::nak_to`]): each NAK is then answered at most this many times.
+/// Below this many other live members, a failed origin's casts are NAKed to the whole view at
+/// once ([`Mnak::nak_to`]): each NAK is then answered fewer times than this.
 const NAK_CAST_MAX: usize = 8;
 
 /// Static description.
@@ -259,25 +259,38 @@ impl Mnak {
 
     /// NAKs `lo..=hi` of `origin`: to the origin while it lives, else to the whole view.
     fn nak(&mut self, origin: Rank, lo: Seqno, hi: Seqno, out: &mut Outbox<'_>) {
-        self.nak_to(origin, lo, hi, origin, out);
+        self.nak_to(origin, lo, hi, (origin, 0), out);
     }
 
-    /// NAKs `lo..=hi` of `origin` to `dest`. If the origin has failed: to the whole view in a
-    /// small one (any holder answers at once), and in a larger one to one member at a time (the
-    /// sweep's `repairer`; `dest` if it is not the origin): every holder answers a NAK cast to
-    /// all, and at 64 members, with 31 lacking 256 casts of a failed origin that 32 hold, that was
-    /// about 250,000 retransmissions at once, during the flush, 31 of every 32 of them duplicates.
-    fn nak_to(&mut self, origin: Rank, lo: Seqno, hi: Seqno, dest: Rank, out: &mut Outbox<'_>) {
+    /// NAKs `lo..=hi` of `origin` to `dest`, asked after `stalled` sweeps found the hole where it
+    /// was. If the origin has failed, the live members are asked instead: in a small view
+    /// (at most [`NAK_CAST_MAX`] live) all at once, by a cast, since any holder answers; in a
+    /// larger one, 1, 2, 4 ... more of them at each sweep, in ring order from the origin, and
+    /// all at once by a cast when the next batch would reach them all (at 300 members, about 9
+    /// sweeps). Cast to all at once, every holder answered: at 64 members, with 31 lacking 256
+    /// casts of a failed origin that 32 hold, about 250,000 retransmissions at once, during the
+    /// flush, 31 of every 32 of them duplicates. One member a sweep (the first version of this)
+    /// took n sweeps to reach a holder, past the flush's timeout in a large view (a review's
+    /// finding).
+    fn nak_to(&mut self, origin: Rank, lo: Seqno, hi: Seqno, (dest, stalled): (Rank, u32), out: &mut Outbox<'_>) {
         self.origins[usize::from(origin)].asked.asked(hi);
         out.count(super::LayerKind::Mnak, Counter::NakSent);
         let msg = Msg::default().with(Header::Nak { origin, lo, hi });
         if !self.failed.contains(origin) {
             out.dn(Dn::Send { dest, msg });
-        } else if (0..self.origins.len() as Rank).filter(|&r| !self.failed.contains(r)).count() <= NAK_CAST_MAX {
+            return sweep_due(&mut self.sweep_at, out.now() + self.config.sweep_interval, out);
+        }
+        let n = self.origins.len() as u32;
+        let live = |r: &Rank| *r != self.rank && !self.failed.contains(*r);
+        let ring = || (0..n).map(|i| ((u32::from(origin) + i) % n) as Rank).filter(live);
+        let others = ring().count();
+        let batch = 1usize.checked_shl(stalled.min(31)).unwrap_or(usize::MAX);
+        if others < NAK_CAST_MAX || batch.saturating_mul(2) > others {
             out.dn(Dn::Cast { msg, qos: Qos::Unreliable });
         } else {
-            let dest = if dest == origin { self.repairer(origin, 0) } else { dest };
-            out.dn(Dn::Send { dest, msg });
+            for dest in ring().skip(batch - 1).take(batch) {
+                out.dn(Dn::Send { dest, msg: msg.clone() });
+            }
         }
         sweep_due(&mut self.sweep_at, out.now() + self.config.sweep_interval, out);
     }
@@ -603,7 +616,7 @@ impl Layer for Mnak {
             o.stalled = Some((o.received, stalled));
             let dest = self.repairer(origin, stalled);
             for (lo, hi) in asks {
-                self.nak_to(origin, lo, hi, dest, out);
+                self.nak_to(origin, lo, hi, (dest, stalled), out);
             }
         }
     }

@@ -34,11 +34,12 @@ fn gap_from_failed_origin_is_naked_to_the_view_and_answered_by_any_holder() {
     assert_eq!(lagger.layer.origins[0].received, 2);
 }
 
-/// In a view of more than `NAK_CAST_MAX` live members, a failed origin's gap is asked of one
-/// member at a time, the next one at each sweep that finds it where it was: cast to the view,
-/// every holder answered (at 64 members, hundreds of thousands of duplicates at once).
+/// In a view of `NAK_CAST_MAX` other live members or more, a failed origin's gap is asked of 1,
+/// then 2, 4 ... more members at each sweep that finds it where it was, and of all by a cast
+/// once the next batch would reach them all: cast to the view at once, every holder answered
+/// (at 64 members, hundreds of thousands of duplicates at once).
 #[test]
-fn in_a_larger_view_a_failed_origins_gap_is_asked_of_one_member_at_a_time() {
+fn in_a_larger_view_a_failed_origins_gap_is_asked_of_more_members_at_each_sweep() {
     let view = crate::testing::view(NAK_CAST_MAX + 2);
     let me = (NAK_CAST_MAX + 1) as Rank;
     let mut h = Harness::new(Mnak::new(&Config::default(), &view, me), me);
@@ -53,8 +54,10 @@ fn in_a_larger_view_a_failed_origins_gap_is_asked_of_one_member_at_a_time() {
             .collect()
     };
     assert_eq!(naks(&h.timer(h.alarm.expect("nak_delay"))), [1]);
-    assert_eq!(naks(&h.timer(h.alarm.expect("sweep"))), [2], "a sweep that finds it where it was asks the next");
-    assert_eq!(naks(&h.timer(h.alarm.expect("sweep"))), [3]);
+    assert_eq!(naks(&h.timer(h.alarm.expect("sweep"))), [2, 3], "a sweep that finds it where it was asks two more");
+    assert_eq!(naks(&h.timer(h.alarm.expect("sweep"))), [4, 5, 6, 7]);
+    let out = h.timer(h.alarm.expect("sweep"));
+    assert!(matches!(&out[..], [Out::Dn(Dn::Cast { qos: Qos::Unreliable, .. })]), "then all: {out:?}");
     // In a small view the NAK is cast: any holder answers at once.
     let view = crate::testing::view(NAK_CAST_MAX + 1);
     let mut h = Harness::new(Mnak::new(&Config::default(), &view, me - 1), me - 1);
