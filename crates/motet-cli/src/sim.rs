@@ -145,6 +145,9 @@ struct Summary {
     /// Members `safe` suspected because they did not acknowledge held casts within
     /// `safe.ack_timeout` (likewise a bug to find in the simulator, where members are honest).
     ack_overdue: u64,
+    /// Members a state transfer suspected because it made no progress within
+    /// `xfer.stall_timeout` (likewise a bug to find here).
+    xfer_stalled: u64,
     /// Endpoint migrations the runs made (swarm runs draw some).
     migrations: u64,
     /// Inputs (application casts and sends, received casts and sends) that took the bypass, over
@@ -243,6 +246,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         merges_unanswered: 0,
         flush_timeouts: 0,
         ack_overdue: 0,
+        xfer_stalled: 0,
         migrations: 0,
         bypass_hit_rate: None,
         bypass_compiled_rate: None,
@@ -268,6 +272,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         summary.merges_unanswered += report.stats.counter(motet_core::Counter::MergeUnanswered);
         summary.flush_timeouts += report.stats.counter(motet_core::Counter::FlushTimedOut);
         summary.ack_overdue += report.stats.counter(motet_core::Counter::AckOverdue);
+        summary.xfer_stalled += report.stats.counter(motet_core::Counter::XferStalled);
         summary.migrations += report.trace.migrations.len() as u64;
         if report.violations.iter().any(|v| matches!(v, motet_sim::Violation::Liveness { .. })) {
             summary.liveness_failures += 1;
@@ -303,12 +308,13 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         );
         if summary.views_installed > 0 {
             println!(
-                "views     {} installed, {} migrations, {} merge requests unanswered, {} flush timeouts, {} overdue acknowledgements",
+                "views     {} installed, {} migrations, {} merge requests unanswered, {} flush timeouts, {} overdue acknowledgements, {} stalled transfers",
                 summary.views_installed,
                 summary.migrations,
                 summary.merges_unanswered,
                 summary.flush_timeouts,
-                summary.ack_overdue
+                summary.ack_overdue,
+                summary.xfer_stalled
             );
         }
         if let (Some(p50), Some(max)) = (summary.converge_ms_p50, summary.converge_ms_max) {

@@ -145,6 +145,10 @@ pub struct SimOptions {
     /// so a bundle holds what one input caused (acknowledgements, retransmissions, a view
     /// change's messages), not several of its casts.
     pub bundles: bool,
+    /// Nodes whose application never says it is done with a state transfer it received
+    /// (`XferDone`): a fault the failure detector cannot see, which `xfer.stall_timeout` must
+    /// resolve.
+    pub never_done: Vec<usize>,
 }
 
 impl SimOptions {
@@ -174,6 +178,7 @@ impl SimOptions {
             bypass: motet_core::Bypass::On,
             no_loopback: Vec::new(),
             bundles: false,
+            never_done: Vec::new(),
         }
     }
 

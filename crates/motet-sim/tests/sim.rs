@@ -277,6 +277,29 @@ fn state_transfer_swarm_passes() {
     assert!(transfers > 50, "the swarm made transfer views: {transfers}");
 }
 
+/// A member whose application never says it is done with the state it received (a fault the
+/// failure detector cannot see: it stays audible) is suspected by the provider once no member's
+/// done came for `xfer.stall_timeout`, and the transfer view ends without it. Before, the
+/// transfer view held every cast of the group for good.
+#[test]
+fn a_member_that_never_says_done_is_excluded_and_the_transfer_view_ends() {
+    for seed in 1..=5 {
+        let mut options = SimOptions::new(seed, 3, StackSpec::parse("vsync+Xfer").unwrap());
+        options.initial = Some(vec![0, 1]);
+        options.script = vec![(300, motet_sim::options::ScriptAction::Start(2))];
+        options.never_done = vec![2];
+        options.config.xfer.stall_timeout = motet_core::Duration::from_millis(3_000);
+        let report = run(&options);
+        assert_eq!(first(&report.violations), [], "seed {seed}: {}", options.replay_command(false));
+        assert!(report.stats.counter(motet_core::Counter::XferStalled) >= 1, "seed {seed}: the stall was found");
+        // The group went on: a view without the transfer, of nodes 0 and 1, was installed.
+        let at0: Vec<_> = report.trace.views.iter().filter(|v| v.node == 0).collect();
+        let merged = at0.iter().position(|v| v.members.contains(&2)).expect("node 2 merged in");
+        let normal = at0[merged..].iter().any(|v| !v.members.contains(&2));
+        assert!(normal, "seed {seed}: {:?}", report.trace.views);
+    }
+}
+
 #[test]
 fn a_restarted_process_merges_back_as_a_new_endpoint() {
     for seed in 1..=15 {

@@ -379,6 +379,7 @@ impl StackConfig {
             ("intra.commit_timeout_ms", self.intra.commit_timeout),
             ("intra.flush_timeout_ms", self.intra.flush_timeout),
             ("safe.ack_timeout_ms", self.safe.ack_timeout),
+            ("xfer.stall_timeout_ms", self.xfer.stall_timeout),
             ("mflow.lag_report_interval_ms", self.mflow.lag_report_interval),
             ("pt2ptw.lag_report_interval_ms", self.pt2ptw.lag_report_interval),
         ];
@@ -428,6 +429,13 @@ impl StackConfig {
             return bad(format!(
                 "intra.flush_timeout_ms ({} ms) must be longer than suspect.timeout_ms ({} ms): the flush timeout is for members that stay audible and never answer, the failure detector finds the failed ones (raise intra.flush_timeout_ms with suspect.timeout_ms)",
                 self.intra.flush_timeout.as_millis(),
+                self.suspect.timeout.as_millis()
+            ));
+        }
+        if self.xfer.stall_timeout <= self.suspect.timeout {
+            return bad(format!(
+                "xfer.stall_timeout_ms ({} ms) must be longer than suspect.timeout_ms ({} ms): it is for members that stay audible and never move the transfer, the failure detector finds the failed ones (raise xfer.stall_timeout_ms with suspect.timeout_ms)",
+                self.xfer.stall_timeout.as_millis(),
                 self.suspect.timeout.as_millis()
             ));
         }

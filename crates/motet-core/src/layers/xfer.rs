@@ -20,17 +20,44 @@
 //! either the granting partition's state or, if every member of that partition failed, its own
 //! partition's: every member ends with one partition's state. (Members whose state was already
 //! equal receive it again; the seeds do not say how Ensemble chose receivers.)
+//!
+//! A transfer that stops moving is a fault the failure detector cannot see (the members stay
+//! audible). The provider, which is also the view's coordinator (rank 0), watches its progress
+//! once its stream has ended (a member's `Done`): when no member's `Done` came for
+//! `stall_timeout` (default 60 s), it suspects the members that have not said it, and `intra`
+//! (above) starts the view change that excludes them; the transfer then ends without them
+//! (counter `XferStalled`). Before, a member that never said done held every cast of the group
+//! for good. Not covered: a provider whose application never streams. Its receivers would have
+//! to suspect their coordinator, which takes `slander` and `elect`, below this layer, which do
+//! not see a suspicion raised here.
 
 use crate::event::{AppEvent, Dn, DropReason, Msg, Qos, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
+use crate::time::{Duration, Instant};
 use crate::view::{RankSet, ViewState};
 use crate::Rank;
 use motet_wire::hdr::xfer::Header;
 
-/// `xfer` has no parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+/// `xfer` parameters.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct Config {}
+pub struct Config {
+    /// How long a transfer may go without progress (a chunk, the stream's end, a member's
+    /// `Done`) before the members it waits for are suspected. Default 60 s; longer than
+    /// `suspect.timeout` (checked): a failed member is the failure detector's to find.
+    #[serde(
+        rename = "stall_timeout_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
+    pub stall_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { stall_timeout: Duration::from_millis(60_000) }
+    }
+}
 
 /// Static description.
 pub static SPEC: LayerSpec = LayerSpec {
@@ -56,11 +83,16 @@ pub struct Xfer {
     chunks: u64,
     /// The stream's last chunk was sent (the provider) or received (a receiver).
     ended: bool,
+    stall_timeout: Duration,
+    /// When the transfer last moved (`None` outside a transfer view, or once complete).
+    moved: Option<Instant>,
+    /// Members this layer suspected already.
+    suspected: RankSet,
 }
 
 impl Xfer {
     /// An `xfer` for `view`.
-    pub fn new(_config: &Config, view: &ViewState, rank: Rank) -> Xfer {
+    pub fn new(config: &Config, view: &ViewState, rank: Rank) -> Xfer {
         Xfer {
             rank,
             n: view.len(),
@@ -70,7 +102,32 @@ impl Xfer {
             complete: false,
             chunks: 0,
             ended: false,
+            stall_timeout: config.stall_timeout,
+            moved: None,
+            suspected: RankSet::new(),
         }
+    }
+
+    /// The transfer moved: the watch starts again from now.
+    fn moved(&mut self, out: &mut Outbox<'_>) {
+        if self.active && !self.complete {
+            if self.moved.is_none() {
+                out.alarm(out.now() + self.stall_timeout);
+            }
+            self.moved = Some(out.now());
+        }
+    }
+
+    /// Whom the transfer waits for, at the provider (the coordinator, whose `intra` acts on a
+    /// suspicion) once its stream has ended: the members that have not said `Done`. Nobody
+    /// elsewhere, or before the stream ended: receivers cannot be done before it ends (suspecting
+    /// them then, a provider excluded them all), and a suspicion a receiver raised here would
+    /// reach no layer that acts on it.
+    fn waited_for(&self) -> RankSet {
+        if self.rank != 0 || !self.ended {
+            return RankSet::new();
+        }
+        (1..self.n as Rank).filter(|&r| !self.suspected.contains(r) && !self.done.contains(r)).collect()
     }
 }
 
@@ -81,6 +138,7 @@ impl Layer for Xfer {
                 if self.active && self.rank == 0 {
                     out.deliver(AppEvent::XferProvide);
                 }
+                self.moved(out);
                 out.up(Up::Init);
             }
             Up::XferChunk { payload, last } => {
@@ -92,6 +150,7 @@ impl Layer for Xfer {
                     }
                     self.chunks += 1;
                     self.ended = last;
+                    self.moved(out);
                     let msg = Msg::new(payload).with(if last { Header::Last } else { Header::Chunk });
                     out.dn(Dn::Cast { msg, qos: Qos::Reliable });
                 }
@@ -122,13 +181,16 @@ impl Layer for Xfer {
                         }
                         self.chunks += 1;
                         self.ended = h == Header::Last;
+                        self.moved(out);
                         out.deliver(AppEvent::XferChunk { payload: msg.payload, last: self.ended });
                     }
                 }
                 Some(Header::Done) => {
                     self.done.insert(origin);
+                    self.moved(out);
                     if self.active && !self.complete && self.done.iter().count() == self.n {
                         self.complete = true;
+                        self.moved = None;
                         tracing::info!("state transfer complete at every member: the transfer view ends");
                         out.up(Up::XferComplete);
                     }
@@ -140,7 +202,36 @@ impl Layer for Xfer {
     }
 
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        if let Dn::Block = ev {
+            // The view is changing: its successor watches its own transfer.
+            self.moved = None;
+        }
         out.pass_dn(ev, Header::NoHdr);
+    }
+
+    fn handle_timer(&mut self, out: &mut Outbox<'_>) {
+        let Some(moved) = self.moved else { return };
+        let due = moved + self.stall_timeout;
+        if out.now() < due {
+            return out.alarm(due);
+        }
+        let stalled = self.waited_for();
+        if !stalled.is_empty() {
+            tracing::warn!(
+                ?stalled,
+                chunks = self.chunks,
+                "state transfer made no progress within stall_timeout: suspected"
+            );
+            for _ in stalled.iter() {
+                out.count(super::LayerKind::Xfer, crate::event::Counter::XferStalled);
+            }
+            self.suspected.union_with(&stalled);
+            out.up(Up::Suspect(stalled));
+        }
+        // Watched again: a view change that does not come (our suspicion lost with the
+        // coordinator) or a member still waited for is found once more.
+        self.moved = Some(out.now());
+        out.alarm(out.now() + self.stall_timeout);
     }
 
     fn check_invariants(&self) {
@@ -153,6 +244,7 @@ impl Layer for Xfer {
 mod tests {
     use super::*;
     use crate::layer::harness::{Harness, Out};
+    use crate::time::{Duration, Instant};
     use std::sync::Arc;
 
     fn xfer_view(n: usize) -> Arc<ViewState> {
@@ -164,8 +256,8 @@ mod tests {
     #[test]
     fn rank_0_streams_the_others_receive_and_all_done_completes() {
         let view = xfer_view(2);
-        let mut provider = Harness::new(Xfer::new(&Config {}, &view, 0), 0);
-        let mut receiver = Harness::new(Xfer::new(&Config {}, &view, 1), 1);
+        let mut provider = Harness::new(Xfer::new(&Config::default(), &view, 0), 0);
+        let mut receiver = Harness::new(Xfer::new(&Config::default(), &view, 1), 1);
         provider.up(Up::Init);
         assert_eq!(provider.app.pop_front(), Some(AppEvent::XferProvide));
         receiver.up(Up::Init);
@@ -193,7 +285,7 @@ mod tests {
     #[test]
     fn a_stream_ends_once_and_nothing_follows_its_end() {
         let view = xfer_view(2);
-        let mut provider = Harness::new(Xfer::new(&Config {}, &view, 0), 0);
+        let mut provider = Harness::new(Xfer::new(&Config::default(), &view, 0), 0);
         provider.up(Up::Init);
         let headers = |out: &[Out]| -> Vec<Vec<motet_wire::Header>> {
             out.iter()
@@ -208,7 +300,7 @@ mod tests {
         assert_eq!(headers(&out), vec![vec![last], vec![done]]);
         assert!(provider.up(Up::XferChunk { payload: b"late".as_slice().into(), last: true }).is_empty());
         assert_eq!(provider.stats.drops(DropReason::AfterEnd), 1);
-        let mut receiver = Harness::new(Xfer::new(&Config {}, &view, 1), 1);
+        let mut receiver = Harness::new(Xfer::new(&Config::default(), &view, 1), 1);
         receiver.up(Up::Init);
         for h in [Header::Last, Header::Chunk] {
             receiver.up(Up::Cast { origin: 0, msg: Msg::new(b"x".as_slice().into()).with(h), qos: Qos::Reliable });
@@ -217,10 +309,56 @@ mod tests {
         assert_eq!(receiver.stats.drops(DropReason::AfterEnd), 1);
     }
 
+    /// At the provider (the coordinator), a transfer whose stream has ended and that gets no
+    /// member's `Done` for `stall_timeout` suspects the members that have not said it; a `Done`
+    /// starts the watch again. Receivers, and a provider still streaming, suspect nobody. Before,
+    /// a member that never said done held every cast of the group for good.
+    #[test]
+    fn a_transfer_that_stops_moving_suspects_whom_it_waits_for() {
+        let view = xfer_view(3);
+        let t = Config::default().stall_timeout.as_millis();
+        let suspected = |out: &[Out]| -> Vec<Vec<Rank>> {
+            out.iter()
+                .filter_map(|o| match o {
+                    Out::Up(Up::Suspect(ranks)) => Some(ranks.iter().collect()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let at = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
+        let mut provider = Harness::new(Xfer::new(&Config::default(), &view, 0), 0);
+        provider.up(Up::Init);
+        assert_eq!(provider.alarm, Some(at(t)));
+        assert!(suspected(&provider.timer(at(t))).is_empty(), "still streaming: its application is waited for");
+        provider.now = at(t + 1);
+        provider.up(Up::XferChunk { payload: b"s".as_slice().into(), last: true });
+        provider.up(Up::XferDone);
+        // Member 1 says done halfway; member 2 never does.
+        provider.now = at(t + t / 2);
+        provider.up(Up::Cast { origin: 1, msg: Msg::default().with(Header::Done), qos: Qos::Reliable });
+        let due = provider.alarm.expect("watched");
+        assert!(suspected(&provider.timer(at(2 * t))).is_empty(), "it moved");
+        let due = provider.alarm.unwrap_or(due);
+        assert_eq!(due, at(t + t / 2 + t));
+        assert_eq!(suspected(&provider.timer(due)), [vec![2]]);
+        assert_eq!(provider.stats.counter(crate::event::Counter::XferStalled), 1);
+        assert!(suspected(&provider.timer(due + Duration::from_millis(t))).is_empty(), "suspected once");
+        // A receiver suspects nobody: its suspicion would reach no layer that acts on it.
+        let mut receiver = Harness::new(Xfer::new(&Config::default(), &view, 1), 1);
+        receiver.up(Up::Init);
+        assert!(suspected(&receiver.timer(at(10 * t))).is_empty());
+        // Complete: nothing more is watched.
+        for origin in 1..3 {
+            provider.up(Up::Cast { origin, msg: Msg::default().with(Header::Done), qos: Qos::Reliable });
+        }
+        provider.up(Up::Cast { origin: 0, msg: Msg::default().with(Header::Done), qos: Qos::Reliable });
+        assert!(suspected(&provider.timer(at(100 * t))).is_empty());
+    }
+
     #[test]
     fn outside_a_transfer_view_nothing_happens() {
         let view = crate::testing::view_of("vsync+Xfer", 2);
-        let mut h = Harness::new(Xfer::new(&Config {}, &view, 0), 0);
+        let mut h = Harness::new(Xfer::new(&Config::default(), &view, 0), 0);
         h.up(Up::Init);
         assert!(h.app.is_empty());
         assert!(h.up(Up::XferDone).is_empty());

@@ -215,7 +215,9 @@ impl World<'_> {
                     if last {
                         let bytes = std::mem::take(&mut sim.staging);
                         sim.state = bytes.chunks(12).filter_map(MsgId::parse).collect();
-                        sim.xfer_out.push_back(None);
+                        if !self.options.never_done.contains(&index) {
+                            sim.xfer_out.push_back(None);
+                        }
                         let view = key(&sim.views[&stack]);
                         self.trace.transfers.push(Transfer {
                             view,
