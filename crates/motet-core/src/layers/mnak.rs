@@ -118,6 +118,10 @@ struct Origin {
     /// lost, counted as the second and asked another member first: the origin itself only after
     /// one sweep per other member, about 5 s in a view of 100. Found by a review.)
     stalled: Option<(Seqno, u32)>,
+    /// Sweeps that asked for the holes of this origin since it failed: how many live members the
+    /// next NAK goes to ([`Mnak::nak_to`]). Not restarted when a hole fills, nor per hole: every
+    /// hole of a failed origin is asked of the same, growing, batch.
+    failed_asks: u32,
 }
 
 impl Origin {
@@ -259,20 +263,19 @@ impl Mnak {
 
     /// NAKs `lo..=hi` of `origin`: to the origin while it lives, else to the whole view.
     fn nak(&mut self, origin: Rank, lo: Seqno, hi: Seqno, out: &mut Outbox<'_>) {
-        self.nak_to(origin, lo, hi, (origin, 0), out);
+        self.nak_to(origin, lo, hi, origin, out);
     }
 
-    /// NAKs `lo..=hi` of `origin` to `dest`, asked after `stalled` sweeps found the hole where it
-    /// was. If the origin has failed, the live members are asked instead: in a small view
-    /// (at most [`NAK_CAST_MAX`] live) all at once, by a cast, since any holder answers; in a
-    /// larger one, 1, 2, 4 ... more of them at each sweep, in ring order from the origin, and
-    /// all at once by a cast when the next batch would reach them all (at 300 members, about 9
-    /// sweeps). Cast to all at once, every holder answered: at 64 members, with 31 lacking 256
+    /// NAKs `lo..=hi` of `origin` to `dest`. If the origin has failed, the live members are asked
+    /// instead: in a small view (fewer than [`NAK_CAST_MAX`] others live) all at once, by a cast,
+    /// since any holder answers; in a larger one, 1, 2, 4 ... more of them at each sweep since it
+    /// failed (`Origin::failed_asks`), in ring order from the origin, and all at once by a cast
+    /// when the next batch would reach them all (at 300 members, about 9 sweeps). Cast to all at once, every holder answered: at 64 members, with 31 lacking 256
     /// casts of a failed origin that 32 hold, about 250,000 retransmissions at once, during the
     /// flush, 31 of every 32 of them duplicates. One member a sweep (the first version of this)
     /// took n sweeps to reach a holder, past the flush's timeout in a large view (a review's
     /// finding).
-    fn nak_to(&mut self, origin: Rank, lo: Seqno, hi: Seqno, (dest, stalled): (Rank, u32), out: &mut Outbox<'_>) {
+    fn nak_to(&mut self, origin: Rank, lo: Seqno, hi: Seqno, dest: Rank, out: &mut Outbox<'_>) {
         self.origins[usize::from(origin)].asked.asked(hi);
         out.count(super::LayerKind::Mnak, Counter::NakSent);
         let msg = Msg::default().with(Header::Nak { origin, lo, hi });
@@ -284,7 +287,8 @@ impl Mnak {
         let live = |r: &Rank| *r != self.rank && !self.failed.contains(*r);
         let ring = || (0..n).map(|i| ((u32::from(origin) + i) % n) as Rank).filter(live);
         let others = ring().count();
-        let batch = 1usize.checked_shl(stalled.min(31)).unwrap_or(usize::MAX);
+        let asks = self.origins[usize::from(origin)].failed_asks;
+        let batch = 1usize.checked_shl(asks.min(31)).unwrap_or(usize::MAX);
         if others < NAK_CAST_MAX || batch.saturating_mul(2) > others {
             out.dn(Dn::Cast { msg, qos: Qos::Unreliable });
         } else {
@@ -616,7 +620,11 @@ impl Layer for Mnak {
             o.stalled = Some((o.received, stalled));
             let dest = self.repairer(origin, stalled);
             for (lo, hi) in asks {
-                self.nak_to(origin, lo, hi, (dest, stalled), out);
+                self.nak_to(origin, lo, hi, dest, out);
+            }
+            if self.failed.contains(origin) {
+                let o = &mut self.origins[usize::from(origin)];
+                o.failed_asks = o.failed_asks.saturating_add(1);
             }
         }
     }

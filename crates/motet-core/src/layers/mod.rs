@@ -432,13 +432,6 @@ impl StackConfig {
                 self.suspect.timeout.as_millis()
             ));
         }
-        if self.xfer.stall_timeout <= self.suspect.timeout {
-            return bad(format!(
-                "xfer.stall_timeout_ms ({} ms) must be longer than suspect.timeout_ms ({} ms): it is for members that stay audible and never move the transfer, the failure detector finds the failed ones (raise xfer.stall_timeout_ms with suspect.timeout_ms)",
-                self.xfer.stall_timeout.as_millis(),
-                self.suspect.timeout.as_millis()
-            ));
-        }
         if self.safe.ack_timeout <= self.suspect.timeout || self.safe.ack_timeout <= self.safe.ack_delay {
             return bad(format!(
                 "safe.ack_timeout_ms ({} ms) must be longer than suspect.timeout_ms ({} ms) and safe.ack_delay_ms ({} ms): it is for members that stay audible and never acknowledge, the failure detector finds the failed ones (raise safe.ack_timeout_ms with them)",

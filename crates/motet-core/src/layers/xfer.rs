@@ -23,10 +23,13 @@
 //!
 //! A transfer that stops moving is a fault the failure detector cannot see (the members stay
 //! audible). The provider, which is also the view's coordinator (rank 0), watches its progress
-//! once its stream has ended (a member's `Done`): when no member's `Done` came for
-//! `stall_timeout` (default 60 s), it suspects the members that have not said it, and `intra`
-//! (above) starts the view change that excludes them; the transfer then ends without them
-//! (counter `XferStalled`). Before, a member that never said done held every cast of the group
+//! once its stream has ended and some receiver has said `Done` (the state could be received and
+//! installed: a member still installing a large one is not taken for a stalled one while nobody
+//! is done): when no member's `Done` came for `stall_timeout` (default 60 s), it suspects the
+//! members that have not said it, and `intra` (above) starts the view change that excludes them;
+//! the transfer then ends without them (counter `XferStalled`). A member excluded so that stays
+//! audible merges back, and if it never says done in the next transfer view either, it holds
+//! the group that long again. Before, a member that never said done held every cast of the group
 //! for good. Not covered: a provider whose application never streams. Its receivers would have
 //! to suspect their coordinator, which takes `slander` and `elect`, below this layer, which do
 //! not see a suspicion raised here.
@@ -42,9 +45,8 @@ use motet_wire::hdr::xfer::Header;
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// How long a transfer may go without progress (a chunk, the stream's end, a member's
-    /// `Done`) before the members it waits for are suspected. Default 60 s; longer than
-    /// `suspect.timeout` (checked): a failed member is the failure detector's to find.
+    /// How long the provider waits, once its stream has ended and some receiver is done, without
+    /// another member's `Done` before it suspects the members not done. Default 60 s.
     #[serde(
         rename = "stall_timeout_ms",
         deserialize_with = "crate::time::millis",
@@ -108,9 +110,9 @@ impl Xfer {
         }
     }
 
-    /// The transfer moved: the watch starts again from now.
+    /// The transfer moved: the provider's watch starts again from now.
     fn moved(&mut self, out: &mut Outbox<'_>) {
-        if self.active && !self.complete {
+        if self.active && !self.complete && self.rank == 0 {
             if self.moved.is_none() {
                 out.alarm(out.now() + self.stall_timeout);
             }
@@ -124,10 +126,11 @@ impl Xfer {
     /// them then, a provider excluded them all), and a suspicion a receiver raised here would
     /// reach no layer that acts on it.
     fn waited_for(&self) -> RankSet {
-        if self.rank != 0 || !self.ended {
+        let receivers = 1..self.n as Rank;
+        if self.rank != 0 || !self.ended || !receivers.clone().any(|r| self.done.contains(r)) {
             return RankSet::new();
         }
-        (1..self.n as Rank).filter(|&r| !self.suspected.contains(r) && !self.done.contains(r)).collect()
+        receivers.filter(|&r| !self.done.contains(r)).collect()
     }
 }
 
@@ -222,14 +225,14 @@ impl Layer for Xfer {
                 chunks = self.chunks,
                 "state transfer made no progress within stall_timeout: suspected"
             );
-            for _ in stalled.iter() {
+            for _ in stalled.iter().filter(|&r| !self.suspected.contains(r)) {
                 out.count(super::LayerKind::Xfer, crate::event::Counter::XferStalled);
             }
             self.suspected.union_with(&stalled);
             out.up(Up::Suspect(stalled));
         }
-        // Watched again: a view change that does not come (our suspicion lost with the
-        // coordinator) or a member still waited for is found once more.
+        // Watched again until the view changes (`Dn::Block`): the suspicion is raised again,
+        // counted once, should the round it started not exclude them.
         self.moved = Some(out.now());
         out.alarm(out.now() + self.stall_timeout);
     }
@@ -342,7 +345,15 @@ mod tests {
         assert_eq!(due, at(t + t / 2 + t));
         assert_eq!(suspected(&provider.timer(due)), [vec![2]]);
         assert_eq!(provider.stats.counter(crate::event::Counter::XferStalled), 1);
-        assert!(suspected(&provider.timer(due + Duration::from_millis(t))).is_empty(), "suspected once");
+        assert_eq!(suspected(&provider.timer(due + Duration::from_millis(t))), [vec![2]], "raised again");
+        assert_eq!(provider.stats.counter(crate::event::Counter::XferStalled), 1, "counted once");
+        // While no receiver is done (a large state being installed), nobody is suspected.
+        let mut slow = Harness::new(Xfer::new(&Config::default(), &view, 0), 0);
+        slow.up(Up::Init);
+        slow.up(Up::XferChunk { payload: b"s".as_slice().into(), last: true });
+        slow.up(Up::XferDone);
+        slow.up(Up::Cast { origin: 0, msg: Msg::default().with(Header::Done), qos: Qos::Reliable });
+        assert!(suspected(&slow.timer(at(10 * t))).is_empty());
         // A receiver suspects nobody: its suspicion would reach no layer that acts on it.
         let mut receiver = Harness::new(Xfer::new(&Config::default(), &view, 1), 1);
         receiver.up(Up::Init);
