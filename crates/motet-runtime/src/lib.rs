@@ -41,6 +41,16 @@
 
 #![warn(missing_docs)]
 
+/// Said on the real standard error, for the unit tests' skips: libtest captures `eprintln!` and
+/// shows it only for a failing test, so a skip said with it was seen by nobody.
+#[cfg(test)]
+macro_rules! skipped {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 mod clock;
 mod config;
 mod connected;

@@ -1,12 +1,3 @@
-/// Said on the real standard error: libtest captures `eprintln!` and shows it only for a failing
-/// test, so a skip said with it was seen by nobody.
-macro_rules! skipped {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
-    }};
-}
-
 use super::*;
 use std::sync::{Condvar, Mutex};
 
