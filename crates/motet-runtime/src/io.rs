@@ -308,7 +308,7 @@ impl UdpIo {
     fn recv(&mut self, flags: MsgFlags, mut each: impl FnMut(Bytes)) -> io::Result<Batch> {
         let offered = self.batch.min(self.slots.len());
         let fd = self.socket.as_raw_fd();
-        let mut got: SmallVec<[(usize, usize); BATCH_SIZE]> = SmallVec::new();
+        let mut got: SmallVec<[Option<(usize, usize)>; BATCH_SIZE]> = SmallVec::new();
         HEADERS
             .with(|headers| {
                 let mut headers = headers.borrow_mut();
@@ -343,7 +343,9 @@ impl UdpIo {
         self.batch = if n == offered { BATCH_SIZE } else { QUIET_BATCH };
         self.full_batch = n == offered;
         let mut datagrams = 0;
-        for (&(len, stride), slot) in got.iter().zip(&self.slots) {
+        // `None`: a buffer `recv_many` dropped (its control message was cut short).
+        for (&(len, stride), slot) in got.iter().zip(&self.slots).filter_map(|(got, slot)| Some((got.as_ref()?, slot)))
+        {
             datagrams += deliver(&mut self.chunks, &slot[..len], stride, &mut each);
         }
         Ok(Batch { datagrams, drained: n < offered, truncated: std::mem::take(&mut self.truncated) })
@@ -528,7 +530,7 @@ fn recv_many(
     headers: &mut MultiHeaders<()>,
     slots: &mut [Vec<u8>],
     flags: MsgFlags,
-    got: &mut SmallVec<[(usize, usize); BATCH_SIZE]>,
+    got: &mut SmallVec<[Option<(usize, usize)>; BATCH_SIZE]>,
     truncated: &mut usize,
 ) -> io::Result<bool> {
     // An array, not a vector: `nix` ties the slices' lifetime to their own borrow, which a
@@ -544,11 +546,11 @@ fn recv_many(
             // Dropped (nothing of the buffer is handed over), counted.
             *truncated += 1;
             stale = true;
-            return (0, 1);
+            return None;
         }
         let run = run_size(&msg);
         stale |= run.is_none();
-        (msg.bytes, run.unwrap_or(msg.bytes))
+        Some((msg.bytes, run.unwrap_or(msg.bytes)))
     }));
     Ok(stale)
 }
@@ -578,6 +580,12 @@ fn segment_size<S>(msg: &sock::RecvMsg<'_, '_, S>) -> usize {
 /// Hands each datagram of a received buffer (one, or the segments of a coalesced run) to
 /// `each`, copied out of the slot; returns how many.
 fn deliver(chunks: &mut Chunks, buffer: &[u8], stride: usize, each: &mut impl FnMut(Bytes)) -> usize {
+    // An empty datagram is a datagram too: handed over, so that the node counts it as malformed
+    // like any other it cannot decode (splitting an empty buffer yields nothing).
+    if buffer.is_empty() {
+        each(Bytes::new());
+        return 1;
+    }
     let mut n = 0;
     for segment in buffer.chunks(stride.max(1)) {
         each(chunks.copy(segment));

@@ -78,7 +78,9 @@ pub fn decode(bundle: &Bytes) -> Result<Vec<Bytes>, WireError> {
             }
             break;
         }
-        if len > r.remaining() {
+        // No datagram is shorter than a compressed head: a bundle of shorter parts is forged, and
+        // unpacking its tens of thousands of one-byte parts allocated about a megabyte.
+        if len > r.remaining() || len < crate::datagram::COMPRESSED_HEAD_MAX {
             return Err(bad());
         }
         if bundle[start] == BUNDLE_TAG {
@@ -99,10 +101,10 @@ mod tests {
 
     #[test]
     fn round_trip_and_framing_size() {
-        let (a, b): (&[u8], &[u8]) = (&[1, 2, 3], &[1; 200]);
+        let (a, b): (&[u8], &[u8]) = (&[1, 2, 3, 4, 5, 6, 7, 8], &[1; 200]);
         let mut out = Vec::new();
         encode([&[a][..], &[&b[..100], &b[100..]][..]], &mut out);
-        assert_eq!(out.len(), 1 + framed_len(3) + framed_len(200));
+        assert_eq!(out.len(), 1 + framed_len(8) + framed_len(200));
         let parts = decode(&Bytes::from(out)).unwrap();
         assert_eq!(parts, vec![Bytes::from_static(a), Bytes::copy_from_slice(b)]);
         let mut padded = out_copy(&parts);
@@ -121,17 +123,33 @@ mod tests {
 
     #[test]
     fn malformed_bundles_are_errors() {
-        for bad in [
-            vec![BUNDLE_TAG],                      // empty
-            vec![BUNDLE_TAG, 1, 1],                // one datagram only
-            vec![BUNDLE_TAG, 5, 1, 2],             // truncated
-            vec![BUNDLE_TAG, 0, 0, 0],             // padding only
-            vec![BUNDLE_TAG, 1, 1, 0, 0],          // one datagram, padded
-            vec![BUNDLE_TAG, 1, 1, 1, 1, 0, 1],    // padding that is not zero
-            vec![BUNDLE_TAG, 1, BUNDLE_TAG, 1, 1], // nested
-            vec![1, 1, 1],                         // not a bundle
-        ] {
+        // A framed part of the shortest length a datagram has.
+        const PART: [u8; 9] = [8, 1, 1, 1, 1, 1, 1, 1, 1];
+        let bundle =
+            |pieces: &[&[u8]]| [&[BUNDLE_TAG][..]].iter().chain(pieces).flat_map(|p| p.iter().copied()).collect();
+        assert!(decode(&Bytes::from(bundle(&[&PART, &PART]))).is_ok(), "the well-formed control");
+        let bad: [Vec<u8>; 9] = [
+            bundle(&[]),                                    // empty
+            bundle(&[&PART]),                               // one datagram only
+            bundle(&[&PART, &[9, 1, 2]]),                   // truncated
+            bundle(&[&[0, 0, 0]]),                          // padding only
+            bundle(&[&PART, &[0, 0]]),                      // one datagram, padded
+            bundle(&[&PART, &PART, &[0, 1]]),               // padding that is not zero
+            bundle(&[&PART, &[8, BUNDLE_TAG], &PART[2..]]), // nested
+            bundle(&[&PART, &[7, 1, 1, 1, 1, 1, 1, 1]]),    // a part shorter than any datagram
+            vec![1, 1, 1],                                  // not a bundle
+        ];
+        for bad in bad {
             assert!(decode(&Bytes::from(bad.clone())).is_err(), "{bad:?}");
         }
+    }
+
+    /// A bundle of the shortest parts a datagram may have holds at most a few thousand: a
+    /// datagram of one-byte parts (tens of thousands, about a megabyte of handles) is refused.
+    #[test]
+    fn a_bundle_of_one_byte_parts_is_refused() {
+        let mut tiny = vec![BUNDLE_TAG];
+        (0..30_000).for_each(|_| tiny.extend([1, 1]));
+        assert!(decode(&Bytes::from(tiny)).is_err());
     }
 }

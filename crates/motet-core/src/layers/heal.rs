@@ -153,7 +153,8 @@ impl Layer for Heal {
                 let stranger = self.view.rank_of(EndpointId(coord)).is_none();
                 // A partition at the largest logical time cannot be merged with (`inter` refuses
                 // it): asking would only flush both sides for nothing, at every hello.
-                let mergeable = ltime.max(self.view.view_id.ltime) + 2 <= motet_wire::hdr::intra::LTIME_MAX;
+                let mergeable =
+                    ltime.max(self.view.view_id.ltime).saturating_add(2) <= motet_wire::hdr::intra::LTIME_MAX;
                 if self.coord != self.rank || !stranger || self.replaced || !mergeable {
                     return;
                 }
@@ -284,6 +285,18 @@ mod tests {
         assert!(!asked(&out), "a larger partition asked to merge into a smaller one");
         assert_eq!(hellos(&out), vec![(Some(Address::Sim(9)), true)], "the answer, to their coordinator alone");
         assert!(h.up(hello_of(false, 5, 77, true)).is_empty(), "an answer was answered");
+    }
+
+    /// A hello at the largest logical times (the decoder refuses any past `LTIME_MAX`; a layer
+    /// harness does not decode) asks for no merge and does not overflow.
+    #[test]
+    fn a_hello_at_the_largest_logical_time_asks_nothing() {
+        let mut h = old_coordinator();
+        let max = motet_wire::hdr::intra::LTIME_MAX;
+        assert!(!asked(&h.up(hello_from(u64::MAX, 77, true))));
+        assert!(!asked(&h.up(hello_from(max, 77, true))));
+        assert!(!asked(&h.up(hello_from(max - 1, 77, true))));
+        assert!(asked(&h.up(hello_from(max - 2, 77, true))), "the last logical time that leaves room");
     }
 
     #[test]

@@ -68,6 +68,19 @@ fn receive_from(socket: &std::net::UdpSocket) -> (Vec<u8>, SocketAddr) {
     (buf[..n].to_vec(), from)
 }
 
+/// An empty datagram reaches the caller (which counts it as malformed), not nothing.
+#[test]
+fn an_empty_datagram_is_handed_over() {
+    let (a, mut b) = pair(false);
+    let to = b.local_addr().unwrap();
+    let sender = std::net::UdpSocket::bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    sender.send_to(&[], to).unwrap();
+    sender.send_to(&[1, 2, 3], to).unwrap();
+    let (got, _) = receive(&mut b, 2);
+    assert_eq!(got, vec![Bytes::new(), Bytes::from_static(&[1, 2, 3])]);
+    drop(a);
+}
+
 #[test]
 fn connected_sends_leave_from_a_socket_per_destination_and_a_full_table_uses_the_shared_one() {
     let localhost = SocketAddr::from(([127, 0, 0, 1], 0));

@@ -5,6 +5,11 @@ use crate::codec::{Reader, Writer};
 use crate::{WireError, WireErrorKind};
 use std::sync::Arc;
 
+/// The most members a subcast may name: their ranks take at most 1,922 bytes of header (one byte
+/// each below 128, two above), under half of the room a datagram leaves for headers. Larger groups
+/// cast to all.
+pub const SUBSET_MAX: usize = 1024;
+
 /// `appl` header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Header {
@@ -12,8 +17,9 @@ pub enum Header {
     Data,
     /// A protocol message from a layer above `appl` passing through.
     NoHdr,
-    /// A subcast: an application cast for these ranks only (Ensemble's `subcast`). It travels,
-    /// and is ordered, like any cast; the other members skip it.
+    /// A subcast: an application cast for these ranks only (Ensemble's `subcast`), in rising
+    /// order, at most [`SUBSET_MAX`] of them. It travels, and is ordered, like any cast; the other
+    /// members skip it.
     Subset(Arc<[u16]>),
 }
 
@@ -41,13 +47,41 @@ impl LayerHeader for Header {
             2 => {
                 let offset = r.position();
                 let len = r.varint()?;
-                if len > r.remaining() as u64 {
+                // What a sender builds: each rank once, in rising order, at most `SUBSET_MAX`.
+                if len > r.remaining() as u64 || len > SUBSET_MAX as u64 {
                     return Err(WireError { kind: WireErrorKind::VectorLength(len), offset });
                 }
                 let ranks = (0..len).map(|_| r.rank()).collect::<Result<Vec<_>, _>>()?;
+                if ranks.windows(2).any(|pair| pair[0] >= pair[1]) {
+                    return Err(WireError { kind: WireErrorKind::Range, offset });
+                }
                 Ok(Header::Subset(ranks.into()))
             }
             _ => Err(bad_variant::<Self>(variant, r)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(ranks: &[u16]) -> Result<Header, WireError> {
+        let mut buf = Vec::new();
+        Header::Subset(ranks.into()).encode_fields(&mut Writer::new(&mut buf));
+        Header::decode_fields(2, &mut Reader::new(&buf))
+    }
+
+    /// A subcast's ranks decode only as a sender builds them: each once, rising, at most
+    /// `SUBSET_MAX` (found by a review: any list decoded, and each delivery searched it whole).
+    #[test]
+    fn a_subcast_decodes_only_as_a_sender_builds_it() {
+        let most: Vec<u16> = (0..SUBSET_MAX as u16).collect();
+        assert_eq!(decode(&most).unwrap(), Header::Subset(most.clone().into()));
+        let too_many: Vec<u16> = (0..=SUBSET_MAX as u16).collect();
+        assert!(matches!(decode(&too_many).unwrap_err().kind, WireErrorKind::VectorLength(_)));
+        assert_eq!(decode(&[3, 1]).unwrap_err().kind, WireErrorKind::Range);
+        assert_eq!(decode(&[1, 1]).unwrap_err().kind, WireErrorKind::Range);
+        assert!(decode(&[]).is_ok());
     }
 }

@@ -47,7 +47,14 @@ impl LayerHeader for Header {
     fn decode_fields(variant: u8, r: &mut Reader<'_>) -> Result<Self, WireError> {
         match variant {
             1 | 2 => {
-                let (ltime, coord) = (r.varint()?, r.varint()?);
+                let offset = r.position();
+                let ltime = r.varint()?;
+                // A logical time past the largest a view may have (`FullView`'s bound) names no
+                // view any member can be in: refused here, so that no layer meets it.
+                if ltime > super::intra::LTIME_MAX {
+                    return Err(WireError { kind: crate::WireErrorKind::Range, offset });
+                }
+                let coord = r.varint()?;
                 let offset = r.position();
                 let primary = match r.u8()? {
                     0 => false,
@@ -58,5 +65,26 @@ impl LayerHeader for Header {
             }
             _ => Err(bad_variant::<Self>(variant, r)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hdr::intra::LTIME_MAX;
+
+    /// A hello naming a logical time past any view's does not decode (found by a review: the
+    /// `heal` layer added 2 to it, which overflowed).
+    #[test]
+    fn a_hello_beyond_the_largest_logical_time_is_refused() {
+        let decode = |ltime| {
+            let hello = Header::Hello { answer: true, ltime, coord: 1, primary: false, contact: WireAddress::Sim(1) };
+            let mut buf = Vec::new();
+            hello.encode_fields(&mut Writer::new(&mut buf));
+            Header::decode_fields(hello.variant(), &mut Reader::new(&buf))
+        };
+        assert!(decode(LTIME_MAX).is_ok());
+        assert_eq!(decode(LTIME_MAX + 1).unwrap_err().kind, crate::WireErrorKind::Range);
+        assert_eq!(decode(u64::MAX).unwrap_err().kind, crate::WireErrorKind::Range);
     }
 }

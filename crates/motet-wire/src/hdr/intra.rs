@@ -64,17 +64,21 @@ impl FullView {
     /// Reads one, checking that members are distinct and match their addresses, and the flag is
     /// a boolean.
     pub fn decode(r: &mut Reader<'_>) -> Result<FullView, WireError> {
-        let (ltime, coord, members) = (r.varint()?, r.varint()?, r.varint_vec()?);
+        let ltime_offset = r.position();
+        let ltime = r.varint()?;
         if ltime > LTIME_MAX {
-            return Err(WireError { kind: WireErrorKind::Range, offset: 0 });
+            return Err(WireError { kind: WireErrorKind::Range, offset: ltime_offset });
         }
+        let coord = r.varint()?;
+        let members_offset = r.position();
+        let members = r.varint_vec()?;
         // An endpoint twice in one view (a faulty or forged merge request) would have two ranks:
         // a member that never answers for one of them, until the others exclude it.
         let mut distinct = members.clone();
         distinct.sort_unstable();
         distinct.dedup();
         if distinct.len() != members.len() {
-            return Err(WireError { kind: WireErrorKind::Range, offset: 0 });
+            return Err(WireError { kind: WireErrorKind::Range, offset: members_offset });
         }
         let offset = r.position();
         let addresses = r.address_vec()?;

@@ -120,7 +120,7 @@ pub fn appl_hdr() -> impl Strategy<Value = appl::Header> {
     prop_oneof![
         Just(appl::Header::Data),
         Just(appl::Header::NoHdr),
-        prop::collection::vec(rank(), 0..6).prop_map(|ranks| appl::Header::Subset(ranks.into())),
+        prop::collection::btree_set(rank(), 0..6).prop_map(|ranks| appl::Header::Subset(ranks.into_iter().collect())),
     ]
 }
 
@@ -208,7 +208,7 @@ pub fn heal_hdr() -> impl Strategy<Value = heal::Header> {
         Just(heal::Header::NoHdr),
         (any::<bool>(), u64_any(), u64_any(), any::<bool>(), address()).prop_map(
             |(answer, ltime, coord, primary, contact)| {
-                heal::Header::Hello { answer, ltime, coord, primary, contact }
+                heal::Header::Hello { answer, ltime: ltime.min(intra::LTIME_MAX), coord, primary, contact }
             }
         ),
     ]
