@@ -59,6 +59,15 @@ pub enum ApiError {
     /// still owe the transfer, with no layer to finish it.
     #[error("cannot switch to `{0}` during a state transfer: the new stack needs the Xfer property too (add +Xfer), or ask once a View without xfer has come")]
     SwitchInTransfer(String),
+    /// A switch to a stack without what the group could not regain once it ran without it:
+    /// membership and merging, or primary views as they are.
+    #[error("cannot switch to `{to}`: {why}")]
+    SwitchLoses {
+        /// The stack asked for.
+        to: String,
+        /// What it would lose, and what to do.
+        why: &'static str,
+    },
     /// A migration was asked of a stack without the `Migrate` property.
     #[error("cannot migrate: stack `{0}` lacks the Migrate property (add +Migrate, or use a preset with membership)")]
     NoMigrate(String),

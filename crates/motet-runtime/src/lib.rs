@@ -125,12 +125,23 @@ pub fn switch_target(spec: &str) -> Result<motet_core::StackSpec, Error> {
 
 /// Checks that `spec` (given as `text`) has membership and merging: a member the runtime starts
 /// begins alone and must merge, and a group switched to a stack without them could never take a
-/// new member or heal a partition again (a review's finding: a switch was not held to this).
+/// new member or heal a partition again (a review's finding: a switch was not held to this). And
+/// that it has no `Primary`, which a group the runtime starts could never use.
 pub(crate) fn merges(spec: &motet_core::StackSpec, text: &str) -> Result<(), Error> {
     let layers = spec.layers();
     if !layers.contains(&motet_core::LayerKind::Heal) || !layers.contains(&motet_core::LayerKind::Intra) {
         return Err(Error::Config(format!(
             "stack `{text}` has no membership: a member started by the runtime begins alone and must merge, so it needs the Gmp and Heal properties (use `vsync`)"
+        )));
+    }
+    // A view is primary only if it follows a primary view (`primary`), and a member the runtime
+    // starts begins alone, in a view that is not: no view of such a group would ever be primary,
+    // and an application that waited for one would wait for good (found by a review). Primary
+    // views need a group founded in one view, as the simulator's are; the runtime cannot found
+    // one yet.
+    if layers.contains(&motet_core::LayerKind::Primary) {
+        return Err(Error::Config(format!(
+            "stack `{text}` has Primary, but a member started by the runtime begins alone in a view that is not primary, and a view is primary only if it follows one: no view would ever be primary (use a stack without Primary)"
         )));
     }
     Ok(())

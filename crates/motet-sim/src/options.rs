@@ -224,13 +224,14 @@ impl SimOptions {
             });
         }
         // Protocol switching (drawn last, so the faults above are the same as before it existed):
-        // a random member asks for a random delivery discipline, keeping state transfer if the
-        // stack has it.
+        // a random member asks for a random delivery discipline, keeping state transfer and
+        // primary views if the stack has them (a switch must keep `Primary` as it is).
         if options.stack.layers().contains(&motet_core::LayerKind::Switch) && rng.gen_bool(0.3) {
-            let xfer = if options.stack.layers().contains(&motet_core::LayerKind::Xfer) { "+Xfer" } else { "" };
+            let keep = |kind, property| if options.stack.layers().contains(&kind) { property } else { "" };
+            let kept = [keep(motet_core::LayerKind::Xfer, "+Xfer"), keep(motet_core::LayerKind::Primary, "+Primary")];
             for _ in 0..rng.gen_range(1..=2) {
                 let preset = ["vsync", "total", "causal", "safe"][rng.gen_range(0..4)];
-                let spec = StackSpec::parse(&format!("{preset}{xfer}")).expect("presets parse");
+                let spec = StackSpec::parse(&format!("{preset}{}", kept.concat())).expect("presets parse");
                 let at = rng.gen_range(0..options.workload_ms + 2_000);
                 options.script.push((at, ScriptAction::Switch(rng.gen_range(0..nodes), spec)));
             }

@@ -32,9 +32,9 @@ pub struct Config {
 /// largest is a few hundred bytes; `causal`'s vector grows with the group).
 pub const HEAD_ROOM: usize = 4096;
 
-/// The most members a subcast may name: their ranks take at most 1,922 bytes of header (one byte
-/// each below 128, two above), under half of [`HEAD_ROOM`]. Larger groups cast to all.
-pub const SUBSET_MAX: usize = 1024;
+/// The most members a subcast may name (under half of [`HEAD_ROOM`]); a header naming more does
+/// not decode.
+pub use motet_wire::hdr::appl::SUBSET_MAX;
 
 /// The largest message a stack without `frag` accepts: one datagram, less [`HEAD_ROOM`]. A
 /// larger one was numbered, then dropped at the node as too large to send (and again at each
@@ -90,6 +90,10 @@ pub struct Appl {
     /// The guarantee the stack gives the application's casts: the strongest ordering a layer
     /// below provides.
     cast_qos: Qos,
+    /// Whether a layer below makes casts reliable (`mnak`): then the application's casts all
+    /// come reliably, and one on an unreliable cast (no sequence number to guess) is forged. A
+    /// stack without one (`top:appl:bottom`) delivers what arrives.
+    reliable_below: bool,
     /// Switch and migration requests made in this view ([`REQUESTS_MAX`]).
     requests: u32,
 }
@@ -140,6 +144,7 @@ impl Appl {
             lagging: false,
             loopback: true,
             cast_qos: cast_qos(view),
+            reliable_below: provided_below(view, Service::ReliableCast),
             requests: 0,
         }
     }
@@ -195,20 +200,11 @@ impl Appl {
                 }
             }
             Action::Switch(spec) => {
-                let can = |layers: &[crate::layers::LayerKind]| layers.contains(&crate::layers::LayerKind::Switch);
-                if !can(self.view.stack.layers()) {
+                if !self.view.stack.layers().contains(&crate::layers::LayerKind::Switch) {
                     return Err(ApiError::NoSwitch(format!("from `{}`", self.view.stack)));
                 }
-                if !can(spec.layers()) {
-                    return Err(ApiError::NoSwitch(format!("to `{spec}`")));
-                }
-                // The view the switch starts may still owe this one's state transfer (`intra`
-                // carries it over until every member is done): its stack must be able to finish
-                // it. Before, such a switch left the group in a transfer view no layer could end,
-                // every cast held (a review's finding).
-                if self.view.xfer_view && !spec.layers().contains(&crate::layers::LayerKind::Xfer) {
-                    return Err(ApiError::SwitchInTransfer(spec.to_string()));
-                }
+                // What every member checks of a request (`switch` drops one that fails it).
+                super::switch::check_target(&self.view.stack, self.view.xfer_view, &spec)?;
                 self.request()?;
                 out.up(Up::SwitchReq(spec));
             }
@@ -284,10 +280,15 @@ impl Appl {
     }
 }
 
+/// Whether a layer below `appl` in `view`'s stack provides `service`.
+fn provided_below(view: &ViewState, service: Service) -> bool {
+    let mut below = view.stack.layers().iter().skip_while(|&&k| k != crate::layers::LayerKind::Appl);
+    below.any(|k| k.spec().provides.contains(&service))
+}
+
 /// The guarantee asked for the application's casts in `view`'s stack.
 fn cast_qos(view: &ViewState) -> Qos {
-    let below = view.stack.layers().iter().skip_while(|&&k| k != crate::layers::LayerKind::Appl);
-    let provides = |service| below.clone().any(|k| k.spec().provides.contains(&service));
+    let provides = |service| provided_below(view, service);
     if provides(Service::TotalOrder) {
         Qos::Total
     } else if provides(Service::CausalOrder) {
@@ -312,9 +313,12 @@ impl Layer for Appl {
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 // Its own cast, with the loop-back off, or a subcast for others: it kept its place
                 // in the order; there is nothing to deliver.
+                Some(Header::Data | Header::Subset(_)) if qos == Qos::Unreliable && self.reliable_below => {
+                    out.drop_input(super::LayerKind::Appl, DropReason::HeaderMismatch)
+                }
                 Some(Header::Data | Header::Subset(_)) if !self.delivers(origin) => {}
                 Some(Header::Data) => out.deliver(AppEvent::Cast { origin, payload: msg.payload }),
-                Some(Header::Subset(ranks)) if !ranks.contains(&self.rank) => {}
+                Some(Header::Subset(ranks)) if ranks.binary_search(&self.rank).is_err() => {}
                 Some(Header::Subset(_)) => out.deliver(AppEvent::Cast { origin, payload: msg.payload }),
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
                 None => out.drop_input(super::LayerKind::Appl, DropReason::HeaderMismatch),
@@ -382,7 +386,8 @@ impl Layer for Appl {
     }
 
     fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
-        fast::is(up.header, Header::Data).then_some(UpStep::to(up.qos))
+        let forged = up.qos == Qos::Unreliable && self.reliable_below;
+        (fast::is(up.header, Header::Data) && !forged).then_some(UpStep::to(up.qos))
     }
 
     fn fast_data(&self, header: &motet_wire::Header) -> bool {

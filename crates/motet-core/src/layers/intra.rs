@@ -206,9 +206,11 @@ impl Intra {
         if self.active.as_ref().is_some_and(|a| a.ready) {
             return;
         }
+        // A switch to the stack the view runs changes nothing: no view change for it (each such
+        // request flushed the group and rebuilt every member's stack).
         let nothing_to_do = failed.is_empty()
             && leavers.is_empty()
-            && self.switch_to.is_none()
+            && self.switch_to.as_ref().is_none_or(|(_, spec)| *spec == self.view.stack)
             && !self.xfer_complete
             && self.moves.is_empty();
         if nothing_to_do || self.active.as_ref().is_some_and(|a| a.failed == failed && a.leavers == leavers) {
@@ -504,6 +506,11 @@ impl Layer for Intra {
                 self.commit_deadline = Some(deadline);
                 out.alarm(deadline);
             }
+            // Views are cast reliably only: one on an unreliable cast (it has no sequence number,
+            // so a forger need not guess one) is forged.
+            Up::Cast { ref msg, qos: Qos::Unreliable, .. } if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Intra(h)) if *h != Header::NoHdr) => {
+                out.drop_input(super::LayerKind::Intra, DropReason::HeaderMismatch)
+            }
             Up::Cast { origin, mut msg, .. }
                 if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Intra(Header::View { .. }))) =>
             {
@@ -680,6 +687,17 @@ mod tests {
         assert!(!install(true, false).0, "every member was done");
         let (_, stack) = install(false, true);
         assert_eq!(stack, crate::StackSpec::parse("total+Xfer").unwrap().to_string(), "the switch asked");
+    }
+
+    /// A switch to the stack the view already runs starts no view change; one to another does
+    /// (found by a review: each such request flushed the group and rebuilt every stack).
+    #[test]
+    fn a_switch_to_the_same_stack_starts_no_view_change() {
+        let view = crate::testing::view(3);
+        let mut h = Harness::new(Intra::new(&Config::default(), &view, 0), 0);
+        assert!(flushes(&h.up(Up::Switch { origin: 2, spec: view.stack.clone() })).is_empty());
+        let other = crate::StackSpec::parse("total").unwrap();
+        assert_eq!(flushes(&h.up(Up::Switch { origin: 2, spec: other })).len(), 1);
     }
 
     /// Runs a merge flush at rank 0 of a 4-member view until `MergeReady`.

@@ -9,7 +9,7 @@
 //! consistently by the flush, and its stack exits when the view without it is agreed. (Ensemble
 //! puts `leave` above `intra`; here it sits just below, so requests flow up to `intra` as events.)
 
-use crate::event::{Dn, Msg, Qos, Up};
+use crate::event::{Dn, DropReason, Msg, Qos, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
 use crate::view::ViewState;
 use crate::Rank;
@@ -56,8 +56,11 @@ impl Layer for Leave {
                     out.up(Up::LeaveReq(rank));
                 }
             }
-            Up::Cast { origin, ref msg, .. } if msg.hdrs.last().as_deref() == Some(&Header::Leave.into()) => {
-                if origin != self.rank {
+            Up::Cast { origin, ref msg, qos } if msg.hdrs.last().as_deref() == Some(&Header::Leave.into()) => {
+                // Cast reliably only: a request on an unreliable cast is forged.
+                if qos == Qos::Unreliable {
+                    out.drop_input(super::LayerKind::Leave, DropReason::HeaderMismatch);
+                } else if origin != self.rank {
                     tracing::info!(member = origin, "a member asks to leave");
                     out.up(Up::LeaveReq(origin));
                 }

@@ -62,6 +62,11 @@ impl Layer for Migrate {
             }
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
+                // This layer casts its headers reliably only: one on an unreliable cast (it has no
+                // sequence number, so a forger need not guess one) is forged.
+                Some(_) if qos == Qos::Unreliable => {
+                    out.drop_input(super::LayerKind::Migrate, DropReason::HeaderMismatch)
+                }
                 Some(Header::Request(address)) => {
                     tracing::info!(member = origin, ?address, "a member moves to a new address at the next view");
                     out.up(Up::Migrate { origin, address: address.into() })

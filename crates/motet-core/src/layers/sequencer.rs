@@ -240,6 +240,11 @@ impl Layer for Sequencer {
         match ev {
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
+                // This layer casts its headers reliably only: one on an unreliable cast (it has no
+                // sequence number, so a forger need not guess one) is forged.
+                Some(_) if qos == Qos::Unreliable => {
+                    out.drop_input(super::LayerKind::Sequencer, DropReason::HeaderMismatch)
+                }
                 Some(Header::Data) if self.completed => self.deliver(origin, msg, out),
                 Some(Header::Data) => {
                     self.queues[usize::from(origin)].push_back(msg);
@@ -303,7 +308,7 @@ impl Layer for Sequencer {
         if !up.cast {
             return fast::is(up.header, Header::NoHdr).then(|| UpStep::pass(up)).flatten();
         }
-        if self.completed {
+        if self.completed || up.qos == Qos::Unreliable {
             return None;
         }
         match up.header {

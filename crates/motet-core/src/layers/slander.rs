@@ -68,7 +68,11 @@ impl Layer for Slander {
                     out.drop_input(super::LayerKind::Slander, DropReason::Gossip);
                     return;
                 }
-                let _ = qos;
+                // Cast reliably only: a suspicion on an unreliable cast is forged.
+                if qos == Qos::Unreliable {
+                    out.drop_input(super::LayerKind::Slander, DropReason::HeaderMismatch);
+                    return;
+                }
                 tracing::debug!(from = origin, ?ranks, "suspicion shared by another member");
                 out.up(Up::Suspect(ranks.iter().map(|&r| r as Rank).collect()));
             }
@@ -82,5 +86,24 @@ impl Layer for Slander {
 
     fn check_invariants(&self) {
         assert!(self.slandered.iter().all(|r| usize::from(r) < self.n));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::harness::{Harness, Out};
+
+    /// Suspicions are cast reliably only: one on an unreliable cast (no sequence number to guess)
+    /// is forged, and suspects nobody.
+    #[test]
+    fn a_suspicion_on_an_unreliable_cast_is_dropped() {
+        let view = crate::testing::view(3);
+        let mut h = Harness::new(Slander::new(&Config::default(), &view, 0), 0);
+        let msg = || Msg::default().with(Header::Slander { ranks: vec![2] });
+        assert!(h.up(Up::Cast { origin: 1, msg: msg(), qos: Qos::Unreliable }).is_empty());
+        assert_eq!(h.stats.drops(DropReason::HeaderMismatch), 1);
+        let out = h.up(Up::Cast { origin: 1, msg: msg(), qos: Qos::Reliable });
+        assert!(matches!(&out[..], [Out::Up(Up::Suspect(ranks))] if ranks.contains(2)), "{out:?}");
     }
 }

@@ -17,6 +17,7 @@
 //! is ours.) A request in a view that ends by a merge is not carried into the merged view, which
 //! takes the granting partition's stack: ask again.
 
+use crate::error::ApiError;
 use crate::event::{Dn, DropReason, Msg, Qos, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
 use crate::spec::StackSpec;
@@ -45,6 +46,8 @@ pub static SPEC: LayerSpec = LayerSpec {
 pub struct Switch {
     rank: Rank,
     requests: u64,
+    /// The stack the view runs.
+    stack: StackSpec,
     /// A state-transfer view: the next view may still owe its transfer, so a stack to switch to
     /// must have `xfer`.
     xfer_view: bool,
@@ -53,8 +56,43 @@ pub struct Switch {
 impl Switch {
     /// A `switch` for `view`.
     pub fn new(_config: &Config, view: &ViewState, rank: Rank) -> Switch {
-        Switch { rank, requests: 0, xfer_view: view.xfer_view }
+        Switch { rank, requests: 0, stack: view.stack.clone(), xfer_view: view.xfer_view }
     }
+}
+
+/// Whether a view running `from` (a state-transfer view or not) may switch to `to`; `appl`
+/// refuses its application's request with this error, and every member drops a request from
+/// another that fails it.
+/// - `to` must be able to switch again (`Switch`).
+/// - In a transfer view, `to` must have `Xfer`: the next view may still owe the transfer, and no
+///   layer could end it, every cast held (a review's finding).
+/// - `to` keeps the membership and merging layers `from` has: without them, a partition could
+///   never merge again nor a new member join (the runtime starts every member alone), and the
+///   group could not even switch back by merging.
+/// - `to` has `Primary` if and only if `from` has: a view is primary only if it follows a primary
+///   view, so a group switched away from it, or to it, has no primary view ever again (found by a
+///   review: one request silently took away what an application gated its writes on).
+pub fn check_target(from: &StackSpec, xfer_view: bool, to: &StackSpec) -> Result<(), ApiError> {
+    use super::LayerKind as K;
+    let (had, has) = (|k| from.layers().contains(&k), |k| to.layers().contains(&k));
+    if !has(K::Switch) {
+        return Err(ApiError::NoSwitch(format!("to `{to}`")));
+    }
+    if xfer_view && !has(K::Xfer) {
+        return Err(ApiError::SwitchInTransfer(to.to_string()));
+    }
+    let loses = |why| Err(ApiError::SwitchLoses { to: to.to_string(), why });
+    if [K::Intra, K::Inter, K::Heal, K::Merge].into_iter().any(|k| had(k) && !has(k)) {
+        return loses(
+            "it lacks membership or merging this stack has, and the group could then never merge a partition or take a member again (keep Gmp and Heal)",
+        );
+    }
+    if had(K::Primary) != has(K::Primary) {
+        return loses(
+            "it adds or removes Primary, and a view is primary only if it follows a primary view: no view would ever be primary again (keep Primary as it is)",
+        );
+    }
+    Ok(())
 }
 
 impl Layer for Switch {
@@ -68,15 +106,16 @@ impl Layer for Switch {
             }
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
-                // What `appl` refuses at its own member is refused from any other too: a stack
-                // without `switch`, or one without `xfer` asked in a transfer view (the next
-                // view may owe the transfer, and no layer could end it: every cast held). Only
-                // the asking member's `appl` checked the second (a review's finding).
+                // This layer casts its headers reliably only: one on an unreliable cast (it has no
+                // sequence number, so a forger need not guess one) is forged.
+                Some(_) if qos == Qos::Unreliable => {
+                    out.drop_input(super::LayerKind::Switch, DropReason::HeaderMismatch)
+                }
+                // What `appl` refuses at its own member is refused from any other too
+                // ([`check_target`]): only the asking member's `appl` checked some of it before
+                // (a review's finding).
                 Some(Header::Request(text)) => match StackSpec::parse(&text) {
-                    Ok(spec)
-                        if spec.layers().contains(&super::LayerKind::Switch)
-                            && (!self.xfer_view || spec.layers().contains(&super::LayerKind::Xfer)) =>
-                    {
+                    Ok(spec) if check_target(&self.stack, self.xfer_view, &spec).is_ok() => {
                         tracing::info!(from = origin, stack = %spec, "stack switch requested for the next view");
                         out.up(Up::Switch { origin, spec })
                     }
@@ -119,6 +158,32 @@ mod tests {
         assert_eq!(h.stats.drops(DropReason::Malformed), 1);
         let out = h.up(request("total+Xfer"));
         assert!(matches!(&out[..], [Out::Up(Up::Switch { origin: 0, .. })]), "{out:?}");
+    }
+
+    /// A request for a stack that drops membership, merging, or `Primary`, or adds `Primary`, is
+    /// dropped at every member: the group could not regain them (found by a review).
+    #[test]
+    fn a_request_that_would_lose_membership_or_primary_views_is_dropped() {
+        let request = |text: &str| Up::Cast {
+            origin: 0,
+            msg: Msg::default().with(Header::Request(text.into())),
+            qos: Qos::Reliable,
+        };
+        let primary = crate::testing::view_of("vsync+Primary", 2);
+        let mut h = Harness::new(Switch::new(&Config {}, &primary, 1), 1);
+        let no_heal = "Gmp+Sync+Suspect+Slander+Frag+Flow+Local+Switch+Primary";
+        for refused in ["vsync", no_heal] {
+            assert!(h.up(request(refused)).is_empty(), "{refused}");
+        }
+        assert_eq!(h.stats.drops(DropReason::Malformed), 2);
+        assert!(matches!(&h.up(request("total+Primary"))[..], [Out::Up(Up::Switch { .. })]));
+        let plain = crate::testing::view_of("vsync", 2);
+        let mut h = Harness::new(Switch::new(&Config {}, &plain, 1), 1);
+        assert!(h.up(request("vsync+Primary")).is_empty(), "adds Primary");
+        assert!(matches!(&h.up(request("total"))[..], [Out::Up(Up::Switch { .. })]));
+        // The application asking hears why.
+        let vsync = StackSpec::parse("vsync").unwrap();
+        assert!(matches!(check_target(&primary.stack, false, &vsync), Err(ApiError::SwitchLoses { .. })));
     }
 
     #[test]

@@ -119,7 +119,11 @@ impl Layer for Sync {
         match ev {
             Up::Cast { origin, mut msg, qos } if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Sync(h)) if *h != Header::NoHdr) =>
             {
-                let _ = qos;
+                // Cast reliably only: a flush message on an unreliable cast (it has no sequence
+                // number, so a forger need not guess one) is forged.
+                if qos == Qos::Unreliable {
+                    return out.drop_input(super::LayerKind::Sync, DropReason::HeaderMismatch);
+                }
                 match msg.pop_as::<Header>() {
                     Some(Header::Flush { round, failed }) => {
                         let Some(failed) = self.ranks(&failed, out) else { return };

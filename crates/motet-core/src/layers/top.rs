@@ -8,7 +8,7 @@
 //! the stack at once. Everything else that reaches the top is absorbed; events injected at the top
 //! (such as `Fail` from a driver's failure detector) go down.
 
-use crate::event::{Dn, Up};
+use crate::event::{Dn, DropReason, Up};
 use crate::layer::{Layer, LayerSpec, Outbox};
 use crate::time::Duration;
 use crate::view::ViewState;
@@ -78,6 +78,12 @@ impl Layer for Top {
             Up::LeaveReq(_) | Up::Exit => {
                 out.dn(Dn::Leave);
                 self.exit(out);
+            }
+            // A message no layer claimed (every header a pass-through one): no member sends
+            // that, so it was malformed or forged, and is counted as dropped, as every layer
+            // counts what it refuses.
+            Up::Cast { .. } | Up::Send { .. } | Up::Gossip(_) => {
+                out.drop_input(super::LayerKind::Top, DropReason::HeaderMismatch)
             }
             _ => {}
         }

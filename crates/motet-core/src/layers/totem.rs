@@ -241,6 +241,11 @@ impl Layer for Totem {
         match ev {
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
+                // This layer casts its headers reliably only: one on an unreliable cast (it has no
+                // sequence number, so a forger need not guess one) is forged.
+                Some(_) if qos == Qos::Unreliable => {
+                    out.drop_input(super::LayerKind::Totem, DropReason::HeaderMismatch)
+                }
                 Some(Header::Data { .. } | Header::Unordered) if self.completed => self.deliver(origin, msg, out),
                 Some(Header::Data { seq }) => {
                     if self.refused(seq) {
@@ -359,7 +364,9 @@ impl Layer for Totem {
     fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
         match up.header {
             motet_wire::Header::Totem(Header::NoHdr) => UpStep::pass(up),
-            &motet_wire::Header::Totem(Header::Data { seq }) if up.cast && !self.completed => {
+            &motet_wire::Header::Totem(Header::Data { seq })
+                if up.cast && !self.completed && up.qos != Qos::Unreliable =>
+            {
                 if seq < self.deliver_next || self.held.contains_key(&seq) || self.refused(seq) {
                     return None; // a duplicate, or too far ahead: the handler drops it
                 }

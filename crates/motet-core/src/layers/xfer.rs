@@ -174,6 +174,9 @@ impl Layer for Xfer {
             }
             Up::Cast { origin, mut msg, qos } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => out.up(Up::Cast { origin, msg, qos }),
+                // This layer casts its headers reliably only: one on an unreliable cast (it has no
+                // sequence number, so a forger need not guess one) is forged.
+                Some(_) if qos == Qos::Unreliable => out.drop_input(super::LayerKind::Xfer, DropReason::HeaderMismatch),
                 Some(h @ (Header::Chunk | Header::Last)) => {
                     if !self.active || origin != 0 {
                         return out.drop_input(super::LayerKind::Xfer, DropReason::NotForMe);
@@ -376,5 +379,24 @@ mod tests {
         let chunk = Msg::new(b"x".as_slice().into()).with(Header::Chunk);
         assert!(h.up(Up::Cast { origin: 0, msg: chunk, qos: Qos::Reliable }).is_empty());
         assert_eq!(h.stats.drops(DropReason::NotForMe), 1);
+    }
+
+    /// The transfer's casts come reliably only: a chunk, a last chunk or a done on an unreliable
+    /// cast (no sequence number to guess) is forged, and ends nothing.
+    #[test]
+    fn the_transfer_s_headers_on_an_unreliable_cast_are_dropped() {
+        let view = xfer_view(2);
+        let mut receiver = Harness::new(Xfer::new(&Config::default(), &view, 1), 1);
+        receiver.up(Up::Init);
+        for header in [Header::Chunk, Header::Last, Header::Done] {
+            let forged = Msg::new(b"x".as_slice().into()).with(header);
+            assert!(receiver.up(Up::Cast { origin: 0, msg: forged, qos: Qos::Unreliable }).is_empty());
+        }
+        assert!(receiver.app.is_empty(), "{:?}", receiver.app);
+        assert_eq!(receiver.stats.drops(DropReason::HeaderMismatch), 3);
+        // The genuine stream still goes on from its start.
+        let chunk = Msg::new(b"x".as_slice().into()).with(Header::Last);
+        receiver.up(Up::Cast { origin: 0, msg: chunk, qos: Qos::Reliable });
+        assert!(matches!(receiver.app.pop_front(), Some(AppEvent::XferChunk { last: true, .. })));
     }
 }

@@ -609,6 +609,18 @@ fn a_switch_target_without_membership_is_refused() {
     assert!(matches!(crate::switch_target("fifo"), Err(Error::Api(motet_core::ApiError::NoSwitch(_)))));
 }
 
+/// A stack with `Primary` is refused at the join: every member the runtime starts begins alone,
+/// in a view that is not primary, so no view of the group would ever be (found by a review).
+#[test]
+fn a_stack_with_primary_views_is_refused() {
+    let mut event_loop = EventLoop::new(RuntimeConfig::default()).unwrap();
+    let mut group = GroupConfig::new("primary");
+    group.stack = "vsync+Primary".into();
+    let err = event_loop.join(&group).unwrap_err().to_string();
+    assert!(err.contains("has Primary") && err.contains("no view would ever be primary"), "{err}");
+    assert!(crate::switch_target("total+Primary").is_err());
+}
+
 /// Lookups for the stand-in below: the first fails, the others find the name.
 static FAILED_ONCE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
