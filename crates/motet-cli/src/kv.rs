@@ -10,7 +10,9 @@
 //!
 //! stdin: `set KEY VALUE`, `del KEY` (cast as updates), `digest` (print the state's digest).
 //! stdout (`--json`): the view events of `motet member`, plus
-//! `{"type":"digest","keys":N,"bytes":B,"applied":U,"digest":"<hex>"}`,
+//! `{"type":"digest","keys":N,"bytes":B,"applied":U,"digest":"<hex>"}` (`applied`: the updates
+//! this process applied itself, a local count: not part of the state, so not transferred, and
+//! replicas with equal digests may differ in it),
 //! `{"type":"xfer_provided","bytes":B,"chunks":C,"ms":T}` and
 //! `{"type":"xfer_installed","bytes":B,"ms":T,"mb_per_s":R}` (time from the transfer view's
 //! installation to the installed state).
@@ -63,6 +65,7 @@ pub(crate) struct KvArgs {
 #[derive(Default)]
 struct Store {
     map: BTreeMap<String, Bytes>,
+    /// Updates this process applied itself (not transferred with the state).
     applied: u64,
 }
 

@@ -471,7 +471,7 @@ reasons! {
     SharedKey: "a compressed datagram under a 32-bit key that stacks of two views share at this node: which one it is for cannot be told, so neither gets it (the layers' NAKs bring it in full; docs/bypass.md, \"Connection ids\")",
     NotForMe: "a send addressed to another rank, or an origin outside the view",
     FromFailed: "the origin was marked failed",
-    HeaderMismatch: "a layer popped a header that is not its own",
+    HeaderMismatch: "a layer popped a header that is not its own, or one its layer sends only reliably on an unreliable cast, or a message no layer claims",
     Duplicate: "already delivered",
     OutOfWindow: "a sequence number too far ahead to buffer",
     Oversized: "the encoded datagram exceeds the maximum size",
@@ -479,7 +479,7 @@ reasons! {
     Orphan: "part of a failed member's message that can never be completed",
     Disabled: "the stack has left or exited",
     AfterEnd: "a state-transfer chunk after its stream's last chunk, or after its provider said it was done",
-    Gossip: "a stability row or columns of the wrong length, rank or order, or a failure detector's ping from a rank outside the view",
+    Gossip: "a stability row or columns of the wrong length, rank or order, a failure detector's ping from a rank outside the view, or gossip no layer of the stack takes (from a partition running another stack)",
 }
 
 macro_rules! counters {

@@ -28,7 +28,8 @@ fn traffic(stack: &str) -> Vec<Bytes> {
         }
         group.tick(Duration::from_millis(50));
         let _ = match ending {
-            0 => group.act(1, Action::Switch(motet_core::StackSpec::parse(stack).expect("valid"))),
+            // Another stack (the same with state transfer), so that the request starts a flush.
+            0 => group.act(1, Action::Switch(motet_core::StackSpec::parse(&format!("{stack}+Xfer")).expect("valid"))),
             1 => group.act(1, Action::Migrate(motet_core::Address::Sim(7))),
             _ => group.act(2, Action::Leave),
         };

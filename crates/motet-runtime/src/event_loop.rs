@@ -332,7 +332,7 @@ impl EventLoop {
                 )));
             }
         }
-        let endpoint = EndpointId(rand::random());
+        let endpoint = crate::clock::new_endpoint_id(rand::random());
         let mut view = ViewState::initial(
             name.clone(),
             spec,

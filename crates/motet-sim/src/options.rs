@@ -149,6 +149,10 @@ pub struct SimOptions {
     /// (`XferDone`): a fault the failure detector cannot see, which `xfer.stall_timeout` must
     /// resolve.
     pub never_done: Vec<usize>,
+    /// Nodes whose application never streams a state it is asked to provide (`XferProvide`):
+    /// likewise invisible to the failure detector; the provider leaves after
+    /// `xfer.stall_timeout`, and another member provides.
+    pub never_streams: Vec<usize>,
 }
 
 impl SimOptions {
@@ -179,6 +183,7 @@ impl SimOptions {
             no_loopback: Vec::new(),
             bundles: false,
             never_done: Vec::new(),
+            never_streams: Vec::new(),
         }
     }
 

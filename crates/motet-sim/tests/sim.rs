@@ -300,6 +300,33 @@ fn a_member_that_never_says_done_is_excluded_and_the_transfer_view_ends() {
     }
 }
 
+/// A provider whose application never streams the state (alive and audible: the failure
+/// detector cannot see it) leaves once `xfer.stall_timeout` passes without a chunk, and the next
+/// transfer view's rank 0 provides. Before, the receivers, and every cast of the group, waited
+/// for good.
+#[test]
+fn a_provider_that_never_streams_leaves_and_another_provides() {
+    for seed in 1..=5 {
+        let mut options = SimOptions::new(seed, 3, StackSpec::parse("vsync+Xfer").unwrap());
+        options.initial = Some(vec![0, 1]);
+        options.script = vec![(300, motet_sim::options::ScriptAction::Start(2))];
+        options.never_streams = vec![0];
+        options.config.xfer.stall_timeout = motet_core::Duration::from_millis(3_000);
+        let report = run(&options);
+        assert_eq!(first(&report.violations), [], "seed {seed}: {}", options.replay_command(false));
+        assert!(report.stats.counter(motet_core::Counter::XferStalled) >= 1, "seed {seed}: the stall was found");
+        assert!(report.trace.exited[0], "seed {seed}: the provider left");
+        // Another member provided, and node 2 received it.
+        let provided: Vec<_> = report.trace.transfers.iter().filter(|t| t.provided).map(|t| t.node).collect();
+        assert!(!provided.is_empty() && !provided.contains(&0), "seed {seed}: {provided:?}");
+        assert!(report.trace.transfers.iter().any(|t| !t.provided && t.node == 2), "seed {seed}: node 2 got the state");
+        // The group went on in a view without the transfer, of nodes 1 and 2.
+        let at1: Vec<_> = report.trace.views.iter().filter(|v| v.node == 1).collect();
+        let last = at1.last().expect("views at node 1");
+        assert!(last.members.contains(&2) && !last.members.contains(&0), "seed {seed}: {:?}", report.trace.views);
+    }
+}
+
 #[test]
 fn a_restarted_process_merges_back_as_a_new_endpoint() {
     for seed in 1..=15 {

@@ -206,11 +206,9 @@ impl Intra {
         if self.active.as_ref().is_some_and(|a| a.ready) {
             return;
         }
-        // A switch to the stack the view runs changes nothing: no view change for it (each such
-        // request flushed the group and rebuilt every member's stack).
         let nothing_to_do = failed.is_empty()
             && leavers.is_empty()
-            && self.switch_to.as_ref().is_none_or(|(_, spec)| *spec == self.view.stack)
+            && self.switch_to.is_none()
             && !self.xfer_complete
             && self.moves.is_empty();
         if nothing_to_do || self.active.as_ref().is_some_and(|a| a.failed == failed && a.leavers == leavers) {
@@ -389,11 +387,8 @@ impl Intra {
         let mut next = ViewState {
             coord: survivors.iter().position(|&r| r == coord).unwrap_or(0) as Rank,
             view_id: ViewId { ltime: old.view_id.ltime + 1, coord: old.members[usize::from(coord)] },
-            // Members that asked to migrate are at their new address (`migrate`).
-            addresses: survivors
-                .iter()
-                .map(|&r| self.moves.get(&r).copied().unwrap_or(old.addresses[usize::from(r)]))
-                .collect(),
+            // Members that asked to migrate move in `carry_over`.
+            addresses: survivors.iter().map(|&r| old.addresses[usize::from(r)]).collect(),
             clients: survivors.iter().map(|&r| old.is_client(r)).collect(),
             primary: false, // decided by `primary`, if the stack has it
             prev_ids: vec![old.view_id],
@@ -405,12 +400,19 @@ impl Intra {
     }
 
     /// What a next view of this partition takes from this one: the stack a switch asked for in
-    /// it, and a state transfer still owed (a transfer view that ends before every member is done
-    /// is followed by another, unless the member goes on alone: nothing to copy, it keeps the
-    /// state it had installed).
+    /// it, the new addresses of members that asked to migrate (`migrate`), and a state transfer
+    /// still owed (a transfer view that ends before every member is done is followed by another,
+    /// unless the member goes on alone: nothing to copy, it keeps the state it had installed).
+    /// Before, a view of this partition alone after a failed merge dropped the migrations, and
+    /// each member asked again in a later view (a review's finding).
     fn carry_over(&self, next: &mut ViewState) {
         if let Some((_, spec)) = &self.switch_to {
             next.stack = spec.clone();
+        }
+        for (&rank, &address) in &self.moves {
+            if let Some(r) = next.rank_of(self.view.members[usize::from(rank)]) {
+                next.addresses[usize::from(r)] = address;
+            }
         }
         next.xfer_view = self.view.xfer_view && !self.xfer_complete && next.len() > 1;
     }
@@ -481,6 +483,11 @@ impl Layer for Intra {
                 self.xfer_complete = true;
                 self.maybe_start(out);
             }
+            // A switch to the stack the view runs changes nothing, and starts no view change (each
+            // such request flushed the group and rebuilt every member's stack). Ignored, not
+            // recorded: recorded, it outranked a lower rank's request for another stack, and
+            // nothing happened until some other view change (a review of the first version).
+            Up::Switch { spec, .. } if spec == self.view.stack => {}
             Up::Switch { origin, spec } => {
                 if self.switch_to.as_ref().is_none_or(|(chosen, _)| origin >= *chosen) {
                     self.switch_to = Some((origin, spec));
@@ -489,7 +496,22 @@ impl Layer for Intra {
                 self.maybe_start(out);
             }
             Up::Migrate { origin, address } => {
-                if usize::from(origin) < self.view.len() && self.view.addresses[usize::from(origin)] != address {
+                let Some(&current) = self.view.addresses.get(usize::from(origin)) else { return };
+                // An address of another kind than the member's (a simulated one in a group on
+                // UDP), or another member's, would send the group's traffic for it nowhere, or
+                // to someone else: refused (a faulty or misconfigured member; found by a review).
+                let kind = |a: &crate::view::Address| std::mem::discriminant(a);
+                let taken = self.view.addresses.contains(&address)
+                    || self.moves.iter().any(|(&r, &a)| r != origin && a == address);
+                if kind(&address) != kind(&current) || (address != current && taken) {
+                    tracing::warn!(
+                        member = origin,
+                        ?address,
+                        "a migration to another member's address, or to another kind of address, refused"
+                    );
+                    return;
+                }
+                if current != address {
                     self.moves.insert(origin, address);
                 } else {
                     self.moves.remove(&origin); // moving back, or a request for where it is
@@ -689,6 +711,49 @@ mod tests {
         assert_eq!(stack, crate::StackSpec::parse("total+Xfer").unwrap().to_string(), "the switch asked");
     }
 
+    /// A view of this partition alone after a failed merge moves the members that asked to
+    /// migrate, as a view of the survivors does (found by a review: the move was dropped, and the
+    /// member asked again in a later view).
+    #[test]
+    fn a_lone_partitions_view_after_a_failed_merge_keeps_the_migrations() {
+        let view = crate::testing::view(3);
+        let mut h = Harness::new(Intra::new(&Config::default(), &view, 1), 1);
+        h.up(Up::Migrate { origin: 2, address: crate::Address::Sim(9) });
+        h.up(Up::CutDone { coord: 0, round: 1 });
+        let mut alone = ViewState::clone(&view);
+        alone.view_id = ViewId { ltime: view.view_id.ltime + 1, coord: view.members[0] };
+        alone.prev_ids = vec![view.view_id];
+        let msg = Msg::default().with(Header::Full { round: 1, view: Box::new(alone.to_full()) });
+        let out = h.up(Up::Cast { origin: 0, msg, qos: Qos::Reliable });
+        let installed = out
+            .iter()
+            .find_map(|o| match o {
+                Out::Up(Up::NewView(v)) => Some(v.addresses.clone()),
+                _ => None,
+            })
+            .expect("the view is installed");
+        assert_eq!(installed, vec![crate::Address::Sim(0), crate::Address::Sim(1), crate::Address::Sim(9)]);
+    }
+
+    /// A migration to another member's address, to one another member moves to, or to an
+    /// address of another kind, is refused (found by a review: the group's traffic for the member
+    /// went to someone else, or nowhere).
+    #[test]
+    fn a_migration_to_a_taken_address_or_another_kind_is_refused() {
+        let view = crate::testing::view(3);
+        let mut h = Harness::new(Intra::new(&Config::default(), &view, 1), 1);
+        let inet = crate::Address::Inet("127.0.0.1:7001".parse().unwrap());
+        for address in [crate::Address::Sim(0), inet] {
+            h.up(Up::Migrate { origin: 2, address });
+            assert!(h.layer.moves.is_empty(), "{address:?}");
+        }
+        h.up(Up::Migrate { origin: 2, address: crate::Address::Sim(9) });
+        h.up(Up::Migrate { origin: 1, address: crate::Address::Sim(9) });
+        assert_eq!(h.layer.moves.len(), 1, "two members to one address");
+        h.up(Up::Migrate { origin: 2, address: crate::Address::Sim(2) });
+        assert!(h.layer.moves.is_empty(), "moving back");
+    }
+
     /// A switch to the stack the view already runs starts no view change; one to another does
     /// (found by a review: each such request flushed the group and rebuilt every stack).
     #[test]
@@ -696,8 +761,9 @@ mod tests {
         let view = crate::testing::view(3);
         let mut h = Harness::new(Intra::new(&Config::default(), &view, 0), 0);
         assert!(flushes(&h.up(Up::Switch { origin: 2, spec: view.stack.clone() })).is_empty());
+        // A lower rank's request for another stack still goes ahead.
         let other = crate::StackSpec::parse("total").unwrap();
-        assert_eq!(flushes(&h.up(Up::Switch { origin: 2, spec: other })).len(), 1);
+        assert_eq!(flushes(&h.up(Up::Switch { origin: 1, spec: other })).len(), 1);
     }
 
     /// Runs a merge flush at rank 0 of a 4-member view until `MergeReady`.

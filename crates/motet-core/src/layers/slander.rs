@@ -61,16 +61,16 @@ impl Layer for Slander {
                 if matches!(msg.hdrs.last().as_deref(), Some(motet_wire::Header::Slander(Header::Slander { .. }))) =>
             {
                 let Some(Header::Slander { ranks }) = msg.pop_as::<Header>() else { unreachable!("checked") };
+                // Cast reliably only: a suspicion on an unreliable cast is forged.
+                if qos == Qos::Unreliable {
+                    out.drop_input(super::LayerKind::Slander, DropReason::HeaderMismatch);
+                    return;
+                }
                 if origin == self.rank {
                     return;
                 }
                 if ranks.iter().any(|&r| r as usize >= self.n) {
                     out.drop_input(super::LayerKind::Slander, DropReason::Gossip);
-                    return;
-                }
-                // Cast reliably only: a suspicion on an unreliable cast is forged.
-                if qos == Qos::Unreliable {
-                    out.drop_input(super::LayerKind::Slander, DropReason::HeaderMismatch);
                     return;
                 }
                 tracing::debug!(from = origin, ?ranks, "suspicion shared by another member");

@@ -82,9 +82,10 @@ impl Layer for Top {
             // A message no layer claimed (every header a pass-through one): no member sends
             // that, so it was malformed or forged, and is counted as dropped, as every layer
             // counts what it refuses.
-            Up::Cast { .. } | Up::Send { .. } | Up::Gossip(_) => {
-                out.drop_input(super::LayerKind::Top, DropReason::HeaderMismatch)
-            }
+            Up::Cast { .. } | Up::Send { .. } => out.drop_input(super::LayerKind::Top, DropReason::HeaderMismatch),
+            // Gossip no layer here takes may be genuine: another partition of the group may run
+            // a stack with a layer this one lacks.
+            Up::Gossip(_) => out.drop_input(super::LayerKind::Top, DropReason::Gossip),
             _ => {}
         }
     }

@@ -30,9 +30,11 @@
 //! the transfer then ends without them (counter `XferStalled`). A member excluded so that stays
 //! audible merges back, and if it never says done in the next transfer view either, it holds
 //! the group that long again. Before, a member that never said done held every cast of the group
-//! for good. Not covered: a provider whose application never streams. Its receivers would have
-//! to suspect their coordinator, which takes `slander` and `elect`, below this layer, which do
-//! not see a suspicion raised here.
+//! for good. A provider whose own application streams nothing at all for `stall_timeout` leaves
+//! the group (`LeaveReq`, counted `XferStalled`), as one that crashed would be
+//! excluded, and the next view's rank 0 provides. Its receivers could not act on it: a suspicion
+//! of their coordinator raised here would reach no layer that acts on it (`slander` and `elect`
+//! are below).
 
 use crate::event::{AppEvent, Dn, DropReason, Msg, Qos, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -233,6 +235,21 @@ impl Layer for Xfer {
             }
             self.suspected.union_with(&stalled);
             out.up(Up::Suspect(stalled));
+        } else if self.rank == 0 && self.chunks == 0 && !self.suspected.contains(0) {
+            // The provider's own application streamed nothing at all for `stall_timeout`: its
+            // receivers would wait for good, and they cannot act on it (a suspicion of their
+            // coordinator raised here would reach no layer that acts on it: `slander` and `elect`
+            // are below). The provider leaves, as one that crashed would be excluded; the next
+            // view owes the transfer again, and its rank 0 provides. Only before the first chunk:
+            // a stream that stops midway may be held by flow control, that is by a slow receiver,
+            // and a provider that left for it would hand the same receiver to the next provider.
+            tracing::warn!(
+                chunks = self.chunks,
+                "this member's application streamed no state within stall_timeout: it leaves, so that another member provides"
+            );
+            out.count(super::LayerKind::Xfer, crate::event::Counter::XferStalled);
+            self.suspected.insert(0);
+            out.up(Up::LeaveReq(self.rank));
         }
         // Watched again until the view changes (`Dn::Block`): the suspicion is raised again,
         // counted once, should the round it started not exclude them.
@@ -335,6 +352,8 @@ mod tests {
         let mut provider = Harness::new(Xfer::new(&Config::default(), &view, 0), 0);
         provider.up(Up::Init);
         assert_eq!(provider.alarm, Some(at(t)));
+        provider.now = at(t / 2);
+        provider.up(Up::XferChunk { payload: b"s".as_slice().into(), last: false });
         assert!(suspected(&provider.timer(at(t))).is_empty(), "still streaming: its application is waited for");
         provider.now = at(t + 1);
         provider.up(Up::XferChunk { payload: b"s".as_slice().into(), last: true });
@@ -398,5 +417,29 @@ mod tests {
         let chunk = Msg::new(b"x".as_slice().into()).with(Header::Last);
         receiver.up(Up::Cast { origin: 0, msg: chunk, qos: Qos::Reliable });
         assert!(matches!(receiver.app.pop_front(), Some(AppEvent::XferChunk { last: true, .. })));
+    }
+
+    /// A provider whose application streams nothing for `stall_timeout` leaves (once), so that
+    /// another member provides; before, its receivers waited for good. One that streams is not.
+    #[test]
+    fn a_provider_that_streams_nothing_leaves() {
+        let view = xfer_view(3);
+        let config = Config { stall_timeout: Duration::from_millis(1_000) };
+        let leaves = |stream: bool| {
+            let mut provider = Harness::new(Xfer::new(&config, &view, 0), 0);
+            provider.up(Up::Init);
+            let mut left = 0;
+            for second in 1..=5u64 {
+                if stream {
+                    provider.now = Instant::ZERO + Duration::from_millis(second * 1_000 - 500);
+                    provider.up(Up::XferChunk { payload: b"ab".as_slice().into(), last: false });
+                }
+                let out = provider.timer(Instant::ZERO + Duration::from_millis(second * 1_000 + 1));
+                left += out.iter().filter(|o| matches!(o, Out::Up(Up::LeaveReq(0)))).count();
+            }
+            (left, provider.stats.counter(crate::event::Counter::XferStalled))
+        };
+        assert_eq!(leaves(false), (1, 1), "it leaves, once");
+        assert_eq!(leaves(true), (0, 0), "a provider that streams stays");
     }
 }

@@ -190,6 +190,12 @@ impl World<'_> {
                 }
                 // A transfer of a view this node has already left starts over in its new view.
                 AppEvent::XferProvide | AppEvent::XferChunk { .. } if stack != self.nodes[index].stack => {}
+                // A faulty application: it streams nothing. Its member must leave (`xfer`'s stall
+                // watch), which the oracles then check as for a member asked to leave.
+                AppEvent::XferProvide if self.options.never_streams.contains(&index) => {
+                    self.trace.left[index] = true;
+                    self.note(format!("node {index}'s application never streams the state it provides"));
+                }
                 AppEvent::XferProvide => {
                     // The state as it stands at the view's start, in chunks of 256 B.
                     let bytes: Vec<u8> = self.nodes[index].state.iter().flat_map(|id| id.tag()).collect();
