@@ -8,7 +8,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// An endpoint identifier. It contains no address, so an endpoint can migrate between processes
-/// (thesis §2.1.3). Drivers choose it at random (the simulator from its seeded PRNG).
+/// (thesis §2.1.3). Drivers choose it: the simulator numbers its nodes; the runtime counts the
+/// high bits down with the time the endpoint was made and draws the rest at random, so that at
+/// equal logical times the older coordinator's partition grants a merge (`heal` orders views by
+/// (primary, view id)).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct EndpointId(pub u64);
 
