@@ -332,7 +332,15 @@ impl EventLoop {
                 )));
             }
         }
-        let endpoint = crate::clock::new_endpoint_id(rand::random());
+        // Drawn again while it is one of this process's own (two endpoints made in the same tenth
+        // of a second share an id with odds of 2^-28, and a process may join many groups at
+        // once): the second one's state replaced the first one's here (a review's finding).
+        let endpoint = loop {
+            let endpoint = crate::clock::new_endpoint_id(rand::random());
+            if !self.members.contains_key(&endpoint) {
+                break endpoint;
+            }
+        };
         let mut view = ViewState::initial(
             name.clone(),
             spec,

@@ -205,15 +205,21 @@ impl Layer for Xfer {
                 }
                 None => out.drop_input(super::LayerKind::Xfer, DropReason::HeaderMismatch),
             },
+            // A flush round began (`sync`, below, at every member the round includes): the view
+            // is changing, the application's chunks are refused until the next one, and its
+            // successor watches its own transfer. Before, the watch went on through the flush
+            // (it waited for `Dn::Block`, which `sync` sends down from below this layer, so it
+            // never came), and a round near the deadline could make a healthy provider leave,
+            // or a lingering stack count a stall (a review's finding).
+            ev @ Up::Flushing { .. } => {
+                self.moved = None;
+                out.pass_up(super::LayerKind::Xfer, ev, Header::NoHdr)
+            }
             other => out.pass_up(super::LayerKind::Xfer, other, Header::NoHdr),
         }
     }
 
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
-        if let Dn::Block = ev {
-            // The view is changing: its successor watches its own transfer.
-            self.moved = None;
-        }
         out.pass_dn(ev, Header::NoHdr);
     }
 
@@ -251,7 +257,7 @@ impl Layer for Xfer {
             self.suspected.insert(0);
             out.up(Up::LeaveReq(self.rank));
         }
-        // Watched again until the view changes (`Dn::Block`): the suspicion is raised again,
+        // Watched again until the view changes (a flush round: `Up::Flushing`): the suspicion is raised again,
         // counted once, should the round it started not exclude them.
         self.moved = Some(out.now());
         out.alarm(out.now() + self.stall_timeout);
@@ -441,5 +447,24 @@ mod tests {
         };
         assert_eq!(leaves(false), (1, 1), "it leaves, once");
         assert_eq!(leaves(true), (0, 0), "a provider that streams stays");
+    }
+
+    /// A flush round stops the watch: the application's chunks are refused while the view
+    /// changes, and the next view watches its own transfer (found by a review: the watch waited
+    /// for `Dn::Block`, which never reaches this layer, and a round near the deadline made a
+    /// healthy provider leave).
+    #[test]
+    fn a_flush_round_stops_the_watch() {
+        let view = xfer_view(3);
+        let config = Config { stall_timeout: Duration::from_millis(1_000) };
+        let mut provider = Harness::new(Xfer::new(&config, &view, 0), 0);
+        provider.up(Up::Init);
+        provider.now = Instant::ZERO + Duration::from_millis(900);
+        let out = provider.up(Up::Flushing { coord: 0, round: 1 });
+        assert!(matches!(&out[..], [Out::Up(Up::Flushing { .. })]), "passed up: {out:?}");
+        let out = provider.timer(Instant::ZERO + Duration::from_millis(1_001));
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(provider.stats.counter(crate::event::Counter::XferStalled), 0);
+        assert_eq!(provider.alarm, None, "no longer watched");
     }
 }
