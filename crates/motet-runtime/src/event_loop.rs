@@ -332,15 +332,7 @@ impl EventLoop {
                 )));
             }
         }
-        // Drawn again while it is one of this process's own (two endpoints made in the same tenth
-        // of a second share an id with odds of 2^-28, and a process may join many groups at
-        // once): the second one's state replaced the first one's here (a review's finding).
-        let endpoint = loop {
-            let endpoint = crate::clock::new_endpoint_id(rand::random());
-            if !self.members.contains_key(&endpoint) {
-                break endpoint;
-            }
-        };
+        let endpoint = unused(&self.members, || crate::clock::new_endpoint_id(rand::random()));
         let mut view = ViewState::initial(
             name.clone(),
             spec,
@@ -873,6 +865,19 @@ impl EventLoop {
             if !self.retry_parked() {
                 break;
             }
+        }
+    }
+}
+
+/// An endpoint id from `draw` that none of this process's `members` has: drawn again while it is
+/// one of them. Two endpoints made in the same tenth of a second share an id with odds of 2^-28,
+/// and a process may join many groups at once; the second one's state replaced the first one's
+/// here (a review's finding).
+fn unused(members: &BTreeMap<EndpointId, MemberState>, mut draw: impl FnMut() -> EndpointId) -> EndpointId {
+    loop {
+        let endpoint = draw();
+        if !members.contains_key(&endpoint) {
+            return endpoint;
         }
     }
 }

@@ -621,6 +621,20 @@ fn a_stack_with_primary_views_is_refused() {
     assert!(crate::switch_target("total+Primary").is_err());
 }
 
+/// A new endpoint's id is never one this process already has: drawn again (found by a review:
+/// with ids that count down with time, two made in the same tenth of a second can coincide, and
+/// the second one's state replaced the first one's).
+#[test]
+fn an_endpoint_id_this_process_has_is_drawn_again() {
+    let mut event_loop = EventLoop::new(RuntimeConfig::default()).unwrap();
+    let taken = event_loop.join(&GroupConfig::new("first")).unwrap();
+    let mut draws = [taken, taken, EndpointId(7)].into_iter();
+    assert_eq!(super::unused(&event_loop.members, || draws.next().unwrap()), EndpointId(7));
+    let second = event_loop.join(&GroupConfig::new("second")).unwrap();
+    assert_ne!(second, taken);
+    assert_eq!(event_loop.members.len(), 2);
+}
+
 /// Lookups for the stand-in below: the first fails, the others find the name.
 static FAILED_ONCE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
