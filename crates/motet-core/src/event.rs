@@ -465,7 +465,7 @@ macro_rules! reasons {
 }
 
 reasons! {
-    Malformed: "the datagram did not decode",
+    Malformed: "the datagram did not decode, or a header holds what no correct member sends (a timestamp out of order, a switch request its sender's own member would have refused)",
     OtherVersion: "a datagram of another wire version: a member running another release (members of one group must run the same)",
     UnknownConn: "no stack has this connection id (an old view, another group, or noise)",
     SharedKey: "a compressed datagram under a 32-bit key that stacks of two views share at this node: which one it is for cannot be told, so neither gets it (the layers' NAKs bring it in full; docs/bypass.md, \"Connection ids\")",

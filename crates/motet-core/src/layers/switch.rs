@@ -119,7 +119,12 @@ impl Layer for Switch {
                         tracing::info!(from = origin, stack = %spec, "stack switch requested for the next view");
                         out.up(Up::Switch { origin, spec })
                     }
-                    _ => out.drop_input(super::LayerKind::Switch, DropReason::Malformed),
+                    Ok(spec) => {
+                        let why = check_target(&self.stack, self.xfer_view, &spec).err();
+                        tracing::warn!(from = origin, stack = %spec, ?why, "a switch request its sender should have refused: dropped");
+                        out.drop_input(super::LayerKind::Switch, DropReason::Malformed)
+                    }
+                    Err(_) => out.drop_input(super::LayerKind::Switch, DropReason::Malformed),
                 },
                 None => out.drop_input(super::LayerKind::Switch, DropReason::HeaderMismatch),
             },
