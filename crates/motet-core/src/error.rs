@@ -32,6 +32,12 @@ pub enum ApiError {
         /// View size.
         len: usize,
     },
+    /// A send names a member known to have failed (`Node::handle_fail`, or a flush under way).
+    #[error("member {rank} has failed: nothing sent to it would be delivered; with membership it leaves at the next view (send to the members of that view), and in a static group it is gone for the group's life")]
+    MemberFailed {
+        /// The failed rank.
+        rank: Rank,
+    },
     /// A send names no destination.
     #[error("a send names no destination; name at least one rank of the current view (or cast to all)")]
     NoDestination,

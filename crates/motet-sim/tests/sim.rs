@@ -91,6 +91,21 @@ fn fifo_survives_a_crash() {
     }
 }
 
+/// The same with every input through both paths (`Bypass::Diff`). Once the driver marks the
+/// crashed member failed, a send to it is refused (`ApiError::MemberFailed`) on both: a first
+/// version refused it on the layered path only (`appl`'s condition passed it, a layer below
+/// refused, and the send went on from there and was dropped), and seed 3 failed here.
+#[test]
+fn fifo_survives_a_crash_on_both_paths_alike() {
+    for seed in 1..=40 {
+        let mut options = lossy(seed);
+        options.crashes = 1;
+        options.bypass = motet_core::Bypass::Diff;
+        let report = run(&options);
+        assert_eq!(first(&report.violations), [], "seed {seed}: {}", options.replay_command(false));
+    }
+}
+
 #[test]
 fn swarm_runs_pass() {
     for seed in 1..=60 {

@@ -94,6 +94,9 @@ pub struct Appl {
     /// come reliably, and one on an unreliable cast (no sequence number to guess) is forged. A
     /// stack without one (`top:appl:bottom`) delivers what arrives.
     reliable_below: bool,
+    /// Ranks known to have failed (`Dn::Fail` going down through this layer): a send to one is
+    /// refused, where it was accepted and dropped below (`pt2pt`'s `FromFailed`) unseen.
+    failed: RankSet,
     /// Switch and migration requests made in this view ([`REQUESTS_MAX`]).
     requests: u32,
 }
@@ -145,6 +148,7 @@ impl Appl {
             loopback: true,
             cast_qos: cast_qos(view),
             reliable_below: provided_below(view, Service::ReliableCast),
+            failed: RankSet::new(),
             requests: 0,
         }
     }
@@ -185,6 +189,9 @@ impl Appl {
                 for &dest in &dests {
                     if usize::from(dest) >= self.view.len() {
                         return Err(ApiError::NoSuchRank { rank: dest, len: self.view.len() });
+                    }
+                    if self.failed.contains(dest) {
+                        return Err(ApiError::MemberFailed { rank: dest });
                     }
                     if self.send_blocked.contains(dest) {
                         return Err(ApiError::FlowBlocked { dest: Some(dest) });
@@ -346,6 +353,9 @@ impl Layer for Appl {
     }
 
     fn handle_dn(&mut self, ev: Dn, out: &mut Outbox<'_>) {
+        if let Dn::Fail(ranks) = &ev {
+            self.failed.union_with(ranks);
+        }
         if matches!(ev, Dn::Block) && !self.blocked {
             self.blocked = true;
             out.deliver(AppEvent::Block);
@@ -363,7 +373,7 @@ impl Layer for Appl {
             None if self.view.xfer_view || self.cast_blocked || self.lagging => None,
             None => Some(DnStep::to(Header::Data, self.cast_qos)),
             Some(dest) if usize::from(dest) >= self.view.len() || dest == self.rank => None,
-            Some(dest) if self.send_blocked.contains(dest) => None,
+            Some(dest) if self.send_blocked.contains(dest) || self.failed.contains(dest) => None,
             Some(_) => DnStep::pass(Header::Data, down),
         }
     }
@@ -379,7 +389,9 @@ impl Layer for Appl {
             fast::Trace::CastDn => {
                 open && !self.view.xfer_view && !self.cast_blocked && !self.lagging && self.cast_qos == Qos::Reliable
             }
-            fast::Trace::SendDn => open && self.send_blocked.is_empty(),
+            // Sends to a failed member are refused by `handle_action`: while any is known, `appl`
+            // is asked per send (its condition refuses those).
+            fast::Trace::SendDn => open && self.send_blocked.is_empty() && self.failed.is_empty(),
             fast::Trace::CastUp | fast::Trace::SendUp => false,
         };
         inert.then_some(self.message_size_max)
@@ -452,6 +464,23 @@ mod tests {
         };
         let result = h.layer.handle_action(action, &mut out);
         (result, events)
+    }
+
+    /// A send to a member known to have failed is refused with what to do, where it was accepted
+    /// and dropped below unseen (a static stack told of failures by its driver returned `Ok`);
+    /// sends to the others go on.
+    #[test]
+    fn a_send_to_a_failed_member_is_refused() {
+        let view = crate::testing::view(3);
+        let mut h = Harness::new(Appl::new(&Config::default(), &view, 0), 0);
+        let out = h.dn(Dn::Fail([2].into_iter().collect()));
+        assert!(matches!(&out[..], [Out::Dn(Dn::Fail(_))]), "passed down: {out:?}");
+        let send = |dests: Vec<Rank>| Action::Send(dests.into_iter().collect(), b"x".as_slice().into());
+        assert_eq!(act(&mut h, send(vec![2])).0, Err(ApiError::MemberFailed { rank: 2 }));
+        let (result, events) = act(&mut h, send(vec![1, 2]));
+        assert_eq!(result, Err(ApiError::MemberFailed { rank: 2 }));
+        assert!(events.is_empty(), "nothing sent when one destination is refused");
+        assert_eq!(act(&mut h, send(vec![1])).0, Ok(()));
     }
 
     /// A subcast's header names each member once, and no more than `SUBSET_MAX` of them: a list

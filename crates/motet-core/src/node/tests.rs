@@ -730,3 +730,27 @@ fn a_leave_given_to_a_replaced_stack_is_the_members() {
     assert!(group.exited[0], "the member left");
     assert_eq!(group.views[1].as_ref().map(|v| v.members.len()), Some(1), "the other is alone");
 }
+
+/// A send to a member the driver marked failed is refused (`MemberFailed`) on every path; sends
+/// to the others go on. (The case where the paths differed, a bypass that a layer below `appl`
+/// refused mid-trace, is the simulator's `fifo_survives_a_crash_on_both_paths_alike`.)
+#[test]
+fn a_send_to_a_failed_member_is_refused_on_every_path() {
+    for bypass in [crate::Bypass::On, crate::Bypass::Off, crate::Bypass::Diff] {
+        let mut group = crate::testkit::Group::with_bypass(3, "fifo", bypass);
+        let send = |to: u16| Action::send(to, Payload::from(b"x".as_slice()));
+        // Sends to both first: the send trace is compiled, and its template known.
+        for _ in 0..3 {
+            group.act(0, send(1)).unwrap();
+            group.act(0, send(2)).unwrap();
+        }
+        let (node, id) = &mut group.nodes[0];
+        node.handle_fail(Instant::ZERO, *id, [2].into_iter().collect()).unwrap();
+        group.pump();
+        group.act(0, send(1)).unwrap();
+        assert_eq!(group.act(0, send(2)), Err(crate::ApiError::MemberFailed { rank: 2 }), "{bypass:?}");
+        let before = group.delivered[1];
+        assert_eq!(group.act(0, send(1)), Ok(()), "{bypass:?}");
+        assert_eq!(group.delivered[1], before + 1, "{bypass:?}");
+    }
+}

@@ -128,6 +128,11 @@ impl World<'_> {
                     // This node left the group: its application sends no more.
                     self.nodes[node].backlog.pop_front();
                 }
+                // The destination has failed (a static stack told so by the driver): unreachable,
+                // as one outside the view, and the application drops the message.
+                Err(ApiError::MemberFailed { .. }) => {
+                    self.nodes[node].backlog.pop_front();
+                }
                 Err(other) => panic!("the simulated application misused the API: {other}"),
             }
         }
