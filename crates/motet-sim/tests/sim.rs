@@ -292,6 +292,16 @@ fn state_transfer_swarm_passes() {
     assert!(transfers > 50, "the swarm made transfer views: {transfers}");
 }
 
+/// Nodes 0 and 1 in one `vsync+Xfer` view, node 2 started alone at 300 ms: the merge makes a
+/// transfer view (node 0 provides, node 2 receives), watched with a 3 s `stall_timeout`.
+fn a_transfer_to_node_2(seed: u64) -> SimOptions {
+    let mut options = SimOptions::new(seed, 3, StackSpec::parse("vsync+Xfer").unwrap());
+    options.initial = Some(vec![0, 1]);
+    options.script = vec![(300, motet_sim::options::ScriptAction::Start(2))];
+    options.config.xfer.stall_timeout = motet_core::Duration::from_millis(3_000);
+    options
+}
+
 /// A member whose application never says it is done with the state it received (a fault the
 /// failure detector cannot see: it stays audible) is suspected by the provider once no member's
 /// done came for `xfer.stall_timeout`, and the transfer view ends without it. Before, the
@@ -299,11 +309,8 @@ fn state_transfer_swarm_passes() {
 #[test]
 fn a_member_that_never_says_done_is_excluded_and_the_transfer_view_ends() {
     for seed in 1..=5 {
-        let mut options = SimOptions::new(seed, 3, StackSpec::parse("vsync+Xfer").unwrap());
-        options.initial = Some(vec![0, 1]);
-        options.script = vec![(300, motet_sim::options::ScriptAction::Start(2))];
+        let mut options = a_transfer_to_node_2(seed);
         options.never_done = vec![2];
-        options.config.xfer.stall_timeout = motet_core::Duration::from_millis(3_000);
         let report = run(&options);
         assert_eq!(first(&report.violations), [], "seed {seed}: {}", options.replay_command(false));
         assert!(report.stats.counter(motet_core::Counter::XferStalled) >= 1, "seed {seed}: the stall was found");
@@ -322,11 +329,8 @@ fn a_member_that_never_says_done_is_excluded_and_the_transfer_view_ends() {
 #[test]
 fn a_provider_that_never_streams_leaves_and_another_provides() {
     for seed in 1..=5 {
-        let mut options = SimOptions::new(seed, 3, StackSpec::parse("vsync+Xfer").unwrap());
-        options.initial = Some(vec![0, 1]);
-        options.script = vec![(300, motet_sim::options::ScriptAction::Start(2))];
+        let mut options = a_transfer_to_node_2(seed);
         options.never_streams = vec![0];
-        options.config.xfer.stall_timeout = motet_core::Duration::from_millis(3_000);
         let report = run(&options);
         assert_eq!(first(&report.violations), [], "seed {seed}: {}", options.replay_command(false));
         assert!(report.stats.counter(motet_core::Counter::XferStalled) >= 1, "seed {seed}: the stall was found");
