@@ -37,11 +37,11 @@ pub(crate) struct SimArgs {
     /// The stack: a preset, a property set or a layer list (see `motet stack explain`).
     #[arg(long, default_value = "fifo")]
     stack: String,
-    /// Casts per member.
-    #[arg(long, default_value_t = 20)]
+    /// Casts per member (at most 100,000: a run plans every submission up front).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=PER_MEMBER_MAX))]
     casts: u32,
-    /// Point-to-point sends per member, to random other members.
-    #[arg(long, default_value_t = 5)]
+    /// Point-to-point sends per member, to random other members (at most 100,000).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=PER_MEMBER_MAX))]
     sends: u32,
     /// Members that crash (fail-stop) at random times.
     #[arg(long, default_value_t = 0)]
@@ -50,8 +50,9 @@ pub(crate) struct SimArgs {
     /// membership stack such as `vsync`).
     #[arg(long)]
     restart: bool,
-    /// Largest payload in bytes (larger than 1024 exercises fragmentation).
-    #[arg(long, default_value_t = 3000)]
+    /// Largest payload in bytes, 16 to 1 MiB, the stack's largest message by default (larger
+    /// than 1024 exercises fragmentation).
+    #[arg(long, default_value_t = SimOptions::PAYLOAD_MAX, value_parser = payload_max)]
     payload_max: usize,
     /// Derive all fault parameters (loss, duplication, reordering, delays, crashes, partitions)
     /// from each seed instead of the flags above.
@@ -60,16 +61,16 @@ pub(crate) struct SimArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
-    /// Worker threads (runs are independent; the report does not depend on this).
-    #[arg(long)]
-    jobs: Option<usize>,
+    /// Worker threads, 1 to 256 (runs are independent; the report does not depend on this).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+    jobs: Option<u16>,
     /// Draw the run as a space-time diagram (members, messages, views, faults) into this SVG
     /// file. One seed only; the JSON and text output are unchanged.
     #[arg(long, value_name = "FILE.svg")]
     diagram: Option<PathBuf>,
     /// Mean of the random extra one-way delay, in microseconds (on top of 100 µs). Datagrams sent
-    /// close together overtake each other when it is not 0; 0 makes every link FIFO.
-    #[arg(long, default_value_t = 400)]
+    /// close together overtake each other when it is not 0; 0 makes every link FIFO. At most 10 s.
+    #[arg(long, default_value_t = 400, value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
     jitter_us: u64,
     /// The bypass: `on` (as the runtime runs), `off` (the layered path only), or `diff` (every
     /// input through both, any difference in outputs or layer states is a violation).
@@ -94,6 +95,12 @@ fn parse_bypass(text: &str) -> Result<motet_core::Bypass, String> {
     }
 }
 
+/// Casts or sends per member, at most: a run plans every submission when it starts.
+const PER_MEMBER_MAX: i64 = 100_000;
+
+/// Seeds one invocation runs, at most: each run's report is kept until the summary.
+const SEEDS_MAX: u64 = 1_000_000;
+
 fn parse_range(text: &str) -> Result<(u64, u64), String> {
     let (a, b) = text.split_once("..").ok_or("expected A..B")?;
     let b = b.trim_start_matches('=');
@@ -101,7 +108,21 @@ fn parse_range(text: &str) -> Result<(u64, u64), String> {
     if a > b {
         return Err(format!("empty range {a}..{b}"));
     }
+    if b - a >= SEEDS_MAX {
+        return Err(format!("{} seeds; at most {SEEDS_MAX} per run: split the range", u128::from(b - a) + 1));
+    }
     Ok((a, b))
+}
+
+/// The largest payload: the simulated members draw sizes in `16..=payload_max`, and the stacks
+/// run with default parameters, whose largest message is `appl.message_size_max` (1 MiB).
+fn payload_max(text: &str) -> Result<usize, String> {
+    let max = motet_core::StackConfig::default().appl.message_size_max;
+    let bytes: usize = text.parse().map_err(|e| format!("{e}"))?;
+    if !(16..=max).contains(&bytes) {
+        return Err(format!("{bytes} B: a payload of 16 B to {max} B (the stack's largest message)"));
+    }
+    Ok(bytes)
 }
 
 fn probability(text: &str) -> Result<f64, String> {
@@ -211,6 +232,15 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
     };
     if let Some(node) = args.no_loopback.iter().find(|&&n| n >= usize::from(args.nodes)) {
         eprintln!("motet sim: --no-loopback {node}: there are only nodes 0 to {}", args.nodes - 1);
+        return ExitCode::from(2);
+    }
+    if args.crashes >= usize::from(args.nodes) {
+        eprintln!(
+            "motet sim: --crashes {}: at most {} of {} nodes may crash",
+            args.crashes,
+            args.nodes - 1,
+            args.nodes
+        );
         return ExitCode::from(2);
     }
     if args.diagram.is_some() && args.seeds.is_some() {
@@ -350,7 +380,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
 
 /// Runs the seeds on worker threads; results come back in seed order.
 fn run_all(args: &SimArgs, stack: &StackSpec, seeds: &[u64]) -> Vec<SimReport> {
-    let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let jobs = args.jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), usize::from);
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let failed = AtomicUsize::new(0);
@@ -385,4 +415,54 @@ fn run_all(args: &SimArgs, stack: &StackSpec, seeds: &[u64]) -> Vec<SimReport> {
         eprintln!();
     }
     results.into_inner().expect("no poisoning").into_iter().map(|r| r.expect("every seed ran")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+
+    fn parse(line: &str) -> SimArgs {
+        Cli::try_parse_from(std::iter::once("sim").chain(line.split_whitespace())).expect("a valid command line").sim
+    }
+
+    /// A failing seed's replay line must rebuild the run's options exactly, or the failure does
+    /// not reproduce (it once dropped `--payload-max`).
+    #[test]
+    fn a_replay_line_rebuilds_the_same_run() {
+        for (line, swarm) in [
+            ("--nodes 4 --loss 0.1 --dup 0.05 --reorder 0.2 --crashes 1 --restart --casts 7 --sends 3 --payload-max 70000 --jitter-us 900 --no-loopback 0,2 --bundles --bypass diff --stack vsync", false),
+            ("--nodes 3 --swarm --casts 9 --sends 0 --bypass off --stack total", true),
+        ] {
+            let args = parse(line);
+            let stack = StackSpec::parse(&args.stack).expect("a stack");
+            let options = args.options(&stack, 42);
+            let replay = options.replay_command(swarm);
+            let again = parse(replay.strip_prefix("motet sim").expect("a sim command line"));
+            // Every field, by its debug form (the options hold no float NaN or map order).
+            assert_eq!(format!("{:?}", again.options(&stack, 42)), format!("{options:?}"), "{replay}");
+        }
+    }
+
+    #[test]
+    fn flags_out_of_range_are_refused() {
+        for line in [
+            "--payload-max 10",
+            "--payload-max 2000000",
+            "--seeds 0..1000000",
+            "--casts 100001",
+            "--jobs 0",
+            "--jitter-us 10000001",
+        ] {
+            let args = std::iter::once("sim").chain(line.split_whitespace());
+            assert!(Cli::try_parse_from(args).is_err(), "{line} was accepted");
+        }
+        parse("--seeds 0..999999 --casts 100000 --payload-max 1048576 --jobs 256");
+    }
 }

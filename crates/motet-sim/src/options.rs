@@ -156,6 +156,9 @@ pub struct SimOptions {
 }
 
 impl SimOptions {
+    /// The default largest payload: above `frag_size`, so fragmentation is exercised.
+    pub const PAYLOAD_MAX: usize = 3000;
+
     /// Fault-free defaults for `nodes` nodes running `stack`.
     pub fn new(seed: u64, nodes: usize, stack: StackSpec) -> SimOptions {
         SimOptions {
@@ -165,7 +168,7 @@ impl SimOptions {
             config: StackConfig::default(),
             casts: 20,
             sends: 5,
-            payload_max: 3000,
+            payload_max: SimOptions::PAYLOAD_MAX,
             workload_ms: 1_000,
             net: NetConfig::default(),
             crashes: 0,
@@ -316,6 +319,9 @@ impl SimOptions {
             ));
             if self.net.delay_mean_us != NetConfig::default().delay_mean_us {
                 cmd.push_str(&format!(" --jitter-us {}", self.net.delay_mean_us));
+            }
+            if self.payload_max != SimOptions::PAYLOAD_MAX {
+                cmd.push_str(&format!(" --payload-max {}", self.payload_max));
             }
         }
         cmd.push_str(&format!(" --casts {} --sends {}", self.casts, self.sends));

@@ -54,7 +54,7 @@ impl World<'_> {
         let copies = if self.rng.gen_bool(net.dup) { 2 } else { 1 };
         for copy in 0..copies {
             let uniform: f64 = self.rng.gen_range(f64::EPSILON..1.0);
-            let mut delay_us = net.delay_min_us + (-(uniform.ln()) * net.delay_mean_us as f64) as u64;
+            let mut delay_us = net.delay_min_us.saturating_add((-(uniform.ln()) * net.delay_mean_us as f64) as u64);
             if self.rng.gen_bool(net.reorder) {
                 delay_us += self.rng.gen_range(0..=net.reorder_max_us);
             }
