@@ -163,7 +163,9 @@ impl Totem {
     /// which had already been delivered by `mnak`: members then delivered different casts. The
     /// thirty-fourth session's review found it.)
     fn refused(&self, seq: u64) -> bool {
-        if self.ahead(seq) {
+        // No token numbers a cast past `SEQ_MAX` (tokens beyond it are dropped), and without flow
+        // control `ahead` refuses nothing: the bound keeps the span below from overflowing.
+        if seq > SEQ_MAX || self.ahead(seq) {
             return true;
         }
         if seq <= self.deliver_next || self.held.contains_key(&seq) {
@@ -623,5 +625,22 @@ mod tests {
         };
         b.up(data);
         assert_eq!(b.stats.drops(DropReason::OutOfWindow), 0);
+    }
+
+    /// Without flow control nothing bounds how far ahead a cast may be numbered, except the
+    /// numbers a token can give: a cast numbered past them (by a faulty member) is dropped; it
+    /// overflowed the span of held casts (a panic in a checked build).
+    #[test]
+    fn without_flow_control_a_cast_numbered_past_any_token_is_dropped() {
+        let view = crate::testing::view_of("Gmp+Sync+Suspect+Token", 2);
+        let mut b = Harness::new(Totem::new(&Config { pending_max: 2 }, &view, 1), 1);
+        for seq in [u64::MAX, SEQ_MAX + 1] {
+            let data = Msg::new(vec![1].into()).with(Header::Data { seq });
+            assert!(b.up(Up::Cast { origin: 0, msg: data, qos: Qos::Reliable }).is_empty());
+        }
+        assert_eq!((b.stats.drops(DropReason::OutOfWindow), b.layer.held.len()), (2, 0));
+        let data = Msg::new(vec![1].into()).with(Header::Data { seq: SEQ_MAX });
+        b.up(Up::Cast { origin: 0, msg: data, qos: Qos::Reliable });
+        assert_eq!(b.layer.held.len(), 1, "the last number a token can give is held");
     }
 }
