@@ -125,13 +125,23 @@ pub fn switch_target(spec: &str) -> Result<motet_core::StackSpec, Error> {
 
 /// Checks that `spec` (given as `text`) has membership and merging: a member the runtime starts
 /// begins alone and must merge, and a group switched to a stack without them could never take a
-/// new member or heal a partition again (a review's finding: a switch was not held to this). And
-/// that it has no `Primary`, which a group the runtime starts could never use.
+/// new member or heal a partition again (a review's finding: a switch was not held to this). That
+/// it has flow control, which bounds what a sender buffers. And that it has no `Primary`, which a
+/// group the runtime starts could never use.
 pub(crate) fn merges(spec: &motet_core::StackSpec, text: &str) -> Result<(), Error> {
     let layers = spec.layers();
     if !layers.contains(&motet_core::LayerKind::Heal) || !layers.contains(&motet_core::LayerKind::Intra) {
         return Err(Error::Config(format!(
             "stack `{text}` has no membership: a member started by the runtime begins alone and must merge, so it needs the Gmp and Heal properties (use `vsync`)"
+        )));
+    }
+    // Without flow control nothing holds an application back: its casts wait in `mnak` for
+    // stability and its sends in `pt2pt` for acknowledgements, so one slow member grows every
+    // sender's memory at the application's rate (a review's finding). The simulator and the core
+    // still run such stacks, to test the layers apart.
+    if !layers.contains(&motet_core::LayerKind::Mflow) || !layers.contains(&motet_core::LayerKind::Pt2ptw) {
+        return Err(Error::Config(format!(
+            "stack `{text}` has no flow control: without it a slow member makes every sender buffer without bound, so the runtime needs the Flow property (add `+Flow`, or use `vsync`)"
         )));
     }
     // A view is primary only if it follows a primary view (`primary`), and a member the runtime

@@ -621,6 +621,22 @@ fn a_stack_with_primary_views_is_refused() {
     assert!(crate::switch_target("total+Primary").is_err());
 }
 
+/// A stack without flow control is refused at the join and as a switch target: nothing would hold
+/// the application back, and every sender would buffer for its slowest member without bound
+/// (found by a review).
+#[test]
+fn a_stack_without_flow_control_is_refused() {
+    let mut event_loop = EventLoop::new(RuntimeConfig::default()).unwrap();
+    let mut group = GroupConfig::new("unbounded");
+    group.stack = "Gmp+Sync+Suspect+Heal+Local".into();
+    let err = event_loop.join(&group).unwrap_err().to_string();
+    assert!(err.contains("no flow control") && err.contains("+Flow"), "{err}");
+    let err = crate::switch_target("Gmp+Sync+Suspect+Heal+Switch+Local").unwrap_err().to_string();
+    assert!(err.contains("no flow control"), "{err}");
+    group.stack = "Gmp+Sync+Suspect+Heal+Local+Flow".into();
+    assert!(event_loop.join(&group).is_ok());
+}
+
 /// A new endpoint's id is never one this process already has: drawn again (found by a review:
 /// with ids that count down with time, two made in the same tenth of a second can coincide, and
 /// the second one's state replaced the first one's).
