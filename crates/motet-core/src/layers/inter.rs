@@ -23,10 +23,26 @@ use motet_wire::hdr::inter::Header;
 use motet_wire::hdr::intra::{FullView, LTIME_MAX};
 use std::sync::Arc;
 
-/// `inter` has no parameters (the merge protocol's timeouts are `merge`'s).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+/// `inter`'s parameters (the merge protocol's timeouts are `merge`'s).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct Config {}
+pub struct Config {
+    /// The most members a merged view may have: a request that would make the view larger is
+    /// refused, and a grant of a larger view is not taken. Every member keeps state that grows
+    /// with the view (`causal`'s and `stable`'s grow with its square), and nothing authenticates
+    /// a request yet, so one forged request of thousands of members would otherwise make every
+    /// member build a stack for them (a review's finding). At most `RANKS_MAX`.
+    pub members_max: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { members_max: MEMBERS_MAX_DEFAULT }
+    }
+}
+
+/// [`Config::members_max`] by default.
+pub const MEMBERS_MAX_DEFAULT: usize = 1024;
 
 /// Static description.
 pub static SPEC: LayerSpec = LayerSpec {
@@ -62,6 +78,7 @@ enum Phase {
 #[derive(Debug, PartialEq)]
 pub struct Inter {
     view: Arc<ViewState>,
+    members_max: usize,
     rank: Rank,
     coord: Rank,
     phase: Phase,
@@ -83,8 +100,26 @@ fn contact_of(request: &FullView) -> Address {
 
 impl Inter {
     /// An `inter` for `view`.
-    pub fn new(_config: &Config, view: &Arc<ViewState>, rank: Rank) -> Inter {
-        Inter { view: Arc::clone(view), rank, coord: view.coord, phase: Phase::Idle }
+    pub fn new(config: &Config, view: &Arc<ViewState>, rank: Rank) -> Inter {
+        Inter { view: Arc::clone(view), members_max: config.members_max, rank, coord: view.coord, phase: Phase::Idle }
+    }
+
+    /// Why a granted view is not to be taken, if it is not: it must keep every member of our
+    /// partition, stay within `members_max`, and run a stack that keeps what ours has of
+    /// membership, merging and `Primary` (the rule a switch is held to). A correct granter's
+    /// always does; without authentication a forged one could otherwise have this partition
+    /// install a view of any size, or without membership for good.
+    fn refusal(&self, survivors: &[Rank], view: &FullView) -> Option<String> {
+        if view.members.len() > self.members_max {
+            return Some(format!("{} members, more than inter.members_max ({})", view.members.len(), self.members_max));
+        }
+        if let Some(&r) = survivors.iter().find(|&&r| !view.members.contains(&self.view.members[usize::from(r)].0)) {
+            return Some(format!("it leaves out rank {r} of this partition"));
+        }
+        match crate::StackSpec::parse(&view.stack) {
+            Ok(stack) => super::switch::keeps(&self.view.stack, &stack).err().map(|e| e.to_string()),
+            Err(_) => None, // another build's: `with_full` keeps ours
+        }
     }
 
     /// Our partition after the merge flush: the survivors of the current view.
@@ -219,14 +254,15 @@ impl Layer for Inter {
                 let merged = self.view.len() + request.members.len();
                 let bytes = self.view.to_full().encoded_len() + request.encoded_len() + VIEW_HEADROOM;
                 let ltime = self.view.view_id.ltime.max(request.ltime);
-                if (merged > motet_wire::RANKS_MAX || bytes > motet_wire::DATAGRAM_SIZE_MAX || ltime + 2 > LTIME_MAX)
+                let max = self.members_max.min(motet_wire::RANKS_MAX);
+                if (merged > max || bytes > motet_wire::DATAGRAM_SIZE_MAX || ltime + 2 > LTIME_MAX)
                     && matches!(self.phase, Phase::Idle)
                 {
                     tracing::warn!(
                         requester = request.coord,
                         merged,
                         bytes,
-                        max = motet_wire::RANKS_MAX,
+                        max,
                         max_bytes = motet_wire::DATAGRAM_SIZE_MAX,
                         "merge request refused: the merged view would have too many members to cast"
                     );
@@ -257,7 +293,11 @@ impl Layer for Inter {
                 }
             }
             Up::MergeGranted(view) => {
-                if let Phase::Requesting { round: Some((round, _)), .. } = &self.phase {
+                if let Phase::Requesting { round: Some((round, survivors)), .. } = &self.phase {
+                    if let Some(why) = self.refusal(survivors, &view) {
+                        tracing::warn!(granter = view.coord, %why, "a granted view is not taken: going on as this partition");
+                        return self.fail(out);
+                    }
                     tracing::info!(members = view.members.len(), "merge granted: installing the merged view");
                     out.dn(Dn::CastFull { round: *round, view: Arc::new(self.view.with_full(&view)) });
                     self.phase = Phase::Done;
@@ -289,12 +329,17 @@ mod tests {
     use super::*;
     use crate::layer::harness::{Harness, Out};
 
-    /// A view of three members at logical time 5, from rank `rank`'s side.
+    /// A `vsync` view of three members at logical time 5, from rank `rank`'s side.
     fn inter(rank: Rank) -> Harness<Inter> {
-        let view = crate::testing::view(3);
+        inter_of(rank, MEMBERS_MAX_DEFAULT)
+    }
+
+    /// Likewise, with `members_max`.
+    fn inter_of(rank: Rank, members_max: usize) -> Harness<Inter> {
+        let view = crate::testing::view_of("vsync", 3);
         let view =
             Arc::new(ViewState { view_id: ViewId { ltime: 5, coord: EndpointId(0) }, ..ViewState::clone(&view) });
-        Harness::new(Inter::new(&Config::default(), &view, rank), rank)
+        Harness::new(Inter::new(&Config { members_max }, &view, rank), rank)
     }
 
     /// A request from a one-member partition at logical time 0 (smaller than ours).
@@ -345,10 +390,10 @@ mod tests {
         let mut big = request();
         big.members = (100..100 + motet_wire::RANKS_MAX as u64 - 3).collect();
         big.coord = 100;
-        let out = inter(0).up(Up::MergeRequest(big.clone()));
+        let out = inter_of(0, motet_wire::RANKS_MAX).up(Up::MergeRequest(big.clone()));
         assert!(matches!(&out[..], [Out::Dn(Dn::MergeFlush)]), "3 + 4,093 fits: {out:?}");
         big.members.push(99);
-        let out = inter(0).up(Up::MergeRequest(big));
+        let out = inter_of(0, motet_wire::RANKS_MAX).up(Up::MergeRequest(big));
         assert!(matches!(&out[..], [Out::Dn(Dn::MergeDeny { .. })]), "3 + 4,094 does not: {out:?}");
     }
 
@@ -371,7 +416,62 @@ mod tests {
         // The same request from half as many members fits.
         big.members.truncate(1_150);
         big.addresses.truncate(1_150);
-        let out = inter(0).up(Up::MergeRequest(big));
+        let out = inter_of(0, motet_wire::RANKS_MAX).up(Up::MergeRequest(big));
         assert!(matches!(&out[..], [Out::Dn(Dn::MergeFlush)]), "{out:?}");
+    }
+
+    /// A merge past `members_max` is refused: one request (nothing authenticates it yet) made
+    /// every member build a stack for thousands of members, whose `causal` and `stable` state
+    /// grows with the square (a review's finding).
+    #[test]
+    fn a_merge_past_members_max_is_refused() {
+        let mut big = request();
+        big.members = (100..100 + MEMBERS_MAX_DEFAULT as u64 - 3).collect();
+        let out = inter(0).up(Up::MergeRequest(big.clone()));
+        assert!(matches!(&out[..], [Out::Dn(Dn::MergeFlush)]), "3 + 1,021 fits: {out:?}");
+        big.members.push(99);
+        let out = inter(0).up(Up::MergeRequest(big));
+        assert!(matches!(&out[..], [Out::Dn(Dn::MergeDeny { .. })]), "3 + 1,022 does not: {out:?}");
+    }
+
+    /// A requester takes a granted view only if it keeps this partition's members, stays within
+    /// `members_max` and keeps membership, merging and `Primary` as they are; else its members go
+    /// on as their own partition, as after a refusal.
+    #[test]
+    fn a_granted_view_that_no_correct_granter_sends_is_not_taken() {
+        let requesting = || {
+            let mut h = inter(0);
+            h.up(Up::MergeWith { contact: Address::Sim(9), view: ViewId { ltime: 9, coord: EndpointId(900) } });
+            let out = h.up(Up::MergeReady { round: 1, survivors: vec![0, 1, 2] });
+            assert!(matches!(&out[..], [Out::Dn(Dn::MergeRequest { .. })]), "{out:?}");
+            h
+        };
+        let taken = |h: &mut Harness<Inter>, view: FullView| {
+            let out = h.up(Up::MergeGranted(Box::new(view)));
+            match &out[..] {
+                // Else the partition's own view, by its own coordinator.
+                [Out::Dn(Dn::CastFull { view, .. })] => view.view_id.coord == EndpointId(900),
+                other => panic!("{other:?}"),
+            }
+        };
+        let ours = requesting().layer.view.to_full();
+        let mut granted = crate::testing::view(1).to_full();
+        granted.stack.clone_from(&ours.stack);
+        (granted.members, granted.coord, granted.ltime) = (vec![900], 900, 9);
+        granted.members.extend(&ours.members);
+        granted.addresses.extend(&ours.addresses);
+        assert!(taken(&mut requesting(), granted.clone()), "a genuine grant is taken");
+
+        let mut without_one = granted.clone();
+        without_one.members.pop();
+        without_one.addresses.pop();
+        assert!(!taken(&mut requesting(), without_one), "it leaves out a member");
+        let mut huge = granted.clone();
+        huge.members.extend(1_000..1_000 + MEMBERS_MAX_DEFAULT as u64);
+        huge.addresses.extend(std::iter::repeat_n(granted.addresses[0], MEMBERS_MAX_DEFAULT));
+        assert!(!taken(&mut requesting(), huge), "past members_max");
+        let mut no_membership = granted;
+        no_membership.stack = "Frag+Flow+Local".into();
+        assert!(!taken(&mut requesting(), no_membership), "a stack without membership");
     }
 }

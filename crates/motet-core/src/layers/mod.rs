@@ -477,6 +477,15 @@ impl StackConfig {
                 return bad(format!("{name} ({value}) must be at most {max}"));
             }
         }
+        // A view's member list travels in one vector of at most `RANKS_MAX`; a group of one
+        // could never take a member.
+        if !(2..=motet_wire::RANKS_MAX).contains(&self.inter.members_max) {
+            return bad(format!(
+                "inter.members_max ({}) must be between 2 and {}",
+                self.inter.members_max,
+                motet_wire::RANKS_MAX
+            ));
+        }
         if self.frag.frag_size == 0 || self.frag.frag_size > appl::UNFRAGMENTED_MAX {
             return bad(format!(
                 "frag.frag_size must be between 1 and {} bytes (a fragment and its headers fit one datagram)",

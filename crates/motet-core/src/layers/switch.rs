@@ -74,13 +74,22 @@ impl Switch {
 ///   review: one request silently took away what an application gated its writes on).
 pub fn check_target(from: &StackSpec, xfer_view: bool, to: &StackSpec) -> Result<(), ApiError> {
     use super::LayerKind as K;
-    let (had, has) = (|k| from.layers().contains(&k), |k| to.layers().contains(&k));
+    let has = |k| to.layers().contains(&k);
     if !has(K::Switch) {
         return Err(ApiError::NoSwitch(format!("to `{to}`")));
     }
     if xfer_view && !has(K::Xfer) {
         return Err(ApiError::SwitchInTransfer(to.to_string()));
     }
+    keeps(from, to)
+}
+
+/// The part of [`check_target`] that also holds for the stack of a view granted by another
+/// partition (`inter`): `to` keeps what `from` has of membership and merging, and `Primary` as
+/// it is.
+pub fn keeps(from: &StackSpec, to: &StackSpec) -> Result<(), ApiError> {
+    use super::LayerKind as K;
+    let (had, has) = (|k| from.layers().contains(&k), |k| to.layers().contains(&k));
     let loses = |why| Err(ApiError::SwitchLoses { to: to.to_string(), why });
     if [K::Intra, K::Inter, K::Heal, K::Merge].into_iter().any(|k| had(k) && !has(k)) {
         return loses(
