@@ -106,6 +106,9 @@ pub enum Dn {
     Stable(Arc<Stability>),
     /// This endpoint leaves: the stack stops sending.
     Leave,
+    /// (`top` → every layer) the stack is replaced by the next view's and lingers only to finish
+    /// retransmissions (`top.linger`): `suspect` suspects no one any more.
+    Replaced,
     /// (node → `bottom`) This node shares this view's key with a stack of another view and
     /// drops what comes compressed under it: `bottom` asks the members for the full form.
     KeyShared,

@@ -107,6 +107,7 @@ impl Layer for Bottom {
             Dn::Cut(_) => out.up(Up::CutReached),
             // Nothing lies below: stability and membership requests end here.
             Dn::StableReq
+            | Dn::Replaced
             | Dn::AwaitView { .. }
             | Dn::Lagging(_)
             | Dn::Stable(_)

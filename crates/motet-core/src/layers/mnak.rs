@@ -572,6 +572,7 @@ impl Layer for Mnak {
             Dn::Cut(cut) => self.set_cut(cut, out),
             Dn::AwaitView { coord } => self.await_view(coord, out),
             other @ (Dn::Leave
+            | Dn::Replaced
             | Dn::KeyShared
             | Dn::Lagging(_)
             | Dn::SyncFlush { .. }

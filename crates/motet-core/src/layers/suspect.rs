@@ -143,6 +143,11 @@ pub struct Suspect {
     /// Every member heartbeats to all and watches all (see the module's comment); off while the
     /// view is quiet.
     all_to_all: bool,
+    /// The stack is replaced and lingers (`Dn::Replaced`): it still beats, for members that have
+    /// not installed the next view yet, but suspects no one. Before, a member that left was
+    /// suspected in the lingering stack a timeout after the view without it, and every graceful
+    /// leave was logged and counted as a failure (a review's finding).
+    replaced: bool,
 }
 
 impl Suspect {
@@ -164,6 +169,7 @@ impl Suspect {
             failed: RankSet::new(),
             view: Arc::clone(view),
             all_to_all: config.all_to_all,
+            replaced: false,
         }
     }
 
@@ -265,6 +271,7 @@ impl Layer for Suspect {
             // A view change has started: the flush's coordinator, perhaps a new one, must notice a
             // member that goes silent during it.
             Dn::Block => self.widen(out),
+            Dn::Replaced => self.replaced = true,
             Dn::Fail(ranks) => {
                 self.widen(out);
                 self.suspected.union_with(ranks);
@@ -291,7 +298,7 @@ impl Layer for Suspect {
         let mut newly = RankSet::new();
         for (rank, &heard) in self.last_heard.iter().enumerate() {
             let rank = rank as Rank;
-            if self.watches(rank) && now - heard > self.config.timeout {
+            if !self.replaced && self.watches(rank) && now - heard > self.config.timeout {
                 newly.insert(rank);
             }
         }
@@ -425,6 +432,27 @@ mod tests {
         assert_eq!(suspected(&coord.timer(at_ms(1_100))), [1, 2, 3]);
         assert_eq!(coord.stats.counter(Counter::Stalled), 0);
         // Without the rule, the stalled sweep suspected all three (checked by disabling it).
+    }
+
+    /// A replaced stack lingers to finish retransmissions: it goes on beating, for members that
+    /// have not installed the next view yet, and suspects no one. Before, every graceful leave
+    /// showed as a suspicion of the leaver (counted and logged) a timeout after the view without
+    /// it (a review's finding).
+    #[test]
+    fn a_replaced_stack_beats_and_suspects_no_one() {
+        let config = Config { all_to_all: true, ..Config::default() };
+        let (_, view) = endpoint(3, 0);
+        let mut member = Harness::new(Suspect::new(&config, &view, 1), 1);
+        member.up(Up::Init);
+        member.dn(Dn::Replaced);
+        assert_eq!(sent(&member.timer(at_ms(100))), ["Heartbeat"]);
+        let out = sweeps(&mut member, 200, 3_000);
+        assert!(suspected(&out).is_empty(), "{out:?}");
+        assert_eq!(member.stats.counter(Counter::Suspected), 0);
+        // The same member, not replaced, suspects both others.
+        let mut member = Harness::new(Suspect::new(&config, &view, 1), 1);
+        member.up(Up::Init);
+        assert_eq!(suspected(&sweeps(&mut member, 100, 3_000)), [0, 2]);
     }
 
     #[test]

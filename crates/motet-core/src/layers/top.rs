@@ -73,6 +73,7 @@ impl Layer for Top {
             Up::NewView(view) if !self.replaced && !self.exited => {
                 self.replaced = true;
                 out.up(Up::NewView(view));
+                out.dn(Dn::Replaced);
                 out.alarm(out.now() + self.linger);
             }
             Up::LeaveReq(_) | Up::Exit => {
