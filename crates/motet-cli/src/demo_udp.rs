@@ -3,7 +3,7 @@
 // Real time: the story's timestamps.
 #![allow(clippy::disallowed_types)]
 
-use crate::procs::{free_ports, one_view_of, wait_for, MemberProcess};
+use crate::procs::{free_ports, one_view_of, wait_on, MemberProcess};
 use motet_sim::logcheck;
 use std::time::{Duration, Instant};
 
@@ -28,7 +28,7 @@ pub(crate) fn run() -> Result<bool, String> {
         .map(|(name, &port)| MemberProcess::spawn(name, &group, port, &peers))
         .collect::<Result<_, _>>()?;
     say("A, B and C start, each alone in a view of its own");
-    let view = wait_for(Duration::from_secs(30), || one_view_of(&all(&procs))).ok_or("the three never merged")?;
+    let view = wait_on(&mut procs, Duration::from_secs(30), "the three never merged", |p| one_view_of(&all(p)))?;
     say(&format!("they found each other and merged: all three installed view {view}"));
     for round in 0..CASTS {
         for p in procs.iter_mut() {
@@ -42,21 +42,20 @@ pub(crate) fn run() -> Result<bool, String> {
             procs.iter().filter_map(|s| s.log().endpoint().map(str::to_string)).all(|from| r.delivered_from(&from) >= n)
         })
     };
-    wait_for(Duration::from_secs(30), || everyone(&procs, CASTS).then_some(())).ok_or("messages were not delivered")?;
+    wait_on(&mut procs, Duration::from_secs(30), "messages were not delivered", |p| everyone(p, CASTS).then_some(()))?;
     say(&format!("every member delivered all {} messages, each sender's in order", CASTS * 3));
 
     procs[2].kill();
     let killed_at = Instant::now();
     say("C is killed (SIGKILL): no goodbye");
-    let view =
-        wait_for(Duration::from_secs(30), || one_view_of(&all(&procs[..2]))).ok_or("A and B never excluded C")?;
+    let view = wait_on(&mut procs[..2], Duration::from_secs(30), "A and B never excluded C", |p| one_view_of(&all(p)))?;
     say(&format!(
         "A and B suspected C, flushed, and installed view {view} without it ({:.2} s after the kill)",
         killed_at.elapsed().as_secs_f64()
     ));
     let dead = std::mem::replace(&mut procs[2], MemberProcess::spawn("C'", &group, ports[2], &peers)?);
     say("C restarts on the same port: a new endpoint, C', alone at first");
-    let view = wait_for(Duration::from_secs(30), || one_view_of(&all(&procs))).ok_or("C' never merged in")?;
+    let view = wait_on(&mut procs, Duration::from_secs(30), "C' never merged in", |p| one_view_of(&all(p)))?;
     say(&format!("C' merged back in: all three installed view {view}"));
     for p in procs.iter_mut() {
         let line = format!("welcome back, from {}", p.name);
@@ -74,8 +73,9 @@ pub(crate) fn run() -> Result<bool, String> {
             })
         })
     };
-    wait_for(Duration::from_secs(30), || last_lines_everywhere(&procs).then_some(()))
-        .ok_or("the last messages were not delivered")?;
+    wait_on(&mut procs, Duration::from_secs(30), "the last messages were not delivered", |p| {
+        last_lines_everywhere(p).then_some(())
+    })?;
     say("each cast one more message; all delivered everywhere");
     let mut clean = true;
     for p in procs.iter_mut() {

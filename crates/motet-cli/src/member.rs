@@ -380,7 +380,11 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
         spawn_parent_watch(parent, Arc::clone(&stop));
     }
     let runtime = Arc::new(runtime);
-    spawn_stdin_caster(member.handle(), Arc::clone(&runtime), args.commands);
+    // A weak reference: the thread stays blocked in reading stdin until the process ends, and a
+    // strong one kept the runtime from ever being dropped, so its stop (which sends what waits in
+    // a full socket's backlog, a leaving coordinator's view among it) never ran (a review's
+    // finding).
+    spawn_stdin_caster(member.handle(), Arc::downgrade(&runtime), args.commands);
     // A closed stdout (the reader went away) is not a reason to stop being a member: nothing
     // printed may panic (`println!` does, and the panic hook would end the process unleft).
     let print_line = |line: &str| {
@@ -480,9 +484,10 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
 /// `exit` event) before it exits anyway.
 pub(crate) const LEAVE_WAIT: Duration = Duration::from_secs(5);
 
-/// From now on, SIGTERM and SIGINT set the flag returned instead of ending the process: the
-/// tools (`member`, `chat`, `kv`) turn it into a leave once joined, and exit status 0, not the
-/// signal's default action (status 143, and a member the others must suspect).
+/// From now on, SIGTERM, SIGINT and SIGHUP set the flag returned instead of ending the process:
+/// the tools (`member`, `chat`, `kv`) turn it into a leave once joined, and exit status 0, not the
+/// signal's default action (status 143, or 129 when the terminal closes, and a member the others
+/// must suspect).
 pub(crate) fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
     // One flag for the process, registered once: `main` registers it before parsing the command
     // line (a SIGTERM in that window took the default action: status 143 and no leave), and the
@@ -490,7 +495,7 @@ pub(crate) fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
     static STOP: std::sync::OnceLock<Result<Arc<AtomicBool>, String>> = std::sync::OnceLock::new();
     STOP.get_or_init(|| {
         let stop = Arc::new(AtomicBool::new(false));
-        for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT, signal_hook::consts::SIGHUP] {
             signal_hook::flag::register(signal, Arc::clone(&stop))
                 .map_err(|error| format!("cannot handle signal {signal}: {error}"))?;
         }
@@ -657,7 +662,7 @@ fn skip_line(who: &str, stdin: &mut impl BufRead) -> bool {
 
 /// Casts each stdin line on a thread of its own (reading stdin blocks). The end of stdin ends
 /// the thread, not the member. A line that is not UTF-8 is cast as it is.
-fn spawn_stdin_caster(member: Handle, runtime: Arc<Runtime>, commands: bool) {
+fn spawn_stdin_caster(member: Handle, runtime: std::sync::Weak<Runtime>, commands: bool) {
     let spawned = std::thread::Builder::new().name("stdin".into()).spawn(move || {
         stdin_lines("motet member", |line| {
             // `//` escapes a line that starts with `/`: cast without its first `/`.
@@ -668,7 +673,10 @@ fn spawn_stdin_caster(member: Handle, runtime: Arc<Runtime>, commands: bool) {
                 Some("leave") => member.leave(),
                 Some(command) => match command.split_once(char::is_whitespace) {
                     Some(("switch", spec)) => member.switch(spec.trim()),
-                    Some(("migrate", to)) => migrate(&runtime, to.trim()),
+                    Some(("migrate", to)) => match runtime.upgrade() {
+                        Some(runtime) => migrate(&runtime, to.trim()),
+                        None => Err(Error::Stopped),
+                    },
                     _ => {
                         note!(
                             "motet member: not a command: /{command} (known: /switch SPEC, /migrate IP:PORT [ADVERTISE], /leave; start a line with // to cast it); not cast"

@@ -218,12 +218,20 @@ fn free_addresses(n: usize) -> Result<Vec<SocketAddr>, String> {
 }
 
 /// Each message carries its sequence number in its first 8 bytes: smaller ones were measured as
-/// 8 bytes and reported as the size asked for.
+/// 8 bytes and reported as the size asked for. And the raw UDP baseline sends each message as one
+/// datagram: above one datagram's worth, throughput's baseline read 0 (a ratio of `null`) with a
+/// status of 0, and latency's failed with the OS's "Message too long".
 fn check_size(size: usize) -> Result<(), String> {
-    match size >= 8 {
-        true => Ok(()),
-        false => Err(format!("--size {size}: at least 8 bytes (each message carries its sequence number)")),
+    if size < 8 {
+        return Err(format!("--size {size}: at least 8 bytes (each message carries its sequence number)"));
     }
+    if size > motet_wire::DATAGRAM_SIZE_MAX {
+        return Err(format!(
+            "--size {size}: the raw UDP baseline sends each message as one datagram, at most {} bytes",
+            motet_wire::DATAGRAM_SIZE_MAX
+        ));
+    }
+    Ok(())
 }
 
 /// A child `motet perf peer` process, stopped when dropped.

@@ -124,15 +124,28 @@ pub(crate) fn one_view_of(procs: &[&MemberProcess]) -> Option<String> {
     (all && endpoints.len() == procs.len()).then_some(first)
 }
 
-/// Polls `done` until it gives a value or `limit` passes.
-pub(crate) fn wait_for<T>(limit: Duration, mut done: impl FnMut() -> Option<T>) -> Option<T> {
+/// Polls `done` over `procs` until it gives a value; else fails with `what` once `limit` passes,
+/// or at once when a member that was not killed has exited. A member whose port was taken after
+/// it was found free exits at its start: the demo waited its full 30 s and blamed the merge (a
+/// review's finding). The member's own stderr, inherited, says why it exited.
+pub(crate) fn wait_on<T>(
+    procs: &mut [MemberProcess],
+    limit: Duration,
+    what: &str,
+    mut done: impl FnMut(&[MemberProcess]) -> Option<T>,
+) -> Result<T, String> {
     let deadline = Instant::now() + limit;
     loop {
-        if let Some(value) = done() {
-            return Some(value);
+        if let Some(value) = done(procs) {
+            return Ok(value);
+        }
+        for p in procs.iter_mut().filter(|p| !p.killed) {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                return Err(format!("{what}: member {} exited ({status})", p.name));
+            }
         }
         if Instant::now() > deadline {
-            return None;
+            return Err(format!("{what} within {limit:?}"));
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -255,6 +255,26 @@ fn a_member_whose_stdin_ends_stays_in_the_group_until_sigterm() {
     assert!(problems.is_empty(), "{problems:#?}");
 }
 
+/// SIGHUP (the terminal closed) is a leave as SIGTERM is: status 0 after the `exit` event, and the
+/// other installs a view without it. Before, the signal's default action ended the process with
+/// status 129 and no leave, and the others had to suspect it (a review's finding).
+#[test]
+fn a_member_whose_terminal_closes_leaves_gracefully() {
+    let ports = free_ports(2);
+    let peers = peer_list(&ports);
+    let procs: Vec<Proc> = (0..2).map(|i| Proc::spawn(&format!("h{i}"), ports[i], &peers)).collect();
+    wait(Duration::from_secs(30), "two processes in one view", || one_view_of(&procs.iter().collect::<Vec<_>>()));
+    let mut procs = procs;
+    procs[0].signal("-HUP");
+    let status = procs[0].child.wait().unwrap();
+    assert!(status.success(), "exited with {status}");
+    std::thread::sleep(Duration::from_millis(100)); // let the reader drain
+    assert_eq!(procs[0].events().last(), Some(&LogEvent::Exit), "no exit event");
+    wait(Duration::from_secs(30), "the other alone in a view", || {
+        procs[1].log().last_view().is_some_and(|(_, members)| members.len() == 1)
+    });
+}
+
 /// The failure detector over real sockets (docs/membership.md, "Failure detection"): a quiet
 /// view of five processes holds (the members' pings reach the coordinator and the deputy over the
 /// gossip channel, their beats reach the others: were either lost, the view would change one

@@ -16,7 +16,12 @@ pub enum ApiError {
     },
     /// The message is larger than the stack accepts.
     #[error(
-        "message of {size} bytes exceeds the stack's maximum of {max} bytes; split it or raise appl.message_size_max"
+        "message of {size} bytes exceeds the stack's maximum of {max} bytes; split it, or {advice}",
+        advice = if *max == crate::layers::appl::UNFRAGMENTED_MAX {
+            "add the Frag property to the stack (without it a message must fit one datagram)"
+        } else {
+            "raise appl.message_size_max (a view runs its group's parameters: every member needs the new value)"
+        }
     )]
     TooLarge {
         /// The message size.

@@ -420,6 +420,13 @@ impl EventLoop {
     /// Casts `data` to the members `to` of the current view only (a subcast), ordered with the
     /// stack's guarantee among all casts.
     pub fn subcast(&mut self, endpoint: EndpointId, to: Vec<EndpointId>, data: Bytes) -> Result<(), Error> {
+        // As `send`: the view is known here, so a name outside it is the caller's to hear of
+        // (it was counted in `sends_to_departed` and dropped).
+        let Some(member) = self.members.get(&endpoint) else { return Err(Error::Left) };
+        let Some(view) = member.view.as_ref() else { return Err(Error::NoView) };
+        if let Some(&stranger) = to.iter().find(|&&e| view.rank_of(e).is_none()) {
+            return Err(Error::NotMember(stranger));
+        }
         self.act(endpoint, Op::Subcast(to, data))
     }
 

@@ -125,6 +125,8 @@ fn errors_say_what_to_do() {
         matches!(err, motet_runtime::Error::Api(motet_core::ApiError::TooLarge { size: 100_000, max: m }) if m == max),
         "{err}"
     );
+    // Raising `message_size_max` would not help there: the error says what would.
+    assert!(err.to_string().contains("add the Frag property"), "{err}");
     small.cast(vec![0u8; max]).unwrap();
     let err = Runtime::start(RuntimeConfig::bind("0.0.0.0:0".parse().unwrap())).err().unwrap();
     assert!(err.to_string().contains("advertise"), "{err}");

@@ -11,15 +11,6 @@ pub(super) fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         return Err("--blocks and --seconds must be at least 1: a ratio needs a block of each path".into());
     }
     check_size(args.size)?;
-    if args.size > motet_wire::DATAGRAM_SIZE_MAX {
-        // The raw baseline sends one datagram per message: above this, every send failed and the
-        // baseline read 0 (a ratio of `null`) with a status of 0.
-        return Err(format!(
-            "--size {}: the raw UDP baseline sends each message as one datagram, at most {} bytes",
-            args.size,
-            motet_wire::DATAGRAM_SIZE_MAX
-        ));
-    }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (my_cpu, their_cpu) = match args.pin.as_str() {
         "none" => (None, None),

@@ -244,6 +244,7 @@ impl EventLoop {
         let behind = self.ready.full(0, 0, &self.config);
         self.parked_for_events |= behind;
         if behind || !member.parked.is_empty() {
+            too_large(member, &op)?;
             if member.parked.full_for(&op) {
                 return Err(Error::QueueFull("parked actions"));
             }
@@ -255,6 +256,7 @@ impl EventLoop {
         let result = take(&mut self.node, now, member, &op, &mut self.stats);
         let result = match result {
             Err(Error::Api(ApiError::FlowBlocked { .. } | ApiError::Blocked | ApiError::NoSuchStack)) => {
+                too_large(member, &op)?;
                 member.parked.push_back(op);
                 Ok(())
             }
@@ -603,5 +605,18 @@ mod tests {
         let large_at = at(&large);
         large.copy_small(&mut chunks);
         assert_eq!(at(&large), large_at, "larger than small: not copied");
+    }
+}
+
+/// A message larger than the member's view takes, refused before it is parked: the stack refuses
+/// it when it takes it, but a parked one had already been answered `Ok`, and was then refused in
+/// the loop and counted (`actions_refused`) where the application never heard of it (a review's
+/// finding; the threaded `Handle` checks the same at the call).
+fn too_large(member: &MemberState, op: &Op) -> Result<(), Error> {
+    let (Some(view), size) = (&member.view, op.payload_len()) else { return Ok(()) };
+    let max = view.params.appl.message_size_max_of(&view.stack);
+    match size > max {
+        true => Err(Error::Api(ApiError::TooLarge { size, max })),
+        false => Ok(()),
     }
 }

@@ -134,6 +134,32 @@ fn casts_wait_behind(config: RuntimeConfig, size: usize, held_max: usize) {
     assert_eq!(event_loop.parked(me), 0);
 }
 
+/// While casts are parked (here: the application is behind on its events), a cast larger than the
+/// view takes is refused at the call, as when nothing is parked; before, it was answered `Ok`,
+/// then refused in the loop and only counted (`actions_refused`). And a subcast naming an
+/// endpoint outside the view is refused as a send to one is (it was dropped and counted).
+#[test]
+fn a_cast_too_large_is_refused_while_casts_are_parked_and_a_subcast_to_a_stranger_too() {
+    let mut config = RuntimeConfig::bind("127.0.0.1:0".parse().unwrap());
+    config.event_queue = 1;
+    let mut event_loop = EventLoop::new(config).unwrap();
+    let me = event_loop.join(&GroupConfig::new("parked-large")).unwrap();
+    while event_loop.view(me).is_none() {
+        event_loop.poll(Some(Duration::from_millis(1))).unwrap();
+    }
+    let stranger = EndpointId(me.0 ^ 1);
+    let err = event_loop.subcast(me, vec![me, stranger], Bytes::from_static(b"x")).unwrap_err();
+    assert!(matches!(err, Error::NotMember(e) if e == stranger), "{err}");
+    while event_loop.next_event().is_some() {}
+    for _ in 0..3 {
+        event_loop.cast(me, Bytes::from_static(b"small")).unwrap();
+    }
+    assert!(event_loop.parked(me) > 0, "casts are parked");
+    let err = event_loop.cast(me, vec![0; (1 << 20) + 1].into()).unwrap_err();
+    assert!(matches!(err, Error::Api(motet_core::ApiError::TooLarge { .. })), "{err}");
+    assert_eq!(event_loop.stats.actions_refused, 0);
+}
+
 fn lookup_300ms(_name: &str) -> io::Result<Vec<SocketAddr>> {
     std::thread::sleep(Duration::from_millis(300));
     Ok(vec!["127.0.0.1:7996".parse().unwrap()])
