@@ -541,6 +541,19 @@ fn payload(data: &Bytes) -> Payload {
     Payload::from(data.clone())
 }
 
+/// A message larger than the member's view takes, refused before it is parked: the stack refuses
+/// it when it takes it, but a parked one had already been answered `Ok`, and was then refused in
+/// the loop and counted (`actions_refused`) where the application never heard of it (a review's
+/// finding; the threaded `Handle` checks the same at the call).
+fn too_large(member: &MemberState, op: &Op) -> Result<(), Error> {
+    let (Some(view), size) = (&member.view, op.payload_len()) else { return Ok(()) };
+    let max = view.params.appl.message_size_max_of(&view.stack);
+    match size > max {
+        true => Err(Error::Api(ApiError::TooLarge { size, max })),
+        false => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -605,18 +618,5 @@ mod tests {
         let large_at = at(&large);
         large.copy_small(&mut chunks);
         assert_eq!(at(&large), large_at, "larger than small: not copied");
-    }
-}
-
-/// A message larger than the member's view takes, refused before it is parked: the stack refuses
-/// it when it takes it, but a parked one had already been answered `Ok`, and was then refused in
-/// the loop and counted (`actions_refused`) where the application never heard of it (a review's
-/// finding; the threaded `Handle` checks the same at the call).
-fn too_large(member: &MemberState, op: &Op) -> Result<(), Error> {
-    let (Some(view), size) = (&member.view, op.payload_len()) else { return Ok(()) };
-    let max = view.params.appl.message_size_max_of(&view.stack);
-    match size > max {
-        true => Err(Error::Api(ApiError::TooLarge { size, max })),
-        false => Ok(()),
     }
 }
