@@ -116,6 +116,9 @@ pub struct RuntimeConfig {
 /// 64 times the defaults): the channels of the threaded runtime allocate every slot up front.
 pub const QUEUE_MAX: usize = 1 << 20;
 
+/// The largest `event_queue_bytes`: 1 GiB.
+pub const EVENT_QUEUE_BYTES_MAX: usize = 1 << 30;
+
 /// The smallest and largest [`RuntimeConfig::socket_buffer`] a configuration may give.
 pub const SOCKET_BUFFER_MIN: usize = 64 << 10;
 /// See [`SOCKET_BUFFER_MIN`].
@@ -205,6 +208,14 @@ impl RuntimeConfig {
                     "{name} {value} is above {QUEUE_MAX}: queues are allocated whole; give at most that"
                 )));
             }
+        }
+        // The bytes of events held for a member that does not read bound its memory: beyond a
+        // gigabyte the count (`event_queue`) alone does, up to 16,384 messages of 1 MiB.
+        if self.event_queue_bytes > EVENT_QUEUE_BYTES_MAX {
+            return Err(Error::Config(format!(
+                "event_queue_bytes {} is above {EVENT_QUEUE_BYTES_MAX} (1 GiB): it bounds the memory of events a member has not read yet; give at most that",
+                self.event_queue_bytes
+            )));
         }
         // A bundle is one datagram: one larger than UDP carries fails every send (EMSGSIZE).
         if self.pack_max > motet_wire::DATAGRAM_SIZE_MAX {
@@ -589,7 +600,9 @@ mod tests {
         assert!(err("[group.params.frag]\nfrag_size = 65000\n").contains("frag.frag_size must be between 1 and 61411"));
         assert!(err("[group.params.stable]\nsweep_interval_ms = 0\n")
             .contains("stable.sweep_interval_ms must be at least 1 ms"));
-        assert!(err("[group.params.suspect]\ntimeout_ms = 100\n").contains("longer than suspect.sweep_interval_ms"));
+        assert!(
+            err("[group.params.suspect]\ntimeout_ms = 100\n").contains("at least 3 times suspect.sweep_interval_ms")
+        );
         assert!(err("[group.params.intra]\ncommit_timeout_ms = 3500\n")
             .contains("must be at least 1000 ms longer than merge.merge_timeout_ms (3000 ms)"));
         assert!(err("[group.params.intra]\nflush_timeout_ms = 1000\n")
@@ -604,6 +617,12 @@ mod tests {
         assert!(err("[group.params.suspect]\ntimeout_ms = 86400000\n")
             .contains("suspect.timeout_ms must be at most 3600000 ms"));
         assert!(err("[group.params.top]\nlinger_ms = 600000\n").contains("top.linger_ms must be at most 60000 ms"));
+        // The failure timeout said to be too long itself, not the flush timeout that must exceed it.
+        assert!(err("[group.params.suspect]\ntimeout_ms = 3600000\n").contains("suspect.timeout_ms must be less than"));
+        assert!(err("[group.params.mnak]\nretransmit_max = 100000\n")
+            .contains("mnak.retransmit_max (100000) must be at most 4096"));
+        assert!(err("[group.params.suspect]\nsweep_interval_ms = 400\n")
+            .contains("suspect.timeout_ms (1000 ms) must be at least 3 times suspect.sweep_interval_ms (400 ms)"));
         assert!(err("[group.params.mnak]\nrecv_window_max = 100000000\n")
             .contains("mnak.recv_window_max (100000000) must be at most 65536"));
         assert!(err("[group.params.appl]\nmessage_size_max = 1000000000000\n").contains("appl.message_size_max"));
@@ -629,6 +648,8 @@ mod tests {
             assert!(config.validate().is_err());
         }
         assert!(RuntimeConfig { event_queue: QUEUE_MAX, ..RuntimeConfig::default() }.validate().is_ok());
+        let bytes = RuntimeConfig { event_queue_bytes: EVENT_QUEUE_BYTES_MAX + 1, ..RuntimeConfig::default() };
+        assert!(bytes.validate().unwrap_err().to_string().contains("event_queue_bytes 1073741825 is above"));
         // Nor may a bundle be larger than a datagram.
         let err = RuntimeConfig { pack_max: 70_000, ..RuntimeConfig::default() }.validate().unwrap_err();
         assert!(err.to_string().contains("pack_max 70000 is above"), "{err}");

@@ -26,6 +26,9 @@ pub const MESSAGE_SIZE_MAX: u64 = 256 << 20;
 /// The longest pending queue (`pending_max` of `mflow`, `pt2ptw`, `totem`), in messages.
 pub const PENDING_MAX: u64 = 1 << 20;
 
+/// The most messages `mnak` or `pt2pt` resends for one NAK or sweep (`retransmit_max`).
+pub const RETRANSMIT_MAX: u64 = 4096;
+
 /// The smallest flow-control window: two empty messages (a report is due every half window).
 pub const WINDOW_BYTES_MIN: u64 = 2 * flow::MESSAGE_CHARGE;
 
@@ -414,11 +417,22 @@ impl StackConfig {
                 LINGER_MAX.as_millis()
             ));
         }
-        if self.suspect.timeout <= self.suspect.sweep_interval {
+        // One heartbeat lost, or one sweep late, must not suspect a member: a timeout of under three
+        // periods did (a review's finding: three idle members on loopback with a 1 ms period and
+        // a 3 ms timeout went through 16 views in 10 s).
+        if self.suspect.timeout.0 < self.suspect.sweep_interval.0.saturating_mul(3) {
             return bad(format!(
-                "suspect.timeout_ms ({} ms) must be longer than suspect.sweep_interval_ms ({} ms), the heartbeat period",
+                "suspect.timeout_ms ({} ms) must be at least 3 times suspect.sweep_interval_ms ({} ms), the heartbeat period: one lost heartbeat must not suspect a member",
                 self.suspect.timeout.as_millis(),
                 self.suspect.sweep_interval.as_millis()
+            ));
+        }
+        // The two timeouts that must be longer than the failure detector's are at most an hour:
+        // said here, where the cause is, and not as a flush timeout to raise past its own limit.
+        if self.suspect.timeout >= PERIOD_MAX {
+            return bad(format!(
+                "suspect.timeout_ms must be less than {} ms (an hour): intra.flush_timeout_ms and safe.ack_timeout_ms must be longer, and are at most an hour",
+                PERIOD_MAX.as_millis()
             ));
         }
         // A member that fails during a flush is the detector's to find, not the flush timeout's
@@ -470,6 +484,10 @@ impl StackConfig {
             ("pt2pt.recv_window_max", self.pt2pt.recv_window_max, RECV_WINDOW_MAX),
             ("appl.message_size_max", self.appl.message_size_max as u64, MESSAGE_SIZE_MAX),
             ("totem.pending_max", self.totem.pending_max as u64, PENDING_MAX),
+            // Messages resent for one NAK or sweep: more goes out as one burst than a socket's
+            // send backlog holds, which then drops the oldest (a review's finding: unbounded).
+            ("mnak.retransmit_max", self.mnak.retransmit_max as u64, RETRANSMIT_MAX),
+            ("pt2pt.retransmit_max", self.pt2pt.retransmit_max as u64, RETRANSMIT_MAX),
             ("mflow.pending_max", self.mflow.pending_max as u64, PENDING_MAX),
             ("pt2ptw.pending_max", self.pt2ptw.pending_max as u64, PENDING_MAX),
         ] {
@@ -501,18 +519,6 @@ impl StackConfig {
                 ));
             }
         }
-        // A trickle of less than a fragment would hold a lagging member's senders, and the view
-        // change their flushes wait in, for as many intervals as the bytes queued ahead of the
-        // flush (a trickle of one byte: days behind a 1 MiB message); at least a fragment each
-        // interval bounds the wait by the fragments queued.
-        let fragment = self.frag.frag_size as u64 + MESSAGE_CHARGE;
-        for (name, trickle) in [("mflow", self.mflow.lag_trickle_bytes), ("pt2ptw", self.pt2ptw.lag_trickle_bytes)] {
-            if trickle < fragment {
-                return bad(format!(
-                    "{name}.lag_trickle_bytes ({trickle}) must be at least a fragment's cost, frag.frag_size + {MESSAGE_CHARGE} ({fragment})"
-                ));
-            }
-        }
         for (name, window) in [("mflow", self.mflow.window_bytes), ("pt2ptw", self.pt2ptw.window_bytes)] {
             if window < WINDOW_BYTES_MIN {
                 return bad(format!("{name}.window_bytes must be at least {WINDOW_BYTES_MIN}"));
@@ -523,6 +529,20 @@ impl StackConfig {
                 return bad(format!(
                     "{name}.window_bytes must be at most {WINDOW_BYTES_MAX} (1 MiB: a receiver reads a compressed datagram as at most 2^15 messages ahead, and an empty message costs {} bytes of the window)",
                     flow::MESSAGE_CHARGE
+                ));
+            }
+        }
+        // A trickle of less than a fragment would hold a lagging member's senders, and the view
+        // change their flushes wait in, for as many intervals as the bytes queued ahead of the
+        // flush (a trickle of one byte: days behind a 1 MiB message); at least a fragment each
+        // interval bounds the wait by the fragments queued.
+        // (A trickle larger than the window is allowed: the window still bounds what a lagging
+        // member is sent per interval, and a small window with the default trickle is common.)
+        let fragment = self.frag.frag_size as u64 + MESSAGE_CHARGE;
+        for (name, trickle) in [("mflow", self.mflow.lag_trickle_bytes), ("pt2ptw", self.pt2ptw.lag_trickle_bytes)] {
+            if trickle < fragment {
+                return bad(format!(
+                    "{name}.lag_trickle_bytes ({trickle}) must be at least a fragment's cost, frag.frag_size + {MESSAGE_CHARGE} ({fragment})"
                 ));
             }
         }
