@@ -14,6 +14,11 @@ use std::time::Duration;
 /// stays open, so the endpoint is still reached).
 const MIGRATE_TRIES: u32 = 8;
 
+/// Old sockets at most that migrations keep open at once: one more migration is refused
+/// ([`Error::MigrationsPending`]). Each is kept until every view has the new address, so calls in a
+/// loop piled sockets up to the process's file-descriptor limit (a review's finding).
+pub(crate) const RETIRED_MAX: usize = 8;
+
 /// A socket given up by a migration. Peers that have not installed the view with the new address
 /// still send here, so it is read until every endpoint's view has the new address, then for
 /// `migrate_grace` more (retransmissions in flight), then closed.
@@ -37,6 +42,9 @@ impl EventLoop {
     /// otherwise nothing changes and the error says which stack lacks it. Returns the new
     /// advertised address.
     pub fn migrate(&mut self, bind: SocketAddr, advertise: Option<SocketAddr>) -> Result<SocketAddr, Error> {
+        if self.retired.len() >= RETIRED_MAX {
+            return Err(Error::MigrationsPending(self.retired.len()));
+        }
         for member in self.members.values().filter(|m| !m.left) {
             let stack = self.owners.get(member.current).map(|(_, view)| &view.stack);
             if let Some(stack) = stack.filter(|s| !s.layers().contains(&LayerKind::Migrate)) {

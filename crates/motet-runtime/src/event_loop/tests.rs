@@ -272,6 +272,22 @@ fn connected_fallbacks_are_not_lost_by_a_migration() {
     assert!(event_loop.runtime_stats().connected_fallbacks >= before, "{before} before the migration");
 }
 
+/// At most `RETIRED_MAX` old sockets are kept open by migrations that are not complete: one more
+/// is refused with an error that says to wait, and leaves the socket where it is.
+#[test]
+fn migrations_that_are_not_complete_are_bounded() {
+    let mut config = RuntimeConfig::bind("127.0.0.1:0".parse().unwrap());
+    config.migrate_grace_ms = 600_000; // nothing completes during the test
+    let mut event_loop = EventLoop::new(config).unwrap();
+    for _ in 0..super::migrate::RETIRED_MAX {
+        event_loop.migrate("127.0.0.1:0".parse().unwrap(), None).unwrap();
+    }
+    let at = event_loop.advertised_addr();
+    let err = event_loop.migrate("127.0.0.1:0".parse().unwrap(), None).unwrap_err();
+    assert!(matches!(err, Error::MigrationsPending(n) if n == super::migrate::RETIRED_MAX), "{err}");
+    assert_eq!(event_loop.advertised_addr(), at);
+}
+
 /// Lookups so far of [`moving_lookup`].
 static MOVES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
