@@ -56,6 +56,10 @@ pub(crate) struct KvArgs {
     /// every replica given the same number: for measuring large state transfers.
     #[arg(long, default_value_t = 0)]
     preload_bytes: usize,
+    /// The largest state this replica holds or receives, in bytes (1 GiB by default): a larger
+    /// state transfer is refused, and this process exits, rather than take memory without bound.
+    #[arg(long, default_value_t = 1 << 30)]
+    state_max: usize,
     /// Print one JSON object per event.
     #[arg(long)]
     json: bool,
@@ -153,6 +157,11 @@ fn serve(args: KvArgs) -> Result<(), String> {
             args.stack
         ));
     }
+    if args.preload_bytes > args.state_max {
+        return Err(format!("--preload-bytes {} is above --state-max {}", args.preload_bytes, args.state_max));
+    }
+    // Before the join: a state too large to build must end the process before it is a member.
+    let mut store = Store::preload(args.preload_bytes);
     // First, as `member` and `chat` do: SIGTERM or SIGINT is a leave, once joined, not an exit the
     // other replicas must find by suspicion (a view change and a transfer a timeout later).
     let stop = crate::member::stop_on_signals()?;
@@ -164,7 +173,6 @@ fn serve(args: KvArgs) -> Result<(), String> {
     // A stop the loop below cannot act on, because it is blocked writing to a pipe nobody reads
     // or waiting for room for a chunk, still ends the process (as for `member` and `chat`).
     crate::member::spawn_watchdog("motet kv", Arc::clone(&stop));
-    let mut store = Store::preload(args.preload_bytes);
     let (digest_tx, digest_rx) = mpsc::channel::<()>();
     let handle = member.handle();
     std::thread::Builder::new()
@@ -246,6 +254,12 @@ fn serve(args: KvArgs) -> Result<(), String> {
                 print(json!({"type": "xfer_provided", "bytes": state.len(), "chunks": chunks, "ms": ms}));
             }
             Event::XferChunk { view, data, last } => {
+                if staging.len() + data.len() > args.state_max {
+                    return Err(format!(
+                        "a state transfer is larger than --state-max ({} bytes): give this replica a larger --state-max",
+                        args.state_max
+                    ));
+                }
                 staging.extend_from_slice(data);
                 if *last {
                     let map = Store::decode(&staging).ok_or("a state transfer did not decode")?;

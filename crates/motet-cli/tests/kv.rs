@@ -231,3 +231,31 @@ fn a_state_larger_than_a_datagram_transfers_on_a_stack_without_frag() {
         assert!(founder.child.try_wait().unwrap().is_none(), "the founders are still running");
     }
 }
+
+/// A replica refuses a state larger than its `--state-max` and exits, rather than take memory
+/// without bound; the others go on without it (a review's finding: nothing bounded what a
+/// replica staged). A preload above the bound is refused before the join.
+#[test]
+fn a_state_larger_than_state_max_is_refused() {
+    let ports = ports::free_ports(3).unwrap();
+    let peers = seeds(&ports);
+    let founder = ["--preload-bytes", "300000"];
+    let mut a = Replica::spawn(ports[0], &peers, &founder);
+    let mut b = Replica::spawn(ports[1], &peers, &founder);
+    wait(Duration::from_secs(30), "the founders in one view", || a.view_size() == 2 && b.view_size() == 2);
+    let mut c = Replica::spawn(ports[2], &peers, &["--state-max", "100000"]);
+    let mut status = None;
+    wait(Duration::from_secs(60), "the small replica to exit", || {
+        status = c.child.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(!status.unwrap().success(), "exited with {status:?}");
+    assert!(c.last("xfer_installed").is_none(), "it installed the state");
+    for founder in [&mut a, &mut b] {
+        assert!(founder.child.try_wait().unwrap().is_none(), "the founders are still running");
+    }
+    let mut d = Replica::spawn(ports[2], &peers, &["--preload-bytes", "2000", "--state-max", "1000"]);
+    let status = d.child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "refused at the start");
+    assert!(d.last("view").is_none(), "it joined");
+}
