@@ -495,13 +495,32 @@ pub(crate) fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
     static STOP: std::sync::OnceLock<Result<Arc<AtomicBool>, String>> = std::sync::OnceLock::new();
     STOP.get_or_init(|| {
         let stop = Arc::new(AtomicBool::new(false));
-        for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT, signal_hook::consts::SIGHUP] {
+        let mut signals = vec![signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT];
+        // SIGHUP only where it was not ignored: under `nohup` a closed terminal must not end the
+        // member (a review's finding: registering a handler overrode the inherited ignore).
+        if !sighup_ignored() {
+            signals.push(signal_hook::consts::SIGHUP);
+        }
+        for signal in signals {
             signal_hook::flag::register(signal, Arc::clone(&stop))
                 .map_err(|error| format!("cannot handle signal {signal}: {error}"))?;
         }
         Ok(stop)
     })
     .clone()
+}
+
+/// Whether this process inherited SIGHUP ignored (`nohup`), read from the kernel's mask of ignored
+/// signals (`SigIgn` in `/proc/self/status`; SIGHUP is signal 1, its lowest bit). Where that
+/// cannot be read, not ignored.
+fn sighup_ignored() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    sighup_in_mask(&status)
+}
+
+fn sighup_in_mask(status: &str) -> bool {
+    let mask = status.lines().find_map(|line| line.strip_prefix("SigIgn:")).map(str::trim);
+    mask.and_then(|hex| u64::from_str_radix(hex, 16).ok()).is_some_and(|mask| mask & 1 != 0)
 }
 
 /// Until when a leave asked on a stop may take to be confirmed ([`LEAVE_WAIT`]).
@@ -710,6 +729,15 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         member: MemberArgs,
+    }
+
+    /// SIGHUP is read as ignored from the kernel's mask (`nohup` sets it), and only then.
+    #[test]
+    fn an_ignored_sighup_is_read_from_the_mask() {
+        assert!(sighup_in_mask("Name:\tmotet\nSigIgn:\t0000000000000001\nSigCgt:\t0\n"));
+        assert!(sighup_in_mask("SigIgn:\t0000000000001001\n"));
+        assert!(!sighup_in_mask("SigIgn:\t0000000000001000\n"));
+        assert!(!sighup_in_mask("no mask here"));
     }
 
     /// `--peers` replaces the seeds of a `--config` file, as every explicit flag overrides the

@@ -50,8 +50,8 @@ pub(crate) struct SimArgs {
     /// membership stack such as `vsync`).
     #[arg(long)]
     restart: bool,
-    /// Largest payload in bytes, 16 to 1 MiB, the stack's largest message by default (larger
-    /// than 1024 exercises fragmentation).
+    /// Largest payload in bytes, from 16 to 1 MiB (the stack's largest message with default
+    /// parameters); larger than 1024 exercises fragmentation.
     #[arg(long, default_value_t = SimOptions::PAYLOAD_MAX, value_parser = payload_max)]
     payload_max: usize,
     /// Derive all fault parameters (loss, duplication, reordering, delays, crashes, partitions)

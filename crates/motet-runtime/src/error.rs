@@ -43,11 +43,6 @@ pub enum Error {
     /// and stopped; the cause is in the message, and was logged.
     #[error("the runtime's event loop failed and stopped ({0}); start a new one")]
     Failed(String),
-    /// Earlier migrations are not complete: their old sockets are still read, until every view
-    /// has the new address and `migrate_grace_ms` more. Each migration keeps one, so the number
-    /// is bounded.
-    #[error("{0} earlier migrations are still completing (each keeps its old socket open until every view has the new address, and migrate_grace_ms more); retry once they have")]
-    MigrationsPending(usize),
     /// The application is not keeping up and the bounded queue is full.
     #[error("{0} queue is full; consume events (or slow down) and retry")]
     QueueFull(&'static str),

@@ -254,18 +254,29 @@ impl Layer for Inter {
                 let merged = self.view.len() + request.members.len();
                 let bytes = self.view.to_full().encoded_len() + request.encoded_len() + VIEW_HEADROOM;
                 let ltime = self.view.view_id.ltime.max(request.ltime);
-                let max = self.members_max.min(motet_wire::RANKS_MAX);
-                if (merged > max || bytes > motet_wire::DATAGRAM_SIZE_MAX || ltime + 2 > LTIME_MAX)
-                    && matches!(self.phase, Phase::Idle)
-                {
-                    tracing::warn!(
-                        requester = request.coord,
-                        merged,
-                        bytes,
-                        max,
-                        max_bytes = motet_wire::DATAGRAM_SIZE_MAX,
-                        "merge request refused: the merged view would have too many members to cast"
-                    );
+                // The requester takes the merged view only within its own `members_max` and with
+                // a stack that keeps what its own has (`refusal`): a grant it would refuse is
+                // not made (a review's finding: a requester with a lower limit was granted, its
+                // members never installed the view, and the granter's partition excluded them
+                // and merged again, for ever).
+                let theirs =
+                    crate::layers::StackConfig::from_wire(&request.params).map_or(usize::MAX, |p| p.inter.members_max);
+                let max = self.members_max.min(theirs).min(motet_wire::RANKS_MAX);
+                let kept = crate::StackSpec::parse(&request.stack)
+                    .map_or(Ok(()), |stack| super::switch::keeps(&stack, &self.view.stack));
+                let why = if merged > max {
+                    Some(format!(
+                        "{merged} members, more than inter.members_max ({max}, the smaller of both partitions')"
+                    ))
+                } else if bytes > motet_wire::DATAGRAM_SIZE_MAX {
+                    Some(format!("{bytes} bytes, more than one datagram ({})", motet_wire::DATAGRAM_SIZE_MAX))
+                } else if ltime + 2 > LTIME_MAX {
+                    Some("a logical time past the largest a view may have".to_string())
+                } else {
+                    kept.err().map(|e| format!("the requester could not take our stack: {e}"))
+                };
+                if let Some(why) = why.filter(|_| matches!(self.phase, Phase::Idle)) {
+                    tracing::warn!(requester = request.coord, %why, "merge request refused");
                     out.dn(Dn::MergeDeny { contact: contact_of(&request), request: request_id(&request) });
                     return;
                 }
@@ -342,6 +353,12 @@ mod tests {
         Harness::new(Inter::new(&Config { members_max }, &view, rank), rank)
     }
 
+    /// A request whose partition runs with `members_max`.
+    fn allowing(mut request: Box<FullView>, members_max: usize) -> Box<FullView> {
+        request.params = crate::layers::StackConfig { inter: Config { members_max }, ..Default::default() }.to_wire();
+        request
+    }
+
     /// A request from a one-member partition at logical time 0 (smaller than ours).
     fn request() -> Box<FullView> {
         let mut full = crate::testing::view(1).to_full();
@@ -387,7 +404,7 @@ mod tests {
     /// A merge whose view would pass `RANKS_MAX` members is refused: it could never be cast.
     #[test]
     fn a_merge_past_the_largest_view_is_refused() {
-        let mut big = request();
+        let mut big = allowing(request(), motet_wire::RANKS_MAX);
         big.members = (100..100 + motet_wire::RANKS_MAX as u64 - 3).collect();
         big.coord = 100;
         let out = inter_of(0, motet_wire::RANKS_MAX).up(Up::MergeRequest(big.clone()));
@@ -406,7 +423,7 @@ mod tests {
             ip[14..].copy_from_slice(&(i as u16).to_be_bytes());
             motet_wire::codec::WireAddress::V6(ip, 7000)
         };
-        let mut big = request();
+        let mut big = allowing(request(), motet_wire::RANKS_MAX);
         let ids: Vec<u64> = (0..2_300u64).map(|i| u64::MAX / 2 + i * 7_919).collect();
         (big.members, big.addresses) = (ids.clone(), ids.iter().map(|&i| v6(i)).collect());
         big.coord = ids[0];
@@ -432,6 +449,27 @@ mod tests {
         big.members.push(99);
         let out = inter(0).up(Up::MergeRequest(big));
         assert!(matches!(&out[..], [Out::Dn(Dn::MergeDeny { .. })]), "3 + 1,022 does not: {out:?}");
+    }
+
+    /// The granter refuses what the requester would not take: a merged view past the requester's
+    /// own `members_max` (carried in its request's parameters), or a stack that lacks what the
+    /// requester's has. Before, it granted and cast the view, the requester's members never
+    /// installed it, and the two partitions excluded and merged each other again, for ever.
+    #[test]
+    fn a_granter_refuses_what_the_requester_would_not_take() {
+        let denied = |request: Box<FullView>| {
+            let out = inter(0).up(Up::MergeRequest(request));
+            match &out[..] {
+                [Out::Dn(Dn::MergeDeny { .. })] => true,
+                [Out::Dn(Dn::MergeFlush)] => false,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert!(!denied(request()), "3 + 1 within both limits");
+        assert!(denied(allowing(request(), 3)), "3 + 1 past the requester's limit of 3");
+        let mut primary = request();
+        primary.stack = "vsync+Primary".into();
+        assert!(denied(primary), "our stack has no Primary, the requester's has");
     }
 
     /// A requester takes a granted view only if it keeps this partition's members, stays within

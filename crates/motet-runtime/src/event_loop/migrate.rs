@@ -14,9 +14,12 @@ use std::time::Duration;
 /// stays open, so the endpoint is still reached).
 const MIGRATE_TRIES: u32 = 8;
 
-/// Old sockets at most that migrations keep open at once: one more migration is refused
-/// ([`Error::MigrationsPending`]). Each is kept until every view has the new address, so calls in a
-/// loop piled sockets up to the process's file-descriptor limit (a review's finding).
+/// Old sockets at most that migrations keep open at once: one more migration closes the oldest
+/// first. Each is kept until every view has the new address, which may be never (a view that
+/// never takes the request stops being asked after `MIGRATE_TRIES`), so calls in a loop piled
+/// sockets up to the process's file-descriptor limit (a review's finding). A peer that still
+/// sends to the closed address is not heard, suspects this member, and merges with it again at
+/// its new address.
 pub(crate) const RETIRED_MAX: usize = 8;
 
 /// A socket given up by a migration. Peers that have not installed the view with the new address
@@ -42,9 +45,6 @@ impl EventLoop {
     /// otherwise nothing changes and the error says which stack lacks it. Returns the new
     /// advertised address.
     pub fn migrate(&mut self, bind: SocketAddr, advertise: Option<SocketAddr>) -> Result<SocketAddr, Error> {
-        if self.retired.len() >= RETIRED_MAX {
-            return Err(Error::MigrationsPending(self.retired.len()));
-        }
         for member in self.members.values().filter(|m| !m.left) {
             let stack = self.owners.get(member.current).map(|(_, view)| &view.stack);
             if let Some(stack) = stack.filter(|s| !s.layers().contains(&LayerKind::Migrate)) {
@@ -82,6 +82,15 @@ impl EventLoop {
         old.stop_connected_sends();
         tracing::info!(from = %self.advertise, to = %address, "migrating");
         let multicast_left = interface.and_then(|interface| self.move_multicast(interface));
+        if self.retired.len() >= RETIRED_MAX {
+            let mut oldest = self.retired.remove(0);
+            tracing::warn!(
+                open = RETIRED_MAX,
+                "closing the oldest socket a migration left open before its time: too many migrations are not complete"
+            );
+            self.close_retired(&mut oldest);
+            self.stats.retired_closed += 1;
+        }
         self.retired.push(Retired { io: old, token, readable: true, close_at: None, multicast_left });
         self.readable = true;
         self.advertise = address;
@@ -167,23 +176,26 @@ impl EventLoop {
                 retired.close_at = Some(crate::clock::Deadline::after(&clock, grace));
             }
         }
-        let registry = self.poll.registry();
-        let before = self.retired.len();
+        let due = |retired: &Retired| retired.close_at.is_some_and(|at| at.until(&clock) == Duration::ZERO);
+        let (mut closing, kept): (Vec<Retired>, Vec<Retired>) =
+            std::mem::take(&mut self.retired).into_iter().partition(due);
+        self.retired = kept;
+        for retired in &mut closing {
+            self.close_retired(retired);
+        }
+        self.stats.retired_closed += closing.len() as u64;
+    }
+
+    /// Stops reading an old socket (it closes when dropped), and leaves the multicast group on the
+    /// interface this process moved from with it (that interface may be gone already, and its
+    /// membership with it).
+    fn close_retired(&self, retired: &mut Retired) {
+        let _ = self.poll.registry().deregister(retired.io.source());
         let group = self.config.multicast.as_ref().map(|m| m.group);
         let receiver = self.multicast.as_ref().map(|(receiver, _, _)| receiver);
-        self.retired.retain_mut(|retired| {
-            let due = retired.close_at.is_some_and(|at| at.until(&clock) == Duration::ZERO);
-            if due {
-                let _ = registry.deregister(retired.io.source());
-                // The group's membership on the interface this process moved from goes with the
-                // old socket (that interface may be gone already, and its membership with it).
-                if let (Some(old), Some(group), Some(receiver)) = (retired.multicast_left, group, receiver) {
-                    receiver.leave_multicast(group, old);
-                }
-            }
-            !due
-        });
-        self.stats.retired_closed += (before - self.retired.len()) as u64;
+        if let (Some(old), Some(group), Some(receiver)) = (retired.multicast_left, group, receiver) {
+            receiver.leave_multicast(group, old);
+        }
     }
 }
 
