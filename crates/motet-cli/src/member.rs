@@ -484,8 +484,9 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
 /// `exit` event) before it exits anyway.
 pub(crate) const LEAVE_WAIT: Duration = Duration::from_secs(5);
 
-/// From now on, SIGTERM, SIGINT and SIGHUP set the flag returned instead of ending the process:
-/// the tools (`member`, `chat`, `kv`) turn it into a leave once joined, and exit status 0, not the
+/// From now on, SIGTERM, SIGINT and SIGHUP (unless inherited ignored, as under `nohup`; read on
+/// Linux, elsewhere taken as not ignored) set the flag returned instead of ending the process: the
+/// tools (`member`, `chat`, `kv`) turn it into a leave once joined, and exit status 0, not the
 /// signal's default action (status 143, or 129 when the terminal closes, and a member the others
 /// must suspect).
 pub(crate) fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {

@@ -18,7 +18,7 @@ pub enum ApiError {
     #[error(
         "message of {size} bytes exceeds the stack's maximum of {max} bytes; split it, or {advice}",
         advice = if *max == crate::layers::appl::UNFRAGMENTED_MAX {
-            "add the Frag property to the stack if it lacks it (without it a message must fit one datagram), or raise appl.message_size_max"
+            "add the Frag property to the stack (without it a message must fit one datagram); with Frag, raise appl.message_size_max"
         } else {
             "raise appl.message_size_max (a view runs its group's parameters: every member needs the new value)"
         }

@@ -259,9 +259,9 @@ impl Layer for Inter {
                 // not made (a review's finding: a requester with a lower limit was granted, its
                 // members never installed the view, and the granter's partition excluded them
                 // and merged again, for ever).
-                let theirs =
+                let their_max =
                     crate::layers::StackConfig::from_wire(&request.params).map_or(usize::MAX, |p| p.inter.members_max);
-                let max = self.members_max.min(theirs).min(motet_wire::RANKS_MAX);
+                let max = self.members_max.min(their_max).min(motet_wire::RANKS_MAX);
                 let kept = crate::StackSpec::parse(&request.stack)
                     .map_or(Ok(()), |stack| super::switch::keeps(&stack, &self.view.stack));
                 let why = if merged > max {
@@ -428,7 +428,7 @@ mod tests {
         (big.members, big.addresses) = (ids.clone(), ids.iter().map(|&i| v6(i)).collect());
         big.coord = ids[0];
         assert!(big.encoded_len() > motet_wire::DATAGRAM_SIZE_MAX && big.members.len() < motet_wire::RANKS_MAX);
-        let out = inter(0).up(Up::MergeRequest(big.clone()));
+        let out = inter_of(0, motet_wire::RANKS_MAX).up(Up::MergeRequest(big.clone()));
         assert!(matches!(&out[..], [Out::Dn(Dn::MergeDeny { .. })]), "{out:?}");
         // The same request from half as many members fits.
         big.members.truncate(1_150);

@@ -18,8 +18,8 @@ const MIGRATE_TRIES: u32 = 8;
 /// first. Each is kept until every view has the new address, which may be never (a view that
 /// never takes the request stops being asked after `MIGRATE_TRIES`), so calls in a loop piled
 /// sockets up to the process's file-descriptor limit (a review's finding). A peer that still
-/// sends to the closed address is not heard, suspects this member, and merges with it again at
-/// its new address.
+/// sends to the closed address is no longer heard: this member suspects it, the two partitions
+/// merge again, and the merged view has the new address.
 pub(crate) const RETIRED_MAX: usize = 8;
 
 /// A socket given up by a migration. Peers that have not installed the view with the new address
