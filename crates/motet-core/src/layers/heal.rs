@@ -84,6 +84,8 @@ pub struct Heal {
     candidate: Option<(crate::view::Address, ViewId)>,
     /// A successor view has been installed: this stack only lingers.
     replaced: bool,
+    /// The last partition found too large to merge with (logged once per view of it).
+    too_large: Option<ViewId>,
 }
 
 impl Heal {
@@ -98,6 +100,7 @@ impl Heal {
             born: None,
             candidate: None,
             replaced: false,
+            too_large: None,
         }
     }
 }
@@ -108,7 +111,15 @@ impl Heal {
     fn hello(&self, to: Option<crate::view::Address>, answer: bool, out: &mut Outbox<'_>) {
         let contact = self.view.addresses[usize::from(self.rank)].into();
         let id = self.view.view_id;
-        let hello = Header::Hello { answer, ltime: id.ltime, coord: id.coord.0, primary: self.view.primary, contact };
+        let hello = Header::Hello {
+            answer,
+            ltime: id.ltime,
+            coord: id.coord.0,
+            primary: self.view.primary,
+            contact,
+            // At most `RANKS_MAX`, a view's length.
+            members: self.view.len() as u16,
+        };
         out.dn(Dn::Gossip { to, msg: Msg::default().with(hello) });
     }
 
@@ -145,7 +156,8 @@ impl Layer for Heal {
             Up::Gossip(mut msg)
                 if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Heal(Header::Hello { .. }))) =>
             {
-                let Some(Header::Hello { answer, ltime, coord, primary, contact }) = msg.pop_as::<Header>() else {
+                let Some(Header::Hello { answer, ltime, coord, primary, contact, members }) = msg.pop_as::<Header>()
+                else {
                     unreachable!()
                 };
                 let view = ViewId { ltime, coord: EndpointId(coord) };
@@ -156,6 +168,24 @@ impl Layer for Heal {
                 let mergeable =
                     ltime.max(self.view.view_id.ltime).saturating_add(2) <= motet_wire::hdr::intra::LTIME_MAX;
                 if self.coord != self.rank || !stranger || self.replaced || !mergeable {
+                    return;
+                }
+                // Nor can two partitions whose view together would pass either one's
+                // `members_max` (`inter` refuses it): asking held the smaller partition in a
+                // flush for up to the merge timeout at every gossip, for good. Each side checks
+                // its own limit: the smaller does not ask, the larger does not answer (so the
+                // smaller never asks either). They stay apart, which the log says once per view.
+                let max = self.view.params.inter.members_max;
+                if self.view.len() + usize::from(members) > max {
+                    if self.too_large != Some(view) {
+                        self.too_large = Some(view);
+                        tracing::warn!(
+                            ours = self.view.len(),
+                            theirs = members,
+                            max,
+                            "another partition of the group found, too large to merge with (inter.members_max)"
+                        );
+                    }
                     return;
                 }
                 match (theirs > ours, answer) {
@@ -216,8 +246,13 @@ mod tests {
 
     /// The same from a partition that is primary or not (a non-primary one is the smaller).
     fn hello_of(primary: bool, ltime: u64, coord: u64, answer: bool) -> Up {
-        let hello = Header::Hello { answer, ltime, coord, primary, contact: Address::Sim(9).into() };
-        Up::Gossip(Msg::default().with(hello))
+        sized_hello(primary, ltime, coord, answer, 3)
+    }
+
+    /// The same from a partition of `members`.
+    fn sized_hello(primary: bool, ltime: u64, coord: u64, answer: bool, members: u16) -> Up {
+        let contact = Address::Sim(9).into();
+        Up::Gossip(Msg::default().with(Header::Hello { answer, ltime, coord, primary, contact, members }))
     }
 
     /// A coordinator whose view is `gossip_interval` old (it may ask at once).
@@ -285,6 +320,19 @@ mod tests {
         assert!(!asked(&out), "a larger partition asked to merge into a smaller one");
         assert_eq!(hellos(&out), vec![(Some(Address::Sim(9)), true)], "the answer, to their coordinator alone");
         assert!(h.up(hello_of(false, 5, 77, true)).is_empty(), "an answer was answered");
+    }
+
+    /// Two partitions whose view together would pass `members_max` neither ask nor answer (`inter`
+    /// would refuse the merge): before, the smaller one asked at every gossip, and each request
+    /// held it in a flush for up to the merge timeout.
+    #[test]
+    fn partitions_too_large_to_merge_neither_ask_nor_answer() {
+        // Ours has 1 member, and the default limit of 1,024.
+        let mut h = old_coordinator();
+        assert!(h.up(sized_hello(true, 5, 77, true, 1_024)).is_empty(), "a larger one: no request");
+        assert!(h.up(sized_hello(true, 5, 77, false, 1_024)).is_empty(), "nor our hello");
+        assert!(h.up(sized_hello(false, 5, 77, false, 1_024)).is_empty(), "a smaller one: no answer");
+        assert!(asked(&h.up(sized_hello(true, 5, 77, true, 1_023))), "1 + 1,023 is within it");
     }
 
     /// A hello at the largest logical times (the decoder refuses any past `LTIME_MAX`; a layer

@@ -15,7 +15,8 @@
 //! merge). The requester keeps asking until granted or timed out. `Denied` also answers a request
 //! `inter` will never grant (a merged view too large, past either partition's `members_max`, or
 //! onto a stack the requester could not take): the requester then goes on asking until
-//! `merge_timeout` too, and tries again at a later gossip (docs/membership.md). A granter keeps the grant it sent and answers a repeated request with it (the first
+//! `merge_timeout` too, and tries again at a later gossip (docs/membership.md). `heal` keeps
+//! partitions too large to merge from asking at all (their hellos carry their sizes). A granter keeps the grant it sent and answers a repeated request with it (the first
 //! `Granted` may have been lost), without bothering `inter` again. What to request, and whether to
 //! grant, is `inter`'s decision; this layer only carries it.
 

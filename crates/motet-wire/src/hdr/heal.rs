@@ -23,6 +23,11 @@ pub enum Header {
         primary: bool,
         /// Where the coordinator can be reached.
         contact: WireAddress,
+        /// The view's members (at most `RANKS_MAX`; 16 bits keep `Header` at 48 bytes). Each
+        /// side checks it against its own `inter.members_max`: two partitions too large to merge
+        /// then neither ask nor answer (a merge that would be refused held the smaller one in a
+        /// flush for up to the merge timeout at every gossip).
+        members: u16,
     },
 }
 
@@ -37,11 +42,12 @@ impl LayerHeader for Header {
         }
     }
     fn encode_fields(&self, w: &mut Writer<'_>) {
-        if let Header::Hello { ltime, coord, primary, contact, .. } = self {
+        if let Header::Hello { ltime, coord, primary, contact, members, .. } = self {
             w.varint(*ltime);
             w.varint(*coord);
             w.u8(u8::from(*primary));
             w.address(contact);
+            w.varint(u64::from(*members));
         }
     }
     fn decode_fields(variant: u8, r: &mut Reader<'_>) -> Result<Self, WireError> {
@@ -61,7 +67,13 @@ impl LayerHeader for Header {
                     1 => true,
                     _ => return Err(WireError { kind: crate::WireErrorKind::Range, offset }),
                 };
-                Ok(Header::Hello { answer: variant == 2, ltime, coord, primary, contact: r.address()? })
+                let contact = r.address()?;
+                let offset = r.position();
+                let members = match r.varint()? {
+                    n if n <= crate::RANKS_MAX as u64 => n as u16,
+                    _ => return Err(WireError { kind: crate::WireErrorKind::Range, offset }),
+                };
+                Ok(Header::Hello { answer: variant == 2, ltime, coord, primary, contact, members })
             }
             _ => Err(bad_variant::<Self>(variant, r)),
         }
@@ -78,7 +90,8 @@ mod tests {
     #[test]
     fn a_hello_beyond_the_largest_logical_time_is_refused() {
         let decode = |ltime| {
-            let hello = Header::Hello { answer: true, ltime, coord: 1, primary: false, contact: WireAddress::Sim(1) };
+            let contact = WireAddress::Sim(1);
+            let hello = Header::Hello { answer: true, ltime, coord: 1, primary: false, contact, members: 1 };
             let mut buf = Vec::new();
             hello.encode_fields(&mut Writer::new(&mut buf));
             Header::decode_fields(hello.variant(), &mut Reader::new(&buf))

@@ -10,7 +10,7 @@ use motet_wire::hdr::{
     pt2ptw, safe, sequencer, slander, stable, suspect, switch, sync, totem, xfer,
 };
 use motet_wire::WireAddress;
-use motet_wire::{ConnId, Head, Header, Mux, Payload, Rank, Seqno, HEADER_COUNT_MAX};
+use motet_wire::{ConnId, Head, Header, Mux, Payload, Rank, Seqno, HEADER_COUNT_MAX, RANKS_MAX};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -206,9 +206,14 @@ pub fn intra_hdr() -> impl Strategy<Value = intra::Header> {
 pub fn heal_hdr() -> impl Strategy<Value = heal::Header> {
     prop_oneof![
         Just(heal::Header::NoHdr),
-        (any::<bool>(), u64_any(), u64_any(), any::<bool>(), address()).prop_map(
-            |(answer, ltime, coord, primary, contact)| {
-                heal::Header::Hello { answer, ltime: ltime.min(intra::LTIME_MAX), coord, primary, contact }
+        (any::<bool>(), u64_any(), u64_any(), any::<bool>(), address(), 0..=RANKS_MAX as u16).prop_map(
+            |(answer, ltime, coord, primary, contact, members)| heal::Header::Hello {
+                answer,
+                ltime: ltime.min(intra::LTIME_MAX),
+                coord,
+                primary,
+                contact,
+                members,
             }
         ),
     ]
