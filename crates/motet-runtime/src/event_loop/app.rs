@@ -320,7 +320,7 @@ impl EventLoop {
                         tracing::warn!(%endpoint, view = ?view.view_id, "this view's protocol parameters (the group's) differ from this member's configuration; the member runs the view's (configure every member of a group alike; a group takes new parameters only when all its members restart)");
                         // The join checked the timer slack against this member's own failure
                         // timeout; the group's may be shorter (a review's finding: unchecked).
-                        let timeout = u64::try_from(view.params.suspect.timeout.as_millis()).unwrap_or(u64::MAX);
+                        let timeout = view.params.suspect.timeout.as_millis();
                         if self.config.timer_slack_ms.saturating_mul(10) > timeout {
                             tracing::warn!(%endpoint, slack_ms = self.config.timer_slack_ms, timeout_ms = timeout, "timer_slack_ms is more than a tenth of this view's suspect.timeout_ms: this member's beats could go out late enough to be suspected; lower timer_slack_ms");
                         }
