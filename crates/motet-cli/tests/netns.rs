@@ -119,6 +119,8 @@ struct Proc {
     child: Child,
     stdin: ChildStdin,
     lines: Arc<Mutex<Vec<String>>>,
+    /// The thread reading its output: joined once it has exited, so that every line is in.
+    reader: Option<std::thread::JoinHandle<()>>,
     sent: Vec<String>,
 }
 
@@ -130,6 +132,8 @@ impl Proc {
         let mut command = Command::new("ip");
         command.args(["netns", "exec", &topology.member_ns(i), env!("CARGO_BIN_EXE_motet"), "member"]);
         command.args(["--group", "netns", "--bind", &format!("{}:{PORT}", Topology::address(i)), "--json"]);
+        // None left running if this test is killed before it can stop them.
+        command.arg("--exit-with-parent");
         match multicast {
             Some(group) => command.args(["--multicast", group]),
             None => command.args(["--peers", &peers.join(",")]),
@@ -141,13 +145,13 @@ impl Proc {
         let stdout = child.stdout.take().unwrap();
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&lines);
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 sink.lock().unwrap().push(line);
             }
         });
         let stdin = child.stdin.take().unwrap();
-        Proc { name: format!("m{i}"), child, stdin, lines, sent: Vec::new() }
+        Proc { name: format!("m{i}"), child, stdin, lines, reader: Some(reader), sent: Vec::new() }
     }
 
     fn cast(&mut self, line: String) {
@@ -158,6 +162,27 @@ impl Proc {
     fn log(&self) -> MemberLog {
         let events = self.lines.lock().unwrap().iter().filter_map(|l| LogEvent::parse(l).unwrap()).collect();
         MemberLog { name: self.name.clone(), events, sent: self.sent.clone(), killed: false }
+    }
+
+    /// SIGTERM, then its exit within 30 s (killed, and the test failed, past that: a member that
+    /// no longer ended would hang the run), with its output read to the end: whether it exited 0.
+    fn terminated(&mut self) -> bool {
+        Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("{} did not exit within 30 s of SIGTERM", self.name);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        status.success()
     }
 }
 
@@ -270,13 +295,9 @@ fn a_partition_splits_the_group_into_two_views_and_the_heal_merges_them() {
             })
             .then(String::new)
     });
-    for p in &procs {
-        Command::new("kill").args(["-TERM", &p.child.id().to_string()]).status().unwrap();
-    }
     for p in procs.iter_mut() {
-        assert!(p.child.wait().unwrap().success(), "{} did not exit cleanly", p.name);
+        assert!(p.terminated(), "{} did not exit cleanly", p.name);
     }
-    std::thread::sleep(Duration::from_millis(100));
     let logs: Vec<MemberLog> = procs.iter().map(Proc::log).collect();
     let problems = logcheck::check(&logs, false);
     assert!(problems.is_empty(), "{problems:#?}");
@@ -341,11 +362,8 @@ fn a_one_way_partition_blocks_nobody_and_the_heal_merges_the_group() {
     });
     topology.one_way(smaller.clone(), false).unwrap();
     let merged = wait_for(Duration::from_secs(60), "the merged view of four", || one_view_of(&all(&procs)));
-    for p in &procs {
-        Command::new("kill").args(["-TERM", &p.child.id().to_string()]).status().unwrap();
-    }
     for p in procs.iter_mut() {
-        assert!(p.child.wait().unwrap().success(), "{} did not exit cleanly", p.name);
+        assert!(p.terminated(), "{} did not exit cleanly", p.name);
     }
     let logs: Vec<MemberLog> = procs.iter().map(Proc::log).collect();
     let problems = logcheck::check(&logs, false);
@@ -388,13 +406,9 @@ fn on_a_lan_members_find_each_other_and_cast_by_ip_multicast() {
             })
             .then(String::new)
     });
-    for p in &procs {
-        Command::new("kill").args(["-TERM", &p.child.id().to_string()]).status().unwrap();
-    }
     for p in procs.iter_mut() {
-        assert!(p.child.wait().unwrap().success(), "{} did not exit cleanly", p.name);
+        assert!(p.terminated(), "{} did not exit cleanly", p.name);
     }
-    std::thread::sleep(Duration::from_millis(100));
     let logs: Vec<MemberLog> = procs.iter().map(Proc::log).collect();
     let problems = logcheck::check(&logs, false);
     assert!(problems.is_empty(), "{problems:#?}");

@@ -17,8 +17,16 @@ struct Proc {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: Arc<Mutex<Vec<String>>>,
+    /// The thread reading its output: joined once it has exited, so that every line is in.
+    reader: Option<std::thread::JoinHandle<()>>,
     sent: Vec<String>,
     killed: bool,
+}
+
+/// The group of this test run's members: a run killed before it could stop them leaves none
+/// behind (`--exit-with-parent`), and another run's members, were any left, are in another group.
+fn group() -> String {
+    format!("procs-{}", std::process::id())
 }
 
 impl Proc {
@@ -28,7 +36,8 @@ impl Proc {
 
     fn spawn_with(name: &str, port: u16, peers: &str, extra: &[&str]) -> Proc {
         let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
-            .args(["member", "--group", "procs", "--bind", &format!("127.0.0.1:{port}"), "--peers", peers, "--json"])
+            .args(["member", "--group", &group(), "--bind", &format!("127.0.0.1:{port}"), "--peers", peers, "--json"])
+            .arg("--exit-with-parent")
             .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -38,13 +47,13 @@ impl Proc {
         let stdout = child.stdout.take().unwrap();
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&lines);
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 sink.lock().unwrap().push(line);
             }
         });
         let stdin = child.stdin.take();
-        Proc { name: name.to_string(), child, stdin, lines, sent: Vec::new(), killed: false }
+        Proc { name: name.to_string(), child, stdin, lines, reader: Some(reader), sent: Vec::new(), killed: false }
     }
 
     /// A command line on stdin (with `--commands`), not a cast.
@@ -76,6 +85,17 @@ impl Proc {
     fn signal(&self, signal: &str) {
         let status = Command::new("kill").args([signal, &self.child.id().to_string()]).status().unwrap();
         assert!(status.success());
+    }
+
+    /// Waits for the process to exit (after a signal or a leave), for at most 30 s (it is killed
+    /// and the test fails past that: a member that no longer ended would otherwise hang the run),
+    /// then for its output to be read to the end.
+    fn exited(&mut self) -> std::process::ExitStatus {
+        let status = wait_exit(&mut self.child, Duration::from_secs(30), &self.name);
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        status
     }
 }
 
@@ -128,10 +148,9 @@ fn terminate_all(procs: &mut [Proc]) {
         p.signal("-TERM");
     }
     for p in procs.iter_mut() {
-        let status = p.child.wait().unwrap();
+        let status = p.exited();
         assert!(status.success(), "{} exited with {status}", p.name);
     }
-    std::thread::sleep(Duration::from_millis(100)); // let the readers drain
 }
 
 /// Every process in `receivers` delivered every line in `lines` cast by `sender`.
@@ -247,9 +266,8 @@ fn a_member_whose_stdin_ends_stays_in_the_group_until_sigterm() {
     });
     assert!(one_view_of(&procs.iter().collect::<Vec<_>>()), "still one view of both");
     procs[0].signal("-TERM");
-    let status = procs[0].child.wait().unwrap();
+    let status = procs[0].exited();
     assert!(status.success(), "exited with {status}");
-    std::thread::sleep(Duration::from_millis(100)); // let the reader drain
     assert_eq!(procs[0].events().last(), Some(&LogEvent::Exit), "no exit event");
     let problems = logcheck::check(&procs.iter().map(Proc::log).collect::<Vec<_>>(), false);
     assert!(problems.is_empty(), "{problems:#?}");
@@ -265,7 +283,11 @@ fn a_member_whose_terminal_closes_leaves_gracefully() {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let mask = status.lines().find_map(|l| l.strip_prefix("SigIgn:")).map(str::trim);
     if mask.and_then(|hex| u64::from_str_radix(hex, 16).ok()).is_some_and(|mask| mask & 1 != 0) {
-        eprintln!("skipped: this test runs with SIGHUP ignored (nohup), which its members inherit");
+        // Past the test harness's capture, as the namespace tests say theirs.
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "skipped: this test runs with SIGHUP ignored (nohup), which its members inherit"
+        );
         return;
     }
     let ports = free_ports(2);
@@ -274,9 +296,8 @@ fn a_member_whose_terminal_closes_leaves_gracefully() {
     wait(Duration::from_secs(30), "two processes in one view", || one_view_of(&procs.iter().collect::<Vec<_>>()));
     let mut procs = procs;
     procs[0].signal("-HUP");
-    let status = procs[0].child.wait().unwrap();
+    let status = procs[0].exited();
     assert!(status.success(), "exited with {status}");
-    std::thread::sleep(Duration::from_millis(100)); // let the reader drain
     assert_eq!(procs[0].events().last(), Some(&LogEvent::Exit), "no exit event");
     wait(Duration::from_secs(30), "the other alone in a view", || {
         procs[1].log().last_view().is_some_and(|(_, members)| members.len() == 1)
@@ -349,10 +370,9 @@ fn a_quiet_view_holds_and_survives_losing_its_coordinator_and_deputy_at_once() {
         procs[i].signal("-TERM");
     }
     for &i in &others {
-        let status = procs[i].child.wait().unwrap();
+        let status = procs[i].exited();
         assert!(status.success(), "{} exited with {status}", procs[i].name);
     }
-    std::thread::sleep(Duration::from_millis(100)); // let the readers drain
     let logs: Vec<MemberLog> = procs.iter().map(Proc::log).collect();
     let problems = logcheck::check(&logs, false);
     assert!(problems.is_empty(), "{problems:#?}");
@@ -545,9 +565,8 @@ fn a_busy_member_reports_stats_by_the_clock_and_leaves_on_sigterm_during_a_flood
         procs[1].cast(format!("second-{i}"));
     }
     procs[0].signal("-TERM");
-    let status = procs[0].child.wait().unwrap();
+    let status = procs[0].exited();
     assert!(status.success(), "exited with {status}");
-    std::thread::sleep(Duration::from_millis(100)); // let the reader drain
     let events = procs[0].events();
     assert_eq!(events.last(), Some(&LogEvent::Exit), "no exit event: the leave was given up");
     // And the reports can be seen at all (the bound above holds for none): one at the exit.
@@ -563,7 +582,16 @@ fn sigterm_ends_a_member_whose_output_is_not_read() {
     let ports = free_ports(2);
     let peers = peer_list(&ports);
     let mut stalled = Command::new(env!("CARGO_BIN_EXE_motet"))
-        .args(["member", "--group", "procs", "--bind", &format!("127.0.0.1:{}", ports[0]), "--peers", &peers, "--json"])
+        .args([
+            "member",
+            "--group",
+            &group(),
+            "--bind",
+            &format!("127.0.0.1:{}", ports[0]),
+            "--peers",
+            &peers,
+            "--json",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -591,6 +619,11 @@ fn sigterm_ends_a_member_whose_output_is_not_read() {
 fn terminate(child: &mut Child, limit: Duration, what: &str) -> std::process::ExitStatus {
     let sent = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(sent.success());
+    wait_exit(child, limit, what)
+}
+
+/// Waits for `child` to exit, for at most `limit`; fails (and kills it) if it does not.
+fn wait_exit(child: &mut Child, limit: Duration, what: &str) -> std::process::ExitStatus {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -598,7 +631,7 @@ fn terminate(child: &mut Child, limit: Duration, what: &str) -> std::process::Ex
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!("SIGTERM did not end {what} within {limit:?}");
+            panic!("{what} did not exit within {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -640,10 +673,9 @@ fn sigterm_after_a_leave_command_still_waits_for_the_exit() {
     procs[0].command("/leave");
     std::thread::sleep(Duration::from_millis(300)); // the command is taken
     procs[0].signal("-TERM");
-    let status = procs[0].child.wait().unwrap();
+    let status = procs[0].exited();
     procs[1].signal("-CONT");
     assert!(status.success(), "exited with {status}");
-    std::thread::sleep(Duration::from_millis(100)); // let the reader drain
     assert_eq!(procs[0].events().last(), Some(&LogEvent::Exit), "no exit event");
 }
 
