@@ -31,6 +31,12 @@ fn ip(args: &[&str]) -> Result<(), String> {
 struct Topology {
     prefix: String,
     netem: bool,
+    /// The namespaces this run made, the only ones it removes: a name that another run had
+    /// already taken (the prefix is a short pid) is not this run's to delete (a review's finding).
+    created: Vec<String>,
+    /// Veth ends made in the root namespace: removed if still there (a pair whose move into a
+    /// namespace failed stayed behind).
+    root_links: Vec<String>,
 }
 
 impl Topology {
@@ -51,9 +57,10 @@ impl Topology {
     /// `tag` keeps the names of tests running at once apart.
     fn build(tag: char) -> Result<Topology, String> {
         let prefix = format!("mt{}{tag}", std::process::id() % 100_000);
-        let mut topology = Topology { prefix, netem: false };
+        let mut topology = Topology { prefix, netem: false, created: Vec::new(), root_links: Vec::new() };
         let br = topology.ns("br");
         ip(&["netns", "add", &br])?;
+        topology.created.push(br.clone());
         for bridge in ["bra", "brb"] {
             ip(&["-n", &br, "link", "add", bridge, "type", "bridge"])?;
             ip(&["-n", &br, "link", "set", bridge, "up"])?;
@@ -65,8 +72,10 @@ impl Topology {
         for i in 0..MEMBERS {
             let ns = topology.member_ns(i);
             ip(&["netns", "add", &ns])?;
+            topology.created.push(ns.clone());
             let (inside, outside) = (format!("{}e{i}", topology.prefix), format!("{}p{i}", topology.prefix));
             ip(&["link", "add", &inside, "type", "veth", "peer", "name", &outside])?;
+            topology.root_links.push(inside.clone());
             ip(&["link", "set", &inside, "netns", &ns])?;
             ip(&["link", "set", &outside, "netns", &br])?;
             ip(&["-n", &ns, "link", "set", &inside, "name", "eth0"])?;
@@ -85,6 +94,15 @@ impl Topology {
         }
         topology.netem = netem;
         Ok(topology)
+    }
+
+    /// Packets received so far by `dev`, one end of the cable between the bridges (`xa` receives
+    /// what crosses from `brb` to `bra`, `xb` the other way).
+    fn crossed(&self, dev: &str) -> u64 {
+        let out =
+            Command::new("ip").args(["-n", &self.ns("br"), "-s", "-j", "link", "show", "dev", dev]).output().unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j prints JSON");
+        json[0]["stats64"]["rx"]["packets"].as_u64().expect("a packet count")
     }
 
     fn cable(&self, up: bool) -> Result<(), String> {
@@ -107,10 +125,13 @@ impl Topology {
 
 impl Drop for Topology {
     fn drop(&mut self) {
-        for i in 0..MEMBERS {
-            let _ = ip(&["netns", "del", &self.member_ns(i)]);
+        // Deleting one end of a veth pair deletes both; one moved into a namespace is gone with it.
+        for link in &self.root_links {
+            let _ = Command::new("ip").args(["link", "del", link]).stderr(Stdio::null()).status();
         }
-        let _ = ip(&["netns", "del", &self.ns("br")]);
+        for ns in &self.created {
+            let _ = ip(&["netns", "del", ns]);
+        }
     }
 }
 
@@ -335,13 +356,25 @@ fn a_one_way_partition_blocks_nobody_and_the_heal_merges_the_group() {
     };
     let a_smaller = order(&left) < order(&right);
     let (smaller, view) = if a_smaller { (0..2, left.clone()) } else { (2..4, right.clone()) };
+    let (larger, larger_view) = if a_smaller { (2..4, right.clone()) } else { (0..2, left.clone()) };
     topology.one_way(smaller.clone(), true).unwrap();
     topology.cable(true).unwrap();
+    // What crosses the cable towards the smaller half: the larger half's hellos must, or the test
+    // would show nothing (a review's finding: a cable that stayed cut passed it alike).
+    let towards_smaller = if a_smaller { "xa" } else { "xb" };
+    let before = topology.crossed(towards_smaller);
     // Long enough to ask, be refused by silence (3 s) and install a view, twice over.
     std::thread::sleep(Duration::from_secs(8));
+    let crossed = topology.crossed(towards_smaller) - before;
+    assert!(crossed >= 8, "{crossed} packets reached the smaller half in 8 s: its members heard no hello");
     for i in smaller.clone() {
         let last = procs[i].log().last_view().map(|(id, _)| id.to_string());
         assert_eq!(last.as_deref(), Some(view.as_str()), "m{i} installed a view during the one-way partition");
+    }
+    // Nor did the larger half change its view (nothing of the smaller's reached it).
+    for i in larger {
+        let last = procs[i].log().last_view().map(|(id, _)| id.to_string());
+        assert_eq!(last.as_deref(), Some(larger_view.as_str()), "m{i} installed a view during the one-way partition");
     }
     // Nobody in the smaller partition is blocked: a cast from each reaches the other.
     for i in smaller.clone() {
@@ -368,7 +401,9 @@ fn a_one_way_partition_blocks_nobody_and_the_heal_merges_the_group() {
     let logs: Vec<MemberLog> = procs.iter().map(Proc::log).collect();
     let problems = logcheck::check(&logs, false);
     assert!(problems.is_empty(), "{problems:#?}");
-    say(&format!("netns one-way test: {left} | {right}, one way from {view}'s side for 8 s, then {merged}"));
+    say(&format!(
+        "netns one-way test: {left} | {right}, one way from {view}'s side for 8 s ({crossed} packets reached it), then {merged}"
+    ));
 }
 
 fn all(procs: &[Proc]) -> Vec<&Proc> {
