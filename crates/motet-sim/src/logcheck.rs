@@ -413,6 +413,37 @@ mod tests {
         }
     }
 
+    /// The checks the table above does not reach: a member with no view, views that differ in
+    /// their addresses alone, a send that was never sent or came twice, and a line credited to a
+    /// member other than its sender.
+    #[test]
+    fn each_other_seeded_bug_is_caught() {
+        type Bug = Box<dyn Fn(&mut Vec<MemberLog>)>;
+        let send = |from: &str, data: &str| LogEvent::Send { from: from.into(), data: data.into() };
+        let cases: Vec<(&str, Bug)> = vec![
+            ("B: installed no view", Box::new(|l| l[1].events.retain(|e| !matches!(e, LogEvent::View { .. })))),
+            (
+                "view agreement",
+                Box::new(|l| {
+                    if let LogEvent::View { addresses, .. } = &mut l[1].events[0] {
+                        *addresses = vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()];
+                    }
+                }),
+            ),
+            ("integrity", Box::new(move |l| l[1].events.insert(2, send("ea", "zz")))),
+            ("duplicate", Box::new(move |l| l[1].events.insert(2, send("ea", "a1")))),
+            ("integrity", Box::new(|l| l[1].events[1] = cast("eb", "a1"))),
+        ];
+        for (name, bug) in cases {
+            let mut logs = good();
+            bug(&mut logs);
+            let problems = check(&logs, true);
+            assert!(problems.iter().any(|p| p.contains(name)), "{name} not caught: {problems:?}");
+        }
+        let line = r#"{"type":"send","from":"e01","data":"x"}"#;
+        assert_eq!(LogEvent::parse(line).unwrap(), Some(send("e01", "x")));
+    }
+
     #[test]
     fn parses_the_member_contract() {
         let line = r#"{"type":"view","view_id":"2:e01","members":["e01","e02"],"rank":1,"primary":false}"#;
