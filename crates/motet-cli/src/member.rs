@@ -93,7 +93,8 @@ pub(crate) struct MemberArgs {
     no_loopback: bool,
     /// Read commands on stdin: a line `/switch SPEC` asks the group to switch stacks,
     /// `/migrate IP:PORT [ADVERTISE]` moves this member to a new socket (endpoint migration; the
-    /// views then carry the new address), `/leave` leaves; another line starting with `/` is
+    /// views then carry the new address), `/send ID TEXT` sends TEXT to member ID alone (an id as
+    /// views print it), `/leave` leaves; another line starting with `/` is
     /// refused with a message (a mistyped command is not cast), and `//` casts the line without
     /// its first `/`; every other line is cast as usual.
     #[arg(long)]
@@ -697,9 +698,17 @@ fn spawn_stdin_caster(member: Handle, runtime: std::sync::Weak<Runtime>, command
                         Some(runtime) => migrate(&runtime, to.trim()),
                         None => Err(Error::Stopped),
                     },
+                    // The text is the rest of the line after the id's one separator, as typed.
+                    Some(("send", rest)) => match rest.trim_start().split_once(char::is_whitespace) {
+                        Some((to, text)) => match to.parse::<motet_runtime::EndpointId>() {
+                            Ok(to) => member.send(to, bytes::Bytes::copy_from_slice(text.as_bytes())),
+                            Err(why) => Err(Error::Config(format!("/send: {why}"))),
+                        },
+                        None => Err(Error::Config("/send takes ID TEXT".into())),
+                    },
                     _ => {
                         note!(
-                            "motet member: not a command: /{command} (known: /switch SPEC, /migrate IP:PORT [ADVERTISE], /leave; start a line with // to cast it); not cast"
+                            "motet member: not a command: /{command} (known: /switch SPEC, /migrate IP:PORT [ADVERTISE], /send ID TEXT, /leave; start a line with // to cast it); not cast"
                         );
                         return ControlFlow::Continue(());
                     }

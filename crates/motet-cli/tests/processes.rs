@@ -304,6 +304,26 @@ fn a_member_whose_terminal_closes_leaves_gracefully() {
     });
 }
 
+/// `/send ID TEXT` (with `--commands`) sends TEXT to that member alone: it prints a `send` event
+/// from the sender, the sender itself none; an id that does not parse is refused, and the member
+/// goes on. (Before, a member process could not send, so `send` events never came from one.)
+#[test]
+fn a_member_sends_to_one_other_by_its_id() {
+    let ports = free_ports(2);
+    let peers = peer_list(&ports);
+    let mut procs: Vec<Proc> =
+        (0..2).map(|i| Proc::spawn_with(&format!("s{i}"), ports[i], &peers, &["--commands"])).collect();
+    wait(Duration::from_secs(30), "two processes in one view", || one_view_of(&procs.iter().collect::<Vec<_>>()));
+    let (from, to) = (procs[0].log().endpoint().unwrap().to_string(), procs[1].log().endpoint().unwrap().to_string());
+    procs[0].command("/send not-an-id text");
+    procs[0].command(&format!("/send {to} hello  there"));
+    wait(Duration::from_secs(30), "the send delivered", || {
+        procs[1].events().contains(&LogEvent::Send { from: from.clone(), data: "hello  there".into() })
+    });
+    assert!(!procs[0].events().iter().any(|e| matches!(e, LogEvent::Send { .. })), "the sender got its own send");
+    terminate_all(&mut procs);
+}
+
 /// The failure detector over real sockets (docs/membership.md, "Failure detection"): a quiet
 /// view of five processes holds (the members' pings reach the coordinator and the deputy over the
 /// gossip channel, their beats reach the others: were either lost, the view would change one

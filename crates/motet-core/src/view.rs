@@ -27,6 +27,18 @@ impl fmt::Display for EndpointId {
     }
 }
 
+/// Reads an id as it is printed (`e` and up to 16 hex digits), as scripts and tools give it back.
+impl std::str::FromStr for EndpointId {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<EndpointId, String> {
+        let bad = || format!("`{text}` is not an endpoint id: `e` and up to 16 hex digits, as views print it");
+        let digits = |h: &&str| (1..=16).contains(&h.len()) && h.bytes().all(|b| b.is_ascii_hexdigit());
+        let hex = text.strip_prefix('e').filter(digits).ok_or_else(bad)?;
+        u64::from_str_radix(hex, 16).map(EndpointId).map_err(|_| bad())
+    }
+}
+
 /// A group is only a name (thesis §2.1.4): there is no group object anywhere.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct GroupName(pub Arc<str>);
@@ -307,6 +319,18 @@ impl fmt::Debug for RankSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An id reads back from how it prints; other text is refused with what an id looks like.
+    #[test]
+    fn an_endpoint_id_reads_back_as_printed() {
+        for id in [0, 1, 0xfdc1_a369_2f15_c00d, u64::MAX] {
+            assert_eq!(EndpointId(id).to_string().parse::<EndpointId>(), Ok(EndpointId(id)));
+        }
+        assert_eq!("e2a".parse::<EndpointId>(), Ok(EndpointId(0x2a)));
+        for bad in ["", "e", "2a", "ezz", "e00000000000000000", "e-1", "e+1"] {
+            assert!(bad.parse::<EndpointId>().unwrap_err().contains("is not an endpoint id"), "{bad}");
+        }
+    }
 
     /// Parameters other than the defaults, with a duration that is not a whole millisecond.
     fn custom() -> StackConfig {
