@@ -56,8 +56,9 @@ pub(crate) struct KvArgs {
     /// every replica given the same number: for measuring large state transfers.
     #[arg(long, default_value_t = 0)]
     preload_bytes: usize,
-    /// The largest state this replica holds or receives, in bytes (1 GiB by default): a larger
-    /// state transfer is refused, and this process exits, rather than take memory without bound.
+    /// The largest state this replica starts with (`--preload-bytes`) or receives by transfer, in
+    /// bytes (1 GiB by default): a larger transfer is refused, and this process exits, rather
+    /// than take memory without bound. Updates applied one by one are not counted.
     #[arg(long, default_value_t = 1 << 30)]
     state_max: usize,
     /// Print one JSON object per event.

@@ -66,7 +66,8 @@ enum Command {
 
 fn main() -> ExitCode {
     quiet_on_closed_stdout();
-    // The commands that stay members handle SIGTERM and SIGINT (a leave, status 0) from the first
+    // The commands that stay members handle SIGTERM, SIGINT and SIGHUP (a leave, status 0; SIGHUP
+    // not where it was inherited ignored) from the first
     // thing the process does, before parsing its arguments and setting up its logging: a
     // supervisor's SIGTERM right after the spawn took the default action there (status 143, and
     // a member the others had to suspect). The commands take this flag

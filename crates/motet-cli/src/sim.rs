@@ -22,7 +22,7 @@ pub(crate) struct SimArgs {
     /// Run one seed.
     #[arg(long, conflicts_with = "seeds")]
     seed: Option<u64>,
-    /// Run a range of seeds, `A..B` (both included).
+    /// Run a range of seeds, `A..B` (both included; at most 1,000,000 of them).
     #[arg(long, value_parser = parse_range)]
     seeds: Option<(u64, u64)>,
     /// Probability that a datagram is lost.
@@ -43,7 +43,7 @@ pub(crate) struct SimArgs {
     /// Point-to-point sends per member, to random other members (at most 100,000).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=PER_MEMBER_MAX))]
     sends: u32,
-    /// Members that crash (fail-stop) at random times.
+    /// Members that crash (fail-stop) at random times (fewer than `--nodes`).
     #[arg(long, default_value_t = 0)]
     crashes: usize,
     /// Restart crashed members (each comes back as a new endpoint that must merge in; needs a

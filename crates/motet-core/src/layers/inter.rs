@@ -29,7 +29,7 @@ use std::sync::Arc;
 pub struct Config {
     /// The most members a merged view may have: a request that would make the view larger is
     /// refused, and a grant of a larger view is not taken. Every member keeps state that grows
-    /// with the view (`causal`'s and `stable`'s grow with its square), and nothing authenticates
+    /// with the view (`causal`'s and `safe`'s grow with its square), and nothing authenticates
     /// a request yet, so one forged request of thousands of members would otherwise make every
     /// member build a stack for them (a review's finding). At most `RANKS_MAX`.
     pub members_max: usize,
