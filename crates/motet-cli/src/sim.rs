@@ -55,7 +55,7 @@ pub(crate) struct SimArgs {
     #[arg(long, default_value_t = SimOptions::PAYLOAD_MAX, value_parser = payload_max)]
     payload_max: usize,
     /// Derive all fault parameters (loss, duplication, reordering, delays, crashes, partitions)
-    /// from each seed instead of the flags above.
+    /// and the largest payload from each seed instead of the flags above (which it then ignores).
     #[arg(long)]
     swarm: bool,
     /// Print one JSON object instead of text.

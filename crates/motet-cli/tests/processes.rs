@@ -410,9 +410,15 @@ fn members_stopped_together_past_the_timeout_keep_their_view() {
     wait(Duration::from_secs(30), "three processes in one view", || one_view_of(&procs.iter().collect::<Vec<_>>()));
     let view = |p: &Proc| p.log().last_view().map(|(id, _)| id.to_string());
     let formed: Vec<_> = procs.iter().map(view).collect();
-    procs.iter().for_each(|p| p.signal("-STOP"));
+    // One `kill` for all three, so that they stop and resume together (three runs of it let
+    // milliseconds pass between them).
+    let all = |signal: &str| {
+        let pids: Vec<String> = procs.iter().map(|p| p.child.id().to_string()).collect();
+        assert!(Command::new("kill").arg(signal).args(&pids).status().unwrap().success());
+    };
+    all("-STOP");
     std::thread::sleep(Duration::from_millis(2_500)); // the default timeout is 1 s
-    procs.iter().for_each(|p| p.signal("-CONT"));
+    all("-CONT");
     for p in procs.iter_mut() {
         let line = format!("{}-after", p.name);
         p.cast(line);
