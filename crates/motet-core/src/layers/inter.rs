@@ -438,7 +438,7 @@ mod tests {
     }
 
     /// A merge past `members_max` is refused: one request (nothing authenticates it yet) made
-    /// every member build a stack for thousands of members, whose `causal` and `stable` state
+    /// every member build a stack for thousands of members, whose `causal` and `safe` state
     /// grows with the square (a review's finding).
     #[test]
     fn a_merge_past_members_max_is_refused() {

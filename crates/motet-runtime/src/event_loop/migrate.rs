@@ -176,14 +176,13 @@ impl EventLoop {
                 retired.close_at = Some(crate::clock::Deadline::after(&clock, grace));
             }
         }
+        // In place, without a vector a turn: this runs on every turn while a migration is pending.
         let due = |retired: &Retired| retired.close_at.is_some_and(|at| at.until(&clock) == Duration::ZERO);
-        let (mut closing, kept): (Vec<Retired>, Vec<Retired>) =
-            std::mem::take(&mut self.retired).into_iter().partition(due);
-        self.retired = kept;
-        for retired in &mut closing {
-            self.close_retired(retired);
+        while let Some(at) = self.retired.iter().position(due) {
+            let mut retired = self.retired.remove(at);
+            self.close_retired(&mut retired);
+            self.stats.retired_closed += 1;
         }
-        self.stats.retired_closed += closing.len() as u64;
     }
 
     /// Stops reading an old socket (it closes when dropped), and leaves the multicast group on the
