@@ -34,10 +34,11 @@ use bytes::{Buf, Bytes};
 /// coincided at one node about once in 2^32 / 9S per stack among S; [`ConnId`]), `pt2pt`
 /// retransmits under `Retrans`, never compressed, and `bottom`'s `Full` asks a view's members for
 /// the full form. 9 (2026-11-29): `heal`'s `Hello` carries its partition's size (a member of
-/// version 8 would misread it). A datagram of another version
+/// version 8 would misread it). 10 (2026-11-29): it carries what of a merge's concern its stack
+/// has (`keeps`; a member of version 9 would misread the headers after it). A datagram of another version
 /// does not decode (`WireErrorKind::Version`; the node counts it as `OtherVersion`), so members
 /// of different versions never form a view together.
-pub const VERSION: u8 = 9;
+pub const VERSION: u8 = 10;
 /// The largest datagram accepted (the UDP/IPv4 payload limit).
 pub const DATAGRAM_SIZE_MAX: usize = 65_507;
 /// The largest number of headers in one datagram.

@@ -5,7 +5,7 @@
 //! coordinates); above: [`Service::Merging`], which it asks to merge. Header: `Hello` (group
 //! gossip) and `NoHdr`.
 //!
-//! Every `gossip_interval` the coordinator of each partition gossips `Hello { view id, contact }`
+//! Every `gossip_interval` the coordinator of each partition gossips `Hello { view id, contact, .. }`
 //! on the group's gossip channel to every known peer address. Partitions are ordered by (primary,
 //! view id): a coordinator that hears a *larger* partition asks `inter` to merge into it, and the
 //! larger one waits to be asked, so two partitions never ask each other at once and a primary
@@ -29,13 +29,19 @@
 //! once per `gossip_interval`, instead of once per round trip. And a stack replaced by its
 //! successor view (`NewView` passed up through it) falls silent: it lingers only to finish
 //! retransmissions, and must not announce or act on a view that is no longer current.
+//!
+//! A hello also carries its partition's size and what of a merge's concern its stack has
+//! (membership, merging, `Primary`: `switch::kept`). Two partitions that `inter` could not merge
+//! (their view together past `inter.members_max`, or a stack the smaller could not take:
+//! `switch::keeps`) neither ask nor answer, with one warning per view of the other: each request
+//! would have held the smaller partition in a flush until it was refused, at every gossip.
 
 use crate::event::{Dn, Msg, Up};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
 use crate::time::{Duration, Instant};
 use crate::view::{EndpointId, ViewId, ViewState};
 use crate::Rank;
-use motet_wire::hdr::heal::Header;
+use motet_wire::hdr::heal::{Header, Hello};
 use motet_wire::Header as AnyHeader;
 use std::sync::Arc;
 
@@ -84,8 +90,11 @@ pub struct Heal {
     candidate: Option<(crate::view::Address, ViewId)>,
     /// A successor view has been installed: this stack only lingers.
     replaced: bool,
-    /// The last partition found too large to merge with (logged once per view of it).
-    too_large: Option<ViewId>,
+    /// The last partition found too large to merge with, or running a stack a merge with it
+    /// could not keep (logged once per view of it).
+    apart: Option<ViewId>,
+    /// What of a merge's concern our stack has (`switch::kept`), which our hello carries.
+    kept: u8,
 }
 
 impl Heal {
@@ -100,7 +109,8 @@ impl Heal {
             born: None,
             candidate: None,
             replaced: false,
-            too_large: None,
+            apart: None,
+            kept: super::switch::kept(&view.stack),
         }
     }
 }
@@ -111,7 +121,7 @@ impl Heal {
     fn hello(&self, to: Option<crate::view::Address>, answer: bool, out: &mut Outbox<'_>) {
         let contact = self.view.addresses[usize::from(self.rank)].into();
         let id = self.view.view_id;
-        let hello = Header::Hello {
+        let hello = Hello {
             answer,
             ltime: id.ltime,
             coord: id.coord.0,
@@ -119,8 +129,9 @@ impl Heal {
             contact,
             // At most `RANKS_MAX`, a view's length.
             members: self.view.len() as u16,
+            keeps: self.kept,
         };
-        out.dn(Dn::Gossip { to, msg: Msg::default().with(hello) });
+        out.dn(Dn::Gossip { to, msg: Msg::default().with(Header::Hello(Box::new(hello))) });
     }
 
     /// Asks `inter` to merge into the partition of `view`, now or at the first tick.
@@ -153,13 +164,9 @@ impl Layer for Heal {
                 self.coord = coord;
                 out.up(Up::Elect(coord));
             }
-            Up::Gossip(mut msg)
-                if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Heal(Header::Hello { .. }))) =>
-            {
-                let Some(Header::Hello { answer, ltime, coord, primary, contact, members }) = msg.pop_as::<Header>()
-                else {
-                    unreachable!()
-                };
+            Up::Gossip(mut msg) if matches!(msg.hdrs.last().as_deref(), Some(AnyHeader::Heal(Header::Hello(_)))) => {
+                let Some(Header::Hello(hello)) = msg.pop_as::<Header>() else { unreachable!() };
+                let Hello { answer, ltime, coord, primary, contact, members, keeps } = *hello;
                 let view = ViewId { ltime, coord: EndpointId(coord) };
                 let (theirs, ours) = ((primary, view), (self.view.primary, self.view.view_id));
                 let stranger = self.view.rank_of(EndpointId(coord)).is_none();
@@ -177,13 +184,29 @@ impl Layer for Heal {
                 // smaller never asks either). They stay apart, which the log says once per view.
                 let max = self.view.params.inter.members_max;
                 if self.view.len() + usize::from(members) > max {
-                    if self.too_large != Some(view) {
-                        self.too_large = Some(view);
+                    if self.apart != Some(view) {
+                        self.apart = Some(view);
                         tracing::warn!(
                             ours = self.view.len(),
                             theirs = members,
                             max,
                             "another partition of the group found, too large to merge with (inter.members_max)"
+                        );
+                    }
+                    return;
+                }
+                // Nor can the smaller partition take the larger one's stack if it lacks
+                // membership or merging the smaller's has, or differs in `Primary` (`inter`'s
+                // granter refuses such a merge, and its requester the grant: `switch::keeps`).
+                // Asking held the smaller partition in a flush at every gossip, for good; the
+                // members were started with different stacks, or one partition switched.
+                let (from, to) = if theirs > ours { (self.kept, keeps) } else { (keeps, self.kept) };
+                if !super::switch::keeps_kept(from, to) {
+                    if self.apart != Some(view) {
+                        self.apart = Some(view);
+                        tracing::warn!(
+                            ours = %self.view.stack,
+                            "another partition of the group found, running a stack that keeps membership, merging or Primary otherwise: the two cannot merge (start every member with one stack)"
                         );
                     }
                     return;
@@ -251,8 +274,15 @@ mod tests {
 
     /// The same from a partition of `members`.
     fn sized_hello(primary: bool, ltime: u64, coord: u64, answer: bool, members: u16) -> Up {
+        let keeps = super::super::switch::kept(&crate::testing::view(1).stack);
+        kept_hello(primary, ltime, coord, answer, members, keeps)
+    }
+
+    /// The same from a partition whose stack has `keeps` (`switch::kept`).
+    fn kept_hello(primary: bool, ltime: u64, coord: u64, answer: bool, members: u16, keeps: u8) -> Up {
         let contact = Address::Sim(9).into();
-        Up::Gossip(Msg::default().with(Header::Hello { answer, ltime, coord, primary, contact, members }))
+        let hello = Hello { answer, ltime, coord, primary, contact, members, keeps };
+        Up::Gossip(Msg::default().with(Header::Hello(Box::new(hello))))
     }
 
     /// A coordinator whose view is `gossip_interval` old (it may ask at once).
@@ -270,7 +300,7 @@ mod tests {
         out.iter()
             .filter_map(|o| match o {
                 Out::Dn(Dn::Gossip { to, msg }) => match msg.hdrs.last().as_deref() {
-                    Some(AnyHeader::Heal(Header::Hello { answer, .. })) => Some((*to, *answer)),
+                    Some(AnyHeader::Heal(Header::Hello(hello))) => Some((*to, hello.answer)),
                     _ => None,
                 },
                 _ => None,
@@ -333,6 +363,21 @@ mod tests {
         assert!(h.up(sized_hello(true, 5, 77, false, 1_024)).is_empty(), "nor our hello");
         assert!(h.up(sized_hello(false, 5, 77, false, 1_024)).is_empty(), "a smaller one: no answer");
         assert!(asked(&h.up(sized_hello(true, 5, 77, true, 1_023))), "1 + 1,023 is within it");
+    }
+
+    /// Two partitions whose stacks differ in what a merge must keep (`switch::keeps`: here one
+    /// has `Primary` and the other not) neither ask nor answer: `inter` would refuse the merge,
+    /// and before, the smaller asked at every gossip and was held in a flush each time.
+    #[test]
+    fn partitions_whose_stacks_a_merge_could_not_keep_neither_ask_nor_answer() {
+        let mut h = old_coordinator();
+        let ours = super::super::switch::kept(&crate::testing::view(1).stack);
+        let primary = super::super::switch::kept(&crate::spec::StackSpec::parse("vsync+Primary").unwrap());
+        assert_ne!(ours, primary, "the test's stacks differ");
+        assert!(h.up(kept_hello(true, 5, 77, true, 3, primary)).is_empty(), "a larger one: no request");
+        assert!(h.up(kept_hello(true, 5, 77, false, 3, primary)).is_empty(), "nor our hello");
+        assert!(h.up(kept_hello(false, 5, 77, false, 3, primary)).is_empty(), "a smaller one: no answer");
+        assert!(asked(&h.up(kept_hello(true, 5, 77, true, 3, ours))), "the same stack's is asked");
     }
 
     /// A hello at the largest logical times (the decoder refuses any past `LTIME_MAX`; a layer

@@ -88,20 +88,39 @@ pub fn check_target(from: &StackSpec, xfer_view: bool, to: &StackSpec) -> Result
 /// partition (`inter`): `to` keeps what `from` has of membership and merging, and `Primary` as
 /// it is.
 pub fn keeps(from: &StackSpec, to: &StackSpec) -> Result<(), ApiError> {
-    use super::LayerKind as K;
-    let (had, has) = (|k| from.layers().contains(&k), |k| to.layers().contains(&k));
+    let (had, has) = (kept(from), kept(to));
     let loses = |why| Err(ApiError::SwitchLoses { to: to.to_string(), why });
-    if [K::Intra, K::Inter, K::Heal, K::Merge].into_iter().any(|k| had(k) && !has(k)) {
+    if had & MERGING & !has != 0 {
         return loses(
             "it lacks membership or merging this stack has, and the group could then never merge a partition or take a member again (keep Gmp and Heal)",
         );
     }
-    if had(K::Primary) != has(K::Primary) {
+    if !keeps_kept(had, has) {
         return loses(
             "it adds or removes Primary, and a view is primary only if it follows a primary view: no view would ever be primary again (keep Primary as it is)",
         );
     }
     Ok(())
+}
+
+/// The layers [`keeps`] reads, one bit each: membership and merging, then `Primary`. `heal`'s
+/// hello carries them (`motet_wire::hdr::heal::Hello`'s `keeps`), so that a partition
+/// knows before asking whether a merge with another could be taken.
+const KEPT: [super::LayerKind; 5] = {
+    use super::LayerKind as K;
+    [K::Intra, K::Inter, K::Heal, K::Merge, K::Primary]
+};
+/// The bits of [`KEPT`]'s membership and merging layers.
+const MERGING: u8 = 0x0f;
+
+/// What of [`KEPT`] `spec` has, one bit each (at most `motet_wire::hdr::heal::KEEPS_MAX`).
+pub(crate) fn kept(spec: &StackSpec) -> u8 {
+    KEPT.iter().enumerate().filter(|(_, k)| spec.layers().contains(k)).fold(0, |bits, (i, _)| bits | 1 << i)
+}
+
+/// [`keeps`] on [`kept`]'s bits: whether a stack that has `to` keeps what one with `from` has.
+pub(crate) fn keeps_kept(from: u8, to: u8) -> bool {
+    from & MERGING & !to == 0 && (from ^ to) & !MERGING == 0
 }
 
 impl Layer for Switch {
@@ -198,6 +217,32 @@ mod tests {
         // The application asking hears why.
         let vsync = StackSpec::parse("vsync").unwrap();
         assert!(matches!(check_target(&primary.stack, false, &vsync), Err(ApiError::SwitchLoses { .. })));
+    }
+
+    /// The bits `heal`'s hello carries decide as [`keeps`] does, for every pair of a few stacks
+    /// that differ in what it reads, and fit the wire's field.
+    #[test]
+    fn kept_bits_decide_as_keeps_does() {
+        let specs = [
+            "vsync",
+            "vsync+Primary",
+            "total",
+            "total+Primary",
+            "fifo",
+            "Gmp+Sync+Suspect+Slander+Frag+Flow+Local+Switch+Primary",
+            "Gmp+Sync+Suspect+Slander+Frag+Flow+Local+Switch",
+        ]
+        .map(|text| StackSpec::parse(text).unwrap());
+        let mut seen = std::collections::BTreeSet::new();
+        for from in &specs {
+            assert!(kept(from) <= motet_wire::hdr::heal::KEEPS_MAX, "{from}");
+            seen.insert(kept(from));
+            for to in &specs {
+                assert_eq!(keeps_kept(kept(from), kept(to)), keeps(from, to).is_ok(), "{from} to {to}");
+            }
+        }
+        assert!(seen.len() >= 4, "the stacks differ in what is read: {seen:?}");
+        assert_eq!((1u16 << KEPT.len()) - 1, u16::from(motet_wire::hdr::heal::KEEPS_MAX));
     }
 
     #[test]

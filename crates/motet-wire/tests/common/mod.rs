@@ -206,16 +206,11 @@ pub fn intra_hdr() -> impl Strategy<Value = intra::Header> {
 pub fn heal_hdr() -> impl Strategy<Value = heal::Header> {
     prop_oneof![
         Just(heal::Header::NoHdr),
-        (any::<bool>(), u64_any(), u64_any(), any::<bool>(), address(), 0..=RANKS_MAX as u16).prop_map(
-            |(answer, ltime, coord, primary, contact, members)| heal::Header::Hello {
-                answer,
-                ltime: ltime.min(intra::LTIME_MAX),
-                coord,
-                primary,
-                contact,
-                members,
-            }
-        ),
+        (any::<bool>(), u64_any(), u64_any(), any::<bool>(), address(), 0..=RANKS_MAX as u16, 0..=heal::KEEPS_MAX)
+            .prop_map(|(answer, ltime, coord, primary, contact, members, keeps)| {
+                let ltime = ltime.min(intra::LTIME_MAX);
+                heal::Header::Hello(Box::new(heal::Hello { answer, ltime, coord, primary, contact, members, keeps }))
+            }),
     ]
 }
 
