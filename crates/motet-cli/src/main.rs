@@ -90,6 +90,9 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: a log redirected to a file or a pipe (a service manager's)
+        // carried escape codes (a review's finding).
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli.command {
         Command::Sim(args) => sim::run(args),
@@ -105,15 +108,25 @@ fn main() -> ExitCode {
 
 /// A reader that closes the standard output early (`motet sim ... | head`) ends the command
 /// quietly with the status a Unix tool killed by `SIGPIPE` has (141), as `grep` or `cat` would.
-/// Rust ignores `SIGPIPE`, so `println!` would otherwise panic and print a backtrace.
+/// Rust ignores `SIGPIPE`, so `println!` would otherwise panic and print a backtrace. Any other
+/// failure to write the output ends it with one line and status 1.
 fn quiet_on_closed_stdout() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let payload = info.payload();
         let message =
             payload.downcast_ref::<String>().map(String::as_str).or_else(|| payload.downcast_ref::<&str>().copied());
-        if message.is_some_and(|m| m.starts_with("failed printing to stdout") && m.contains("Broken pipe")) {
-            std::process::exit(141);
+        match message {
+            Some(m) if m.starts_with("failed printing to stdout") && m.contains("Broken pipe") => {
+                std::process::exit(141)
+            }
+            // Any other failure to write the output (a full disk, `> /dev/full`): one line, not a
+            // panic's report.
+            Some(m) if m.starts_with("failed printing to stdout") => {
+                eprintln!("motet: cannot write the output: {}", m.trim_start_matches("failed printing to stdout: "));
+                std::process::exit(1);
+            }
+            _ => {}
         }
         default(info);
     }));

@@ -239,6 +239,7 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
         "injected_loss": rt.injected_loss,
         "views_installed": rt.views_installed,
         "views_with_other_params": rt.views_with_other_params,
+        "views_with_other_stack": rt.views_with_other_stack,
         "actions_refused": rt.actions_refused,
         "endpoints": rt.endpoints,
         "buffered": rt.buffered,

@@ -254,9 +254,12 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
     };
     // A broken layer invariant panics inside the core; the simulator catches it and reports it as
     // a violation with its seed, so the default hook's backtrace would only be noise.
+    // The hook put back after is the one before (`main`'s, which ends the command quietly when
+    // the output is closed), not the default (a review's finding: `motet sim | true` panicked).
+    let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let reports = run_all(&args, &stack, &seeds);
-    let _ = std::panic::take_hook();
+    std::panic::set_hook(previous);
 
     let mut summary = Summary {
         stack: stack.to_string(),

@@ -340,6 +340,20 @@ impl StackSpec {
     pub fn layers(&self) -> &[LayerKind] {
         &self.layers
     }
+
+    /// What this stack's layers provide that `other`'s do not, described (total order, safe
+    /// delivery...), in `Service`'s order: what a member configured with this stack loses when it
+    /// runs a view of `other` (a merge into a partition running it takes its stack).
+    pub fn lacks(&self, other: &StackSpec) -> Vec<&'static str> {
+        let provided = |spec: &StackSpec| {
+            let mut services: Vec<Service> = spec.layers.iter().flat_map(|k| k.spec().provides).copied().collect();
+            services.sort();
+            services.dedup();
+            services
+        };
+        let theirs = provided(other);
+        provided(self).into_iter().filter(|s| !theirs.contains(s)).map(Service::describe).collect()
+    }
 }
 
 impl fmt::Display for StackSpec {
@@ -423,5 +437,17 @@ mod tests {
         assert!(matches!(StackSpec::parse("Fifo+Wings"), Err(StackSpecError::UnknownProperty(..))));
         // The smallest valid stack: an unreliable one.
         assert_eq!(StackSpec::parse("top:appl:bottom").unwrap().layers().len(), 3);
+    }
+
+    /// What a member configured with one stack loses running another's view: the services only
+    /// its own provides.
+    #[test]
+    fn lacks_names_what_the_other_stack_does_not_provide() {
+        let spec = |text| StackSpec::parse(text).unwrap();
+        assert_eq!(spec("total").lacks(&spec("vsync")), vec![Service::TotalOrder.describe()]);
+        assert!(spec("vsync").lacks(&spec("total")).is_empty());
+        assert!(spec("vsync").lacks(&spec("vsync")).is_empty());
+        let lost = spec("vsync+Primary").lacks(&spec("fifo"));
+        assert!(lost.contains(&Service::PrimaryPartition.describe()) && lost.contains(&Service::Membership.describe()));
     }
 }

@@ -95,6 +95,11 @@ pub struct RuntimeStats {
     /// differ from this member's own configuration: the group's members are configured
     /// differently (logged once per endpoint).
     pub views_with_other_params: u64,
+    /// Views installed whose stack differs from this member's own configuration: a merge into a
+    /// partition running another stack (the merged view runs the larger partition's), or a
+    /// switch. Logged once per stack, with what the member's own stack provides that the view's
+    /// lacks.
+    pub views_with_other_stack: u64,
     /// Application actions taken from the queue and then refused (a parked action that no longer
     /// fits the view, or a state-transfer action the stack refuses outright), behind the threaded
     /// [`crate::Runtime`]'s handles, which had already returned (driving an `EventLoop` directly,
@@ -344,6 +349,7 @@ impl EventLoop {
         view.clients = vec![group.client];
         let view = Arc::new(view);
         let configured = Arc::clone(&view.params);
+        let configured_stack = view.stack.clone();
         let seeds = self.ask_seeds(endpoint, &name, group);
         let now = self.clock.now();
         let stack = match self.node.join(now, Arc::clone(&view), 0) {
@@ -381,6 +387,8 @@ impl EventLoop {
                 migrate_tries: 0,
                 configured,
                 params_warned: false,
+                configured_stack,
+                stack_warned: None,
                 lagging: false,
             },
         );

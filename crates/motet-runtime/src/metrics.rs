@@ -78,6 +78,11 @@ pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
         "views installed whose protocol parameters differ from this member's configuration",
         runtime.views_with_other_params,
     );
+    counter(
+        "views_with_other_stack_total",
+        "views installed whose stack differs from this member's configuration (a merge or a switch)",
+        runtime.views_with_other_stack,
+    );
     let _ = writeln!(
         out,
         "# HELP motet_connected_sockets sockets open for connected sends\n# TYPE motet_connected_sockets gauge\nmotet_connected_sockets {}",

@@ -189,6 +189,11 @@ pub(super) struct MemberState {
     pub(super) configured: Arc<motet_core::StackConfig>,
     /// A view with other parameters than `configured` has been logged.
     pub(super) params_warned: bool,
+    /// This endpoint's own stack (its configuration): its first view's; later views run the
+    /// group's, which a merge takes from the larger partition and a switch changes.
+    pub(super) configured_stack: motet_core::StackSpec,
+    /// The last stack other than `configured_stack` logged (once per stack, not per view).
+    pub(super) stack_warned: Option<motet_core::StackSpec>,
     /// The application lags its events ([`EventLoop::set_lagging`]): said to each new stack.
     pub(super) lagging: bool,
 }
@@ -323,6 +328,23 @@ impl EventLoop {
                         let timeout = view.params.suspect.timeout.as_millis();
                         if self.config.timer_slack_ms.saturating_mul(10) > timeout {
                             tracing::warn!(%endpoint, slack_ms = self.config.timer_slack_ms, timeout_ms = timeout, "timer_slack_ms is more than a tenth of this view's suspect.timeout_ms: this member's beats could go out late enough to be suspected; lower timer_slack_ms");
+                        }
+                    }
+                }
+                if view.stack != member.configured_stack {
+                    self.stats.views_with_other_stack += 1;
+                    if member.stack_warned.as_ref() != Some(&view.stack) {
+                        member.stack_warned = Some(view.stack.clone());
+                        let lacks = member.configured_stack.lacks(&view.stack);
+                        let configured = &member.configured_stack;
+                        if lacks.is_empty() {
+                            tracing::info!(%endpoint, view = ?view.view_id, stack = %view.stack, %configured, "this view runs another stack than this member's configuration, which provides nothing it lacks (a merge into a partition running it, or a switch)");
+                        } else {
+                            // A merge takes the larger partition's stack (it must keep membership,
+                            // merging and Primary, not every guarantee: partitions that switched
+                            // apart must still merge). A member started with another stack, or
+                            // switched, hears of what it lost here (a review's finding: it did not).
+                            tracing::warn!(%endpoint, view = ?view.view_id, stack = %view.stack, %configured, lacks = %lacks.join(", "), "this view's stack lacks guarantees this member's configuration provides; the member runs the view's (a merge into a partition running it, or a switch: start every member of a group with one stack)");
                         }
                     }
                 }
