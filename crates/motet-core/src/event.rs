@@ -483,6 +483,7 @@ reasons! {
     Disabled: "the stack has left or exited",
     AfterEnd: "a state-transfer chunk after its stream's last chunk, or after its provider said it was done",
     Gossip: "a stability row or columns of the wrong length, rank or order, a failure detector's ping from a rank outside the view, or gossip no layer of the stack takes (from a partition running another stack)",
+    Unasked: "a retransmission of a cast this member never asked for (no NAK of it was sent): a faulty member's, which would have filled another origin's buffers",
 }
 
 macro_rules! counters {

@@ -528,6 +528,14 @@ impl Layer for Mnak {
                 Some(Header::Retrans { origin: whose, seqno }) => {
                     if usize::from(whose) >= self.origins.len() || whose == self.rank {
                         out.drop_input(super::LayerKind::Mnak, DropReason::NotForMe);
+                    } else if seqno >= self.origins[usize::from(whose)].asked.asked_upto {
+                        // Every retransmission answers a NAK of ours (`nak_to` records what it
+                        // asked for). One that answers none would take a place in `whose`'s
+                        // out-of-order buffer, whose bounds are per origin: one member sending
+                        // them for every origin filled all of them (n times `ahead_bytes_max`),
+                        // and what it sent was delivered as `whose`'s once the gap closed (a
+                        // review's finding).
+                        out.drop_input(super::LayerKind::Mnak, DropReason::Unasked);
                     } else {
                         self.recv_cast(whose, seqno, msg, out);
                     }

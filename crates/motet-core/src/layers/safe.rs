@@ -89,6 +89,14 @@ pub struct Safe {
     held: Vec<VecDeque<Msg>>,
     /// Per member, per origin: the casts it acknowledged holding.
     acked: Vec<Vec<u64>>,
+    /// Per origin: the casts every member not known to have failed holds (the least of their
+    /// `acked`), and how many of them hold only that many. Kept as acknowledgements arrive, so
+    /// that one costs O(n), not O(n²): the minimum is recomputed only when the last member at it
+    /// moves past it (once a round of acknowledgements), or a member fails (a review's finding:
+    /// every acknowledgement recomputed every origin's minimum over every member, O(n³) a turn
+    /// at every member with everyone casting).
+    stable: Vec<u64>,
+    at_min: Vec<u32>,
     failed: RankSet,
     /// What this member last acknowledged.
     sent_ack: Vec<u64>,
@@ -121,6 +129,8 @@ impl Safe {
             delivered: vec![0; n],
             held: vec![VecDeque::new(); n],
             acked: vec![vec![0; n]; n],
+            stable: vec![0; n],
+            at_min: vec![n as u32; n],
             failed: RankSet::new(),
             sent_ack: vec![0; n],
             armed: false,
@@ -193,25 +203,39 @@ impl Safe {
         }
     }
 
-    /// Raises what `origin` acknowledged to `counts`, which must have one entry per rank.
-    fn note_ack(&mut self, origin: usize, counts: &[u64]) {
-        for (a, &c) in self.acked[origin].iter_mut().zip(counts) {
-            *a = (*a).max(c);
+    /// Raises what member `member` acknowledged to `counts`, which must have one entry per rank,
+    /// and with it each origin's [`Safe::stable`] count.
+    fn note_ack(&mut self, member: usize, counts: &[u64]) {
+        let live = !self.failed.contains(member as Rank);
+        for (origin, &c) in counts.iter().enumerate() {
+            let old = self.acked[member][origin];
+            if c <= old {
+                continue;
+            }
+            self.acked[member][origin] = c;
+            if live && old == self.stable[origin] {
+                self.at_min[origin] -= 1;
+                if self.at_min[origin] == 0 {
+                    self.restable(origin);
+                }
+            }
         }
     }
 
-    /// Per origin, the casts every member not known to have failed holds.
-    fn stable(&self, origin: usize) -> u64 {
-        (0..self.acked.len())
-            .filter(|&m| !self.failed.contains(m as Rank))
-            .map(|m| self.acked[m][origin])
-            .min()
-            .unwrap_or(u64::MAX)
+    /// Recomputes `origin`'s stable count and how many live members are at it: O(n).
+    fn restable(&mut self, origin: usize) {
+        let live = (0..self.acked.len()).filter(|&m| !self.failed.contains(m as Rank));
+        let (min, at) = live.map(|m| self.acked[m][origin]).fold((u64::MAX, 0u32), |(min, at), a| match a.cmp(&min) {
+            std::cmp::Ordering::Less => (a, 1),
+            std::cmp::Ordering::Equal => (min, at + 1),
+            std::cmp::Ordering::Greater => (min, at),
+        });
+        (self.stable[origin], self.at_min[origin]) = (min, at);
     }
 
     fn deliver_stable(&mut self, out: &mut Outbox<'_>) {
         for origin in 0..self.held.len() {
-            let stable = self.stable(origin);
+            let stable = self.stable[origin];
             while self.delivered[origin] < stable {
                 let Some(msg) = self.held[origin].pop_front() else { break };
                 self.delivered[origin] += 1;
@@ -290,6 +314,9 @@ impl Layer for Safe {
             Dn::Cast { msg, qos: Qos::Safe } => out.dn(Dn::Cast { msg: msg.with(Header::Data), qos: Qos::Reliable }),
             Dn::Fail(ranks) => {
                 self.failed.union_with(&ranks);
+                for origin in 0..self.stable.len() {
+                    self.restable(origin);
+                }
                 self.deliver_stable(out);
                 out.dn(Dn::Fail(ranks));
             }
@@ -350,7 +377,7 @@ impl Layer for Safe {
     fn fast_release(&mut self, _origin: Rank, _cast: bool, _out: &mut Outbox<'_>) -> Option<(Rank, Msg)> {
         // `deliver_stable`, one cast at a time: the acknowledgements do not change during a
         // release, so the origins it has passed stay done and each call may scan from the first.
-        let origin = (0..self.held.len()).find(|&o| !self.held[o].is_empty() && self.delivered[o] < self.stable(o))?;
+        let origin = (0..self.held.len()).find(|&o| !self.held[o].is_empty() && self.delivered[o] < self.stable[o])?;
         let msg = self.held[origin].pop_front().expect("not empty");
         self.delivered[origin] += 1;
         Some((origin as Rank, msg))
@@ -364,6 +391,12 @@ impl Layer for Safe {
     fn check_invariants(&self) {
         for origin in 0..self.held.len() {
             assert_eq!(self.delivered[origin] + self.held[origin].len() as u64, self.received[origin]);
+            let live = (0..self.acked.len()).filter(|&m| !self.failed.contains(m as Rank));
+            let counts: Vec<u64> = live.map(|m| self.acked[m][origin]).collect();
+            let min = counts.iter().copied().min().unwrap_or(u64::MAX);
+            assert_eq!(self.stable[origin], min, "origin {origin}'s stable count");
+            let at = counts.iter().filter(|&&c| c == min).count();
+            assert_eq!(self.at_min[origin] as usize, at, "members at origin {origin}'s stable count");
         }
     }
 
@@ -387,6 +420,38 @@ mod tests {
 
     fn casts(out: &[Out]) -> usize {
         out.iter().filter(|o| matches!(o, Out::Up(Up::Cast { .. }))).count()
+    }
+
+    /// Acknowledgements in any order, some stale, some from a member that then fails: the kept
+    /// stable counts always equal the least count of the live members (the invariants recompute
+    /// them), and a corrupted one is caught.
+    #[test]
+    fn the_stable_counts_follow_the_acknowledgements_and_a_corrupted_one_is_caught() {
+        let view = crate::testing::view_of("vsync+Agree", 4);
+        let mut h = Harness::new(Safe::new(&Config::default(), &view, 3), 3);
+        let acks: [(Rank, [u64; 4]); 7] = [
+            (0, [2, 0, 1, 0]),
+            (1, [1, 0, 0, 0]),
+            (0, [1, 0, 0, 0]), // stale
+            (2, [3, 1, 1, 0]),
+            (3, [2, 1, 1, 0]),
+            (1, [2, 1, 1, 0]),
+            (2, [4, 1, 2, 0]),
+        ];
+        for (member, counts) in acks {
+            h.up(Up::Cast { origin: member, msg: ack(&counts), qos: Qos::Reliable });
+            h.layer.check_invariants();
+        }
+        assert_eq!(h.layer.stable, vec![2, 0, 1, 0]);
+        h.dn(Dn::Fail([1].into_iter().collect()));
+        h.layer.check_invariants();
+        h.up(Up::Cast { origin: 3, msg: ack(&[4, 1, 2, 0]), qos: Qos::Reliable });
+        h.up(Up::Cast { origin: 0, msg: ack(&[4, 1, 2, 0]), qos: Qos::Reliable });
+        h.layer.check_invariants();
+        assert_eq!(h.layer.stable, vec![4, 1, 2, 0], "member 1 failed: not waited for");
+        h.layer.stable[0] = 3;
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.layer.check_invariants()));
+        assert!(caught.is_err(), "a wrong stable count passed the invariants");
     }
 
     #[test]

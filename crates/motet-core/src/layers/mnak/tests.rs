@@ -34,6 +34,28 @@ fn gap_from_failed_origin_is_naked_to_the_view_and_answered_by_any_holder() {
     assert_eq!(lagger.layer.origins[0].received, 2);
 }
 
+/// A retransmission answers a NAK: one of a cast never asked for is dropped, not held in its
+/// origin's out-of-order buffer (a faulty member could fill every origin's, and have its own
+/// casts delivered as theirs once their gaps closed). One asked for is taken.
+#[test]
+fn a_retransmission_nobody_asked_for_is_dropped() {
+    let view = crate::testing::view(3);
+    let mut h = Harness::new(Mnak::new(&Config::default(), &view, 2), 2);
+    let retrans = |seqno| Msg::new(vec![9].into()).with(Header::Retrans { origin: 0, seqno });
+    assert!(h.up(Up::Send { origin: 1, msg: retrans(1) }).is_empty());
+    assert!(h.up(Up::Send { origin: 1, msg: retrans(0) }).is_empty());
+    assert_eq!(h.stats.drops(DropReason::Unasked), 2);
+    assert!(h.layer.origins[0].ooo.is_empty() && h.layer.origins[0].received == 0);
+    // Cast 1 of origin 0 arrives, 0 is missing: NAKed once it has lasted `nak_delay`.
+    h.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Unreliable });
+    let naks = h.timer(h.alarm.expect("the NAK's alarm"));
+    assert!(sent::<Header>(&naks).iter().any(|(_, n)| matches!(n, Header::Nak { origin: 0, lo: 0, hi: 0 })));
+    assert!(h.up(Up::Send { origin: 1, msg: retrans(2) }).is_empty(), "beyond what was asked for");
+    assert_eq!(h.stats.drops(DropReason::Unasked), 3);
+    let out = h.up(Up::Send { origin: 1, msg: retrans(0) });
+    assert_eq!(out.iter().filter(|o| matches!(o, Out::Up(Up::Cast { origin: 0, .. }))).count(), 2, "{out:?}");
+}
+
 /// In a view of `NAK_CAST_MAX` other live members or more, a failed origin's gap is asked of 1,
 /// then 2, 4 ... more members at each sweep that finds it where it was, and of all by a cast
 /// once the next batch would reach them all: cast to the view at once, every holder answered
