@@ -412,14 +412,57 @@ impl GroupConfig {
                 let bracketed = host.starts_with('[') && host.ends_with(']');
                 (!host.is_empty() && (bracketed || !host.contains(':'))).then_some(port)
             });
-            if port.and_then(|p| p.parse::<u16>().ok()).is_none_or(|p| p == 0) {
-                return Err(Error::Config(format!(
-                    "peer `{peer}` needs a host and a port, as in `10.0.0.6:7001` or `motet-0.motet:7001`"
-                )));
+            // A port of digits outside 1..=65535 is a port mistyped, not a missing one: say so.
+            let digits = port.filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+            match (digits, port.and_then(|p| p.parse::<u16>().ok())) {
+                (_, Some(p)) if p != 0 => {}
+                (Some(digits), _) => {
+                    return Err(Error::Config(format!(
+                        "peer `{peer}`: port {digits} is out of range: give a port from 1 to 65535"
+                    )))
+                }
+                _ => {
+                    return Err(Error::Config(format!(
+                        "peer `{peer}` needs a host and a port, as in `10.0.0.6:7001` or `motet-0.motet:7001`"
+                    )))
+                }
             }
         }
         Ok((GroupName::new(&self.name), spec))
     }
+
+    /// Checks the group's settings as [`crate::Runtime::join`] does (the name, the stack and
+    /// that the runtime can run it, the protocol parameters, the seeds), for a tool that wants
+    /// its configuration errors before it starts anything. The checks that need the member's
+    /// own address (a seed it cannot reach) come with [`FileConfig::validate`] and at the join.
+    pub fn validate(&self) -> Result<(), Error> {
+        let (_, spec) = self.resolve_spec()?;
+        crate::merges(&spec, &self.stack)
+    }
+}
+
+/// Refuses IP-literal seeds that a member at `own` can never reach: another host's from a
+/// loopback address (the kernel refuses every send from a loopback socket to another host, and
+/// the loop only logs it), or one of the other IP family (an IPv4 socket cannot send to an IPv6
+/// address: the seed was only warned about, and the member sat alone for good). DNS names are
+/// looked up later, and warned about then (`event_loop::resolve`). At the join, and in
+/// [`FileConfig::validate`] with the address the file gives.
+pub(crate) fn seeds_reachable(own: SocketAddr, peers: &[String]) -> Result<(), Error> {
+    for peer in peers {
+        let Ok(address) = peer.parse::<SocketAddr>() else { continue };
+        if address.is_ipv4() != own.is_ipv4() {
+            let (theirs, ours) = if own.is_ipv4() { ("IPv6", "IPv4") } else { ("IPv4", "IPv6") };
+            return Err(Error::Config(format!(
+                "seed {peer} is {theirs} and this member's address {own} is {ours}: its socket cannot send there; give {ours} seeds, or bind an {theirs} address (`--bind`, or `bind` in [runtime])"
+            )));
+        }
+        if own.ip().is_loopback() && !address.ip().is_loopback() {
+            return Err(Error::Config(format!(
+                "this member's address {own} is a loopback address, which seed {peer} on another host cannot reach: bind a reachable address (`--bind 0.0.0.0:PORT --advertise IP:PORT`, or `bind` and `advertise` in [runtime])"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A whole configuration file: `[runtime]` and one `[group]`.
@@ -436,12 +479,16 @@ pub struct FileConfig {
 struct FileToml {
     #[serde(default)]
     runtime: RuntimeConfig,
+    // Optional in the text: `motet member --config` may take the name (or the whole group) from
+    // its flags. `from_toml` requires it.
+    #[serde(default)]
     group: GroupToml,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct GroupToml {
+    #[serde(default)]
     name: String,
     #[serde(default = "vsync")]
     stack: String,
@@ -457,6 +504,20 @@ struct GroupToml {
     params: StackConfig,
 }
 
+impl Default for GroupToml {
+    fn default() -> GroupToml {
+        GroupToml {
+            name: String::new(),
+            stack: vsync(),
+            peers: Vec::new(),
+            resolve_interval_ms: None,
+            client: false,
+            loopback: true,
+            params: StackConfig::default(),
+        }
+    }
+}
+
 fn vsync() -> String {
     "vsync".to_string()
 }
@@ -466,10 +527,25 @@ fn yes() -> bool {
 }
 
 impl FileConfig {
-    /// Parses a TOML configuration. Unknown keys are errors (a misspelt key must not be ignored).
+    /// Parses and validates a TOML configuration ([`FileConfig::parse_toml`], then
+    /// [`FileConfig::validate`]). Unknown keys are errors (a misspelt key must not be ignored),
+    /// and so is a file that names no group.
     pub fn from_toml(text: &str) -> Result<FileConfig, Error> {
+        let file = FileConfig::parse_toml(text)?;
+        if file.group.name.is_empty() {
+            return Err(Error::Config("the file names no group: give `name = \"...\"` in its [group] table".into()));
+        }
+        file.validate()?;
+        Ok(file)
+    }
+
+    /// Parses a TOML configuration without validating its values, for a tool that lets other
+    /// settings override the file's (`motet member`'s flags) and then calls
+    /// [`FileConfig::validate`] once on the result: a value the override replaces must not be
+    /// refused. Unknown keys and values of the wrong type are still errors. `[group]` and its
+    /// `name` may be missing (the name is then empty).
+    pub fn parse_toml(text: &str) -> Result<FileConfig, Error> {
         let file: FileToml = toml::from_str(text).map_err(|e| Error::Config(e.to_string()))?;
-        file.runtime.validate()?;
         let mut group = GroupConfig::new(&file.group.name)
             .stack(&file.group.stack)
             .peers(file.group.peers)
@@ -479,8 +555,16 @@ impl FileConfig {
         if let Some(ms) = file.group.resolve_interval_ms {
             group.resolve_interval = Duration::from_millis(ms);
         }
-        group.resolve_spec()?;
         Ok(FileConfig { runtime: file.runtime, group })
+    }
+
+    /// Checks the whole configuration as [`crate::Runtime::start`] and [`crate::Runtime::join`]
+    /// will: the runtime's settings, the group's ([`GroupConfig::validate`]), and that its IP
+    /// literal seeds are reachable from the advertised (else the bound) address.
+    pub fn validate(&self) -> Result<(), Error> {
+        self.runtime.validate()?;
+        self.group.validate()?;
+        seeds_reachable(self.runtime.advertise.unwrap_or(self.runtime.bind), &self.group.peers)
     }
 }
 
@@ -523,9 +607,19 @@ mod tests {
 
     #[test]
     fn a_peer_without_a_port_and_multicast_settings_out_of_range_are_refused() {
-        for peer in ["seed1", "10.0.0.6", "", "10.0.0.6:0", ":7001", "host:port", "fe80::1", "::1:7001"] {
+        for peer in ["seed1", "10.0.0.6", "", ":7001", "host:port", "fe80::1", "::1:7001", "h:-1"] {
             let err = GroupConfig::new("g").peers([peer]).resolve_spec().unwrap_err().to_string();
             assert!(err.contains(&format!("peer `{peer}` needs a host and a port")), "{err}");
+        }
+        // A port given but out of range says so (it said the port was missing).
+        for (peer, port) in
+            [("127.0.0.1:99999", "99999"), ("10.0.0.6:0", "0"), ("h:123456789012345678901", "123456789012345678901")]
+        {
+            let err = GroupConfig::new("g").peers([peer]).resolve_spec().unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("peer `{peer}`: port {port} is out of range: give a port from 1 to 65535")),
+                "{err}"
+            );
         }
         let good = GroupConfig::new("g").peers(["10.0.0.6:7001", "motet-0.motet:7001", "[::1]:7001"]);
         assert!(good.resolve_spec().is_ok());
@@ -660,6 +754,52 @@ mod tests {
         let err = RuntimeConfig { timer_slack_ms: 500, ..RuntimeConfig::default() }.validate().unwrap_err();
         assert!(err.to_string().contains("timer_slack_ms 500 is above 100"), "{err}");
         assert!(RuntimeConfig { timer_slack_ms: TIMER_SLACK_MAX_MS, ..RuntimeConfig::default() }.validate().is_ok());
+    }
+
+    /// A file is parsed apart from its validation, so that a tool's overrides come first: a
+    /// loopback bind under a remote `advertise`, a misspelt stack and a missing group name are
+    /// refused by `from_toml` and by `validate`, not by `parse_toml` (`motet member` refused a
+    /// file for values its flags replaced: a review's finding).
+    #[test]
+    fn a_file_is_parsed_apart_from_its_validation() {
+        let text = "[runtime]\nadvertise = \"10.1.2.3:47911\"\n[group]\nstack = \"vsnyc\"\n";
+        let err = FileConfig::from_toml(text).unwrap_err().to_string();
+        assert!(err.contains("names no group"), "{err}");
+        let mut file = FileConfig::parse_toml(text).unwrap();
+        assert!(file.validate().is_err());
+        file.group.name = "g".into();
+        assert!(file.validate().unwrap_err().to_string().contains("bind the address to advertise"));
+        file.runtime.bind = "0.0.0.0:47911".parse().unwrap();
+        assert!(file.validate().unwrap_err().to_string().contains("vsnyc"));
+        file.group.stack = "vsync".into();
+        file.validate().unwrap();
+        // No [group] at all parses too; unknown keys are still refused at once.
+        assert_eq!(FileConfig::parse_toml("[runtime]\nbusy_poll = true\n").unwrap().group.name, "");
+        assert!(FileConfig::parse_toml("[runtime]\nbusy_pol = true\n").unwrap_err().to_string().contains("busy_pol"));
+    }
+
+    /// An IP-literal seed of the other family than the member's address, or on another host from
+    /// a loopback address, is refused: the member could never send to it (the first was only
+    /// warned about at run time, and the member sat alone for good).
+    #[test]
+    fn seeds_a_member_can_never_reach_are_refused() {
+        let peers = |p: &[&str]| p.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+        let v4: SocketAddr = "10.0.0.5:7001".parse().unwrap();
+        let err = seeds_reachable(v4, &peers(&["10.0.0.6:7001", "[fe80::1]:7001"])).unwrap_err().to_string();
+        assert!(err.contains("seed [fe80::1]:7001 is IPv6 and this member's address 10.0.0.5:7001 is IPv4"), "{err}");
+        let v6: SocketAddr = "[2001:db8::5]:7001".parse().unwrap();
+        let err = seeds_reachable(v6, &peers(&["10.0.0.6:7001"])).unwrap_err().to_string();
+        assert!(err.contains("is IPv4 and this member's address [2001:db8::5]:7001 is IPv6"), "{err}");
+        let loopback: SocketAddr = "127.0.0.1:7001".parse().unwrap();
+        assert!(seeds_reachable(loopback, &peers(&["10.0.0.6:7001"])).unwrap_err().to_string().contains("loopback"));
+        // Names are looked up later (and warned about then); same-family seeds pass.
+        seeds_reachable(loopback, &peers(&["127.0.0.2:7001", "seeds.example:7001"])).unwrap();
+        seeds_reachable(v4, &peers(&["10.0.0.6:7001", "seeds.example:7001"])).unwrap();
+        // The file's check takes the advertised address, else the bound one.
+        let mut file = FileConfig::parse_toml("[group]\nname = \"g\"\npeers = [\"[::1]:7001\"]\n").unwrap();
+        assert!(file.validate().unwrap_err().to_string().contains("is IPv6"));
+        file.runtime.bind = "[::1]:0".parse().unwrap();
+        file.validate().unwrap();
     }
 
     #[test]

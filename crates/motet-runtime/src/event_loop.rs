@@ -139,6 +139,13 @@ pub struct RuntimeStats {
     pub datagrams_in_retired: u64,
     /// Sockets given up by migrations and closed since.
     pub retired_closed: u64,
+    /// Lookups of seed names that failed (a name that does not resolve, yet or any more; each
+    /// name of a group's lookup counts once per lookup).
+    pub seed_lookups_failed: u64,
+    /// Seed addresses known now, summed over the process's endpoints (a gauge): IP literals and
+    /// the addresses names resolved to, of the socket's IP family. 0 with seeds configured says
+    /// discovery has nothing to gossip to.
+    pub seed_addresses: u64,
     /// Sockets open for connected sends (`RuntimeConfig::connected_sends`), one per unicast
     /// destination, at most 256.
     pub connected_sockets: u64,
@@ -239,6 +246,11 @@ impl EventLoop {
             Some(m) => {
                 let local = io.local_addr().map_err(|e| Error::io("reading the bound address", e))?;
                 let interface = multicast_interface(m, local, advertise)?;
+                // The default bind is loopback: `--multicast` alone joined the group there, where
+                // no other host hears it, and the member sat alone with no word of why.
+                if interface.is_loopback() {
+                    tracing::warn!(%interface, group = %m.group, "IP multicast is joined on the loopback interface: members on other hosts never hear it, nor this member them; bind the LAN interface's address (or 0.0.0.0:PORT with advertise), or set [runtime.multicast] interface");
+                }
                 migrate::multicast_sender(&mut io, interface, m.ttl)?;
                 let mut receiver = UdpIo::bind_multicast(
                     m.group,
@@ -326,17 +338,9 @@ impl EventLoop {
             )));
         }
         // A member on a loopback address cannot reach a seed on another host, nor be reached
-        // from it (the kernel refuses those sends; the loop only logs them): it would sit alone.
-        if self.advertise.ip().is_loopback() {
-            let remote =
-                group.peers.iter().filter_map(|p| p.parse::<SocketAddr>().ok()).find(|p| !p.ip().is_loopback());
-            if let Some(peer) = remote {
-                return Err(Error::Config(format!(
-                    "this member's address {} is a loopback address, which seed {peer} on another host cannot reach: bind a reachable address (`--bind 0.0.0.0:PORT --advertise IP:PORT`, or `bind` and `advertise` in [runtime])",
-                    self.advertise
-                )));
-            }
-        }
+        // from it (the kernel refuses those sends; the loop only logs them), nor can a socket
+        // send to a seed of the other IP family: it would sit alone.
+        crate::config::seeds_reachable(self.advertise, &group.peers)?;
         let endpoint = unused(&self.members, || crate::clock::new_endpoint_id(rand::random()));
         let mut view = ViewState::initial(
             name.clone(),
@@ -734,6 +738,7 @@ impl EventLoop {
             receive_offload: self.io.offload_on(),
             endpoints: self.members.len() as u64,
             buffered: self.members.keys().map(|&e| self.buffered(e) as u64).sum(),
+            seed_addresses: self.members.values().map(|m| m.seeds.len() as u64).sum(),
             ..self.stats.clone()
         }
     }

@@ -13,96 +13,285 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// What kind of figure a [`Figure`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A count that only grows (a Prometheus counter, named `..._total`).
+    Counter,
+    /// A level that goes up and down (a Prometheus gauge).
+    Gauge,
+    /// On or off: a gauge of 1 or 0 in Prometheus, `true` or `false` in JSON.
+    Flag,
+}
+
+/// One of [`RuntimeStats`]'s figures as exported: `motet member --stats` names it `field`, the
+/// metrics endpoint `motet_` and `metric`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Figure {
+    /// The field of [`RuntimeStats`], and the key in `motet member --stats`.
+    pub field: &'static str,
+    /// The Prometheus name, without the `motet_` prefix.
+    pub metric: &'static str,
+    /// What it counts (the Prometheus `HELP`).
+    pub help: &'static str,
+    /// Counter, gauge or flag.
+    pub kind: Kind,
+    /// Its value (a flag's is 0 or 1).
+    pub value: u64,
+}
+
+impl RuntimeStats {
+    /// Every figure, for the exports: one list, so that the metrics endpoint and `motet member
+    /// --stats` show the same ones (six counters were in neither, one in `--stats` only: a
+    /// review's finding). The fields are taken apart by name, so a field added to
+    /// `RuntimeStats` does not compile until it is listed here.
+    pub fn figures(&self) -> Vec<Figure> {
+        let RuntimeStats {
+            datagrams_in,
+            recv_waits,
+            datagrams_out,
+            recv_batches,
+            send_errors,
+            receive_errors,
+            send_backlogged,
+            send_backlog_dropped,
+            app_backpressure,
+            lags,
+            sends_to_departed,
+            injected_loss,
+            views_installed,
+            views_with_other_params,
+            views_with_other_stack,
+            actions_refused,
+            endpoints,
+            buffered,
+            bundles_sent,
+            datagrams_packed,
+            segmented_sends,
+            datagrams_segmented,
+            malformed_bundles,
+            control_truncated,
+            stale_xfer,
+            turns,
+            busy_yields,
+            migrations,
+            datagrams_in_retired,
+            retired_closed,
+            seed_lookups_failed,
+            seed_addresses,
+            connected_sockets,
+            connected_fallbacks,
+            receive_offload,
+            bypass_hits,
+            bypass_misses,
+        } = *self;
+        let figure = |field, metric, help, kind, value| Figure { field, metric, help, kind, value };
+        use Kind::{Counter as C, Flag as F, Gauge as G};
+        vec![
+            figure("datagrams_in", "datagrams_received_total", "UDP datagrams received", C, datagrams_in),
+            figure("datagrams_out", "datagrams_sent_total", "UDP datagrams sent (one per destination)", C, datagrams_out),
+            figure(
+                "recv_batches",
+                "recv_batches_total",
+                "receive calls that returned (recvmmsg batches and single reads)",
+                C,
+                recv_batches,
+            ),
+            figure(
+                "recv_waits",
+                "recv_waits_total",
+                "turns that waited in the receive call rather than in epoll",
+                C,
+                recv_waits,
+            ),
+            figure("turns", "turns_total", "turns of the event loop", C, turns),
+            figure(
+                "busy_yields",
+                "busy_yields_total",
+                "times a busy-polling loop found nothing to read and yielded its CPU",
+                C,
+                busy_yields,
+            ),
+            figure("send_errors", "send_errors_total", "sends that failed and were dropped", C, send_errors),
+            figure(
+                "receive_errors",
+                "receive_errors_total",
+                "receive calls that failed (ICMP errors reported there)",
+                C,
+                receive_errors,
+            ),
+            figure(
+                "send_backlogged",
+                "send_backlogged_total",
+                "datagrams held because the socket's send buffer was full",
+                C,
+                send_backlogged,
+            ),
+            figure(
+                "send_backlog_dropped",
+                "send_backlog_dropped_total",
+                "datagrams dropped from a full send backlog",
+                C,
+                send_backlog_dropped,
+            ),
+            figure(
+                "app_backpressure",
+                "app_backpressure_total",
+                "times the loop stopped reading the socket because the application lagged",
+                C,
+                app_backpressure,
+            ),
+            figure("lags", "lags_total", "times a member's application fell behind and its senders waited for it", C, lags),
+            figure(
+                "sends_to_departed",
+                "sends_to_departed_total",
+                "parked sends dropped because their destination left the view",
+                C,
+                sends_to_departed,
+            ),
+            figure(
+                "injected_loss",
+                "injected_loss_total",
+                "received datagrams dropped on purpose by inject_loss (a testing aid)",
+                C,
+                injected_loss,
+            ),
+            figure("bundles_sent", "bundles_sent_total", "datagrams that packed several messages", C, bundles_sent),
+            figure("datagrams_packed", "datagrams_packed_total", "messages sent inside bundles", C, datagrams_packed),
+            figure(
+                "segmented_sends",
+                "segmented_sends_total",
+                "system calls that sent several datagrams (segmentation offload)",
+                C,
+                segmented_sends,
+            ),
+            figure(
+                "datagrams_segmented",
+                "datagrams_segmented_total",
+                "datagrams sent by segmentation-offload calls",
+                C,
+                datagrams_segmented,
+            ),
+            figure(
+                "malformed_bundles",
+                "malformed_bundles_total",
+                "received bundles that did not unpack (dropped)",
+                C,
+                malformed_bundles,
+            ),
+            figure(
+                "control_truncated",
+                "control_truncated_total",
+                "received buffers dropped because their control message was cut short (MSG_CTRUNC)",
+                C,
+                control_truncated,
+            ),
+            figure(
+                "connected_fallbacks",
+                "connected_fallbacks_total",
+                "unicast sends handed to the shared socket in place of their connected socket (tries, a retry counts again)",
+                C,
+                connected_fallbacks,
+            ),
+            figure("views_installed", "views_installed_total", "views installed by this process's endpoints", C, views_installed),
+            figure(
+                "views_with_other_params",
+                "views_with_other_params_total",
+                "views installed whose protocol parameters differ from this member's configuration",
+                C,
+                views_with_other_params,
+            ),
+            figure(
+                "views_with_other_stack",
+                "views_with_other_stack_total",
+                "views installed whose stack differs from this member's configuration (a merge or a switch)",
+                C,
+                views_with_other_stack,
+            ),
+            figure(
+                "actions_refused",
+                "actions_refused_total",
+                "application actions refused after they were queued (see the log)",
+                C,
+                actions_refused,
+            ),
+            figure(
+                "stale_xfer",
+                "stale_xfer_total",
+                "state-transfer actions for a view that had already ended (dropped)",
+                C,
+                stale_xfer,
+            ),
+            figure("migrations", "migrations_total", "migrations of this process to a new socket", C, migrations),
+            figure(
+                "datagrams_in_retired",
+                "datagrams_received_retired_total",
+                "datagrams that arrived at a socket given up by a migration",
+                C,
+                datagrams_in_retired,
+            ),
+            figure(
+                "retired_closed",
+                "retired_sockets_closed_total",
+                "sockets given up by migrations and closed since",
+                C,
+                retired_closed,
+            ),
+            figure(
+                "seed_lookups_failed",
+                "seed_lookups_failed_total",
+                "DNS lookups of seed names that failed",
+                C,
+                seed_lookups_failed,
+            ),
+            figure(
+                "bypass_hits",
+                "bypass_hits_total",
+                "application messages that took the bypass (fused trace handlers)",
+                C,
+                bypass_hits,
+            ),
+            figure(
+                "bypass_misses",
+                "bypass_misses_total",
+                "application messages that took the layered path (a layer's fast-path condition failed)",
+                C,
+                bypass_misses,
+            ),
+            figure(
+                "seed_addresses",
+                "seed_addresses",
+                "seed addresses known (IP literals and resolved names, summed over endpoints)",
+                G,
+                seed_addresses,
+            ),
+            figure("connected_sockets", "connected_sockets", "sockets open for connected sends", G, connected_sockets),
+            figure(
+                "receive_offload",
+                "receive_offload",
+                "receive offload is on at the socket (1) or not (0)",
+                F,
+                u64::from(receive_offload),
+            ),
+            figure("endpoints", "endpoints", "endpoints joined and not yet exited", G, endpoints),
+            figure(
+                "buffered",
+                "buffered_messages",
+                "messages held for retransmission until stable or acknowledged",
+                G,
+                buffered,
+            ),
+        ]
+    }
+}
+
 /// Renders the runtime's and the protocol's counters.
 pub fn render(runtime: &RuntimeStats, protocol: &Stats) -> String {
     let mut out = String::new();
-    let mut counter = |name: &str, help: &str, value: u64| {
-        let _ = writeln!(out, "# HELP motet_{name} {help}\n# TYPE motet_{name} counter\nmotet_{name} {value}");
-    };
-    counter("datagrams_received_total", "UDP datagrams received", runtime.datagrams_in);
-    counter("datagrams_sent_total", "UDP datagrams sent (one per destination)", runtime.datagrams_out);
-    counter(
-        "recv_batches_total",
-        "receive calls that returned (recvmmsg batches and single reads)",
-        runtime.recv_batches,
-    );
-    counter("send_errors_total", "sends that failed and were dropped", runtime.send_errors);
-    counter("receive_errors_total", "receive calls that failed (ICMP errors reported there)", runtime.receive_errors);
-    counter("send_backlog_dropped_total", "datagrams dropped from a full send backlog", runtime.send_backlog_dropped);
-    counter(
-        "app_backpressure_total",
-        "times the loop stopped reading the socket because the application lagged",
-        runtime.app_backpressure,
-    );
-    counter("lags_total", "times a member's application fell behind and its senders waited for it", runtime.lags);
-    counter("bundles_sent_total", "datagrams that packed several messages", runtime.bundles_sent);
-    counter(
-        "segmented_sends_total",
-        "system calls that sent several datagrams (segmentation offload)",
-        runtime.segmented_sends,
-    );
-    counter("malformed_bundles_total", "received bundles that did not unpack (dropped)", runtime.malformed_bundles);
-    counter(
-        "control_truncated_total",
-        "received buffers dropped because their control message was cut short (MSG_CTRUNC)",
-        runtime.control_truncated,
-    );
-    counter(
-        "connected_fallbacks_total",
-        "unicast sends handed to the shared socket in place of their connected socket (tries, a retry counts again)",
-        runtime.connected_fallbacks,
-    );
-    counter("views_installed_total", "views installed by this process's endpoints", runtime.views_installed);
-    counter(
-        "busy_yields_total",
-        "times a busy-polling loop found nothing to read and yielded its CPU",
-        runtime.busy_yields,
-    );
-    counter(
-        "bypass_hits_total",
-        "application messages that took the bypass (fused trace handlers)",
-        runtime.bypass_hits,
-    );
-    counter(
-        "bypass_misses_total",
-        "application messages that took the layered path (a layer's fast-path condition failed)",
-        runtime.bypass_misses,
-    );
-    counter(
-        "actions_refused_total",
-        "application actions refused after they were queued (see the log)",
-        runtime.actions_refused,
-    );
-    counter(
-        "views_with_other_params_total",
-        "views installed whose protocol parameters differ from this member's configuration",
-        runtime.views_with_other_params,
-    );
-    counter(
-        "views_with_other_stack_total",
-        "views installed whose stack differs from this member's configuration (a merge or a switch)",
-        runtime.views_with_other_stack,
-    );
-    let _ = writeln!(
-        out,
-        "# HELP motet_connected_sockets sockets open for connected sends\n# TYPE motet_connected_sockets gauge\nmotet_connected_sockets {}",
-        runtime.connected_sockets
-    );
-    let _ = writeln!(
-        out,
-        "# HELP motet_receive_offload receive offload is on at the socket (1) or not (0)\n# TYPE motet_receive_offload gauge\nmotet_receive_offload {}",
-        u8::from(runtime.receive_offload)
-    );
-    let _ = writeln!(
-        out,
-        "# HELP motet_endpoints endpoints joined and not yet exited\n# TYPE motet_endpoints gauge\nmotet_endpoints {}",
-        runtime.endpoints
-    );
-    let _ = writeln!(
-        out,
-        "# HELP motet_buffered_messages messages held for retransmission until stable or acknowledged\n# TYPE motet_buffered_messages gauge\nmotet_buffered_messages {}",
-        runtime.buffered
-    );
+    for Figure { metric, help, kind, value, .. } in runtime.figures() {
+        let kind = if kind == Kind::Counter { "counter" } else { "gauge" };
+        let _ = writeln!(out, "# HELP motet_{metric} {help}\n# TYPE motet_{metric} {kind}\nmotet_{metric} {value}");
+    }
     let _ = writeln!(
         out,
         "# HELP motet_protocol_events_total protocol activity by kind and by the layer that counted it (`node`: the node around the stacks)\n# TYPE motet_protocol_events_total counter"
@@ -339,7 +528,10 @@ fn answer(
     if complete {
         complete_now();
     }
-    let line = request.split(|&b| b == b'\r').next().unwrap_or_default();
+    // The request line ends at LF, with or without CR before it: a client that sends bare LFs
+    // (`GET /metrics\n\n`, which `end` accepts) had the whole request taken for the path.
+    let line = request.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
     let mut words = line.split(|&b| b == b' ');
     let (method, path) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
     let path = path.split(|&b| b == b'?').next().unwrap_or_default();
@@ -461,6 +653,32 @@ mod tests {
         assert!(text.contains("# TYPE motet_connected_sockets gauge\nmotet_connected_sockets 2"));
         assert!(text.contains("motet_connected_fallbacks_total 3"));
         assert!(text.contains("motet_bypass_hits_total 5\n") && text.contains("motet_bypass_misses_total 0\n"));
+        // Every figure of `RuntimeStats`, each once, with its type (six counters were missing: a
+        // review's finding).
+        let figures = stats.figures();
+        for figure in &figures {
+            let kind = if figure.kind == Kind::Counter { "counter" } else { "gauge" };
+            let series = format!("# TYPE motet_{0} {kind}\nmotet_{0} {1}\n", figure.metric, figure.value);
+            assert!(text.contains(&series), "{series} in {text}");
+            assert_eq!(figure.kind == Kind::Counter, figure.metric.ends_with("_total"), "{figure:?}");
+        }
+        let mut names: Vec<_> = figures.iter().map(|f| f.field).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), figures.len(), "a field listed twice");
+        for metric in [
+            "sends_to_departed_total",
+            "stale_xfer_total",
+            "send_backlogged_total",
+            "migrations_total",
+            "retired_sockets_closed_total",
+            "datagrams_received_retired_total",
+            "injected_loss_total",
+            "seed_lookups_failed_total",
+            "seed_addresses",
+        ] {
+            assert!(text.contains(&format!("\nmotet_{metric} 0\n")), "{metric} in {text}");
+        }
         // By the layer that counted: casts' retransmissions (mnak) apart from sends' (pt2pt).
         assert!(text.contains("motet_protocol_events_total{layer=\"mnak\",kind=\"Retransmit\"} 1\n"), "{text}");
         assert!(text.contains("motet_protocol_events_total{layer=\"pt2pt\",kind=\"Retransmit\"} 2\n"), "{text}");

@@ -45,6 +45,12 @@ fn scrapes_are_answered_beside_idle_connections_and_bad_requests_get_http_errors
     assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
     assert!(answer.contains("Content-Type: text/plain; version=0.0.4\r\n"), "{answer}");
     assert!(answer.contains("\nmotet_datagrams_received_total "), "{answer}");
+    // A request line with no version and bare LFs, as typed into `nc` (it got 404: the path was
+    // read up to the first CR, which never came).
+    for bare in [&b"GET /metrics\n\n"[..], b"GET /metrics\r\n\r\n", b"GET /metrics HTTP/1.0\nHost: x\n\n"] {
+        let answer = ask(address, &[bare]);
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{:?}: {answer}", String::from_utf8_lossy(bare));
+    }
     let query = ask(address, &[b"GET /metrics?x=1 HTTP/1.1\r\n\r\n"]);
     assert!(query.starts_with("HTTP/1.1 200 OK\r\n"), "{query}");
     // HEAD: the headers alone.

@@ -228,7 +228,7 @@ pub(super) fn bind_socket(
         }
         None if local.ip().is_unspecified() => {
             return Err(Error::Config(format!(
-                "bound to the wildcard address {local}: set `advertise` to the address other members use"
+                "bound to the wildcard address {local}: give the address other members reach this one at (`--advertise IP:PORT`, `advertise` in [runtime], or `/migrate`'s second address)"
             )))
         }
         None => local,

@@ -314,6 +314,9 @@ pub(super) const FAILURES_KEPT: u32 = 10;
 pub(super) struct Known {
     addresses: Vec<SocketAddr>,
     failures: u32,
+    /// A warning said this member's loopback address cannot reach the name's addresses (once per
+    /// name: it is looked up again every interval).
+    unreachable_told: bool,
 }
 
 /// When to ask again for names some of which have no address (never resolved, or dropped after
@@ -350,7 +353,16 @@ pub(super) fn seed_addresses(
                     let family = if own.is_ipv4() { "IPv4" } else { "IPv6" };
                     tracing::warn!(peer = %name, ?other, "seed name has no {family} address, which this member's socket needs: it is no seed");
                 }
-                last.insert(name, Known { addresses: usable, failures: 0 });
+                // The default bind is loopback: a name of other hosts' addresses (a service name)
+                // then gave seeds every send to which the kernel refuses, and the member sat alone
+                // without a word. An IP literal is refused at the join instead.
+                let mut unreachable_told = last.get(&name).is_some_and(|k| k.unreachable_told);
+                let remote: Vec<_> = usable.iter().filter(|a| !a.ip().is_loopback()).collect();
+                if own.ip().is_loopback() && !remote.is_empty() && !unreachable_told {
+                    unreachable_told = true;
+                    tracing::warn!(peer = %name, ?remote, %own, "seed name resolves to addresses on other hosts, which this member's loopback address cannot reach: it will sit alone; bind a reachable address (`--bind 0.0.0.0:PORT --advertise IP:PORT`, or `bind` and `advertise` in [runtime])");
+                }
+                last.insert(name, Known { addresses: usable, failures: 0, unreachable_told });
             }
             Err(error) => {
                 let known = last.entry(name.clone()).or_default();
@@ -423,6 +435,33 @@ mod tests {
         assert_eq!(inet(&seed_addresses(&peers, own, &mut last, failed())), ["127.0.0.1:7001"], "dropped");
         let found = vec![(peers[2].clone(), Ok(vec!["127.0.0.9:7002".parse().unwrap()]))];
         assert_eq!(inet(&seed_addresses(&peers, own, &mut last, found)), both, "found again");
+    }
+
+    /// A member on a loopback address whose seed name resolves to other hosts' addresses is
+    /// told once per name (its sends there are all refused: it sits alone), not at every lookup;
+    /// a member on a reachable address, or a name of loopback addresses, is not told at all.
+    #[test]
+    fn a_loopback_member_is_told_once_of_a_seed_name_on_other_hosts() {
+        let peers = ["seeds.example:7001".to_string(), "localhost:7002".to_string()];
+        let found = || {
+            vec![
+                (peers[0].clone(), Ok(vec!["10.0.0.6:7001".parse().unwrap()])),
+                (peers[1].clone(), Ok(vec!["127.0.0.1:7002".parse().unwrap()])),
+            ]
+        };
+        let told = |last: &BTreeMap<String, Known>, name: &str| last.get(name).is_some_and(|k| k.unreachable_told);
+        let own: SocketAddr = "127.0.0.1:7000".parse().unwrap();
+        let mut last = BTreeMap::new();
+        seed_addresses(&peers, own, &mut last, found());
+        assert!(told(&last, &peers[0]) && !told(&last, &peers[1]));
+        // Kept through the next lookups, failed or answered: not said again.
+        seed_addresses(&peers, own, &mut last, vec![(peers[0].clone(), Err(io::Error::other("no answer")))]);
+        seed_addresses(&peers, own, &mut last, found());
+        assert!(told(&last, &peers[0]));
+        let reachable: SocketAddr = "10.0.0.5:7000".parse().unwrap();
+        let mut last = BTreeMap::new();
+        seed_addresses(&peers, reachable, &mut last, found());
+        assert!(!told(&last, &peers[0]) && !told(&last, &peers[1]));
     }
 
     /// An IPv4 member takes no IPv6 seed (`localhost` gives `::1` too), literal or resolved.

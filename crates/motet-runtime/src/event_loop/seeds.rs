@@ -114,6 +114,7 @@ impl EventLoop {
             let Some(seeds) = self.seeds.iter_mut().find(|s| s.id == answer.id) else { continue };
             seeds.in_flight = false;
             seeds.slow_told = false;
+            self.stats.seed_lookups_failed += answer.found.iter().filter(|(_, result)| result.is_err()).count() as u64;
             let peers = resolve::seed_addresses(&seeds.peers, self.advertise, &mut seeds.last, answer.found);
             if let Some(retry) = resolve::retry_after(&seeds.last, seeds.interval) {
                 seeds.next = seeds.next.min(crate::clock::Deadline::after(&self.clock, retry));

@@ -642,6 +642,11 @@ fn a_loopback_member_with_a_seed_on_another_host_is_refused() {
     group.peers = vec!["127.0.0.1:7998".into(), "10.0.0.6:7001".into()];
     let err = event_loop.join(&group).unwrap_err().to_string();
     assert!(err.contains("loopback") && err.contains("--bind 0.0.0.0:PORT"), "{err}");
+    // A literal of the other IP family is refused too: an IPv4 socket cannot send to it (it was
+    // only warned about at each lookup, and the member sat alone for good).
+    group.peers = vec!["127.0.0.1:7998".into(), "[::1]:7001".into()];
+    let err = event_loop.join(&group).unwrap_err().to_string();
+    assert!(err.contains("seed [::1]:7001 is IPv6") && err.contains("give IPv4 seeds"), "{err}");
     group.peers = vec!["127.0.0.1:7998".into(), "seed.invalid:7001".into()];
     assert!(event_loop.join(&group).is_ok());
 }
@@ -728,6 +733,9 @@ fn a_name_that_does_not_resolve_is_asked_again_within_seconds() {
     }
     assert_eq!(event_loop.node.peers(&name), found, "asked again within 10 s of a 30 s interval");
     assert_eq!(FAILED_ONCE.load(std::sync::atomic::Ordering::SeqCst), 2);
+    // Discovery's counters: the failed lookup, and the one address known now.
+    let stats = event_loop.runtime_stats();
+    assert_eq!((stats.seed_lookups_failed, stats.seed_addresses), (1, 1), "{stats:?}");
 }
 
 /// A timer slack of more than a tenth of the group's failure timeout is refused at the join: an
