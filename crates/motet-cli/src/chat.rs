@@ -5,6 +5,7 @@
 //! 127.0.0.1:47470-47479 and looks for the others on all ten, so up to ten terminals chat at once.
 //! Across machines, give `--bind`, `--peers` (and `--advertise` behind NAT).
 
+use crate::Failure;
 use clap::Args;
 use motet_runtime::{Error, Event, GroupConfig, Runtime, RuntimeConfig};
 use std::io::Write as _;
@@ -38,33 +39,35 @@ pub(crate) struct ChatArgs {
 pub(crate) fn run(args: ChatArgs) -> ExitCode {
     match chat(args) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            note!("motet chat: {message}");
-            ExitCode::from(1)
-        }
+        // 2 for a setting refused (`--advertise` that cannot work, a bad `--peers`), as `member`.
+        Err(failure) => failure.exit("motet chat"),
     }
 }
 
-fn start(args: &ChatArgs) -> Result<Runtime, String> {
+fn start(args: &ChatArgs) -> Result<Runtime, Failure> {
     let with_advertise = |config: RuntimeConfig| match args.advertise {
         Some(a) => config.advertise(a),
         None => config,
     };
     if let Some(bind) = args.bind {
-        return Runtime::start(with_advertise(RuntimeConfig::bind(bind))).map_err(|e| e.to_string());
+        return Ok(Runtime::start(with_advertise(RuntimeConfig::bind(bind)))?);
     }
     for port in LOCAL_PORTS {
         match Runtime::start(with_advertise(RuntimeConfig::bind(SocketAddr::from(([127, 0, 0, 1], port))))) {
             Ok(runtime) => return Ok(runtime),
             Err(Error::Io { .. }) => continue,
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         }
     }
-    Err(format!("ports {}-{} on 127.0.0.1 are all taken; give --bind", LOCAL_PORTS.start(), LOCAL_PORTS.end()))
+    Err(Failure::from(format!(
+        "ports {}-{} on 127.0.0.1 are all taken; give --bind",
+        LOCAL_PORTS.start(),
+        LOCAL_PORTS.end()
+    )))
 }
 
 #[allow(clippy::disallowed_types)] // wall-clock time of a command-line tool
-fn chat(args: ChatArgs) -> Result<(), String> {
+fn chat(args: ChatArgs) -> Result<(), Failure> {
     let name = args.name.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "anonymous".into());
     // First, as `member` does: a signal while starting is a leave once joined, not an exit
     // the others must find out by suspicion.
@@ -75,7 +78,7 @@ fn chat(args: ChatArgs) -> Result<(), String> {
     } else {
         args.peers.clone()
     };
-    let member = runtime.join(GroupConfig::new(&args.group).peers(peers)).map_err(|e| e.to_string())?;
+    let member = runtime.join(GroupConfig::new(&args.group).peers(peers))?;
     // A closed stdout (`motet chat ROOM | head`) must not end the process unleft: `println!`
     // panics, and the panic hook exits at once. The member leaves when its input ends.
     let say = |line: std::fmt::Arguments<'_>| {
@@ -107,7 +110,7 @@ fn chat(args: ChatArgs) -> Result<(), String> {
             });
             typed_to_end.store(true, Ordering::SeqCst);
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| format!("cannot read stdin: {e}"))?;
     let mut previous: Vec<motet_runtime::EndpointId> = Vec::new();
     let mut leave_by = crate::member::LeaveBy::default();
     loop {
@@ -134,7 +137,7 @@ fn chat(args: ChatArgs) -> Result<(), String> {
                 return Ok(());
             }
             Ok(_) => {}
-            Err(error) => return Err(error.to_string()),
+            Err(error) => return Err(Failure::from(error.to_string())),
         }
     }
 }

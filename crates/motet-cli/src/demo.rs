@@ -14,17 +14,28 @@ pub(crate) struct DemoArgs {
     /// Run the simulated demo (five members, a faulty network) instead of real processes.
     #[arg(long)]
     sim: bool,
-    /// (`--sim`) The seed of the run (the same seed tells the same story).
-    #[arg(long, default_value_t = 42)]
-    seed: u64,
+    /// (`--sim`) The seed of the run (the same seed tells the same story) [default: 42]. Refused
+    /// without `--sim`: the demo over UDP has no seed.
+    #[arg(long)]
+    seed: Option<u64>,
     /// (`--sim`) Also draw the run as a space-time diagram (SVG).
     #[arg(long, value_name = "FILE.svg")]
     diagram: Option<std::path::PathBuf>,
 }
 
 pub(crate) fn run(args: DemoArgs) -> ExitCode {
+    if let Some(Err(message)) = args.diagram.as_deref().map(crate::sim::diagram_path) {
+        eprintln!("motet demo: {message}");
+        return ExitCode::from(2);
+    }
+    // `--diagram` draws the simulated run, so it implies `--sim`; a seed alone was ignored, and
+    // the demo over UDP ran, whatever the seed.
     if args.sim || args.diagram.is_some() {
         return simulated(args);
+    }
+    if let Some(seed) = args.seed {
+        eprintln!("motet demo: --seed {seed} is for the simulated demo: add --sim (the demo over UDP has no seed)");
+        return ExitCode::from(2);
     }
     match crate::demo_udp::run() {
         Ok(true) => ExitCode::SUCCESS,
@@ -38,7 +49,8 @@ pub(crate) fn run(args: DemoArgs) -> ExitCode {
 
 fn simulated(args: DemoArgs) -> ExitCode {
     let stack = StackSpec::parse("vsync").expect("the vsync preset builds");
-    let mut options = SimOptions::new(args.seed, 5, stack.clone());
+    let seed = args.seed.unwrap_or(42);
+    let mut options = SimOptions::new(seed, 5, stack.clone());
     options.net.loss = 0.15;
     options.net.dup = 0.02;
     options.net.reorder = 0.2;
@@ -50,7 +62,7 @@ fn simulated(args: DemoArgs) -> ExitCode {
     options.payload_max = 4000;
     options.workload_ms = 500;
 
-    println!("Motet demo: a group of 5 members in one simulated network (seed {})", args.seed);
+    println!("Motet demo: a group of 5 members in one simulated network (seed {seed})");
     println!("  stack    {stack}");
     println!(
         "  network  {:.0}% loss, {:.0}% duplication, {:.0}% reordering, delays of 0.1 ms plus an exponential 0.4 ms mean",
@@ -108,7 +120,11 @@ fn simulated(args: DemoArgs) -> ExitCode {
     if report.violations.is_empty() {
         println!("  PASS: 0 violations");
     } else {
-        println!("  FAIL: {} violations, first: {:?}", report.violations.len(), report.violations[0]);
+        println!(
+            "  FAIL: {} violations, first: {}",
+            report.violations.len(),
+            crate::sim::describe(&report.violations[0])
+        );
     }
     println!(
         "  replay: trace {} (a second run of the same seed gave {})",

@@ -8,7 +8,10 @@
 //! updates (which wait during the transfer view) resume in the next view with every replica
 //! equal.
 //!
-//! stdin: `set KEY VALUE`, `del KEY` (cast as updates), `digest` (print the state's digest).
+//! stdin: `set KEY VALUE`, `del KEY` (cast as updates), `digest` (print the state's digest at
+//! once, from this replica: updates cast and not yet delivered here are not in it). Any other
+//! line (a blank one aside) is refused here with the list of commands, not cast: every replica
+//! would ignore it, and the typist would not know.
 //! stdout (`--json`): the view events of `motet member`, plus
 //! `{"type":"digest","keys":N,"bytes":B,"applied":U,"digest":"<hex>"}` (`applied`: the updates
 //! this process applied itself, a local count: not part of the state, so not transferred, and
@@ -20,6 +23,7 @@
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)] // a real process: wall-clock timings, a stdin thread
 
 use crate::member::event_json;
+use crate::Failure;
 use bytes::Bytes;
 use clap::Args;
 use motet_runtime::{Event, GroupConfig, Runtime, RuntimeConfig};
@@ -74,6 +78,29 @@ struct Store {
     applied: u64,
 }
 
+/// An update as every replica reads it: words separated by single spaces, the value the rest of
+/// the line (spaces and all). One reading for the replicas and for the line refused before it is
+/// cast, so that what is refused is exactly what the replicas would have ignored.
+#[derive(Debug, PartialEq, Eq)]
+enum Update<'a> {
+    Set(&'a str, &'a str),
+    Del(&'a str),
+}
+
+impl Update<'_> {
+    fn parse(text: &str) -> Option<Update<'_>> {
+        let mut words = text.splitn(3, ' ');
+        match (words.next(), words.next(), words.next()) {
+            (Some("set"), Some(key), Some(value)) => Some(Update::Set(key, value)),
+            (Some("del"), Some(key), None) => Some(Update::Del(key)),
+            _ => None,
+        }
+    }
+}
+
+/// The commands, for a line that is none of them.
+const USAGE: &str = "commands: `set KEY VALUE`, `del KEY`, `digest` (words separated by one space)";
+
 impl Store {
     fn preload(bytes: usize) -> Store {
         let mut store = Store::default();
@@ -86,16 +113,16 @@ impl Store {
     }
 
     fn apply(&mut self, update: &[u8]) {
-        let text = String::from_utf8_lossy(update);
-        let mut words = text.splitn(3, ' ');
-        match (words.next(), words.next(), words.next()) {
-            (Some("set"), Some(key), Some(value)) => {
+        match Update::parse(&String::from_utf8_lossy(update)) {
+            Some(Update::Set(key, value)) => {
                 self.map.insert(key.to_string(), Bytes::copy_from_slice(value.as_bytes()));
             }
-            (Some("del"), Some(key), None) => {
+            Some(Update::Del(key)) => {
                 self.map.remove(key);
             }
-            _ => return, // not an update: every replica ignores it alike
+            // Not an update: every replica ignores it alike (this one refuses to cast such a
+            // line, but another process may).
+            None => return,
         }
         self.applied += 1;
     }
@@ -141,25 +168,28 @@ impl Store {
 pub(crate) fn run(args: KvArgs) -> ExitCode {
     match serve(args) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            note!("motet kv: {error}");
-            ExitCode::from(1)
-        }
+        // 2 for a command line that cannot work (as `member`), 1 for the rest.
+        Err(failure) => failure.exit("motet kv"),
     }
 }
 
-fn serve(args: KvArgs) -> Result<(), String> {
-    let stack = motet_core::StackSpec::parse(&args.stack).map_err(|e| e.to_string())?;
+fn serve(args: KvArgs) -> Result<(), Failure> {
+    crate::check_stack_flag(&args.stack).map_err(Failure::usage)?;
+    let stack = motet_core::StackSpec::parse(&args.stack)
+        .map_err(|e| Failure::usage(format!("--stack {}: {e}", args.stack)))?;
     if !stack.layers().contains(&motet_core::LayerKind::Sequencer)
         || !stack.layers().contains(&motet_core::LayerKind::Xfer)
     {
-        return Err(format!(
+        return Err(Failure::usage(format!(
             "--stack {}: a replicated store needs total order and state transfer (total+Xfer)",
             args.stack
-        ));
+        )));
     }
     if args.preload_bytes > args.state_max {
-        return Err(format!("--preload-bytes {} is above --state-max {}", args.preload_bytes, args.state_max));
+        return Err(Failure::usage(format!(
+            "--preload-bytes {} is above --state-max {}",
+            args.preload_bytes, args.state_max
+        )));
     }
     // Before the join: a state too large to build must end the process before it is a member.
     let mut store = Store::preload(args.preload_bytes);
@@ -167,10 +197,8 @@ fn serve(args: KvArgs) -> Result<(), String> {
     // other replicas must find by suspicion (a view change and a transfer a timeout later).
     let stop = crate::member::stop_on_signals()?;
     let config = RuntimeConfig { advertise: args.advertise, ..RuntimeConfig::bind(args.bind) };
-    let runtime = Runtime::start(config).map_err(|e| e.to_string())?;
-    let member = runtime
-        .join(GroupConfig::new(&args.group).stack(&args.stack).peers(args.peers.iter().cloned()))
-        .map_err(|e| e.to_string())?;
+    let runtime = Runtime::start(config)?;
+    let member = runtime.join(GroupConfig::new(&args.group).stack(&args.stack).peers(args.peers.iter().cloned()))?;
     // A stop the loop below cannot act on, because it is blocked writing to a pipe nobody reads
     // or waiting for room for a chunk, still ends the process (as for `member` and `chat`).
     crate::member::spawn_watchdog("motet kv", Arc::clone(&stop));
@@ -186,13 +214,19 @@ fn serve(args: KvArgs) -> Result<(), String> {
                     if digest_tx.send(()).is_err() {
                         return std::ops::ControlFlow::Break(());
                     }
+                } else if line.trim_ascii().is_empty() {
+                    // A blank line: nothing asked, nothing said.
+                } else if Update::parse(&String::from_utf8_lossy(line)).is_none() {
+                    // Cast, it reached every replica and each ignored it, without a word to the
+                    // one who typed it (`sett b 2`, a bare `set`).
+                    note!("motet kv: not a command: `{}`; not cast ({USAGE})", crate::member::printable(line));
                 } else if let Err(error) = crate::member::cast_when_room(&handle, Bytes::copy_from_slice(line)) {
                     note!("motet kv: update refused: {error}");
                 }
                 std::ops::ControlFlow::Continue(())
             });
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| format!("cannot read stdin: {e}"))?;
     let json = args.json;
     let print = |value: serde_json::Value| {
         let mut out = std::io::stdout().lock();
@@ -222,7 +256,7 @@ fn serve(args: KvArgs) -> Result<(), String> {
             Ok(Some(event)) => event,
             Ok(None) => continue,
             Err(motet_runtime::Error::Left) => return Ok(()),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(Failure::from(e.to_string())),
         };
         match &event {
             Event::View(view) => {
@@ -242,7 +276,7 @@ fn serve(args: KvArgs) -> Result<(), String> {
                     match crate::member::when_room(|| member.xfer_chunk(*view, piece.clone(), i + 1 == chunks)) {
                         Ok(()) => sent += 1,
                         Err(e) if transfer_over(&e) => break,
-                        Err(e) => return Err(e.to_string()),
+                        Err(e) => return Err(Failure::from(e.to_string())),
                     }
                 }
                 if sent < chunks {
@@ -256,10 +290,10 @@ fn serve(args: KvArgs) -> Result<(), String> {
             }
             Event::XferChunk { view, data, last } => {
                 if staging.len() + data.len() > args.state_max {
-                    return Err(format!(
+                    return Err(Failure::from(format!(
                         "a state transfer is larger than --state-max ({} bytes): give this replica a larger --state-max",
                         args.state_max
-                    ));
+                    )));
                 }
                 staging.extend_from_slice(data);
                 if *last {
@@ -322,5 +356,19 @@ mod tests {
         assert_eq!(decoded, store.map);
         assert!(Store::decode(&[1, 0, 0]).is_none(), "a truncated state is refused");
         assert_eq!(Store::preload(10_000).digest(), Store::preload(10_000).digest());
+    }
+
+    /// The lines refused before they are cast are exactly those every replica would ignore.
+    #[test]
+    fn a_line_is_an_update_only_as_the_replicas_read_it() {
+        assert_eq!(Update::parse("set k two words"), Some(Update::Set("k", "two words")));
+        assert_eq!(Update::parse("set k "), Some(Update::Set("k", "")));
+        assert_eq!(Update::parse("del k"), Some(Update::Del("k")));
+        for line in ["sett b 2", "set", "set k", "del", "del k v", "SET k v", "digest now", "x"] {
+            assert_eq!(Update::parse(line), None, "{line}");
+            let mut store = Store::default();
+            store.apply(line.as_bytes());
+            assert_eq!(store.applied, 0, "{line}");
+        }
     }
 }

@@ -73,9 +73,9 @@ pub(crate) struct MemberArgs {
     /// Serve the counters as Prometheus text over HTTP on this address (e.g. 127.0.0.1:9464).
     #[arg(long)]
     metrics: Option<SocketAddr>,
-    /// Seconds between `--stats` reports (1 to a year).
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=31_536_000))]
-    stats_interval: u64,
+    /// Seconds between `--stats` reports (1 to a year) [default: 5]. Implies `--stats`.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=31_536_000))]
+    stats_interval: Option<u64>,
     /// Ask the group to switch to this stack (protocol switching), `--switch-after` seconds after
     /// this member first sees a view with other members. Both stacks need the `Switch` property
     /// (every membership preset has it).
@@ -109,6 +109,14 @@ pub(crate) struct MemberArgs {
     /// it, this process takes the reaper it was handed to for its parent, and runs on.
     #[arg(long, value_name = "PID", requires = "exit_with_parent")]
     parent_pid: Option<u32>,
+}
+
+impl MemberArgs {
+    /// How often `--stats` reports, if at all: `--stats-interval` alone asks for them too (it
+    /// did nothing without `--stats`).
+    fn stats_every(&self) -> Option<Duration> {
+        (self.stats || self.stats_interval.is_some()).then(|| Duration::from_secs(self.stats_interval.unwrap_or(5)))
+    }
 }
 
 /// A number of seconds for a flag: finite, not negative, and at most a year (a `Duration` that a
@@ -226,54 +234,36 @@ fn stats_json(runtime: &Runtime) -> Option<serde_json::Value> {
         let entry = drops_by_layer.entry(layer).or_insert_with(|| json!({}));
         entry[reason.name()] = json!(value);
     }
-    Some(json!({
-        "type": "stats",
-        "datagrams_in": rt.datagrams_in,
-        "datagrams_out": rt.datagrams_out,
-        "recv_batches": rt.recv_batches,
-        "send_errors": rt.send_errors,
-        "receive_errors": rt.receive_errors,
-        "send_backlog_dropped": rt.send_backlog_dropped,
-        "app_backpressure": rt.app_backpressure,
-        "lags": rt.lags,
-        "injected_loss": rt.injected_loss,
-        "views_installed": rt.views_installed,
-        "views_with_other_params": rt.views_with_other_params,
-        "views_with_other_stack": rt.views_with_other_stack,
-        "actions_refused": rt.actions_refused,
-        "endpoints": rt.endpoints,
-        "buffered": rt.buffered,
-        "bundles_sent": rt.bundles_sent,
-        "datagrams_packed": rt.datagrams_packed,
-        "segmented_sends": rt.segmented_sends,
-        "datagrams_segmented": rt.datagrams_segmented,
-        "malformed_bundles": rt.malformed_bundles,
-        "control_truncated": rt.control_truncated,
-        "connected_sockets": rt.connected_sockets,
-        "connected_fallbacks": rt.connected_fallbacks,
-        "receive_offload": rt.receive_offload,
-        "bypass_hits": rt.bypass_hits,
-        "bypass_misses": rt.bypass_misses,
-        "counters": counters,
-        "counters_by_layer": by_layer,
-        "drops": drops,
-        "drops_by_layer": drops_by_layer,
-    }))
+    // Every runtime figure, from the list the metrics endpoint renders too (six counters were
+    // in neither, `injected_loss` in this one only: a review's finding).
+    let mut stats = serde_json::Map::new();
+    stats.insert("type".into(), json!("stats"));
+    for figure in rt.figures() {
+        let value = match figure.kind {
+            motet_runtime::metrics::Kind::Flag => json!(figure.value != 0),
+            _ => json!(figure.value),
+        };
+        stats.insert(figure.field.into(), value);
+    }
+    stats.insert("counters".into(), json!(counters));
+    stats.insert("counters_by_layer".into(), json!(by_layer));
+    stats.insert("drops".into(), json!(drops));
+    stats.insert("drops_by_layer".into(), json!(drops_by_layer));
+    Some(serde_json::Value::Object(stats))
 }
 
-/// The runtime and group configuration from the file and the flags.
+/// The runtime and group configuration from the file and the flags: the file parsed, the flags
+/// given explicitly put over it, and the result validated once. The file was validated on its
+/// own first, so a value a flag replaces was refused (`advertise` with the file's default
+/// loopback bind under `--bind 0.0.0.0:P`, a misspelt stack under `--stack`, a file without
+/// `[group]` under `--group`: a review's finding).
 fn configure(args: &MemberArgs) -> Result<(RuntimeConfig, GroupConfig), String> {
-    let (mut runtime, mut group) = match &args.config {
+    let FileConfig { mut runtime, mut group } = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-            let file = FileConfig::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-            (file.runtime, file.group)
+            FileConfig::parse_toml(&text).map_err(|e| format!("{}: {e}", path.display()))?
         }
-        None => {
-            let name = args.group.clone().ok_or("--group is required (or --config with a [group] table)")?;
-            let bind = args.bind.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
-            (RuntimeConfig::bind(bind), GroupConfig::new(&name).stack(args.stack.as_deref().unwrap_or("vsync")))
-        }
+        None => FileConfig { runtime: RuntimeConfig::default(), group: GroupConfig::new("") },
     };
     // Flags given explicitly override the file, whatever their value.
     if let Some(name) = &args.group {
@@ -305,12 +295,28 @@ fn configure(args: &MemberArgs) -> Result<(RuntimeConfig, GroupConfig), String> 
     }
     group.client |= args.client;
     group.loopback &= !args.no_loopback;
+    if group.name.is_empty() {
+        return Err(match &args.config {
+            Some(path) => format!("{} names no group: give --group, or `name` in its [group] table", path.display()),
+            None => "--group is required (or --config with a [group] table)".into(),
+        });
+    }
+    // The stack on its own first, so that its error names where it came from (a parameter's
+    // error is a stack error too, and may come from the file under `--stack`).
+    if let Err(error) = motet_core::StackSpec::parse(&group.stack) {
+        return Err(match (&args.stack, &args.config) {
+            (None, Some(path)) => format!("{}: stack `{}`: {error}", path.display(), group.stack),
+            _ => format!("--stack {}: {error}", group.stack),
+        });
+    }
+    let file = FileConfig { runtime, group };
+    file.validate().map_err(|e| e.to_string())?;
     // At the start, not when the switch is asked for (once a view with others arrives, maybe
     // hours later).
     if let Some(spec) = &args.switch {
         motet_runtime::switch_target(spec).map_err(|error| format!("--switch {spec}: {error}"))?;
     }
-    Ok((runtime, group))
+    Ok((file.runtime, file.group))
 }
 
 // `--switch-after` is wall-clock time of a command-line tool, not protocol time.
@@ -404,7 +410,9 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
     };
     // Deadlines by the clock, not by turns of the loop: a turn ends at once when an event waits,
     // so a busy group would make turns of microseconds.
-    let stats_every = Duration::from_secs(args.stats_interval);
+    let stats = args.stats_every().is_some();
+    // Not looked at without reports (`Duration::MAX` would overflow the clock below).
+    let stats_every = args.stats_every().unwrap_or(Duration::from_secs(5));
     let mut next_stats = std::time::Instant::now() + stats_every;
     let tick = Duration::from_millis(50);
     let mut leave_by = LeaveBy::default();
@@ -463,7 +471,7 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
         let now = std::time::Instant::now();
         if leave_by.overdue() {
             note!("motet member: the leave was not confirmed within {LEAVE_WAIT:?}; exiting anyway");
-            if args.stats {
+            if stats {
                 print_stats();
             }
             // Not through the runtime's drop, which would give the leave up to 5 s more (and the
@@ -471,12 +479,12 @@ pub(crate) fn run(args: MemberArgs) -> ExitCode {
             let _ = std::io::stdout().lock().flush();
             std::process::exit(0);
         }
-        if args.stats && now >= next_stats {
+        if stats && now >= next_stats {
             next_stats = now + stats_every;
             print_stats();
         }
     }
-    if args.stats {
+    if stats {
         print_stats();
     }
     ExitCode::SUCCESS
@@ -682,6 +690,14 @@ fn skip_line(who: &str, stdin: &mut impl BufRead) -> bool {
     }
 }
 
+/// `--commands`: each command's word and its form, for the messages that refuse a line.
+const COMMAND_USAGE: [(&str, &str); 4] = [
+    ("switch", "/switch SPEC"),
+    ("migrate", "/migrate IP:PORT [ADVERTISE]"),
+    ("send", "/send ID TEXT"),
+    ("leave", "/leave"),
+];
+
 /// Casts each stdin line on a thread of its own (reading stdin blocks). The end of stdin ends
 /// the thread, not the member. A line that is not UTF-8 is cast as it is.
 fn spawn_stdin_caster(member: Handle, runtime: std::sync::Weak<Runtime>, commands: bool) {
@@ -692,28 +708,44 @@ fn spawn_stdin_caster(member: Handle, runtime: std::sync::Weak<Runtime>, command
             let line = if escaped { &line[1..] } else { line };
             let command = std::str::from_utf8(line).ok().and_then(|l| l.strip_prefix('/')).filter(|_| commands && !escaped);
             let result = match command.map(str::trim) {
-                Some("leave") => member.leave(),
-                Some(command) => match command.split_once(char::is_whitespace) {
-                    Some(("switch", spec)) => member.switch(spec.trim()),
-                    Some(("migrate", to)) => match runtime.upgrade() {
-                        Some(runtime) => migrate(&runtime, to.trim()),
-                        None => Err(Error::Stopped),
-                    },
-                    // The text is the rest of the line after the id's one separator, as typed.
-                    Some(("send", rest)) => match rest.trim_start().split_once(char::is_whitespace) {
-                        Some((to, text)) => match to.parse::<motet_runtime::EndpointId>() {
-                            Ok(to) => member.send(to, bytes::Bytes::copy_from_slice(text.as_bytes())),
-                            Err(why) => Err(Error::Config(format!("/send: {why}"))),
-                        },
-                        None => Err(Error::Config("/send takes ID TEXT".into())),
-                    },
-                    _ => {
+                Some(command) => {
+                    // The command's word, and what follows it.
+                    let (word, rest) = command.split_once(char::is_whitespace).map_or((command, ""), |(w, r)| (w, r.trim()));
+                    let Some(&(_, usage)) = COMMAND_USAGE.iter().find(|(known, _)| *known == word) else {
+                        let known: Vec<&str> = COMMAND_USAGE.iter().map(|(_, usage)| *usage).collect();
                         note!(
-                            "motet member: not a command: /{command} (known: /switch SPEC, /migrate IP:PORT [ADVERTISE], /send ID TEXT, /leave; start a line with // to cast it); not cast"
+                            "motet member: not a command: /{command} (known: {}; start a line with // to cast it); not cast",
+                            known.join(", ")
                         );
                         return ControlFlow::Continue(());
+                    };
+                    match word {
+                        "leave" if rest.is_empty() => member.leave(),
+                        // A bare `/send` or `/migrate` was "not a command": its form says what
+                        // it lacks.
+                        _ if rest.is_empty() || word == "leave" => {
+                            note!("motet member: usage: {usage}; nothing done");
+                            return ControlFlow::Continue(());
+                        }
+                        "switch" => member.switch(rest),
+                        "migrate" => match runtime.upgrade() {
+                            Some(runtime) => migrate(&runtime, rest),
+                            None => Err(Error::Stopped),
+                        },
+                        // `/send`: the text is the rest of the line after the id's one
+                        // separator, as typed.
+                        _ => match rest.split_once(char::is_whitespace) {
+                            Some((to, text)) => match to.parse::<motet_runtime::EndpointId>() {
+                                Ok(to) => member.send(to, bytes::Bytes::copy_from_slice(text.as_bytes())),
+                                Err(why) => Err(Error::Config(format!("/send: {why}"))),
+                            },
+                            None => {
+                                note!("motet member: usage: {usage} (no text after the id); nothing sent");
+                                return ControlFlow::Continue(());
+                            }
+                        },
                     }
-                },
+                }
                 None => cast_when_room(&member, bytes::Bytes::copy_from_slice(line)),
             };
             match result {
@@ -749,6 +781,58 @@ mod tests {
         assert!(sighup_in_mask("SigIgn:\t0000000000001001\n"));
         assert!(!sighup_in_mask("SigIgn:\t0000000000001000\n"));
         assert!(!sighup_in_mask("no mask here"));
+    }
+
+    /// The configuration from `file` (written to a temporary path) and the flags.
+    fn configured(file: &str, flags: &[&str]) -> Result<(RuntimeConfig, GroupConfig), String> {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let path = std::env::temp_dir().join(format!("motet-configure-{}-{n}.toml", std::process::id()));
+        std::fs::write(&path, file).unwrap();
+        let args = ["motet", "--config", path.to_str().unwrap()].into_iter().chain(flags.iter().copied());
+        let result = configure(&Cli::parse_from(args).member);
+        std::fs::remove_file(&path).unwrap();
+        result
+    }
+
+    /// The file is validated once the flags are over it, not before: a value a flag replaces is
+    /// not refused (a review's finding: each of these was), and what is left wrong still is,
+    /// saying where it came from.
+    #[test]
+    fn flags_override_a_config_file_before_it_is_validated() {
+        let (runtime, _) = configured(
+            "[runtime]\nadvertise = \"10.1.2.3:47911\"\n[group]\nname = \"g\"\n",
+            &["--bind", "0.0.0.0:47911"],
+        )
+        .unwrap();
+        assert_eq!(runtime.bind, "0.0.0.0:47911".parse().unwrap());
+        let (_, group) = configured("[group]\nname = \"g\"\nstack = \"vsnyc\"\n", &["--stack", "vsync"]).unwrap();
+        assert_eq!(group.stack, "vsync");
+        let (runtime, group) = configured("[runtime]\nbusy_poll = true\n", &["--group", "g"]).unwrap();
+        assert!(runtime.busy_poll);
+        assert_eq!(group.name, "g");
+        // Still wrong after the flags: refused, naming the source.
+        let err = configured("[group]\nname = \"g\"\nstack = \"vsnyc\"\n", &[]).unwrap_err();
+        assert!(err.contains(".toml: stack `vsnyc`: unknown property or preset"), "{err}");
+        let err = configured("[group]\nname = \"g\"\n", &["--stack", "totl"]).unwrap_err();
+        assert!(err.starts_with("--stack totl: unknown property or preset"), "{err}");
+        let err = configured("[runtime]\nbusy_poll = true\n", &[]).unwrap_err();
+        assert!(err.contains("names no group: give --group"), "{err}");
+        let err = configured("[runtime]\nadvertise = \"10.1.2.3:47911\"\n[group]\nname = \"g\"\n", &[]).unwrap_err();
+        assert!(err.contains("bind the address to advertise"), "{err}");
+        // A parameter's error is the file's even under `--stack`.
+        let err = configured("[group]\nname = \"g\"\n[group.params.mnak]\nretransmit_max = 0\n", &["--stack", "vsync"])
+            .unwrap_err();
+        assert!(err.contains("mnak.retransmit_max must be at least 1") && !err.contains("--stack"), "{err}");
+    }
+
+    /// `--stats-interval` alone asks for the reports (it did nothing without `--stats`).
+    #[test]
+    fn a_stats_interval_implies_stats() {
+        let args = |flags: &[&str]| Cli::parse_from(["motet", "--group", "g"].iter().chain(flags)).member;
+        assert_eq!(args(&["--stats-interval", "3"]).stats_every(), Some(Duration::from_secs(3)));
+        assert_eq!(args(&["--stats"]).stats_every(), Some(Duration::from_secs(5)));
+        assert_eq!(args(&[]).stats_every(), None);
     }
 
     /// `--peers` replaces the seeds of a `--config` file, as every explicit flag overrides the

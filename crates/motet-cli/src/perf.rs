@@ -29,7 +29,9 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use throughput::{drain_parked, offer, throughput, throughput_params, turn, RAW_CHECK_EVERY, RAW_LOOP_EVERY};
+use throughput::{
+    drain_parked, offer, throughput, throughput_params, throughput_placement, turn, RAW_CHECK_EVERY, RAW_LOOP_EVERY,
+};
 
 #[derive(Subcommand)]
 pub(crate) enum PerfCommand {
@@ -194,19 +196,28 @@ fn pin(cpu: Option<usize>) -> Result<(), String> {
 }
 
 pub(crate) fn run(command: PerfCommand) -> ExitCode {
+    // The command line is checked whole before anything starts: a usage error is status 2 (as
+    // in `member` and `sim`; it was 1), and no peer process is spawned to fail on it too (each
+    // printed the error again).
     let result = match command {
-        PerfCommand::Latency(args) => latency(&args),
-        PerfCommand::Throughput(args) => throughput(&args),
+        PerfCommand::Latency(args) => match latency_placement(&args) {
+            Ok(placement) => latency(&args, placement),
+            Err(message) => return crate::Failure::usage(message).exit("motet perf"),
+        },
+        PerfCommand::Throughput(args) => match throughput_placement(&args) {
+            Ok(placement) => throughput(&args, placement),
+            Err(message) => return crate::Failure::usage(message).exit("motet perf"),
+        },
         PerfCommand::Peer(args) => peer(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("motet perf: {message}");
-            ExitCode::from(1)
-        }
+        Err(message) => crate::Failure::from(message).exit("motet perf"),
     }
 }
+
+/// The CPUs a measurement pins this process and its peers to (`None`: not pinned).
+type Placement = (Option<usize>, Option<usize>);
 
 /// `n` loopback addresses on ports free now, outside the kernel's ephemeral range (`crate::ports`):
 /// a port the kernel hands out for port 0 and that is released can be handed out again, before
@@ -400,8 +411,9 @@ fn measure(
     Ok(())
 }
 
-fn latency(args: &LatencyArgs) -> Result<(), String> {
-    let (my_cpu, their_cpu) = match args.pin.as_str() {
+/// Checks `motet perf latency`'s command line, and where its processes run.
+fn latency_placement(args: &LatencyArgs) -> Result<Placement, String> {
+    let placement = match args.pin.as_str() {
         "none" => (None, None),
         "same" => (Some(0), Some(0)),
         "split" => (Some(0), Some(1)),
@@ -414,6 +426,11 @@ fn latency(args: &LatencyArgs) -> Result<(), String> {
         return Err("--samples 0: measure at least one round trip".into());
     }
     check_size(args.size)?;
+    crate::check_stack_flag(&args.stack)?;
+    Ok(placement)
+}
+
+fn latency(args: &LatencyArgs, (my_cpu, their_cpu): Placement) -> Result<(), String> {
     let blocks = args.blocks.clamp(1, args.samples);
     pin(my_cpu)?;
     let addresses = free_addresses(3)?;

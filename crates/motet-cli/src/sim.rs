@@ -247,6 +247,20 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         eprintln!("motet sim: --diagram draws one run: give a single --seed, not --seeds");
         return ExitCode::from(2);
     }
+    // Before the run, not after it: a run may take minutes, and then failed for the path.
+    if let Some(Err(message)) = args.diagram.as_deref().map(diagram_path) {
+        eprintln!("motet sim: {message}");
+        return ExitCode::from(2);
+    }
+    // The simulator restarts a crashed member only on a stack with membership (a new endpoint
+    // must merge in): on another, `--restart` was accepted and did nothing. `--swarm` ignores it.
+    if args.restart && !args.swarm && !stack.layers().contains(&motet_core::LayerKind::Intra) {
+        eprintln!(
+            "motet sim: --restart needs a stack with membership (the Gmp property, as `vsync` has): a restarted member is a new endpoint that must merge in, and `{}` has no membership",
+            args.stack
+        );
+        return ExitCode::from(2);
+    }
     let seeds: Vec<u64> = match (args.seed, args.seeds) {
         (Some(seed), _) => vec![seed],
         (None, Some((a, b))) => (a..=b).collect(),
@@ -362,7 +376,9 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         println!("liveness  {} runs failed to converge", summary.liveness_failures);
         println!("verdict   {} violations", summary.violations);
         for failure in &summary.failures {
-            println!("  seed {} failed: {:?}", failure.seed, failure.violations.first());
+            if let Some(violation) = failure.violations.first() {
+                println!("  seed {} failed: {}", failure.seed, describe(violation));
+            }
             println!("    replay: {}", failure.replay);
         }
     }
@@ -378,6 +394,99 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// Checks up front that a diagram can be written at `path`: its directory exists (the run came
+/// first, and a mistyped directory failed it only at the end).
+pub(crate) fn diagram_path(path: &std::path::Path) -> Result<(), String> {
+    let dir = path.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if path.file_name().is_none() {
+        return Err(format!("--diagram {}: give a file name (FILE.svg)", path.display()));
+    }
+    if !dir.is_dir() {
+        return Err(format!(
+            "--diagram {}: directory {} does not exist; give a path in an existing directory",
+            path.display(),
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
+/// A message of the workload, as a sentence's part: `cast 3 of node 0`, `send 2 of node 0 to
+/// node 1`.
+fn message(id: &motet_sim::oracle::MsgId) -> String {
+    match id.channel {
+        motet_sim::oracle::Channel::Cast => format!("cast {} of node {}", id.index, id.origin),
+        motet_sim::oracle::Channel::Send { dest } => {
+            format!("send {} of node {} to node {dest}", id.index, id.origin)
+        }
+    }
+}
+
+/// A view of the trace, by its id as `motet member` prints one: logical time and coordinator.
+fn view((ltime, coord): &motet_sim::oracle::ViewKey) -> String {
+    format!("view {ltime}:{}", motet_core::EndpointId(*coord))
+}
+
+/// A broken guarantee as a sentence (the simulator's `Violation` has no `Display`; its debug
+/// form, `Some(Lost { id: MsgId { .. }, node: 1 })`, was what the text output printed). The JSON
+/// output keeps the structured form.
+pub(crate) fn describe(violation: &motet_sim::Violation) -> String {
+    use motet_sim::Violation as V;
+    match violation {
+        V::OwnCast { id, node } => format!("node {node} delivered its own {}, though it discards its own casts", message(id)),
+        V::Lost { id, node } => format!("{} was never delivered at node {node}, which should have delivered it", message(id)),
+        V::Duplicate { id, node } => format!("{} was delivered more than once at node {node}", message(id)),
+        V::Fifo { id, node, expected: u32::MAX } => format!(
+            "{} was delivered at node {node} after a gap, though its sender sent nothing more in that view",
+            message(id)
+        ),
+        V::Fifo { id, node, expected } => format!(
+            "{} was delivered at node {node} out of its sender's order (number {expected} was due next)",
+            message(id)
+        ),
+        V::Created { node, detail } => format!("node {node} delivered a message never sent as delivered: {detail}"),
+        V::Corrupt { id, node } => format!("{} arrived at node {node} with other bytes than were sent", message(id)),
+        V::NotQuiescent { node, layer, held } => {
+            format!("node {node} still held {held} messages in `{layer}` once the run was quiet")
+        }
+        V::Liveness { detail } => format!("the run did not go quiet within its time limit: {detail}"),
+        V::Invariant { detail } => format!("a layer's invariant check failed: {detail}"),
+        V::ViewAgreement { view: v } => format!("members installed {} with different members", view(v)),
+        V::ViewOrder { node, detail } => format!("node {node} installed views out of order: {detail}"),
+        V::VirtualSynchrony { view: v, nodes: (a, b) } => format!(
+            "nodes {a} and {b} went from {} to the same next view having delivered different casts",
+            view(v)
+        ),
+        V::Primary { views: (a, b) } => format!("concurrent views {} and {} were both primary", view(a), view(b)),
+        V::PrimaryWithoutMajority { view: v } => {
+            format!("{} is primary without a majority of the primary view it follows", view(v))
+        }
+        V::TotalOrder { view: v, nodes: (a, b), position } => format!(
+            "nodes {a} and {b} delivered the casts of {} in different orders (from position {position})",
+            view(v)
+        ),
+        V::Causal { id, node, missing } => format!(
+            "{} was delivered at node {node} before {}, which its sender had delivered before casting it",
+            message(id),
+            message(missing)
+        ),
+        V::Safe { id, view: v, node } => format!(
+            "{} was delivered in {} by some member but not by node {node}, which went on from it: delivery was not safe",
+            message(id),
+            view(v)
+        ),
+        V::StateTransfer { view: v, node } => {
+            format!("node {node} installed another state than the provider of {} streamed", view(v))
+        }
+        V::Migration { node, address } => format!(
+            "node {node} moved to address {address} but ended the run in a view that does not have it there"
+        ),
+        V::SendingView { id, node } => {
+            format!("{} was delivered at node {node} in another view than it was sent in", message(id))
+        }
     }
 }
 
@@ -467,5 +576,26 @@ mod tests {
             assert!(Cli::try_parse_from(args).is_err(), "{line} was accepted");
         }
         parse("--seeds 0..999999 --casts 100000 --payload-max 1048576 --jobs 256");
+    }
+
+    /// A violation reads as a sentence, not as its debug form (`Some(Lost { id: MsgId { .. } })`).
+    #[test]
+    fn violations_read_as_sentences() {
+        use motet_sim::oracle::{Channel, MsgId};
+        let cast = MsgId { origin: 0, channel: Channel::Cast, index: 3 };
+        let send = MsgId { origin: 2, channel: Channel::Send { dest: 1 }, index: 0 };
+        for (violation, sentence) in [
+            (motet_sim::Violation::Lost { id: cast, node: 1 }, "cast 3 of node 0 was never delivered at node 1"),
+            (
+                motet_sim::Violation::Fifo { id: send, node: 1, expected: u32::MAX },
+                "send 0 of node 2 to node 1 was delivered at node 1 after a gap",
+            ),
+            (
+                motet_sim::Violation::ViewAgreement { view: (4, 7) },
+                "members installed view 4:e0000000000000007 with different members",
+            ),
+        ] {
+            assert!(describe(&violation).starts_with(sentence), "{}", describe(&violation));
+        }
     }
 }

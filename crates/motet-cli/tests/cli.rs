@@ -340,7 +340,8 @@ fn member_serves_prometheus_metrics_and_prints_stats() {
     use std::io::{BufRead, BufReader, Read, Write};
     use std::process::Stdio;
     let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
-        .args(["member", "--group", "metrics-test", "--json", "--stats", "--stats-interval", "1"])
+        // `--stats-interval` alone asks for the reports (it did nothing without `--stats`).
+        .args(["member", "--group", "metrics-test", "--json", "--stats-interval", "1"])
         .args(["--metrics", "127.0.0.1:0"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -375,6 +376,16 @@ fn member_serves_prometheus_metrics_and_prints_stats() {
         "motet_protocol_events_total{layer=\"pt2pt\",kind=\"Retransmit\"}",
         "motet_protocol_events_total{layer=\"suspect\",kind=\"Suspected\"}",
         "# TYPE motet_drops_by_layer_total counter",
+        // Every figure of the runtime's, discovery's among them (six were missing).
+        "motet_sends_to_departed_total 0",
+        "motet_stale_xfer_total 0",
+        "motet_send_backlogged_total",
+        "motet_migrations_total 0",
+        "motet_retired_sockets_closed_total 0",
+        "motet_datagrams_received_retired_total 0",
+        "motet_injected_loss_total 0",
+        "motet_seed_lookups_failed_total 0",
+        "motet_seed_addresses 0",
     ] {
         assert!(response.contains(needle), "missing {needle} in {response}");
     }
@@ -400,6 +411,21 @@ fn member_serves_prometheus_metrics_and_prints_stats() {
                 assert!(by_layer[layer][kind].is_u64(), "{layer} {kind} in {line}");
             }
             assert!(stats["drops_by_layer"].is_object(), "{line}");
+            for figure in [
+                "sends_to_departed",
+                "stale_xfer",
+                "send_backlogged",
+                "migrations",
+                "retired_closed",
+                "datagrams_in_retired",
+                "injected_loss",
+                "busy_yields",
+                "seed_lookups_failed",
+                "seed_addresses",
+            ] {
+                assert!(stats[figure].is_u64(), "{figure} in {line}");
+            }
+            assert!(stats["receive_offload"].is_boolean(), "{line}");
             break;
         }
     }
@@ -661,7 +687,7 @@ fn commands_refuse_unknown_slash_lines_and_cast_escaped_ones() {
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"/hello\n//slash\n/switch\tnot-a-stack\nplain\n").unwrap();
+    stdin.write_all(b"/hello\n//slash\n/switch\tnot-a-stack\n/send\n/migrate\n/send e1\nplain\n").unwrap();
     stdin.flush().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let (mut casts, mut line) = (Vec::new(), String::new());
@@ -678,6 +704,87 @@ fn commands_refuse_unknown_slash_lines_and_cast_escaped_ones() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(casts, ["/slash", "plain"]);
     assert!(stderr.contains("not a command: /hello"), "{stderr}");
+    // A bare command says its form (it said "not a command").
+    for usage in
+        ["usage: /send ID TEXT; nothing done", "usage: /migrate IP:PORT [ADVERTISE]", "usage: /send ID TEXT (no text"]
+    {
+        assert!(stderr.contains(usage), "{usage}: {stderr}");
+    }
+    assert!(!stderr.contains("not a command: /send"), "{stderr}");
     // The tab separates the command: the switch is asked, and refused for its stack.
     assert!(stderr.contains("refused") && stderr.contains("not-a-stack"), "{stderr}");
+}
+
+/// A command line or configuration that cannot work is status 2 in every command, with a
+/// message that names what is wrong and what to give, and is refused before anything runs
+/// (review findings: `chat`, `kv` and `perf` said 1; `perf throughput` spawned its peers first and
+/// printed the error three times; `sim --diagram` into a missing directory ran the whole
+/// simulation first; `sim --restart` on a stack without membership and `demo --seed` without
+/// `--sim` were taken and did nothing).
+#[test]
+fn usage_errors_are_status_2_everywhere_and_refused_up_front() {
+    let cases: [(&[&str], &str); 13] = [
+        (&["chat", "room", "--bind", "127.0.0.1:0", "--advertise", "0.0.0.0:1"], "must be a concrete IP and port"),
+        (&["kv", "--group", "g", "--stack", "totl"], "--stack totl: unknown property or preset `totl`"),
+        (&["kv", "--group", "g", "--stack", "vsync"], "needs total order and state transfer"),
+        (&["perf", "throughput", "--stack", "vsnyc"], "--stack vsnyc: unknown property or preset"),
+        (&["perf", "latency", "--pin", "both"], "--pin both: expected none, same or split"),
+        (&["perf", "latency", "--stack", "fifo"], "--stack fifo: stack `fifo` has no membership"),
+        (&["sim", "--restart", "--crashes", "1", "--stack", "fifo"], "--restart needs a stack with membership"),
+        (&["sim", "--seed", "1", "--diagram", "/nonexistent/x.svg"], "directory /nonexistent does not exist"),
+        (&["demo", "--seed", "5"], "--seed 5 is for the simulated demo: add --sim"),
+        (&["member", "--group", "g", "--peers", "[::1]:7001"], "seed [::1]:7001 is IPv6"),
+        (
+            &["member", "--group", "g", "--peers", "127.0.0.1:99999"],
+            "port 99999 is out of range: give a port from 1 to 65535",
+        ),
+        (&["member", "--group", "g", "--bind", "0.0.0.0:0"], "--advertise IP:PORT"),
+        (&["member", "--group", "g", "--stack", "totl"], "--stack totl: unknown property or preset"),
+    ];
+    for (args, needle) in cases {
+        let child = Command::new(env!("CARGO_BIN_EXE_motet"))
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let output = exited_within(child, &format!("{args:?} was taken"));
+        let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line, once: {stderr}");
+        assert!(stdout.is_empty(), "{args:?} ran: {stdout}");
+    }
+}
+
+/// `motet sim` prints a failed seed's first violation as a sentence (it printed the debug form,
+/// `Some(Lost { id: MsgId { origin: 0, channel: Cast, index: 0 }, node: 1 })`).
+#[test]
+fn a_failed_seed_is_told_in_a_sentence() {
+    let (code, stdout, _) =
+        motet(&["sim", "--loss", "1", "--seed", "1", "--nodes", "3", "--casts", "2", "--sends", "0"]);
+    assert_eq!(code, 1, "{stdout}");
+    let failed = stdout.lines().find(|l| l.trim_start().starts_with("seed 1 failed:")).expect(&stdout);
+    assert!(failed.contains("was never delivered at node"), "{failed}");
+    assert!(!failed.contains("Some(") && !failed.contains("MsgId"), "{failed}");
+}
+
+/// A member whose multicast group is joined on the loopback interface (the default bind with
+/// `--multicast`) is told at the start that no other host hears it (it sat alone without a word).
+#[test]
+fn multicast_on_the_loopback_interface_is_warned_about() {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
+        .args(["member", "--group", "lo-multicast", "--multicast", "239.255.77.9:7599"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(line.contains("joined on the loopback interface") && line.contains("interface=127.0.0.1"), "{line}");
 }

@@ -184,6 +184,52 @@ fn a_line_that_is_not_utf8_does_not_end_the_updates() {
     });
 }
 
+/// A line that is no command (`sett b 2`, a bare `set`) is refused by the replica it is typed
+/// into, with the commands listed, and not cast (before, every replica got it and ignored it,
+/// and the typist heard nothing); the lines after it are cast as usual.
+#[test]
+fn a_mistyped_command_is_refused_with_the_commands_not_cast() {
+    let port = ports::free_ports(1).unwrap()[0];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_motet"))
+        .args(["kv", "--group", "kv-typo", "--bind", &format!("127.0.0.1:{port}"), "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn motet kv");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"sett b 2\nset\n\nset a 1\n").unwrap();
+    // The stdin thread takes lines in order: once `set a 1` is applied, the others were seen.
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let digest = loop {
+        assert!(Instant::now() < deadline, "no digest with the update applied");
+        writeln!(stdin, "digest").unwrap();
+        let mut line = String::new();
+        let digest = loop {
+            line.clear();
+            assert!(stdout.read_line(&mut line).unwrap() > 0, "the replica ended");
+            let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if value["type"] == "digest" {
+                break value;
+            }
+        };
+        if digest["applied"] == 1 {
+            break digest;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(digest["keys"], 1, "{digest}");
+    child.kill().unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for refused in ["not a command: `sett b 2`", "not a command: `set`"] {
+        assert!(stderr.contains(refused), "{refused}: {stderr}");
+    }
+    assert!(stderr.contains("`set KEY VALUE`, `del KEY`, `digest`"), "{stderr}");
+    assert_eq!(stderr.matches("not a command").count(), 2, "a blank line is no mistake: {stderr}");
+}
+
 /// SIGTERM is a leave, as for `motet member`: the replica exits 0 once the other has seen it
 /// go, and the other's next view is one member. Before, `kv` installed no handler: the signal
 /// killed it (status 143) and the other replica found it only by suspicion.
@@ -256,6 +302,6 @@ fn a_state_larger_than_state_max_is_refused() {
     }
     let mut d = Replica::spawn(ports[2], &peers, &["--preload-bytes", "2000", "--state-max", "1000"]);
     let status = d.child.wait().unwrap();
-    assert_eq!(status.code(), Some(1), "refused at the start");
+    assert_eq!(status.code(), Some(2), "refused at the start, as a usage error");
     assert!(d.last("view").is_none(), "it joined");
 }

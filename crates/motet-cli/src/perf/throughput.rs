@@ -3,7 +3,8 @@
 
 use super::*;
 
-pub(super) fn throughput(args: &ThroughputArgs) -> Result<(), String> {
+/// Checks `motet perf throughput`'s command line, and where its processes run.
+pub(super) fn throughput_placement(args: &ThroughputArgs) -> Result<Placement, String> {
     if args.members < 2 {
         return Err("--members must be at least 2".into());
     }
@@ -11,13 +12,19 @@ pub(super) fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         return Err("--blocks and --seconds must be at least 1: a ratio needs a block of each path".into());
     }
     check_size(args.size)?;
+    // Here, not at the join: the peer processes are spawned first, and each printed the error.
+    crate::check_stack_flag(&args.stack)?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let (my_cpu, their_cpu) = match args.pin.as_str() {
-        "none" => (None, None),
-        "split" if cpus >= 2 => (Some(0), Some(1)),
-        "split" => return Err(format!("--pin split needs two CPUs; this machine has {cpus}")),
-        other => return Err(format!("--pin {other}: expected none or split")),
-    };
+    match args.pin.as_str() {
+        "none" => Ok((None, None)),
+        "split" if cpus >= 2 => Ok((Some(0), Some(1))),
+        "split" => Err(format!("--pin split needs two CPUs; this machine has {cpus}")),
+        other => Err(format!("--pin {other}: expected none or split")),
+    }
+}
+
+pub(super) fn throughput(args: &ThroughputArgs, (my_cpu, their_cpu): Placement) -> Result<(), String> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Pinned, the other members all spin on CPU 1.
     let (spinning, on) = if their_cpu.is_some() { (args.members - 1, 1) } else { (args.members, cpus) };
     if args.busy_poll && spinning > on {
