@@ -401,8 +401,8 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
 /// first, and a mistyped directory failed it only at the end).
 pub(crate) fn diagram_path(path: &std::path::Path) -> Result<(), String> {
     let dir = path.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    if path.file_name().is_none() {
-        return Err(format!("--diagram {}: give a file name (FILE.svg)", path.display()));
+    if path.file_name().is_none() || path.is_dir() {
+        return Err(format!("--diagram {}: give a file name (FILE.svg), not a directory", path.display()));
     }
     if !dir.is_dir() {
         return Err(format!(
@@ -538,6 +538,17 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         sim: SimArgs,
+    }
+
+    /// A diagram's path must name a file in an existing directory: a directory (`out/`, or one
+    /// that exists) is refused before the run, as a missing directory is.
+    #[test]
+    fn a_diagram_path_names_a_file_in_a_directory_that_exists() {
+        let tmp = std::env::temp_dir();
+        assert!(diagram_path(&tmp.join("x.svg")).is_ok());
+        assert!(diagram_path(&tmp).unwrap_err().contains("not a directory"));
+        assert!(diagram_path(std::path::Path::new("/")).is_err());
+        assert!(diagram_path(&tmp.join("no-such-dir-motet").join("x.svg")).unwrap_err().contains("does not exist"));
     }
 
     fn parse(line: &str) -> SimArgs {

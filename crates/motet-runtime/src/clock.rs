@@ -46,6 +46,11 @@ impl Deadline {
         Deadline(Instant(clock.now().0.saturating_add(ns)))
     }
 
+    /// The deadline at `now` (a time already read): whatever is due by then.
+    pub(crate) fn at(now: Instant) -> Deadline {
+        Deadline(now)
+    }
+
     pub(crate) fn until(self, clock: &Clock) -> std::time::Duration {
         clock.until(self.0)
     }

@@ -443,24 +443,29 @@ impl GroupConfig {
 
 /// Refuses IP-literal seeds that a member at `own` can never reach: another host's from a
 /// loopback address (the kernel refuses every send from a loopback socket to another host, and
-/// the loop only logs it), or one of the other IP family (an IPv4 socket cannot send to an IPv6
-/// address: the seed was only warned about, and the member sat alone for good). DNS names are
-/// looked up later, and warned about then (`event_loop::resolve`). At the join, and in
-/// [`FileConfig::validate`] with the address the file gives.
+/// the loop only logs it), and a list whose every seed is an IP literal of the other family (an
+/// IPv4 socket cannot send to an IPv6 address: the member sat alone for good). A list that mixes
+/// families keeps working, those of the other family left out with a warning
+/// (`event_loop::resolve`): one file may serve IPv4 and IPv6 hosts alike. DNS names are looked
+/// up later, and warned about then. At the join, and in [`FileConfig::validate`] with the
+/// address the file gives.
 pub(crate) fn seeds_reachable(own: SocketAddr, peers: &[String]) -> Result<(), Error> {
-    for peer in peers {
-        let Ok(address) = peer.parse::<SocketAddr>() else { continue };
-        if address.is_ipv4() != own.is_ipv4() {
-            let (theirs, ours) = if own.is_ipv4() { ("IPv6", "IPv4") } else { ("IPv4", "IPv6") };
-            return Err(Error::Config(format!(
-                "seed {peer} is {theirs} and this member's address {own} is {ours}: its socket cannot send there; give {ours} seeds, or bind an {theirs} address (`--bind`, or `bind` in [runtime])"
-            )));
-        }
-        if own.ip().is_loopback() && !address.ip().is_loopback() {
+    let literals: Vec<(&String, SocketAddr)> =
+        peers.iter().filter_map(|peer| Some((peer, peer.parse::<SocketAddr>().ok()?))).collect();
+    for &(peer, address) in &literals {
+        if address.is_ipv4() == own.is_ipv4() && own.ip().is_loopback() && !address.ip().is_loopback() {
             return Err(Error::Config(format!(
                 "this member's address {own} is a loopback address, which seed {peer} on another host cannot reach: bind a reachable address (`--bind 0.0.0.0:PORT --advertise IP:PORT`, or `bind` and `advertise` in [runtime])"
             )));
         }
+    }
+    let names = peers.len() - literals.len();
+    let usable = literals.iter().filter(|(_, address)| address.is_ipv4() == own.is_ipv4()).count();
+    if let (0, 0, Some((peer, _))) = (names, usable, literals.first()) {
+        let (theirs, ours) = if own.is_ipv4() { ("IPv6", "IPv4") } else { ("IPv4", "IPv6") };
+        return Err(Error::Config(format!(
+            "seed {peer} is {theirs} and this member's address {own} is {ours}, as every seed is: its socket cannot send to any of them; give {ours} seeds, or bind an {theirs} address (`--bind`, or `bind` in [runtime])"
+        )));
     }
     Ok(())
 }
@@ -778,19 +783,24 @@ mod tests {
         assert!(FileConfig::parse_toml("[runtime]\nbusy_pol = true\n").unwrap_err().to_string().contains("busy_pol"));
     }
 
-    /// An IP-literal seed of the other family than the member's address, or on another host from
-    /// a loopback address, is refused: the member could never send to it (the first was only
-    /// warned about at run time, and the member sat alone for good).
+    /// Seeds that are all IP literals of the other family than the member's address, or one on
+    /// another host from a loopback address, are refused: the member could never send to them
+    /// (the first were only warned about at run time, and the member sat alone for good).
     #[test]
     fn seeds_a_member_can_never_reach_are_refused() {
         let peers = |p: &[&str]| p.iter().map(|p| p.to_string()).collect::<Vec<_>>();
         let v4: SocketAddr = "10.0.0.5:7001".parse().unwrap();
-        let err = seeds_reachable(v4, &peers(&["10.0.0.6:7001", "[fe80::1]:7001"])).unwrap_err().to_string();
+        let err = seeds_reachable(v4, &peers(&["[fe80::1]:7001", "[fe80::2]:7001"])).unwrap_err().to_string();
         assert!(err.contains("seed [fe80::1]:7001 is IPv6 and this member's address 10.0.0.5:7001 is IPv4"), "{err}");
+        // A list that mixes families passes (one file for IPv4 and IPv6 hosts; the other
+        // family's are left out with a warning), as does one with a name besides.
+        seeds_reachable(v4, &peers(&["10.0.0.6:7001", "[fe80::1]:7001"])).unwrap();
+        seeds_reachable(v4, &peers(&["[fe80::1]:7001", "seeds.example:7001"])).unwrap();
+        let loopback: SocketAddr = "127.0.0.1:7001".parse().unwrap();
+        seeds_reachable(loopback, &peers(&["127.0.0.2:7001", "[fd00::6]:7001"])).unwrap();
         let v6: SocketAddr = "[2001:db8::5]:7001".parse().unwrap();
         let err = seeds_reachable(v6, &peers(&["10.0.0.6:7001"])).unwrap_err().to_string();
         assert!(err.contains("is IPv4 and this member's address [2001:db8::5]:7001 is IPv6"), "{err}");
-        let loopback: SocketAddr = "127.0.0.1:7001".parse().unwrap();
         assert!(seeds_reachable(loopback, &peers(&["10.0.0.6:7001"])).unwrap_err().to_string().contains("loopback"));
         // Names are looked up later (and warned about then); same-family seeds pass.
         seeds_reachable(loopback, &peers(&["127.0.0.2:7001", "seeds.example:7001"])).unwrap();

@@ -36,7 +36,6 @@ use app::MemberState;
 pub(crate) use app::{Lot, Op, PARKED_BYTES_MAX, PARKED_MAX};
 use migrate::{bind_socket, multicast_interface, Retired};
 use receive::Source;
-use seeds::Seeds;
 use send::Packings;
 
 const SOCKET: mio::Token = mio::Token(0);
@@ -95,11 +94,11 @@ pub struct RuntimeStats {
     /// differ from this member's own configuration: the group's members are configured
     /// differently (logged once per endpoint).
     pub views_with_other_params: u64,
-    /// Views installed whose stack differs from this member's own configuration: a merge into a
-    /// partition running another stack (the merged view runs the larger partition's), or a
-    /// switch. Logged once per stack, with what the member's own stack provides that the view's
-    /// lacks.
-    pub views_with_other_stack: u64,
+    /// Merged views installed whose stack differs from the one this member ran before: it merged
+    /// into a partition running another stack (the merged view runs the larger partition's).
+    /// Logged once per stack, with what the member's stack provided that the view's lacks. A
+    /// switch, which the group agrees to, is not counted.
+    pub merges_changing_stack: u64,
     /// Application actions taken from the queue and then refused (a parked action that no longer
     /// fits the view, or a state-transfer action the stack refuses outright), behind the threaded
     /// [`crate::Runtime`]'s handles, which had already returned (driving an `EventLoop` directly,
@@ -210,7 +209,12 @@ pub struct EventLoop {
     /// interface the group is joined on (a migration may move it).
     multicast: Option<(UdpIo, SocketAddr, std::net::Ipv4Addr)>,
     multicast_readable: bool,
-    seeds: Vec<Seeds>,
+    /// Each endpoint's seed names, by the id their lookups answer with; their endpoints' ids,
+    /// and when each is next due (for a lookup, or for the warning that one in flight is slow).
+    /// Indexed so that a loop turn costs nothing per group, and an answer or an exit is a lookup:
+    /// with 10^5 groups seeded by names, a vector walked every turn and searched per answer
+    /// cost seconds a burst of answers (a review's finding).
+    seeds: seeds::SeedsIndex,
     /// Looks seed names up on a thread of its own.
     resolver: resolve::Resolver,
     /// The id of the next group's seeds.
@@ -290,7 +294,7 @@ impl EventLoop {
             stopped_reading: false,
             multicast_readable: multicast.is_some(),
             multicast,
-            seeds: Vec::new(),
+            seeds: seeds::SeedsIndex::default(),
             resolver: resolve::Resolver::default(),
             next_seeds: 0,
             retired: Vec::new(),

@@ -536,16 +536,16 @@ fn common_path_datagrams_on_the_wire_carry_at_most_8_bytes_of_head() {
 }
 
 /// Members started with different stacks merge (the merged view runs the larger partition's
-/// stack, which keeps membership and merging), and the one whose own stack provided more is told
+/// stack, which keeps membership and merging), and the one whose stack the merge changed is told
 /// so: counted, and warned about with what it lacks (a review's finding: a member started with
 /// `total` ran `vsync` without a word).
 #[test]
-fn a_member_running_another_stack_than_its_own_says_so() {
+fn a_member_whose_stack_a_merge_changed_says_so() {
     let (runtimes, addresses) = start(2);
     let group = |stack| GroupConfig::new("stacks").peers(addresses.clone()).stack(stack);
     let members = [runtimes[0].join(group("vsync")).unwrap(), runtimes[1].join(group("total")).unwrap()];
     let view = converge(&members, Duration::from_secs(30));
-    let other: Vec<u64> = runtimes.iter().map(|r| r.stats().unwrap().0.views_with_other_stack).collect();
+    let other: Vec<u64> = runtimes.iter().map(|r| r.stats().unwrap().0.merges_changing_stack).collect();
     // The member that did not make the view runs the other's stack; the one that did, its own.
     let (own, others) = match view.stack.to_string().as_str() {
         s if s == motet_core::StackSpec::parse("vsync").unwrap().to_string() => (0, 1),

@@ -75,6 +75,9 @@ pub static SPEC: LayerSpec = LayerSpec {
     below_every: &[],
 };
 
+/// Partitions that cannot be merged with, remembered so each is logged once ([`Heal`]'s `apart`).
+const APART_MAX: usize = 8;
+
 /// `heal` state.
 #[derive(Debug, PartialEq)]
 pub struct Heal {
@@ -90,9 +93,10 @@ pub struct Heal {
     candidate: Option<(crate::view::Address, ViewId)>,
     /// A successor view has been installed: this stack only lingers.
     replaced: bool,
-    /// The last partition found too large to merge with, or running a stack a merge with it
-    /// could not keep (logged once per view of it).
-    apart: Option<ViewId>,
+    /// The last few partitions found too large to merge with, or running a stack a merge with
+    /// them could not keep (each logged once per view of it; several such partitions, heard in
+    /// turn, would each be logged at every gossip with one slot: a review's finding).
+    apart: Vec<ViewId>,
     /// What of a merge's concern our stack has (`switch::kept`), which our hello carries.
     kept: u8,
 }
@@ -109,7 +113,7 @@ impl Heal {
             born: None,
             candidate: None,
             replaced: false,
-            apart: None,
+            apart: Vec::new(),
             kept: super::switch::kept(&view.stack),
         }
     }
@@ -132,6 +136,19 @@ impl Heal {
             keeps: self.kept,
         };
         out.dn(Dn::Gossip { to, msg: Msg::default().with(Header::Hello(Box::new(hello))) });
+    }
+
+    /// Whether the partition of `view` is found unmergeable for the first time (then logged):
+    /// remembered among the last [`APART_MAX`].
+    fn first_apart(&mut self, view: ViewId) -> bool {
+        if self.apart.contains(&view) {
+            return false;
+        }
+        if self.apart.len() == APART_MAX {
+            self.apart.remove(0);
+        }
+        self.apart.push(view);
+        true
     }
 
     /// Asks `inter` to merge into the partition of `view`, now or at the first tick.
@@ -184,11 +201,11 @@ impl Layer for Heal {
                 // smaller never asks either). They stay apart, which the log says once per view.
                 let max = self.view.params.inter.members_max;
                 if self.view.len() + usize::from(members) > max {
-                    if self.apart != Some(view) {
-                        self.apart = Some(view);
+                    if self.first_apart(view) {
                         tracing::warn!(
                             ours = self.view.len(),
                             theirs = members,
+                            their_view = ?view,
                             max,
                             "another partition of the group found, too large to merge with (inter.members_max)"
                         );
@@ -202,10 +219,11 @@ impl Layer for Heal {
                 // members were started with different stacks, or one partition switched.
                 let (from, to) = if theirs > ours { (self.kept, keeps) } else { (keeps, self.kept) };
                 if !super::switch::keeps_kept(from, to) {
-                    if self.apart != Some(view) {
-                        self.apart = Some(view);
+                    if self.first_apart(view) {
                         tracing::warn!(
                             ours = %self.view.stack,
+                            their_view = ?view,
+                            their_layers = keeps,
                             "another partition of the group found, running a stack that keeps membership, merging or Primary otherwise: the two cannot merge (start every member with one stack)"
                         );
                     }

@@ -192,7 +192,7 @@ pub(super) struct MemberState {
     /// This endpoint's own stack (its configuration): its first view's; later views run the
     /// group's, which a merge takes from the larger partition and a switch changes.
     pub(super) configured_stack: motet_core::StackSpec,
-    /// The last stack other than `configured_stack` logged (once per stack, not per view).
+    /// The last stack a merge changed this endpoint's to, logged (once per stack, not per view).
     pub(super) stack_warned: Option<motet_core::StackSpec>,
     /// The application lags its events ([`EventLoop::set_lagging`]): said to each new stack.
     pub(super) lagging: bool,
@@ -331,20 +331,21 @@ impl EventLoop {
                         }
                     }
                 }
-                if view.stack != member.configured_stack {
-                    self.stats.views_with_other_stack += 1;
+                // A merge takes the larger partition's stack (it must keep membership, merging
+                // and Primary, not every guarantee: partitions that switched apart must still
+                // merge). A member whose stack a merge changed hears of what it lost here (a
+                // review's finding: a member started with `total` ran `vsync` without a word). A
+                // switch is the group's agreed change (one view before), not counted.
+                let before = member.view.as_ref().map_or(&member.configured_stack, |v| &v.stack);
+                if view.prev_ids.len() >= 2 && view.stack != *before {
+                    self.stats.merges_changing_stack += 1;
                     if member.stack_warned.as_ref() != Some(&view.stack) {
                         member.stack_warned = Some(view.stack.clone());
-                        let lacks = member.configured_stack.lacks(&view.stack);
-                        let configured = &member.configured_stack;
+                        let lacks = before.lacks(&view.stack);
                         if lacks.is_empty() {
-                            tracing::info!(%endpoint, view = ?view.view_id, stack = %view.stack, %configured, "this view runs another stack than this member's configuration, which provides nothing it lacks (a merge into a partition running it, or a switch)");
+                            tracing::info!(%endpoint, view = ?view.view_id, stack = %view.stack, %before, "merged into a partition running another stack, which provides all this member's did");
                         } else {
-                            // A merge takes the larger partition's stack (it must keep membership,
-                            // merging and Primary, not every guarantee: partitions that switched
-                            // apart must still merge). A member started with another stack, or
-                            // switched, hears of what it lost here (a review's finding: it did not).
-                            tracing::warn!(%endpoint, view = ?view.view_id, stack = %view.stack, %configured, lacks = %lacks.join(", "), "this view's stack lacks guarantees this member's configuration provides; the member runs the view's (a merge into a partition running it, or a switch: start every member of a group with one stack)");
+                            tracing::warn!(%endpoint, view = ?view.view_id, stack = %view.stack, %before, lacks = %lacks.join(", "), "merged into a partition running a stack that lacks guarantees this member's provided; the member runs the view's (start every member of a group with one stack)");
                         }
                     }
                 }

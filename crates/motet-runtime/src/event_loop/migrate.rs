@@ -239,17 +239,22 @@ pub(super) fn bind_socket(
 /// The interface multicast is sent from and joined on: the configured one; else the bound
 /// address's, when bound to one (an advertised address may be a NAT's or a container host's,
 /// which no local interface has: taking it failed with "Cannot assign requested address"); else,
-/// bound to the wildcard, the advertised address's.
+/// bound to the wildcard, the advertised address's if this host has it, and otherwise none in
+/// particular (`0.0.0.0`: the kernel picks by its routes). A container bound to `0.0.0.0` that
+/// advertises its host's address failed to start (a review's finding).
 pub(super) fn multicast_interface(
     m: &crate::config::MulticastConfig,
     local: SocketAddr,
     advertise: SocketAddr,
 ) -> Result<std::net::Ipv4Addr, Error> {
     use std::net::IpAddr;
+    // An address is this host's if a socket can bind it.
+    let here = |ip: std::net::Ipv4Addr| std::net::UdpSocket::bind((ip, 0)).is_ok();
     match (m.interface, local.ip(), advertise.ip()) {
         (Some(interface), _, _) => Ok(interface),
         (None, IpAddr::V4(ip), _) if !ip.is_unspecified() => Ok(ip),
-        (None, IpAddr::V4(_), IpAddr::V4(ip)) => Ok(ip),
+        (None, IpAddr::V4(_), IpAddr::V4(ip)) if here(ip) => Ok(ip),
+        (None, IpAddr::V4(_), IpAddr::V4(_)) => Ok(std::net::Ipv4Addr::UNSPECIFIED),
         _ => Err(Error::Config(
             "IP multicast needs an IPv4 interface to send from: bind an IPv4 address or set [runtime.multicast] interface"
                 .into(),

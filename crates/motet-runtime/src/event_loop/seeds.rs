@@ -5,7 +5,7 @@
 use super::{resolve, EventLoop};
 use crate::config::GroupConfig;
 use motet_core::{Address, EndpointId, GroupName};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,18 +16,77 @@ pub(super) struct Seeds {
     /// Names the lookups' answers ([`resolve::Answer::id`]).
     id: u64,
     /// A lookup was asked and not answered yet (at most one at a time).
-    in_flight: bool,
+    pub(super) in_flight: bool,
     /// The lookup in flight has outlasted the interval, and a warning said so.
-    slow_told: bool,
+    pub(super) slow_told: bool,
     /// The endpoint that joined with them (they go when it exits).
     endpoint: EndpointId,
     group: GroupName,
     peers: Vec<String>,
     interval: Duration,
-    next: crate::clock::Deadline,
+    pub(super) next: crate::clock::Deadline,
     /// Each name's addresses at its last successful lookup: a lookup that fails (a DNS server
     /// restarting) keeps them instead of dropping the name from the peers until the next one.
     last: BTreeMap<String, resolve::Known>,
+}
+
+/// The seeds of every endpoint here, indexed (`EventLoop::seeds`).
+#[derive(Debug, Default)]
+pub(super) struct SeedsIndex {
+    /// By the id their lookups answer with.
+    pub(super) by_id: BTreeMap<u64, Seeds>,
+    /// Each endpoint's (one per join).
+    by_endpoint: BTreeMap<EndpointId, u64>,
+    /// `(next, id)` of every entry whose `next` is still to act on: a lookup due, or the warning
+    /// that a lookup in flight has taken a whole interval (not yet given).
+    due: BTreeSet<(crate::clock::Deadline, u64)>,
+}
+
+impl SeedsIndex {
+    pub(super) fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    fn insert(&mut self, seeds: Seeds) {
+        self.by_endpoint.insert(seeds.endpoint, seeds.id);
+        self.due.insert((seeds.next, seeds.id));
+        self.by_id.insert(seeds.id, seeds);
+    }
+
+    fn remove(&mut self, endpoint: EndpointId) -> Option<Seeds> {
+        let id = self.by_endpoint.remove(&endpoint)?;
+        let seeds = self.by_id.remove(&id)?;
+        self.due.remove(&(seeds.next, id));
+        Some(seeds)
+    }
+
+    /// The earliest `next` to act on.
+    fn first_due(&self) -> Option<crate::clock::Deadline> {
+        self.due.first().map(|&(at, _)| at)
+    }
+
+    /// Checks that the index agrees with its entries (tests): each endpoint's id names its
+    /// entry, and each entry's `next` is due exactly while there is still something to do at it
+    /// (a lookup, or the slow-lookup warning).
+    #[cfg(test)]
+    pub(super) fn check(&self) {
+        assert_eq!(self.by_endpoint.len(), self.by_id.len());
+        for (&endpoint, id) in &self.by_endpoint {
+            assert_eq!(self.by_id[id].endpoint, endpoint);
+        }
+        let pending = self.by_id.values().filter(|s| !(s.in_flight && s.slow_told));
+        let expected: BTreeSet<_> = pending.map(|s| (s.next, s.id)).collect();
+        assert_eq!(self.due, expected);
+    }
+
+    /// The id of an entry due at `now`, taken out of `due`.
+    fn pop_due(&mut self, now: crate::clock::Deadline) -> Option<u64> {
+        let &(at, id) = self.due.first()?;
+        (at <= now).then(|| {
+            self.due.pop_first();
+            id
+        })
+    }
 }
 
 impl EventLoop {
@@ -44,7 +103,7 @@ impl EventLoop {
             self.next_seeds += 1;
             let id = self.next_seeds;
             self.resolver.ask(id, names, Arc::clone(&self.waker));
-            self.seeds.push(Seeds {
+            self.seeds.insert(Seeds {
                 id,
                 in_flight: true,
                 slow_told: false,
@@ -59,19 +118,19 @@ impl EventLoop {
         seeds
     }
 
-    /// When the next group's names are due for a lookup. A group whose lookup is in flight waits
-    /// for its answer (which wakes the loop), not for its interval: a lookup that outlasts the
-    /// interval would otherwise make every wait zero.
+    /// When the next group's names are due for a lookup (or a lookup in flight has taken a
+    /// whole interval, which is said once). A group whose lookup is in flight waits for its
+    /// answer (which wakes the loop), not for its interval: a lookup that outlasts the interval
+    /// would otherwise make every wait zero.
     pub(super) fn next_lookup(&self) -> Option<crate::clock::Deadline> {
-        self.seeds.iter().filter(|s| !s.in_flight).map(|s| s.next).min()
+        self.seeds.first_due()
     }
 
     /// `endpoint` is gone (or never joined): its names are looked up no more.
     pub(super) fn forget_seeds(&mut self, endpoint: EndpointId) {
-        for seeds in self.seeds.iter().filter(|seeds| seeds.endpoint == endpoint) {
+        if let Some(seeds) = self.seeds.remove(endpoint) {
             self.resolver.forget(seeds.id);
         }
-        self.seeds.retain(|seeds| seeds.endpoint != endpoint);
     }
 
     /// The seeds of `group` here: those of each of its endpoints in this process, and `extra`,
@@ -111,7 +170,11 @@ impl EventLoop {
         let answers = self.resolver.answers();
         for answer in answers {
             // The seeds of an endpoint that has exited since are gone: nothing to update.
-            let Some(seeds) = self.seeds.iter_mut().find(|s| s.id == answer.id) else { continue };
+            let Some(seeds) = self.seeds.by_id.get_mut(&answer.id) else { continue };
+            // Its `next` was due for the slow-lookup warning unless that was given.
+            if !seeds.slow_told {
+                self.seeds.due.remove(&(seeds.next, seeds.id));
+            }
             seeds.in_flight = false;
             seeds.slow_told = false;
             self.stats.seed_lookups_failed += answer.found.iter().filter(|(_, result)| result.is_err()).count() as u64;
@@ -119,27 +182,28 @@ impl EventLoop {
             if let Some(retry) = resolve::retry_after(&seeds.last, seeds.interval) {
                 seeds.next = seeds.next.min(crate::clock::Deadline::after(&self.clock, retry));
             }
+            self.seeds.due.insert((seeds.next, seeds.id));
             if let Some(member) = self.members.get_mut(&seeds.endpoint) {
                 member.seeds = peers;
             }
             let group = seeds.group.clone();
             self.publish_peers(&group);
         }
-        for seeds in &mut self.seeds {
-            let due = seeds.next.from(now).is_zero();
+        let now = crate::clock::Deadline::at(now);
+        while let Some(id) = self.seeds.pop_due(now) {
+            let seeds = self.seeds.by_id.get_mut(&id).expect("a due entry's seeds are kept");
             // A lookup that has taken a whole interval: a name whose servers do not answer (or
             // a stuck resolver), holding a lookup thread, and the later lookups if it holds all
             // of them. Said once per lookup.
-            if seeds.in_flight && due && !seeds.slow_told {
+            if seeds.in_flight {
                 seeds.slow_told = true;
                 tracing::warn!(group = ?seeds.group, peers = ?seeds.peers, interval = ?seeds.interval, "seed names asked of DNS a whole interval ago are not resolved yet: a name's servers do not answer, and it holds one of the lookup threads");
-            }
-            if seeds.in_flight || !due {
                 continue;
             }
             seeds.in_flight = true;
             seeds.next = crate::clock::Deadline::after(&self.clock, seeds.interval);
-            self.resolver.ask(seeds.id, resolve::names(&seeds.peers), Arc::clone(&self.waker));
+            self.seeds.due.insert((seeds.next, id));
+            self.resolver.ask(id, resolve::names(&seeds.peers), Arc::clone(&self.waker));
         }
     }
 }
