@@ -191,7 +191,10 @@ pub struct EventLoop {
     /// Per destination, what this turn has produced so far (sent at the end of the turn).
     packing: Packings,
     /// Some member may have parked actions that can now go (its `retry` is set).
-    retry_any: bool,
+    /// Endpoints whose parked actions may go now (each once: its `retry` flag), visited by
+    /// `retry_parked` alone. A flag for all members, which that walk then visited every member
+    /// for, cost O(endpoints) at every credit report or view of any one (a review's finding).
+    retrying: Vec<EndpointId>,
     /// An action was parked because `ready` was full (`event_queue` events or `event_queue_bytes`
     /// of payload): the application is
     /// behind on its events, and the actions of this process (whose own casts come back as
@@ -286,7 +289,7 @@ impl EventLoop {
             ready: ready::Ready::default(),
             backlog: VecDeque::new(),
             packing: Packings::default(),
-            retry_any: false,
+            retrying: Vec::new(),
             parked_for_events: false,
             chunks: Chunks::default(),
             writable_interest: false,
@@ -503,7 +506,7 @@ impl EventLoop {
         // Parked actions to retry (the application's taking its events let them go, in
         // `next_event`) do not wait either: a loop that waited took them a timer's tick later.
         // As a caller's zero timeout, not as something due: the turn still asks `epoll`.
-        if self.retry_any {
+        if !self.retrying.is_empty() {
             wait = Some(Duration::ZERO);
         }
         // Nothing is due, and the caller lets the loop wait.
@@ -678,9 +681,8 @@ impl EventLoop {
     #[cold]
     fn resume_parked_for_events(&mut self) {
         self.parked_for_events = false;
-        for member in self.members.values_mut().filter(|m| !m.parked.is_empty()) {
-            member.retry = true;
-            self.retry_any = true;
+        for (&endpoint, member) in self.members.iter_mut().filter(|(_, m)| !m.parked.is_empty()) {
+            app::flag_retry(&mut self.retrying, endpoint, member);
         }
     }
 
@@ -803,7 +805,7 @@ impl EventLoop {
     /// set-up of the whole loop.
     #[inline]
     fn drain(&mut self) {
-        if self.node.has_output() || self.retry_any {
+        if self.node.has_output() || !self.retrying.is_empty() {
             self.drain_all();
         }
     }

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use motet_core::{EndpointId, ViewId};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -80,11 +80,12 @@ struct Joined {
 
 /// Where the loop puts a member's events: a bounded channel for a blocking or an async reader.
 enum Sink {
-    Blocking(SyncSender<Event>),
+    Blocking(EventSender),
     #[cfg(feature = "tokio")]
     Async(tokio::sync::mpsc::Sender<Event>),
 }
 
+#[derive(Debug)]
 enum Refused {
     Full(Box<Event>),
     Gone,
@@ -93,16 +94,87 @@ enum Refused {
 impl Sink {
     fn try_send(&self, event: Event) -> Result<(), Refused> {
         match self {
-            Sink::Blocking(sender) => sender.try_send(event).map_err(|e| match e {
-                TrySendError::Full(event) => Refused::Full(Box::new(event)),
-                TrySendError::Disconnected(_) => Refused::Gone,
-            }),
+            Sink::Blocking(sender) => sender.try_send(event),
             #[cfg(feature = "tokio")]
             Sink::Async(sender) => sender.try_send(event).map_err(|e| match e {
                 tokio::sync::mpsc::error::TrySendError::Full(event) => Refused::Full(Box::new(event)),
                 tokio::sync::mpsc::error::TrySendError::Closed(_) => Refused::Gone,
             }),
         }
+    }
+}
+
+/// A member's event queue for a blocking reader: an unbounded channel, which allocates in small
+/// blocks as events come, kept within `capacity` by a count the loop and the reader share.
+/// `sync_channel(event_queue)` allocated and initialised every one of its slots at the join:
+/// about 1 MiB a member at the default 16,384, so 10 GiB for 10^4 groups in a process (a
+/// review's finding). The async reader's tokio channel allocates as it fills already.
+fn event_queue(capacity: usize) -> (EventSender, EventReceiver) {
+    let (sender, receiver) = mpsc::channel();
+    let queued = Arc::new(Queued::default());
+    (EventSender { sender, queued: Arc::clone(&queued), capacity }, EventReceiver { receiver, queued })
+}
+
+/// What [`event_queue`]'s two ends share: the events in it, and whether the reader is gone (a
+/// full queue must still say `Gone` once it is: the loop then forgets a member that was dropped
+/// while it lagged).
+#[derive(Default)]
+struct Queued {
+    events: AtomicUsize,
+    closed: AtomicBool,
+}
+
+/// The loop's end of [`event_queue`] (the only sender, so checking the count and then adding
+/// to it cannot pass the bound).
+struct EventSender {
+    sender: mpsc::Sender<Event>,
+    queued: Arc<Queued>,
+    capacity: usize,
+}
+
+impl EventSender {
+    fn try_send(&self, event: Event) -> Result<(), Refused> {
+        if self.queued.closed.load(Ordering::Acquire) {
+            return Err(Refused::Gone);
+        }
+        if self.queued.events.load(Ordering::Acquire) >= self.capacity {
+            return Err(Refused::Full(Box::new(event)));
+        }
+        self.queued.events.fetch_add(1, Ordering::AcqRel);
+        self.sender.send(event).map_err(|_| Refused::Gone)
+    }
+}
+
+/// The reader's end of [`event_queue`].
+struct EventReceiver {
+    receiver: Receiver<Event>,
+    queued: Arc<Queued>,
+}
+
+impl Drop for EventReceiver {
+    fn drop(&mut self) {
+        self.queued.closed.store(true, Ordering::Release);
+    }
+}
+
+impl EventReceiver {
+    fn taken<E>(&self, received: Result<Event, E>) -> Result<Event, E> {
+        if received.is_ok() {
+            self.queued.events.fetch_sub(1, Ordering::AcqRel);
+        }
+        received
+    }
+
+    fn recv(&self) -> Result<Event, mpsc::RecvError> {
+        self.taken(self.receiver.recv())
+    }
+
+    fn recv_timeout(&self, timeout: Duration) -> Result<Event, RecvTimeoutError> {
+        self.taken(self.receiver.recv_timeout(timeout))
+    }
+
+    fn try_recv(&self) -> Result<Event, TryRecvError> {
+        self.taken(self.receiver.try_recv())
     }
 }
 
@@ -351,7 +423,7 @@ impl Runtime {
     /// Joins a group. The endpoint starts alone and merges with the members it finds through the
     /// configured seeds; its first [`Event::View`] is of itself alone.
     pub fn join(&self, config: GroupConfig) -> Result<Member, Error> {
-        let (sink, events) = mpsc::sync_channel(self.event_queue);
+        let (sink, events) = event_queue(self.event_queue);
         let handle = self.join_with(config, Sink::Blocking(sink))?;
         let unlistened = Unlistened(handle.clone());
         Ok(Member { handle, events, exited: AtomicBool::new(false), _unlistened: unlistened })
@@ -474,7 +546,7 @@ impl StatsHandle {
 /// for it until it reads again (docs/runtime.md, "Back-pressure, end to end").
 pub struct Member {
     handle: Handle,
-    events: Receiver<Event>,
+    events: EventReceiver,
     exited: AtomicBool,
     /// Last, so that it drops after `events` ([`Unlistened`]).
     _unlistened: Unlistened,
@@ -645,6 +717,30 @@ impl std::fmt::Debug for StatsHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A member's event queue holds at most its capacity (the loop is refused `Full` beyond it,
+    /// and parks the rest: `overflow`), takes more as the reader takes events, and says `Gone`
+    /// once the reader is dropped. It allocates as events come, not all its slots at the join.
+    #[test]
+    fn the_event_queue_keeps_its_bound_without_allocating_it() {
+        let (sender, receiver) = event_queue(2);
+        sender.try_send(Event::Block).unwrap();
+        sender.try_send(Event::Block).unwrap();
+        assert!(matches!(sender.try_send(Event::Block), Err(Refused::Full(_))));
+        assert_eq!(receiver.try_recv().unwrap(), Event::Block);
+        sender.try_send(Event::Exit).unwrap();
+        assert!(matches!(sender.try_send(Event::Block), Err(Refused::Full(_))));
+        assert_eq!(receiver.recv_timeout(Duration::from_millis(10)).unwrap(), Event::Block);
+        assert_eq!(receiver.recv().unwrap(), Event::Exit);
+        assert!(matches!(receiver.try_recv(), Err(TryRecvError::Empty)));
+        sender.try_send(Event::Block).unwrap();
+        sender.try_send(Event::Block).unwrap();
+        drop(receiver);
+        assert!(matches!(sender.try_send(Event::Block), Err(Refused::Gone)), "full, and the reader gone");
+        // A queue of the largest capacity a configuration may give is cheap to make.
+        let queues: Vec<_> = (0..10_000).map(|_| event_queue(crate::config::QUEUE_MAX)).collect();
+        assert_eq!(queues.len(), 10_000);
+    }
 
     /// What applications rely on, checked by the compiler: handles and the runtime cross and are
     /// shared between threads, a member moves to the thread that reads it; and each prints what

@@ -296,7 +296,7 @@ impl EventLoop {
             let event = if cast { Event::Cast { from, data } } else { Event::Send { from, data } };
             self.ready.push_back((endpoint, event));
         }
-        if views_changed {
+        if views_changed && self.owners.changed() {
             let node = &self.node;
             self.owners.retain(|stack| node.stack(stack).is_some());
         }
@@ -358,8 +358,7 @@ impl EventLoop {
                 member.blocked = false;
                 member.casts_blocked = false;
                 member.sends_blocked.clear();
-                member.retry = true;
-                self.retry_any = true;
+                flag_retry(&mut self.retrying, endpoint, member);
                 Event::View(Box::new(View::new(&view, rank)))
             }
             // Taken by `collect_events`.
@@ -377,8 +376,9 @@ impl EventLoop {
                         Some(rank) if blocked => drop(member.sends_blocked.insert(rank)),
                         Some(rank) => drop(member.sends_blocked.remove(&rank)),
                     }
-                    member.retry |= !blocked;
-                    self.retry_any |= !blocked;
+                    if !blocked {
+                        flag_retry(&mut self.retrying, endpoint, member);
+                    }
                 }
                 return views_changed;
             }
@@ -456,8 +456,7 @@ impl EventLoop {
             // A view change is under way: first in line once it ends.
             Err(Error::Api(ApiError::FlowBlocked { .. } | ApiError::Blocked | ApiError::NoSuchStack)) => {
                 member.parked.push_front(op);
-                member.retry = true;
-                self.retry_any = true;
+                flag_retry(&mut self.retrying, endpoint, member);
                 Ok(())
             }
             other => other,
@@ -468,8 +467,8 @@ impl EventLoop {
 
     /// Takes parked actions of endpoints that may have been unblocked. True if any was taken.
     pub(super) fn retry_parked(&mut self) -> bool {
-        // Members are visited only when one was flagged: a process may run very many groups.
-        if !std::mem::take(&mut self.retry_any) {
+        // Only the members flagged are visited: a process may run very many groups.
+        if self.retrying.is_empty() {
             return false;
         }
         let mut progress = false;
@@ -477,7 +476,8 @@ impl EventLoop {
         let (mut taken, mut taken_bytes) = (0, 0);
         // Read only when some member has parked actions to retry (rarely).
         let mut now = None;
-        for member in self.members.values_mut() {
+        for endpoint in std::mem::take(&mut self.retrying) {
+            let Some(member) = self.members.get_mut(&endpoint) else { continue };
             if !std::mem::take(&mut member.retry) || member.blocked {
                 continue;
             }
@@ -513,6 +513,13 @@ impl EventLoop {
             }
         }
         progress
+    }
+}
+
+/// Flags `member` (of `endpoint`) for `retry_parked`, once until it runs.
+pub(super) fn flag_retry(retrying: &mut Vec<EndpointId>, endpoint: EndpointId, member: &mut MemberState) {
+    if !std::mem::replace(&mut member.retry, true) {
+        retrying.push(endpoint);
     }
 }
 

@@ -164,8 +164,7 @@ impl EventLoop {
                     member.migrate_asked = Some(view.view_id);
                     member.migrate_tries += 1;
                     member.parked.push_front(Op::Migrate(self.advertise));
-                    member.retry = true;
-                    self.retry_any = true;
+                    super::app::flag_retry(&mut self.retrying, endpoint, member);
                 }
             }
         }

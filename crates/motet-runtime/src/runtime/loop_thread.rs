@@ -439,12 +439,12 @@ mod tests {
 
     /// A loop thread with one member whose channel holds one event, and the member's handle and
     /// receiver.
-    fn one_member() -> (LoopThread, Handle, Receiver<Event>) {
+    fn one_member() -> (LoopThread, Handle, crate::runtime::EventReceiver) {
         member_with(1)
     }
 
     /// The same with a channel that holds `capacity` events.
-    fn member_with(capacity: usize) -> (LoopThread, Handle, Receiver<Event>) {
+    fn member_with(capacity: usize) -> (LoopThread, Handle, crate::runtime::EventReceiver) {
         let event_loop = EventLoop::new(RuntimeConfig::default()).unwrap();
         let (commands, receiver) = mpsc::sync_channel(16);
         let shared = Arc::new(Shared {
@@ -456,7 +456,7 @@ mod tests {
             failure: std::sync::Mutex::new(None),
         });
         let mut thread = LoopThread::new(event_loop, receiver, Arc::clone(&shared), 64, usize::MAX);
-        let (sink, events) = mpsc::sync_channel(capacity);
+        let (sink, events) = crate::runtime::event_queue(capacity);
         let member = Arc::new(MemberShared::default());
         let endpoint = EndpointId(7);
         let listener =
