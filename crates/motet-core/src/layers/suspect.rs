@@ -211,7 +211,12 @@ impl Layer for Suspect {
             Up::Init => {
                 self.last_heard.iter_mut().for_each(|t| *t = out.now());
                 self.last_sweep = out.now();
-                out.alarm(out.now() + self.config.sweep_interval);
+                // A view of one has no one to beat to, watch or suspect: no sweep at all. A
+                // process of many groups, each a member alone until it finds the others (or for
+                // good), swept each ten times a second for nothing (a review's finding).
+                if self.view.len() > 1 {
+                    out.alarm(out.now() + self.config.sweep_interval);
+                }
                 out.up(Up::Init);
             }
             Up::Cast { origin, ref msg, .. } | Up::Send { origin, ref msg } => {
@@ -362,6 +367,14 @@ mod tests {
         let mut h = Harness::new(Suspect::new(&Config::default(), &view, rank), rank);
         h.up(Up::Init);
         (h, view)
+    }
+
+    /// A member alone in its view sweeps never (no one to beat to or suspect); in a view of two
+    /// it does.
+    #[test]
+    fn a_view_of_one_arms_no_sweep() {
+        assert_eq!(endpoint(1, 0).0.alarm, None);
+        assert_eq!(endpoint(2, 0).0.alarm, Some(at_ms(0) + Config::default().sweep_interval));
     }
 
     fn ping(view: &ViewState, rank: u64) -> Up {
