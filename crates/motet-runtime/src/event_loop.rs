@@ -224,6 +224,12 @@ pub struct EventLoop {
     next_seeds: u64,
     /// Sockets given up by migrations, still read for a while.
     retired: Vec<Retired>,
+    /// A view changed or a member came or went since `tend_migrations` last walked the members
+    /// (it walks them only then: a walk of every member at every turn of a migration's grace cost
+    /// O(groups) a turn, a review's finding); and whether every endpoint's view had the new
+    /// address at that walk.
+    migration_walk: bool,
+    migrated_everywhere: bool,
     next_token: usize,
     /// How long a wait in the receive call may be asked to last ([`receive::RecvTimeout`]).
     recv_timeout: receive::RecvTimeout,
@@ -301,6 +307,8 @@ impl EventLoop {
             resolver: resolve::Resolver::default(),
             next_seeds: 0,
             retired: Vec::new(),
+            migration_walk: false,
+            migrated_everywhere: false,
             next_token: RETIRED_FIRST,
             recv_timeout: receive::RecvTimeout::default(),
             waker_lent: std::cell::Cell::new(false),

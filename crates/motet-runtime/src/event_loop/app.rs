@@ -307,6 +307,9 @@ impl EventLoop {
     #[cold]
     #[inline(never)]
     fn other_event(&mut self, stack: StackId, event: AppEvent) -> bool {
+        if matches!(event, AppEvent::View { .. } | AppEvent::Exit) {
+            self.migration_walk = true;
+        }
         if let AppEvent::View { view, rank } = &event {
             let endpoint = view.members[usize::from(*rank)];
             self.owners.insert(stack, endpoint, Arc::clone(view));

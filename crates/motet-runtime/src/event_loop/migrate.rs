@@ -92,6 +92,7 @@ impl EventLoop {
             self.stats.retired_closed += 1;
         }
         self.retired.push(Retired { io: old, token, readable: true, close_at: None, multicast_left });
+        self.migration_walk = true;
         self.readable = true;
         self.advertise = address;
         self.stats.migrations += 1;
@@ -152,6 +153,15 @@ impl EventLoop {
         if self.retired.is_empty() {
             return;
         }
+        if std::mem::take(&mut self.migration_walk) {
+            self.migrated_everywhere = self.walk_migrations();
+        }
+        self.tend_retired(self.migrated_everywhere);
+    }
+
+    /// Whether every endpoint's view has the new address; re-asks for it where a view was
+    /// installed without it.
+    fn walk_migrations(&mut self) -> bool {
         let here = Address::Inet(self.advertise);
         let mut everywhere = true;
         for (&endpoint, member) in self.members.iter_mut().filter(|(_, m)| !m.left) {
@@ -168,6 +178,11 @@ impl EventLoop {
                 }
             }
         }
+        everywhere
+    }
+
+    /// The rest of [`EventLoop::tend_migrations`]: the retired sockets' grace and close.
+    fn tend_retired(&mut self, everywhere: bool) {
         let grace = Duration::from_millis(self.config.migrate_grace_ms);
         let clock = self.clock;
         for retired in &mut self.retired {
