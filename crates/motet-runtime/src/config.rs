@@ -113,7 +113,8 @@ pub struct RuntimeConfig {
 }
 
 /// The largest `event_queue`, `action_queue` and `send_backlog` a configuration may give (2^20,
-/// 64 times the defaults): the channels of the threaded runtime allocate every slot up front.
+/// 64 times the defaults): the threaded runtime's action channel allocates every slot up front,
+/// and a member's events may fill its queue to the bound when it lags.
 pub const QUEUE_MAX: usize = 1 << 20;
 
 /// The largest `event_queue_bytes`: 1 GiB.
@@ -195,9 +196,9 @@ impl RuntimeConfig {
                 "event_queue, event_queue_bytes, action_queue and send_backlog must be at least 1".into(),
             ));
         }
-        // The threaded runtime's channels (`action_queue`, and `event_queue` per member) allocate
-        // every slot when they are made: a mistyped bound would take gigabytes at `join`, or
-        // abort the process, rather than be refused here.
+        // The threaded runtime's action channel (`action_queue`) allocates every slot when it is
+        // made, and a lagging member's events fill its queue to `event_queue`: a mistyped bound
+        // would take gigabytes, or abort the process, rather than be refused here.
         for (name, value) in [
             ("event_queue", self.event_queue),
             ("action_queue", self.action_queue),
@@ -205,7 +206,7 @@ impl RuntimeConfig {
         ] {
             if value > QUEUE_MAX {
                 return Err(Error::Config(format!(
-                    "{name} {value} is above {QUEUE_MAX}: queues are allocated whole; give at most that"
+                    "{name} {value} is above {QUEUE_MAX}: a queue may fill to its bound; give at most that"
                 )));
             }
         }

@@ -195,6 +195,8 @@ pub struct EventLoop {
     /// `retry_parked` alone. A flag for all members, which that walk then visited every member
     /// for, cost O(endpoints) at every credit report or view of any one (a review's finding).
     retrying: Vec<EndpointId>,
+    /// What `retry_parked` walks (`retrying`'s last contents), kept for its capacity.
+    retrying_spare: Vec<EndpointId>,
     /// An action was parked because `ready` was full (`event_queue` events or `event_queue_bytes`
     /// of payload): the application is
     /// behind on its events, and the actions of this process (whose own casts come back as
@@ -296,6 +298,7 @@ impl EventLoop {
             backlog: VecDeque::new(),
             packing: Packings::default(),
             retrying: Vec::new(),
+            retrying_spare: Vec::new(),
             parked_for_events: false,
             chunks: Chunks::default(),
             writable_interest: false,

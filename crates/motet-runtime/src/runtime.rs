@@ -92,6 +92,15 @@ enum Refused {
 }
 
 impl Sink {
+    /// The reader is gone (its receiver dropped).
+    fn is_closed(&self) -> bool {
+        match self {
+            Sink::Blocking(sender) => sender.queued.closed.load(Ordering::Acquire),
+            #[cfg(feature = "tokio")]
+            Sink::Async(sender) => sender.is_closed(),
+        }
+    }
+
     fn try_send(&self, event: Event) -> Result<(), Refused> {
         match self {
             Sink::Blocking(sender) => sender.try_send(event),

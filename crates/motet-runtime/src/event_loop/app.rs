@@ -479,7 +479,10 @@ impl EventLoop {
         let (mut taken, mut taken_bytes) = (0, 0);
         // Read only when some member has parked actions to retry (rarely).
         let mut now = None;
-        for endpoint in std::mem::take(&mut self.retrying) {
+        // The list is walked from a spare, which keeps its capacity (a turn that flags a member,
+        // as each credit report that unblocks one does, allocated a new list).
+        std::mem::swap(&mut self.retrying, &mut self.retrying_spare);
+        for &endpoint in &self.retrying_spare {
             let Some(member) = self.members.get_mut(&endpoint) else { continue };
             if !std::mem::take(&mut member.retry) || member.blocked {
                 continue;
@@ -515,6 +518,7 @@ impl EventLoop {
                 }
             }
         }
+        self.retrying_spare.clear();
         progress
     }
 }

@@ -412,6 +412,12 @@ fn hand(listener: &mut Listener, event: Event, bytes_max: usize) -> Handed {
 /// bytes. The bytes are counted before the send: the application may take the event at once, and
 /// takes its bytes off when it does (`Handle::taken`).
 fn offer(listener: &Listener, event: Event, bytes_max: usize) -> Result<(), Refused> {
+    // A reader that is gone is told before the bytes are: a channel full by bytes answered `Full`
+    // for good, and a member dropped while it lagged was never forgotten (its overflow kept for
+    // the runtime's life; a review's finding).
+    if listener.sink.is_closed() {
+        return Err(Refused::Gone);
+    }
     let size = event.payload_len();
     if size == 0 {
         return listener.sink.try_send(event);
@@ -615,6 +621,31 @@ mod tests {
         thread.catch_up();
         assert!(thread.members.contains_key(&handle.endpoint), "still behind");
         // Its leave goes into the command channel, which this test does not read.
+        let member = Member {
+            handle: handle.clone(),
+            events,
+            exited: AtomicBool::new(false),
+            _unlistened: Unlistened(handle.clone()),
+        };
+        settle(&mut thread);
+        drop(member);
+        assert!(woken(&mut thread, Duration::from_secs(2)), "dropping the member wakes the loop");
+        thread.catch_up();
+        assert!(!thread.members.contains_key(&handle.endpoint), "forgotten");
+        assert!(thread.behind.is_empty());
+    }
+
+    /// The same for a member whose channel is full by its payload's bytes, not its count: the
+    /// byte bound was checked first, so the closed channel was never seen.
+    #[test]
+    fn a_member_dropped_while_full_by_bytes_is_forgotten() {
+        let (mut thread, handle, events) = member_with(64);
+        thread.channel_bytes_max = 10;
+        let listener = thread.members.get_mut(&handle.endpoint).unwrap();
+        let cast = || Event::Cast { from: EndpointId(1), data: Bytes::from_static(b"twelve bytes") };
+        assert!(matches!(hand(listener, cast(), 10), Handed::All), "one message may pass the bound");
+        assert!(matches!(hand(listener, cast(), 10), Handed::Full), "full by bytes");
+        thread.behind.insert(handle.endpoint);
         let member = Member {
             handle: handle.clone(),
             events,
