@@ -609,6 +609,24 @@ mod tests {
         assert_eq!(events.try_recv().unwrap(), Event::Block);
     }
 
+    /// The member of `handle` (behind, its channel full) is dropped: that wakes the loop, whose
+    /// next `catch_up` forgets it.
+    fn dropped_and_forgotten(thread: &mut LoopThread, handle: &Handle, events: crate::runtime::EventReceiver) {
+        // Its leave goes into the command channel, which these tests do not read.
+        let member = Member {
+            handle: handle.clone(),
+            events,
+            exited: AtomicBool::new(false),
+            _unlistened: Unlistened(handle.clone()),
+        };
+        settle(thread);
+        drop(member);
+        assert!(woken(thread, Duration::from_secs(2)), "dropping the member wakes the loop");
+        thread.catch_up();
+        assert!(!thread.members.contains_key(&handle.endpoint), "forgotten");
+        assert!(thread.behind.is_empty());
+    }
+
     /// A lagging member that is dropped is forgotten: its guard, dropped after its receiver
     /// (`Unlistened`, the last field), wakes the loop, which tries once more and finds the channel
     /// closed. Without it the member's overflow would stay for the runtime's life; with the guard
@@ -620,19 +638,7 @@ mod tests {
         fall_behind(&mut thread, handle.endpoint);
         thread.catch_up();
         assert!(thread.members.contains_key(&handle.endpoint), "still behind");
-        // Its leave goes into the command channel, which this test does not read.
-        let member = Member {
-            handle: handle.clone(),
-            events,
-            exited: AtomicBool::new(false),
-            _unlistened: Unlistened(handle.clone()),
-        };
-        settle(&mut thread);
-        drop(member);
-        assert!(woken(&mut thread, Duration::from_secs(2)), "dropping the member wakes the loop");
-        thread.catch_up();
-        assert!(!thread.members.contains_key(&handle.endpoint), "forgotten");
-        assert!(thread.behind.is_empty());
+        dropped_and_forgotten(&mut thread, &handle, events);
     }
 
     /// The same for a member whose channel is full by its payload's bytes, not its count: the
@@ -646,18 +652,7 @@ mod tests {
         assert!(matches!(hand(listener, cast(), 10), Handed::All), "one message may pass the bound");
         assert!(matches!(hand(listener, cast(), 10), Handed::Full), "full by bytes");
         thread.behind.insert(handle.endpoint);
-        let member = Member {
-            handle: handle.clone(),
-            events,
-            exited: AtomicBool::new(false),
-            _unlistened: Unlistened(handle.clone()),
-        };
-        settle(&mut thread);
-        drop(member);
-        assert!(woken(&mut thread, Duration::from_secs(2)), "dropping the member wakes the loop");
-        thread.catch_up();
-        assert!(!thread.members.contains_key(&handle.endpoint), "forgotten");
-        assert!(thread.behind.is_empty());
+        dropped_and_forgotten(&mut thread, &handle, events);
     }
 
     /// The same for an async member.
