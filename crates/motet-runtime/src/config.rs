@@ -735,7 +735,7 @@ mod tests {
         }
     }
 
-    /// A queue bound past `QUEUE_MAX` is refused with the bound named, not allocated whole.
+    /// A queue bound past `QUEUE_MAX` is refused with the bound named, not taken.
     #[test]
     fn queue_bounds_and_bundles_past_the_maximum_are_refused() {
         let text = "[runtime]\nevent_queue = 4000000000\n[group]\nname = \"g\"\n";
