@@ -382,6 +382,7 @@ impl StackConfig {
             ("intra.commit_timeout_ms", self.intra.commit_timeout),
             ("intra.flush_timeout_ms", self.intra.flush_timeout),
             ("safe.ack_timeout_ms", self.safe.ack_timeout),
+            ("pt2pt.ack_timeout_ms", self.pt2pt.ack_timeout),
             ("xfer.stall_timeout_ms", self.xfer.stall_timeout),
             ("mflow.lag_report_interval_ms", self.mflow.lag_report_interval),
             ("pt2ptw.lag_report_interval_ms", self.pt2ptw.lag_report_interval),
@@ -431,7 +432,7 @@ impl StackConfig {
         // said here, where the cause is, and not as a flush timeout to raise past its own limit.
         if self.suspect.timeout >= PERIOD_MAX {
             return bad(format!(
-                "suspect.timeout_ms must be less than {} ms (an hour): intra.flush_timeout_ms and safe.ack_timeout_ms must be longer, and are at most an hour",
+                "suspect.timeout_ms must be less than {} ms (an hour): intra.flush_timeout_ms, safe.ack_timeout_ms and pt2pt.ack_timeout_ms must be longer, and are at most an hour",
                 PERIOD_MAX.as_millis()
             ));
         }
@@ -452,6 +453,13 @@ impl StackConfig {
                 self.safe.ack_timeout.as_millis(),
                 self.suspect.timeout.as_millis(),
                 self.safe.ack_delay.as_millis()
+            ));
+        }
+        if self.pt2pt.ack_timeout <= self.suspect.timeout {
+            return bad(format!(
+                "pt2pt.ack_timeout_ms ({} ms) must be longer than suspect.timeout_ms ({} ms): it is for peers that stay audible and never acknowledge, the failure detector finds the failed ones (raise pt2pt.ack_timeout_ms with it)",
+                self.pt2pt.ack_timeout.as_millis(),
+                self.suspect.timeout.as_millis()
             ));
         }
         // The members of a partition whose merge request goes unanswered wait for the view that

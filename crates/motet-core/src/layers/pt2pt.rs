@@ -51,6 +51,18 @@ pub struct Config {
         serialize_with = "crate::time::ser_millis"
     )]
     pub nak_delay: Duration,
+    /// How long a peer may leave this member's sends unacknowledged, while they are
+    /// retransmitted every sweep, before it is suspected. Default 10 s; longer than
+    /// `suspect.timeout` (checked): it is for a peer that stays audible (so the failure detector
+    /// keeps it) but does not acknowledge, which held the next flush for good (`Block` waits here
+    /// for the acknowledgements): a faulty member, or a link down one way between two members
+    /// that each talk to the coordinator (a review's finding). As `safe.ack_timeout`.
+    #[serde(
+        rename = "ack_timeout_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
+    pub ack_timeout: Duration,
 }
 
 impl Default for Config {
@@ -61,6 +73,7 @@ impl Default for Config {
             recv_window_max: 16_384,
             retransmit_max: 64,
             nak_delay: Duration::from_millis(2),
+            ack_timeout: Duration::from_millis(10_000),
         }
     }
 }
@@ -95,6 +108,9 @@ struct Peer {
     asked: super::gaps::Asked,
     /// The last cumulative ack we sent.
     ack_sent: Seqno,
+    /// Since when sends to this peer have waited without any being acknowledged (`None` while
+    /// none waits): the peer is suspected at `Config::ack_timeout` from it.
+    waiting_since: Option<Instant>,
 }
 
 impl Peer {
@@ -122,6 +138,9 @@ pub struct Pt2pt {
     /// Bytes of one peer's sends kept ahead of a gap ([`super::gaps::ahead_bytes_max`]); a send
     /// that would pass it is dropped like one beyond `recv_window_max`, and asked for again.
     ahead_bytes_max: u64,
+    /// Peers this layer suspected already (`Config::ack_timeout`; the view change that excludes
+    /// them is under way).
+    overdue: RankSet,
 }
 
 impl Pt2pt {
@@ -134,18 +153,36 @@ impl Pt2pt {
             peers: (0..view.len()).map(|_| Peer::default()).collect(),
             block: super::HeldBlock::default(),
             ahead_bytes_max: super::gaps::ahead_bytes_max(view, super::LayerKind::Pt2ptw),
+            overdue: RankSet::new(),
         }
+    }
+
+    /// Keeps `msg`, sent to `peer` at `now`, until it is acknowledged: the layered handler and
+    /// the fast path's delayed filing share it.
+    fn keep(&mut self, peer: Rank, msg: Msg, now: Instant) {
+        let p = &mut self.peers[usize::from(peer)];
+        if p.unacked.is_empty() {
+            p.waiting_since = Some(now);
+        }
+        p.unacked.push_back((msg, now));
     }
 
     /// Lets a held `Block` continue down once every send is acknowledged.
     /// Frees what `peer` acknowledged: every send before `next` (never beyond what was sent). The
     /// layered handler and the fast path share it.
-    fn acknowledge(&mut self, peer: Rank, next: Seqno) {
+    fn acknowledge(&mut self, peer: Rank, next: Seqno, now: Instant) {
         let p = &mut self.peers[usize::from(peer)];
         let next = next.min(p.sent);
+        if p.acked < next {
+            // Progress: what still waits, waits from now.
+            p.waiting_since = Some(now);
+        }
         while p.acked < next {
             p.unacked.pop_front();
             p.acked += 1;
+        }
+        if p.unacked.is_empty() {
+            p.waiting_since = None;
         }
     }
 
@@ -238,7 +275,7 @@ impl Layer for Pt2pt {
             Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
                 Some(Header::Data { seqno } | Header::Retrans { seqno }) => self.recv_data(origin, seqno, msg, out),
                 Some(Header::Ack { next }) => {
-                    self.acknowledge(origin, next);
+                    self.acknowledge(origin, next, out.now());
                     self.release_block(out);
                 }
                 Some(Header::Nak { lo, hi }) => self.retransmit(origin, lo, hi, out),
@@ -259,7 +296,7 @@ impl Layer for Pt2pt {
                 let p = &mut self.peers[usize::from(dest)];
                 let seqno = p.sent;
                 p.sent += 1;
-                p.unacked.push_back((msg.clone(), out.now()));
+                self.keep(dest, msg.clone(), out.now());
                 out.dn(Dn::Send { dest, msg: msg.with(Header::Data { seqno }) });
                 out.alarm(out.now() + self.config.sweep_interval);
             }
@@ -270,6 +307,7 @@ impl Layer for Pt2pt {
                     let p = &mut self.peers[usize::from(rank)];
                     p.acked = p.sent;
                     p.unacked.clear();
+                    p.waiting_since = None;
                     p.ooo.clear();
                 }
                 out.dn(Dn::Fail(ranks));
@@ -310,6 +348,21 @@ impl Layer for Pt2pt {
             let p = &self.peers[usize::from(peer)];
             busy |= !p.unacked.is_empty() || !p.ooo.is_empty();
         }
+        // Peers that acknowledged nothing of what waits for them within `ack_timeout`: suspected
+        // once each (counter `AckOverdue`), so the view change excludes them instead of the next
+        // flush waiting for them for good.
+        let overdue: RankSet = (0..self.peers.len() as Rank)
+            .filter(|&r| r != self.rank && !self.failed.contains(r) && !self.overdue.contains(r))
+            .filter(|&r| self.peers[usize::from(r)].waiting_since.is_some_and(|t| t + self.config.ack_timeout <= now))
+            .collect();
+        if !overdue.is_empty() {
+            tracing::warn!(?overdue, "peers did not acknowledge sends within pt2pt.ack_timeout: suspected");
+            for _ in overdue.iter() {
+                out.count(super::LayerKind::Pt2pt, Counter::AckOverdue);
+            }
+            self.overdue.union_with(&overdue);
+            out.up(Up::Suspect(overdue));
+        }
         if busy {
             out.alarm(now + self.config.sweep_interval);
         }
@@ -338,7 +391,7 @@ impl Layer for Pt2pt {
     fn fast_keep(&mut self, kept: &fast::Kept, msg: Msg, out: &mut Outbox<'_>) {
         // Sends only (the conditions keep nothing else), with the time they were sent: the sweep
         // that retransmits them is armed here too.
-        self.peers[usize::from(kept.peer)].unacked.push_back((msg, out.now()));
+        self.keep(kept.peer, msg, out.now());
         out.alarm(out.now() + self.config.sweep_interval);
     }
 
@@ -396,7 +449,7 @@ impl Layer for Pt2pt {
             return;
         }
         if let motet_wire::Header::Pt2pt(Header::Ack { next }) = up.header {
-            return self.acknowledge(up.origin, *next);
+            return self.acknowledge(up.origin, *next, out.now());
         }
         let motet_wire::Header::Pt2pt(Header::Data { seqno }) = up.header else { return };
         let p = &mut self.peers[usize::from(up.origin)];
@@ -601,5 +654,44 @@ mod tests {
         let out = h.timer(h.now + config.sweep_interval);
         assert!(sent_headers(&out).is_empty());
         assert_eq!(h.alarm, None, "the sweep stops when nothing is outstanding");
+    }
+
+    /// A peer that acknowledges nothing of what waits for it within `ack_timeout` is suspected,
+    /// once; one whose acknowledgements come (each one starts the wait again) is not. Before, it
+    /// was only retransmitted to, and the next flush waited here for it for good.
+    #[test]
+    fn a_peer_that_never_acknowledges_is_suspected_after_the_ack_timeout() {
+        let view = crate::testing::view(3);
+        let config = Config::default();
+        let mut h = Harness::new(Pt2pt::new(&config, &view, 0), 0);
+        let suspected = |out: &[Out]| -> Vec<Vec<Rank>> {
+            out.iter()
+                .filter_map(|o| match o {
+                    Out::Up(Up::Suspect(ranks)) => Some(ranks.iter().collect()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let start = h.now;
+        for dest in [1, 2] {
+            h.dn(Dn::Send { dest, msg: Msg::new(b"a".as_slice().into()) });
+        }
+        // Peer 2 acknowledges halfway, then a new send waits from then; peer 1 never does.
+        let mut all = Vec::new();
+        while h.now < start + config.ack_timeout + config.ack_timeout {
+            let at = h.alarm.expect("the sweep runs while sends wait");
+            if at >= start + Duration::from_millis(config.ack_timeout.as_millis() / 2) && h.layer.peers[2].acked == 0 {
+                h.up(Up::Send { origin: 2, msg: Msg::default().with(Header::Ack { next: 1 }) });
+                h.dn(Dn::Send { dest: 2, msg: Msg::new(b"b".as_slice().into()) });
+            }
+            let out = h.timer(at);
+            all.extend(suspected(&out));
+        }
+        assert_eq!(
+            all,
+            vec![vec![1], vec![2]],
+            "1 at its timeout, 2 a timeout after its last acknowledgement, once each"
+        );
+        assert_eq!(h.stats.counter(Counter::AckOverdue), 2);
     }
 }
