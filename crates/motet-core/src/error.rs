@@ -4,8 +4,10 @@ use crate::layer::Service;
 use crate::Rank;
 use thiserror::Error;
 
-/// Misuse of the application interface.
+/// Misuse of the application interface. Non-exhaustive: later releases add refusals, and a match
+/// on it needs an arm for the others (a review's finding: each added variant broke matches).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum ApiError {
     /// Flow control is holding messages back; retry after an `AppEvent::FlowBlock` with
     /// `blocked: false` for the same destination.
@@ -98,8 +100,9 @@ pub enum ApiError {
     NoSuchStack,
 }
 
-/// A stack specification that cannot be built.
+/// A stack specification that cannot be built. Non-exhaustive, as [`ApiError`].
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum StackSpecError {
     /// Nothing was named.
     #[error("the stack is empty: give a preset (`vsync`, `total`, ...), properties (`Gmp+Sync+Total`) or a layer list (`motet stack explain vsync`)")]

@@ -21,13 +21,17 @@
 //! this crate like every core type the API uses:
 //!
 //! ```no_run
-//! use motet_runtime::{ApiError, Error, GroupConfig, Runtime, RuntimeConfig};
+//! use motet_runtime::{ApiError, Error, Event, GroupConfig, Runtime, RuntimeConfig};
+//! use std::time::Duration;
 //!
 //! let runtime = Runtime::start(RuntimeConfig::bind("127.0.0.1:7001".parse()?))?;
 //! let member = runtime.join(GroupConfig::new("chat").stack("vsync"))?;
-//! match member.cast(vec![0u8; 1 << 30]) {
-//!     Err(Error::Api(ApiError::TooLarge { size, max })) => println!("{size} bytes is over {max}"),
-//!     other => other?,
+//! // The first event is the member's first view, which says how large a message may be.
+//! if let Some(Event::View(view)) = member.recv_timeout(Duration::from_secs(5))? {
+//!     match member.cast(vec![0u8; view.message_size_max + 1]) {
+//!         Err(Error::Api(ApiError::TooLarge { size, max })) => println!("{size} bytes is over {max}"),
+//!         other => other?,
+//!     }
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

@@ -762,6 +762,13 @@ mod tests {
         send_sync::<Handle>();
         send_sync::<StatsHandle>();
         send::<Member>();
+        // An async member moves into a spawned task and ends as a fused stream.
+        #[cfg(feature = "tokio")]
+        {
+            fn fused<T: futures_core::FusedStream>() {}
+            send_sync::<crate::AsyncMember>();
+            fused::<crate::AsyncMember>();
+        }
         let runtime = Runtime::start(RuntimeConfig::default()).unwrap();
         let member = runtime.join(GroupConfig::new("debug")).unwrap();
         assert!(format!("{runtime:?}").contains(&runtime.local_addr().to_string()));

@@ -81,6 +81,14 @@ impl futures_core::Stream for AsyncMember {
     }
 }
 
+/// Ended once the loop has let go of the member's channel and every event in it was taken: a
+/// `futures::select!` may then skip it, without `.fuse()`.
+impl futures_core::FusedStream for AsyncMember {
+    fn is_terminated(&self) -> bool {
+        self.events.is_closed() && self.events.is_empty()
+    }
+}
+
 impl Drop for AsyncMember {
     fn drop(&mut self) {
         if !self.handle.has_left() {

@@ -187,10 +187,14 @@ async fn async_members_merge_and_stream_events() {
         }
     }
     members[1].leave().unwrap();
-    let rest: Vec<Event> = tokio::time::timeout(Duration::from_secs(30), members.pop().unwrap().collect::<Vec<_>>())
+    let mut leaver = members.pop().unwrap();
+    let rest: Vec<Event> = tokio::time::timeout(Duration::from_secs(30), (&mut leaver).collect::<Vec<_>>())
         .await
         .expect("the stream ends after the exit");
     assert_eq!(rest.last(), Some(&Event::Exit));
+    // A fused stream: ended for good, as `futures::select!` may read without `.fuse()`.
+    assert!(futures_core::FusedStream::is_terminated(&leaver));
+    assert!(!futures_core::FusedStream::is_terminated(&members[0]), "the other goes on");
 }
 
 #[test]

@@ -164,7 +164,9 @@ impl Handle {
 
     /// The latest view handed to the application.
     fn latest(&self) -> Result<Arc<Latest>, Error> {
-        self.member.view.lock().map_err(|_| Error::Stopped)?.clone().ok_or(Error::NoView)
+        // A poisoned lock means the loop panicked holding it: say so (`Failed`, with its cause),
+        // not that the runtime was stopped (a review's finding).
+        self.member.view.lock().map_err(|_| self.shared.gone())?.clone().ok_or(Error::NoView)
     }
 
     /// Asks the whole group to run stack `spec` from its next view on (protocol switching; both
