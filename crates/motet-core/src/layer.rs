@@ -562,4 +562,14 @@ pub(crate) mod harness {
             })
             .collect()
     }
+
+    /// The suspicions among `out`, each the ranks it names.
+    pub(crate) fn suspected(out: &[Out]) -> Vec<Vec<Rank>> {
+        out.iter()
+            .filter_map(|o| match o {
+                Out::Up(Up::Suspect(ranks)) => Some(ranks.iter().collect()),
+                _ => None,
+            })
+            .collect()
+    }
 }

@@ -682,14 +682,7 @@ mod tests {
         let view = crate::testing::view(3);
         let config = Config::default();
         let mut h = Harness::new(Pt2pt::new(&config, &view, 0), 0);
-        let suspected = |out: &[Out]| -> Vec<Vec<Rank>> {
-            out.iter()
-                .filter_map(|o| match o {
-                    Out::Up(Up::Suspect(ranks)) => Some(ranks.iter().collect()),
-                    _ => None,
-                })
-                .collect()
-        };
+        let suspected = crate::layer::harness::suspected;
         let start = h.now;
         for dest in [1, 2] {
             h.dn(Dn::Send { dest, msg: Msg::new(b"a".as_slice().into()) });

@@ -551,14 +551,7 @@ mod tests {
         let view = crate::testing::view_of("vsync+Agree", 3);
         let config = Config::default();
         let deadline = Instant::ZERO + config.ack_timeout;
-        let suspected = |out: &[Out]| -> Vec<Vec<Rank>> {
-            out.iter()
-                .filter_map(|o| match o {
-                    Out::Up(Up::Suspect(ranks)) => Some(ranks.iter().collect()),
-                    _ => None,
-                })
-                .collect()
-        };
+        let suspected = crate::layer::harness::suspected;
         let mut h = Harness::new(Safe::new(&config, &view, 0), 0);
         h.up(Up::Cast { origin: 1, msg: data(1), qos: Qos::Reliable });
         h.timer(h.now); // this member's own acknowledgement goes out

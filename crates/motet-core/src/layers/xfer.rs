@@ -346,14 +346,7 @@ mod tests {
     fn a_transfer_that_stops_moving_suspects_whom_it_waits_for() {
         let view = xfer_view(3);
         let t = Config::default().stall_timeout.as_millis();
-        let suspected = |out: &[Out]| -> Vec<Vec<Rank>> {
-            out.iter()
-                .filter_map(|o| match o {
-                    Out::Up(Up::Suspect(ranks)) => Some(ranks.iter().collect()),
-                    _ => None,
-                })
-                .collect()
-        };
+        let suspected = crate::layer::harness::suspected;
         let at = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
         let mut provider = Harness::new(Xfer::new(&Config::default(), &view, 0), 0);
         provider.up(Up::Init);
