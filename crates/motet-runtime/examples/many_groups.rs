@@ -3,7 +3,7 @@
 //! member costs the process at rest: resident memory and the CPU the event loops spend on the
 //! groups' timers (failure detection, stability, gossip) while no message is cast. Motet aims at
 //! 10^5 groups a process; this measures how far that is. Linux only (it reads `/proc/self`).
-//! Run: `cargo run --release -p motet-runtime --example many_groups -- N [M]`.
+//! Run: `cargo run --release -p motet-runtime --example many_groups -- N [M [SETTLE_S]]`.
 
 #![allow(clippy::disallowed_types)] // the project's lint keeps clocks out of the protocol; a benchmark reads one
 
@@ -34,6 +34,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Members per group, each in a runtime of its own (all in this process): 1 (alone), or more,
     // every runtime joining every group, the views formed before measuring.
     let m = arg(2)?.unwrap_or(1).max(1);
+    // Seconds from the views to the measurement: long enough for the timers that back off when
+    // nothing happens (`heal`'s announcements reach their longest interval 4 s into a view).
+    let settle = arg(3)?.unwrap_or(6) as u64;
     let runtimes = (0..m).map(|_| Runtime::start(RuntimeConfig::default())).collect::<Result<Vec<_>, _>>()?;
     let seeds: Vec<String> = runtimes.iter().map(|r| r.local_addr().to_string()).collect();
     let before = resident();
@@ -59,7 +62,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let joined = started.elapsed();
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(settle));
     // Events that came meanwhile (blocks and views of a late merge) are not left queued.
     for member in &members {
         while member.try_recv()?.is_some() {}

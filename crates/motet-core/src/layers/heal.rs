@@ -30,6 +30,16 @@
 //! successor view (`NewView` passed up through it) falls silent: it lingers only to finish
 //! retransmissions, and must not announce or act on a view that is no longer current.
 //!
+//! Announcements back off in a view a merge made (how every runtime member's group forms): each
+//! one that heard no partition we could merge with since the last doubles the time to the next,
+//! from `gossip_interval` up to `gossip_interval_max` (2 s), and the hello of one brings it back
+//! to `gossip_interval` at once (as a new view, and a coordinator taking over mid-view, start
+//! there). A group that has formed hears no other partition, and its announcements are part of
+//! what idle groups cost a process (docs/PERFORMANCE.md, "Groups per process"). Other views keep
+//! the base pace: a view made from one other (members failed or left) is a partition's side,
+//! which must find the other side as soon after the partition heals as before, however lossy
+//! the link (`Heal::backs_off`).
+//!
 //! A hello also carries its partition's size and what of a merge's concern its stack has
 //! (membership, merging, `Primary`: `switch::kept`). Two partitions that `inter` could not merge
 //! (their view together past `inter.members_max`, or a stack the smaller could not take:
@@ -56,11 +66,21 @@ pub struct Config {
         serialize_with = "crate::time::ser_millis"
     )]
     pub gossip_interval: Duration,
+    /// The longest the announcements of a partition that hears no other grow apart to: each
+    /// announcement that heard no other partition since the last doubles the interval, up to
+    /// this, and hearing one brings it back to `gossip_interval`. It bounds how long after a
+    /// partition heals the two sides take to find each other. Default 2,000 ms.
+    #[serde(
+        rename = "gossip_interval_max_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
+    pub gossip_interval_max: Duration,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { gossip_interval: Duration::from_millis(500) }
+        Config { gossip_interval: Duration::from_millis(500), gossip_interval_max: Duration::from_millis(2_000) }
     }
 }
 
@@ -99,6 +119,9 @@ pub struct Heal {
     apart: Vec<ViewId>,
     /// What of a merge's concern our stack has (`switch::kept`), which our hello carries.
     kept: u8,
+    /// The time to the next announcement: `gossip_interval`, doubled after each one that heard
+    /// no other partition, up to `gossip_interval_max`.
+    interval: Duration,
 }
 
 impl Heal {
@@ -115,11 +138,23 @@ impl Heal {
             replaced: false,
             apart: Vec::new(),
             kept: super::switch::kept(&view.stack),
+            interval: config.gossip_interval,
         }
     }
 }
 
 impl Heal {
+    /// Whether this view's announcements back off: only in a view a merge made, which is how
+    /// every runtime member's group forms (each starts alone). Any other view keeps the base
+    /// pace: a view made from one other (members failed or left) is a partition's side, which
+    /// must find the other side soon after the partition heals however lossy the link, and a
+    /// first view may be one whose members have not all started. Backing off in every view, the
+    /// 300-seed `vsync` swarm's slowest convergence went from 7 s to 19 s (seed 243, 57% of
+    /// datagrams lost); in merged views only, it is unchanged.
+    fn backs_off(&self) -> bool {
+        self.view.prev_ids.len() >= 2
+    }
+
     /// Announces our view, to one address or to every known peer; `answer`: to a smaller
     /// partition's coordinator, in answer to its hello.
     fn hello(&self, to: Option<crate::view::Address>, answer: bool, out: &mut Outbox<'_>) {
@@ -178,6 +213,11 @@ impl Layer for Heal {
                 out.up(Up::NewView(view));
             }
             Up::Elect(coord) => {
+                // Taking over mid-view: announce at the base pace, as a new view does.
+                if coord == self.rank && self.coord != self.rank && !self.replaced {
+                    self.interval = self.config.gossip_interval;
+                    out.alarm(out.now() + self.interval);
+                }
                 self.coord = coord;
                 out.up(Up::Elect(coord));
             }
@@ -229,6 +269,13 @@ impl Layer for Heal {
                     }
                     return;
                 }
+                // Another partition we could merge with is about: announce at the base pace
+                // again, from now (not from a backed-off tick), until the two have merged. On a
+                // lossy link the exchange (hello, answer, request) may take several rounds:
+                // each waiting out a backed-off interval made a heavy-loss swarm seed's merge
+                // take 19 s instead of 6.
+                self.interval = self.config.gossip_interval;
+                out.alarm(out.now() + self.interval);
                 match (theirs > ours, answer) {
                     // A larger partition heard us: messages get through both ways.
                     (true, true) if self.asked.is_none() => self.ask(contact.into(), view, out),
@@ -265,11 +312,21 @@ impl Layer for Heal {
             }
             self.hello(None, false, out);
         }
-        out.alarm(out.now() + self.config.gossip_interval);
+        // Back-off (JGroups' MERGE3 spaces its announcements between a minimum and a maximum
+        // too): a group that has merged hears no other partition, and its announcements were
+        // most of what 1,000 idle 3-member groups cost a process (docs/PERFORMANCE.md, "Groups
+        // per process"). The maximum bounds how long a healed partition stays unseen.
+        out.alarm(out.now() + self.interval);
+        if self.backs_off() {
+            let doubled = Duration(self.interval.0.saturating_mul(2));
+            self.interval = doubled.min(self.config.gossip_interval_max).max(self.config.gossip_interval);
+        }
     }
 
     fn check_invariants(&self) {
         assert!(usize::from(self.coord) < self.view.len());
+        assert!(self.interval >= self.config.gossip_interval);
+        assert!(self.interval <= self.config.gossip_interval_max.max(self.config.gossip_interval));
     }
 }
 
@@ -328,6 +385,76 @@ mod tests {
 
     fn asked(out: &[Out]) -> bool {
         out.iter().any(|o| matches!(o, Out::Up(Up::MergeWith { .. })))
+    }
+
+    /// A view of `n` members made from `prev` others (2: a merge's).
+    fn made_from(n: usize, prev: u64) -> Arc<ViewState> {
+        let mut view = (*crate::testing::view(n)).clone();
+        view.prev_ids = (0..prev).map(|i| ViewId { ltime: 0, coord: EndpointId(i) }).collect();
+        Arc::new(view)
+    }
+
+    /// The gaps between a coordinator's next `n` announcements, each tick taken when due.
+    fn gaps(h: &mut Harness<Heal>, n: usize) -> Vec<u64> {
+        (0..n)
+            .map(|_| {
+                let at = h.alarm.expect("an announcement is due");
+                let gap = at - h.now;
+                assert_eq!(hellos(&h.timer(at)), [(None, false)], "one announcement to every peer");
+                gap.as_millis()
+            })
+            .collect()
+    }
+
+    /// A merged group that hears no other partition announces ever less often, down to one
+    /// every `gossip_interval_max`; the hello of a partition it could merge with brings it back
+    /// to `gossip_interval` at once, as does taking over as coordinator mid-view (a new view
+    /// starts there).
+    #[test]
+    fn announcements_back_off_while_no_other_partition_is_heard() {
+        let view = made_from(2, 2);
+        let mut h = Harness::new(Heal::new(&Config::default(), &view, 0), 0);
+        h.up(Up::Init);
+        assert_eq!(gaps(&mut h, 6), [500, 500, 1_000, 2_000, 2_000, 2_000]);
+        // A larger partition's announcement (answered with our hello at once).
+        assert_eq!(hellos(&h.up(hello_from(5, 77, false))), [(Some(Address::Sim(9)), false)]);
+        assert_eq!(gaps(&mut h, 3), [500, 500, 1_000], "back at the base pace, from the hello");
+
+        // Rank 1 does not announce; once the coordinator's successor, it does, at the base pace.
+        let mut h = Harness::new(Heal::new(&Config::default(), &view, 1), 1);
+        h.up(Up::Init);
+        for _ in 0..5 {
+            let at = h.alarm.unwrap();
+            assert!(hellos(&h.timer(at)).is_empty(), "only the coordinator announces");
+        }
+        h.up(Up::Elect(1));
+        assert_eq!(h.alarm.unwrap() - h.now, Duration::from_millis(500));
+        assert_eq!(gaps(&mut h, 3), [500, 500, 1_000]);
+    }
+
+    /// Only a view a merge made backs off: one made from one other (members failed or left: a
+    /// partition's side) keeps the base pace, to find the other side soon after the partition
+    /// heals, and so does a first view.
+    #[test]
+    fn only_merged_views_back_off() {
+        for (prev, expected) in [(0, [500; 5]), (1, [500; 5]), (2, [500, 500, 1_000, 2_000, 2_000])] {
+            let mut h = Harness::new(Heal::new(&Config::default(), &made_from(2, prev), 0), 0);
+            h.up(Up::Init);
+            assert_eq!(gaps(&mut h, 5), expected, "a view made from {prev}");
+        }
+    }
+
+    /// A partition that cannot merge with ours (too large together) does not hold our
+    /// announcements at the base pace: it never will merge.
+    #[test]
+    fn an_unmergeable_partition_does_not_stop_the_back_off() {
+        let view = made_from(1, 2);
+        let mut h = Harness::new(Heal::new(&Config::default(), &view, 0), 0);
+        h.up(Up::Init);
+        gaps(&mut h, 4);
+        let max = h.layer.view.params.inter.members_max as u16;
+        assert!(hellos(&h.up(sized_hello(true, 5, 77, false, max))).is_empty());
+        assert_eq!(gaps(&mut h, 2), [2_000, 2_000]);
     }
 
     #[test]

@@ -377,6 +377,7 @@ impl StackConfig {
             ("mnak.sweep_interval_ms", self.mnak.sweep_interval),
             ("pt2pt.sweep_interval_ms", self.pt2pt.sweep_interval),
             ("heal.gossip_interval_ms", self.heal.gossip_interval),
+            ("heal.gossip_interval_max_ms", self.heal.gossip_interval_max),
             ("merge.retry_interval_ms", self.merge.retry_interval),
             ("merge.merge_timeout_ms", self.merge.merge_timeout),
             ("intra.commit_timeout_ms", self.intra.commit_timeout),
@@ -410,6 +411,13 @@ impl StackConfig {
                 "{name} ({} ms) must be shorter than suspect.timeout_ms ({} ms): it holds repair or delivery back that long (a few ms absorbs reordering and batches)",
                 delay.as_millis(),
                 self.suspect.timeout.as_millis()
+            ));
+        }
+        if self.heal.gossip_interval_max < self.heal.gossip_interval {
+            return bad(format!(
+                "heal.gossip_interval_max_ms ({} ms) must be at least heal.gossip_interval_ms ({} ms): announcements back off from the one to the other",
+                self.heal.gossip_interval_max.as_millis(),
+                self.heal.gossip_interval.as_millis()
             ));
         }
         if self.top.linger > LINGER_MAX {
