@@ -81,6 +81,17 @@ impl Parked {
         self.messages = 0;
     }
 
+    /// Drops the state-transfer actions of transfer view `view`, keeping the others in order;
+    /// how many went.
+    fn drop_xfer_view(&mut self, view: motet_core::ViewId) -> usize {
+        let ops: Vec<Op> = std::iter::from_fn(|| self.pop_front()).collect();
+        let before = ops.len();
+        for op in ops.into_iter().filter(|op| op.xfer_view() != Some(view)) {
+            self.push_back(op);
+        }
+        before - self.len()
+    }
+
     /// No room for `op`: for a message or a chunk, [`PARKED_MAX`] of them or [`PARKED_BYTES_MAX`]
     /// of payload are parked; for another action, [`PARKED_CONTROL_EXTRA`] more actions than that.
     fn full_for(&self, op: &Op) -> bool {
@@ -129,6 +140,14 @@ impl Op {
         match self {
             Op::Subcast(to, data) => data.len() + std::mem::size_of_val(to.as_slice()),
             op => op.payload_len(),
+        }
+    }
+
+    /// The transfer view a state-transfer action belongs to.
+    fn xfer_view(&self) -> Option<motet_core::ViewId> {
+        match self {
+            Op::XferChunk(view, ..) | Op::XferDone(view) => Some(*view),
+            _ => None,
         }
     }
 
@@ -221,6 +240,10 @@ impl EventLoop {
         if matches!(op, Op::XferChunk(..) | Op::XferDone(_)) {
             // Not behind the application's casts, which wait for the transfer view to end.
             if !member.xfer_parked.is_empty() {
+                // Refused at the call, as when nothing is parked: parked, it was answered `Ok`,
+                // then refused in the loop, and the chunks after it went on, so receivers
+                // installed a state with a chunk missing (a review's finding).
+                too_large(member, &op)?;
                 if member.xfer_parked.full_for(&op) {
                     return Err(Error::QueueFull("parked state-transfer actions"));
                 }
@@ -494,7 +517,16 @@ impl EventLoop {
                         member.xfer_parked.push_front(op);
                         break;
                     }
-                    Err(e) => refused(&mut self.stats, &e),
+                    Err(e) => {
+                        // A stream with a chunk refused must not go on: the receivers would
+                        // install a state with a hole in it. The rest of this view's stream is
+                        // dropped with it (counted), and the transfer stalls where the provider's
+                        // application can see it (`actions_refused`, the warning) instead.
+                        refused(&mut self.stats, &e);
+                        if let Some(view) = op.xfer_view() {
+                            self.stats.actions_refused += member.xfer_parked.drop_xfer_view(view) as u64;
+                        }
+                    }
                     Ok(()) => progress = true,
                 }
             }
@@ -600,6 +632,26 @@ fn too_large(member: &MemberState, op: &Op) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A refused chunk takes the rest of its transfer view's stream with it (the receivers must
+    /// not install a state with a hole), and leaves the other actions, in order, and their counts.
+    #[test]
+    fn a_refused_chunk_drops_the_rest_of_its_stream_only() {
+        let view = |ltime| motet_core::ViewId { ltime, coord: EndpointId(1) };
+        let mut parked = Parked::default();
+        parked.push_back(Op::XferChunk(view(3), Bytes::from_static(b"old"), true));
+        parked.push_back(Op::XferChunk(view(4), Bytes::from_static(b"a"), false));
+        parked.push_back(Op::XferDone(view(3)));
+        parked.push_back(Op::XferChunk(view(4), Bytes::from_static(b"bc"), true));
+        parked.push_back(Op::XferDone(view(4)));
+        assert_eq!(parked.drop_xfer_view(view(4)), 3);
+        assert_eq!(
+            (parked.len(), parked.messages(), parked.bytes()),
+            (2, 1, Op::XferChunk(view(3), Bytes::from_static(b"old"), true).weight())
+        );
+        assert!(matches!(parked.pop_front(), Some(Op::XferChunk(v, _, true)) if v == view(3)));
+        assert!(matches!(parked.pop_front(), Some(Op::XferDone(v)) if v == view(3)));
+    }
 
     /// A lot is full for its counted actions at its count or its bytes, whichever comes first,
     /// and still takes control actions beyond: a state-transfer lot bounds its chunks in bytes

@@ -797,3 +797,44 @@ fn a_timer_slack_too_long_for_the_groups_failure_timeout_is_refused() {
     group.params.suspect.timeout = motet_core::Duration::from_millis(1000);
     assert!(event_loop.join(&group).is_ok());
 }
+
+/// A provider's state-transfer chunk larger than the view takes is refused at the call while
+/// earlier chunks are parked (held by flow control), as when nothing is parked. Before, it was
+/// answered `Ok`, refused in the loop and only counted, and the chunks after it went on: the
+/// receivers installed a state with a chunk missing (a review's finding).
+#[test]
+fn a_chunk_too_large_is_refused_while_chunks_are_parked() {
+    let config = || RuntimeConfig::bind("127.0.0.1:0".parse().unwrap());
+    let mut loops = [EventLoop::new(config()).unwrap(), EventLoop::new(config()).unwrap()];
+    let peers = vec![loops[0].local_addr().to_string(), loops[1].local_addr().to_string()];
+    let group = GroupConfig::new("xfer-parked-large").stack("vsync+Xfer").peers(peers);
+    let ids: Vec<EndpointId> = loops.iter_mut().map(|l| l.join(&group).unwrap()).collect();
+    // The transfer view of the two: which loop provides.
+    let mut provide = None;
+    for _ in 0..30_000 {
+        for (i, l) in loops.iter_mut().enumerate() {
+            l.poll(Some(Duration::from_millis(1))).unwrap();
+            while let Some((_, event)) = l.next_event() {
+                if let Event::XferProvide { view } = event {
+                    provide = Some((i, view));
+                }
+            }
+        }
+        if provide.is_some() {
+            break;
+        }
+    }
+    let (p, view) = provide.expect("a state transfer within 30 s");
+    let provider = &mut loops[p];
+    // Chunks of 60 KiB, the receiver not polled: flow control holds them, and the loop parks
+    // the rest.
+    let mut k = 0;
+    while provider.parked_counted(ids[p])[1].0 == 0 {
+        provider.xfer_chunk(ids[p], view, vec![k; 60 << 10].into(), false).unwrap();
+        k += 1;
+        assert!(k < 200, "no chunk parked after {k}");
+    }
+    let err = provider.xfer_chunk(ids[p], view, vec![0; (1 << 20) + 1].into(), false).unwrap_err();
+    assert!(matches!(err, Error::Api(motet_core::ApiError::TooLarge { .. })), "{err}");
+    assert_eq!(provider.stats.actions_refused, 0);
+}
