@@ -12,8 +12,9 @@
 //! its application is told `XferProvide` and streams its state in chunks (`Action::XferChunk`,
 //! any number, the last marked), which this layer casts; every other member's application gets
 //! them (`AppEvent::XferChunk`) in order, stages them, and installs the state when the last one
-//! arrives. Each member then says `XferDone`, which is cast; when every member of the view is
-//! done, `intra` runs a view change with nobody excluded and the next view is a normal one.
+//! arrives. Each member then says `XferDone`, which is cast (the provider's last chunk is its own
+//! done: it has nothing to install); when every member of the view is done, `intra` runs a view
+//! change with nobody excluded and the next view is a normal one.
 //!
 //! If a member fails during the transfer, the next view is again a transfer view (inherited), and
 //! the new rank 0 provides. Receivers install only complete transfers, so the new provider holds
@@ -25,7 +26,8 @@
 //! audible). The provider, which is also the view's coordinator (rank 0), watches its progress
 //! once its stream has ended and some receiver has said `Done` (the state could be received and
 //! installed: a member still installing a large one is not taken for a stalled one while nobody
-//! is done): when no member's `Done` came for `stall_timeout` (default 60 s), it suspects the
+//! is done, for [`NONE_DONE_STALLS`] stall timeouts after the stream's end, after which every
+//! receiver not done is): when no member's `Done` came for `stall_timeout` (default 60 s), it suspects the
 //! members that have not said it, and `intra` (above) starts the view change that excludes them;
 //! the transfer then ends without them (counter `XferStalled`). A member excluded so that stays
 //! audible merges back, and if it never says done in the next transfer view either, it holds
@@ -92,7 +94,16 @@ pub struct Xfer {
     moved: Option<Instant>,
     /// Members this layer suspected already.
     suspected: RankSet,
+    /// When the provider's stream ended (the provider only).
+    ended_at: Option<Instant>,
 }
+
+/// How many `stall_timeout`s after its stream ended a provider that no receiver has said `Done`
+/// to suspects them all: longer than a stall among receivers (some done, some not), because a
+/// receiver may still be installing a large state, but bounded: a receiver whose application
+/// never says done (the common join, one founder and one newcomer) held every cast of the group
+/// for good (a review's finding).
+const NONE_DONE_STALLS: u64 = 4;
 
 impl Xfer {
     /// An `xfer` for `view`.
@@ -109,6 +120,7 @@ impl Xfer {
             stall_timeout: config.stall_timeout,
             moved: None,
             suspected: RankSet::new(),
+            ended_at: None,
         }
     }
 
@@ -123,16 +135,34 @@ impl Xfer {
     }
 
     /// Whom the transfer waits for, at the provider (the coordinator, whose `intra` acts on a
-    /// suspicion) once its stream has ended: the members that have not said `Done`. Nobody
-    /// elsewhere, or before the stream ended: receivers cannot be done before it ends (suspecting
-    /// them then, a provider excluded them all), and a suspicion a receiver raised here would
-    /// reach no layer that acts on it.
-    fn waited_for(&self) -> RankSet {
+    /// suspicion) once its stream has ended: the members that have not said `Done`, once one has,
+    /// or [`NONE_DONE_STALLS`] stall timeouts after the end if none has. Nobody elsewhere, or
+    /// before the stream ended: receivers cannot be done before it ends (suspecting them then, a
+    /// provider excluded them all), and a suspicion a receiver raised here would reach no layer
+    /// that acts on it.
+    fn waited_for(&self, now: Instant) -> RankSet {
         let receivers = 1..self.n as Rank;
-        if self.rank != 0 || !self.ended || !receivers.clone().any(|r| self.done.contains(r)) {
+        let some_done = receivers.clone().any(|r| self.done.contains(r));
+        let long = Duration(self.stall_timeout.0.saturating_mul(NONE_DONE_STALLS));
+        let none_done_for_long = self.ended_at.is_some_and(|at| now >= at + long);
+        if self.rank != 0 || !self.ended || !(some_done || none_done_for_long) {
             return RankSet::new();
         }
         receivers.filter(|&r| !self.done.contains(r)).collect()
+    }
+
+    /// The provider's stream ended (its last chunk went): it is done too, as it has nothing to
+    /// install. Its application's own `XferDone`, if it comes, is then a no-op. Before, a
+    /// provider whose application never said done held the transfer view (and every cast of the
+    /// group) for good once every receiver was done: nobody was left to suspect (a review's
+    /// finding).
+    fn stream_ended(&mut self, out: &mut Outbox<'_>) {
+        self.ended = true;
+        self.ended_at = Some(out.now());
+        if !self.said_done {
+            self.said_done = true;
+            out.dn(Dn::Cast { msg: Msg::default().with(Header::Done), qos: Qos::Reliable });
+        }
     }
 }
 
@@ -154,10 +184,12 @@ impl Layer for Xfer {
                         return out.drop_input(super::LayerKind::Xfer, DropReason::AfterEnd);
                     }
                     self.chunks += 1;
-                    self.ended = last;
                     self.moved(out);
                     let msg = Msg::new(payload).with(if last { Header::Last } else { Header::Chunk });
                     out.dn(Dn::Cast { msg, qos: Qos::Reliable });
+                    if last {
+                        self.stream_ended(out);
+                    }
                 }
             }
             Up::XferDone => {
@@ -166,9 +198,9 @@ impl Layer for Xfer {
                     // wait for `Last` before they say `Done`, and the transfer view never ended
                     // (a review's finding).
                     if self.rank == 0 && !self.ended {
-                        self.ended = true;
                         self.chunks += 1;
                         out.dn(Dn::Cast { msg: Msg::default().with(Header::Last), qos: Qos::Reliable });
+                        return self.stream_ended(out);
                     }
                     self.said_done = true;
                     out.dn(Dn::Cast { msg: Msg::default().with(Header::Done), qos: Qos::Reliable });
@@ -229,7 +261,7 @@ impl Layer for Xfer {
         if out.now() < due {
             return out.alarm(due);
         }
-        let stalled = self.waited_for();
+        let stalled = self.waited_for(out.now());
         if !stalled.is_empty() {
             tracing::warn!(
                 ?stalled,
@@ -266,6 +298,7 @@ impl Layer for Xfer {
     fn check_invariants(&self) {
         assert!(self.active || (self.chunks == 0 && !self.complete));
         assert!(!self.complete || self.done.iter().count() == self.n);
+        assert!(self.rank != 0 || !self.ended || self.said_done, "a provider whose stream ended is done");
     }
 }
 
@@ -296,12 +329,16 @@ mod tests {
             other => panic!("{other:?}"),
         };
         let first = cast(&mut provider, Up::XferChunk { payload: b"ab".as_slice().into(), last: false });
-        let last = cast(&mut provider, Up::XferChunk { payload: b"c".as_slice().into(), last: true });
+        // The last chunk is the provider's done as well: it has nothing to install.
+        let (last, done0) = match &provider.up(Up::XferChunk { payload: b"c".as_slice().into(), last: true })[..] {
+            [Out::Dn(Dn::Cast { msg: last, .. }), Out::Dn(Dn::Cast { msg: done, .. })] => (last.clone(), done.clone()),
+            other => panic!("{other:?}"),
+        };
+        assert!(provider.up(Up::XferDone).is_empty(), "its application's done is a no-op after it");
         receiver.up(Up::Cast { origin: 0, msg: first, qos: Qos::Reliable });
         receiver.up(Up::Cast { origin: 0, msg: last, qos: Qos::Reliable });
         let got: Vec<_> = receiver.app.drain(..).collect();
         assert!(matches!(&got[..], [AppEvent::XferChunk { last: false, .. }, AppEvent::XferChunk { last: true, .. }]));
-        let done0 = cast(&mut provider, Up::XferDone);
         let done1 = cast(&mut receiver, Up::XferDone);
         assert!(receiver.up(Up::Cast { origin: 0, msg: done0, qos: Qos::Reliable }).is_empty());
         let out = receiver.up(Up::Cast { origin: 1, msg: done1, qos: Qos::Reliable });
@@ -368,13 +405,16 @@ mod tests {
         assert_eq!(provider.stats.counter(crate::event::Counter::XferStalled), 1);
         assert_eq!(suspected(&provider.timer(due + Duration::from_millis(t))), [vec![2]], "raised again");
         assert_eq!(provider.stats.counter(crate::event::Counter::XferStalled), 1, "counted once");
-        // While no receiver is done (a large state being installed), nobody is suspected.
+        // While no receiver is done (a large state being installed), nobody is suspected for
+        // `NONE_DONE_STALLS` stall timeouts after the stream's end; then every receiver is (a
+        // receiver whose application never says done held the group for good: a review's
+        // finding).
         let mut slow = Harness::new(Xfer::new(&Config::default(), &view, 0), 0);
         slow.up(Up::Init);
         slow.up(Up::XferChunk { payload: b"s".as_slice().into(), last: true });
-        slow.up(Up::XferDone);
         slow.up(Up::Cast { origin: 0, msg: Msg::default().with(Header::Done), qos: Qos::Reliable });
-        assert!(suspected(&slow.timer(at(10 * t))).is_empty());
+        assert!(suspected(&slow.timer(at((NONE_DONE_STALLS - 1) * t))).is_empty());
+        assert_eq!(suspected(&slow.timer(at(NONE_DONE_STALLS * t))), [vec![1, 2]]);
         // A receiver suspects nobody: its suspicion would reach no layer that acts on it.
         let mut receiver = Harness::new(Xfer::new(&Config::default(), &view, 1), 1);
         receiver.up(Up::Init);
