@@ -72,6 +72,12 @@ impl Switch {
 /// - `to` has `Primary` if and only if `from` has: a view is primary only if it follows a primary
 ///   view, so a group switched away from it, or to it, has no primary view ever again (found by a
 ///   review: one request silently took away what an application gated its writes on).
+/// - `to` keeps the flow control (`mflow`, `pt2ptw`) and the fragmentation (`frag`) `from` has.
+///   Without flow control a slow member makes every sender buffer without bound, which is why the
+///   runtime refuses such stacks at its joins; a request from another member could install one
+///   there all the same. Without `frag` the largest message falls from `appl.message_size_max` to
+///   one datagram's, and the messages the application was told were taken under the old limit
+///   (parked behind the switch's flush) were refused after it (a review's findings).
 pub fn check_target(from: &StackSpec, xfer_view: bool, to: &StackSpec) -> Result<(), ApiError> {
     use super::LayerKind as K;
     let has = |k| to.layers().contains(&k);
@@ -80,6 +86,19 @@ pub fn check_target(from: &StackSpec, xfer_view: bool, to: &StackSpec) -> Result
     }
     if xfer_view && !has(K::Xfer) {
         return Err(ApiError::SwitchInTransfer(to.to_string()));
+    }
+    let dropped = |k| from.layers().contains(&k) && !has(k);
+    if [K::Mflow, K::Pt2ptw].into_iter().any(dropped) {
+        return Err(ApiError::SwitchLoses {
+            to: to.to_string(),
+            why: "it lacks the flow control this stack has, and a slow member would make every sender buffer without bound (keep Flow)",
+        });
+    }
+    if dropped(K::Frag) {
+        return Err(ApiError::SwitchLoses {
+            to: to.to_string(),
+            why: "it lacks the fragmentation this stack has: messages larger than one datagram, and those already taken behind the switch, would be refused (keep Frag)",
+        });
     }
     keeps(from, to)
 }
@@ -217,6 +236,34 @@ mod tests {
         // The application asking hears why.
         let vsync = StackSpec::parse("vsync").unwrap();
         assert!(matches!(check_target(&primary.stack, false, &vsync), Err(ApiError::SwitchLoses { .. })));
+    }
+
+    /// A request for a stack without the flow control or the fragmentation the view's stack has
+    /// is dropped at every member, and refused to the application asking: without flow control
+    /// a slow member makes every sender buffer without bound (the runtime refuses such stacks at
+    /// its joins, and a peer's request installed one there all the same), and without `frag`
+    /// messages already taken under the old size limit were refused after the switch (a
+    /// review's findings). A stack that never had them may still switch to one without them.
+    #[test]
+    fn a_request_that_would_lose_flow_control_or_fragmentation_is_dropped() {
+        let request = |text: &str| Up::Cast {
+            origin: 0,
+            msg: Msg::default().with(Header::Request(text.into())),
+            qos: Qos::Reliable,
+        };
+        let view = crate::testing::view_of("vsync", 2);
+        let mut h = Harness::new(Switch::new(&Config {}, &view, 1), 1);
+        let no_flow = "Gmp+Sync+Heal+Suspect+Slander+Frag+Local+Switch";
+        let no_frag = "Gmp+Sync+Heal+Suspect+Slander+Flow+Local+Switch";
+        for refused in [no_flow, no_frag] {
+            assert!(h.up(request(refused)).is_empty(), "{refused}");
+            let to = StackSpec::parse(refused).unwrap();
+            assert!(matches!(check_target(&view.stack, false, &to), Err(ApiError::SwitchLoses { .. })), "{refused}");
+        }
+        assert_eq!(h.stats.drops(DropReason::Malformed), 2);
+        let bare = crate::testing::view_of("Gmp+Sync+Heal+Suspect+Slander+Local+Switch", 2);
+        let mut h = Harness::new(Switch::new(&Config {}, &bare, 1), 1);
+        assert!(matches!(&h.up(request(no_frag))[..], [Out::Up(Up::Switch { .. })]), "nothing lost");
     }
 
     /// The bits `heal`'s hello carries decide as [`keeps`] does, for every pair of a few stacks
