@@ -578,3 +578,51 @@ fn a_views_own_guarantees_switch_the_ordering_oracles_on_for_that_view() {
     mark(&mut trace, (0, 0), |g| g.safe = true);
     assert!(check(&trace).contains(&Violation::Safe { id: last, view: (0, 0), node: 0 }), "{:?}", check(&trace));
 }
+
+/// `good()` with a second send from node 0 to node 1, sent and delivered after the first.
+fn two_sends() -> Trace {
+    let mut trace = good();
+    let id = MsgId { origin: 0, channel: Channel::Send { dest: 1 }, index: 1 };
+    let mut bytes = id.tag().to_vec();
+    bytes.extend_from_slice(b"payload");
+    let payload = Bytes::from(bytes);
+    trace.sent.push(Sent { id, time: Instant::ZERO, digest: digest(&payload), view: (0, 0) });
+    let first = trace.deliveries.iter().find(|d| !d.cast).expect("the first send").clone();
+    trace.deliveries.push(Delivery { payload, ..first });
+    trace
+}
+
+/// The send channel is held to FIFO and to at-most-once as casts are, and a send delivered as a
+/// cast (or a cast as a send) is one never sent: each broken on its own is caught (a review found
+/// only the wrong node tested, with a single send).
+#[test]
+fn catches_sends_out_of_order_twice_or_on_the_wrong_channel() {
+    assert_eq!(check(&two_sends()), vec![]);
+    let sends = |trace: &Trace| -> Vec<usize> {
+        trace.deliveries.iter().enumerate().filter(|(_, d)| !d.cast).map(|(i, _)| i).collect()
+    };
+    // Swapped.
+    let mut trace = two_sends();
+    let [a, b] = sends(&trace)[..] else { panic!("two sends") };
+    trace.deliveries.swap(a, b);
+    assert!(check(&trace).iter().any(|v| matches!(v, Violation::Fifo { .. })), "{:?}", check(&trace));
+    // Delivered twice.
+    let mut trace = two_sends();
+    let again = trace.deliveries[sends(&trace)[1]].clone();
+    trace.deliveries.push(again);
+    assert!(check(&trace).iter().any(|v| matches!(v, Violation::Duplicate { .. })), "{:?}", check(&trace));
+    // A send delivered as a cast, and a cast delivered as a send.
+    for flip_send in [true, false] {
+        let mut trace = two_sends();
+        let index = match flip_send {
+            true => sends(&trace)[0],
+            false => trace.deliveries.iter().position(|d| d.cast && d.node == 1).expect("a cast at node 1"),
+        };
+        trace.deliveries[index].cast = !trace.deliveries[index].cast;
+        assert!(
+            check(&trace).iter().any(|v| matches!(v, Violation::Created { .. })),
+            "flip_send {flip_send}: {:?}",
+            check(&trace)
+        );
+    }
+}
