@@ -481,6 +481,9 @@ pub(crate) fn describe(violation: &motet_sim::Violation) -> String {
         V::StateTransfer { view: v, node } => {
             format!("node {node} installed another state than the provider of {} streamed", view(v))
         }
+        V::TransferRule { view: v, node, broke } => {
+            format!("state transfer in {}, at node {node}: {broke}", view(v))
+        }
         V::Migration { node, address } => format!(
             "node {node} moved to address {address} but ended the run in a view that does not have it there"
         ),

@@ -146,6 +146,7 @@ pub fn check(trace: &Trace) -> Vec<Violation> {
             violations.push(Violation::StateTransfer { view: t.view, node: t.node });
         }
     }
+    check_transfer_views(trace, &successor, &mut violations);
 
     // Quiescence.
     if !trace.quiesced {
@@ -159,6 +160,42 @@ pub fn check(trace: &Trace) -> Vec<Violation> {
         }
     }
     violations
+}
+
+/// The rules of a state-transfer view beyond the bytes (docs/ordering.md, "State transfer"): its
+/// rank 0 provides, and nobody else; the application's casts wait for the next view, so none is
+/// delivered in it; and a member that goes on from it to a normal view with others has installed
+/// the state (a transfer view that ends before every member is done is followed by another,
+/// unless a member goes on alone, keeping the state it had).
+fn check_transfer_views(
+    trace: &Trace,
+    successor: &BTreeMap<(usize, ViewKey), ViewKey>,
+    violations: &mut Vec<Violation>,
+) {
+    let views: BTreeMap<ViewKey, &Installed> = trace.views.iter().map(|v| (v.view, v)).collect();
+    let transfer = |view: &ViewKey| views.get(view).is_some_and(|v| v.xfer);
+    let broke = |view, node, broke| Violation::TransferRule { view, node, broke };
+    let mut providers: BTreeMap<ViewKey, usize> = BTreeMap::new();
+    for t in trace.transfers.iter().filter(|t| t.provided) {
+        if views.get(&t.view).is_some_and(|v| v.members.first() != Some(&t.node)) {
+            violations.push(broke(t.view, t.node, "a member other than rank 0 provided"));
+        }
+        if providers.get(&t.view).is_some_and(|&other| other != t.node) {
+            violations.push(broke(t.view, t.node, "two members provided"));
+        }
+        providers.entry(t.view).or_insert(t.node);
+    }
+    for d in trace.deliveries.iter().filter(|d| d.cast && transfer(&d.view)) {
+        violations.push(broke(d.view, d.node, "an application cast was delivered in it"));
+    }
+    let installed: BTreeSet<(ViewKey, usize)> =
+        trace.transfers.iter().filter(|t| !t.provided).map(|t| (t.view, t.node)).collect();
+    for v in trace.views.iter().filter(|v| v.xfer && v.members.first() != Some(&v.node)) {
+        let Some(next) = successor.get(&(v.node, v.view)).and_then(|next| views.get(next)) else { continue };
+        if !next.xfer && next.members.len() > 1 && !installed.contains(&(v.view, v.node)) {
+            violations.push(broke(v.view, v.node, "it went on to a normal view with others without the state"));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -59,6 +59,7 @@ fn installed(node: usize, view: ViewKey, members: Vec<usize>) -> Installed {
         stack: String::new(),
         addresses: members.iter().map(|&m| m as u32).collect(),
         members,
+        xfer: false,
     }
 }
 
@@ -625,4 +626,59 @@ fn catches_sends_out_of_order_twice_or_on_the_wrong_channel() {
             check(&trace)
         );
     }
+}
+
+/// `good()`, then a state-transfer view (1, 9) of the three, whose rank 0 streams its state and
+/// the others install it, then a normal view (2, 9) of the three.
+fn with_transfer_view() -> Trace {
+    let mut trace = good();
+    for node in 0..3 {
+        trace.views.push(Installed { xfer: true, ..installed(node, (1, 9), vec![0, 1, 2]) });
+    }
+    for node in 0..3 {
+        trace.views.push(installed(node, (2, 9), vec![0, 1, 2]));
+    }
+    let t = |node, provided| Transfer { view: (1, 9), node, provided, digest: 7 };
+    trace.transfers = vec![t(0, true), t(1, false), t(2, false)];
+    trace
+}
+
+/// The transfer view's rules beyond the bytes, each broken on its own, are caught: a provider
+/// other than rank 0, two providers, an application cast delivered in the transfer view, and a
+/// receiver that went on to a normal view with others without the state (one that goes on alone
+/// keeps the state it had, and is not). Only the bytes were checked before (a review's finding).
+#[test]
+fn catches_a_state_transfer_view_that_breaks_its_rules() {
+    assert_eq!(check(&with_transfer_view()), vec![]);
+    let rule = |trace: &Trace| -> Vec<(usize, &'static str)> {
+        check(trace)
+            .into_iter()
+            .filter_map(|v| match v {
+                Violation::TransferRule { view: (1, 9), node, broke } => Some((node, broke)),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut trace = with_transfer_view();
+    trace.transfers[0].node = 1;
+    assert_eq!(rule(&trace), [(1, "a member other than rank 0 provided")]);
+    let mut trace = with_transfer_view();
+    trace.transfers.push(Transfer { view: (1, 9), node: 1, provided: true, digest: 7 });
+    assert_eq!(rule(&trace), [(1, "a member other than rank 0 provided"), (1, "two members provided")]);
+    let mut trace = with_transfer_view();
+    let cast = trace.deliveries.iter().position(|d| d.cast && d.node == 2).unwrap();
+    trace.deliveries[cast].view = (1, 9);
+    assert!(rule(&trace).contains(&(2, "an application cast was delivered in it")), "{:?}", check(&trace));
+    let mut trace = with_transfer_view();
+    trace.transfers.retain(|t| t.node != 2);
+    assert_eq!(rule(&trace), [(2, "it went on to a normal view with others without the state")]);
+    // Alone, it keeps the state it had.
+    for v in trace.views.iter_mut().filter(|v| v.view == (2, 9)) {
+        if v.node == 2 {
+            (v.view, v.members, v.addresses) = ((2, 2), vec![2], vec![2]);
+        } else {
+            (v.members, v.addresses) = (vec![0, 1], vec![0, 1]);
+        }
+    }
+    assert_eq!(rule(&trace), []);
 }

@@ -97,6 +97,8 @@ pub struct Installed {
     pub stack: String,
     /// Its members' addresses, in rank order (simulated addresses).
     pub addresses: Vec<u32>,
+    /// Whether it is a state-transfer view (`ViewState::xfer_view`).
+    pub xfer: bool,
 }
 
 /// One message accepted by a sender's endpoint.
@@ -350,6 +352,17 @@ pub enum Violation {
         view: ViewKey,
         /// The receiver.
         node: usize,
+    },
+    /// A state-transfer view broke a rule of the transfer (docs/ordering.md, "State transfer"):
+    /// a provider other than its rank 0, two providers, an application cast delivered in it, or a
+    /// receiver that went on to a normal view with others without having installed the state.
+    TransferRule {
+        /// The state-transfer view.
+        view: ViewKey,
+        /// The node concerned.
+        node: usize,
+        /// Which rule.
+        broke: &'static str,
     },
     /// A node that moved to a new address ended the run in a view that does not have it there
     /// (the others would keep sending to an address it has left).

@@ -290,6 +290,7 @@ impl World<'_> {
             guarantees,
             stack: view.stack.to_string(),
             addresses,
+            xfer: view.xfer_view,
         });
         let sim = &mut self.nodes[node];
         sim.views.insert(stack, view);
