@@ -64,6 +64,7 @@ impl MemberProcess {
             name: self.name.clone(),
             events: events.unwrap_or_default(),
             sent: self.sent.clone(),
+            sends: Vec::new(),
             killed: self.killed,
         }
     }

@@ -182,7 +182,7 @@ impl Proc {
 
     fn log(&self) -> MemberLog {
         let events = self.lines.lock().unwrap().iter().filter_map(|l| LogEvent::parse(l).unwrap()).collect();
-        MemberLog { name: self.name.clone(), events, sent: self.sent.clone(), killed: false }
+        MemberLog { name: self.name.clone(), events, sent: self.sent.clone(), sends: Vec::new(), killed: false }
     }
 
     /// SIGTERM, then its exit within 30 s (killed, and the test failed, past that: a member that
