@@ -14,7 +14,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         match event {
             Event::View(view) => {
                 println!("view {:?}: {} member(s)", view.id, view.members.len());
-                member.cast("hello, async world")?;
+                member.cast("hello, async world").await?;
             }
             Event::Cast { data, .. } => {
                 println!("delivered: {}", String::from_utf8_lossy(&data));

@@ -37,7 +37,8 @@
 //! ```
 //!
 //! With the `tokio` feature, `Runtime::join_async` gives an `AsyncMember` whose events are a
-//! `Stream`.
+//! `Stream`, and whose `cast(..).await` and `send(..).await` wait for room in the bounded queues
+//! without blocking the thread.
 //!
 //! Two ways to run it: [`Runtime`] runs the loop on a thread of its own and hands you [`Member`]
 //! handles (blocking iterators of events, thread-safe casts); [`EventLoop`] is the same loop for

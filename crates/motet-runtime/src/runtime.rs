@@ -199,9 +199,31 @@ struct Shared {
     stopping: AtomicBool,
     /// Why the loop stopped, when it failed rather than being stopped.
     failure: Mutex<Option<String>>,
+    /// Async callers waiting for room (`AsyncMember::cast`): told each time the loop may have
+    /// made some (it took commands, or parked actions went), and when it stops.
+    #[cfg(feature = "tokio")]
+    room: tokio::sync::Notify,
+    /// Someone waits on `room`: the loop notifies only then (one atomic swap a turn otherwise).
+    #[cfg(feature = "tokio")]
+    room_wanted: AtomicBool,
 }
 
 impl Shared {
+    fn new(commands: SyncSender<Command>, waker: Arc<mio::Waker>) -> Shared {
+        Shared {
+            commands,
+            waker,
+            sleeping: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            #[cfg(feature = "tokio")]
+            room: tokio::sync::Notify::new(),
+            #[cfg(feature = "tokio")]
+            room_wanted: AtomicBool::new(false),
+        }
+    }
+
     /// The error for a call that finds the loop gone: `Failed` with its cause, or `Stopped`.
     fn gone(&self) -> Error {
         match self.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone() {
@@ -252,6 +274,36 @@ impl Shared {
     fn wake(&self) {
         if self.sleeping.swap(false, Ordering::SeqCst) {
             let _ = self.waker.wake();
+        }
+    }
+
+    /// The loop may have made room (it took commands, parked actions went, or it stopped):
+    /// async callers waiting for it try again.
+    fn room_made(&self, stopped: bool) {
+        #[cfg(feature = "tokio")]
+        if self.room_wanted.swap(false, Ordering::SeqCst) || stopped {
+            self.room.notify_waiters();
+        }
+        #[cfg(not(feature = "tokio"))]
+        let _ = stopped;
+    }
+
+    /// Tries `attempt` until it is not refused for a full queue, waiting (without blocking the
+    /// thread) for the loop to make room between tries: the async form of the bounded queues'
+    /// back-pressure. A loop that stops meanwhile ends the wait with its error.
+    #[cfg(feature = "tokio")]
+    async fn when_room(&self, mut attempt: impl FnMut() -> Result<(), Error>) -> Result<(), Error> {
+        loop {
+            // Registered before the try: room the loop makes after it wakes this wait.
+            let notified = self.room.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            self.room_wanted.store(true, Ordering::SeqCst);
+            match attempt() {
+                Err(Error::QueueFull(_)) if self.stopped.load(Ordering::SeqCst) => return Err(self.gone()),
+                Err(Error::QueueFull(_)) => notified.await,
+                other => return other,
+            }
         }
     }
 }
@@ -390,14 +442,7 @@ impl Runtime {
         let event_loop = EventLoop::new(config.clone())?;
         let addresses = Addresses { local: event_loop.local_addr(), advertise: event_loop.advertised_addr() };
         let (commands, receiver) = mpsc::sync_channel(config.action_queue);
-        let shared = Arc::new(Shared {
-            commands,
-            waker: event_loop.waker(),
-            sleeping: AtomicBool::new(false),
-            stopped: AtomicBool::new(false),
-            stopping: AtomicBool::new(false),
-            failure: Mutex::new(None),
-        });
+        let shared = Arc::new(Shared::new(commands, event_loop.waker()));
         let loop_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("motet-loop".into())
@@ -439,12 +484,12 @@ impl Runtime {
     }
 
     /// Like [`Runtime::join`], for async code: the member's events are a [`futures_core::Stream`]
-    /// (and [`crate::AsyncMember::recv`]), and waiting for them blocks no thread. The calls that
-    /// act (this one, waiting for the loop's answer; `cast`, `send` and `leave`, when
+    /// (and [`crate::AsyncMember::recv`]), and waiting for them blocks no thread; so do
+    /// `cast(..).await` and `send(..).await`, which wait for room in the bounded queues. The
+    /// other calls that act (this one, waiting for the loop's answer; `leave` and `switch`, when
     /// `action_queue` is full; dropping the `Runtime`, for the leaves' grace) block their thread
     /// briefly, as `std` channels do: from a tokio runtime, make them where blocking is allowed
-    /// (a multi-threaded runtime, or `spawn_blocking` for the drop), or cast with
-    /// [`Handle::try_cast`], which refuses (`QueueFull`) instead of waiting.
+    /// (a multi-threaded runtime, or `spawn_blocking` for the drop).
     #[cfg(feature = "tokio")]
     pub fn join_async(&self, config: GroupConfig) -> Result<crate::AsyncMember, Error> {
         let (sink, events) = tokio::sync::mpsc::channel(self.event_queue);

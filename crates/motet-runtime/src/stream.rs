@@ -8,8 +8,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 /// One endpoint in one group, for async code: `recv().await` or use it as a
-/// [`futures_core::Stream`] of events (ending after [`Event::Exit`]). Casting never blocks for
-/// long: it only waits while the loop's bounded action queue is full. Dropping it leaves the group.
+/// [`futures_core::Stream`] of events (ending after [`Event::Exit`]). `cast(..).await` and
+/// `send(..).await` wait for room in the bounded queues without blocking the thread. Dropping it
+/// leaves the group.
 pub struct AsyncMember {
     handle: Handle,
     events: tokio::sync::mpsc::Receiver<Event>,
@@ -33,19 +34,28 @@ impl AsyncMember {
         self.handle.id()
     }
 
-    /// See [`Handle::cast`] (which waits while `action_queue` is full: see [`Handle::try_cast`]).
-    pub fn cast(&self, data: impl Into<Bytes>) -> Result<(), Error> {
-        self.handle.cast(data)
+    /// Casts `data` to the group (see [`Handle::cast`]), waiting without blocking the thread
+    /// while a bounded queue is full: the loop's action queue, or this member's messages parked
+    /// behind flow control or a view change. Back-pressure, as `tokio::sync::mpsc::Sender::send`
+    /// gives: a task that casts faster than the group takes its casts waits here. Errors other
+    /// than a full queue are returned at once.
+    pub async fn cast(&self, data: impl Into<Bytes>) -> Result<(), Error> {
+        self.handle.cast_when_room(data.into()).await
     }
 
-    /// See [`Handle::try_cast`]: never blocks the async thread.
+    /// See [`Handle::try_cast`]: never waits; `Error::QueueFull` when [`AsyncMember::cast`] would.
     pub fn try_cast(&self, data: impl Into<Bytes>) -> Result<(), Error> {
         self.handle.try_cast(data)
     }
 
-    /// See [`Handle::send`].
-    pub fn send(&self, to: EndpointId, data: impl Into<Bytes>) -> Result<(), Error> {
-        self.handle.send(to, data)
+    /// Sends `data` to member `to` (see [`Handle::send`]), waiting as [`AsyncMember::cast`] does.
+    pub async fn send(&self, to: EndpointId, data: impl Into<Bytes>) -> Result<(), Error> {
+        self.handle.send_when_room(to, data.into()).await
+    }
+
+    /// See [`Handle::try_send`]: never waits.
+    pub fn try_send(&self, to: EndpointId, data: impl Into<Bytes>) -> Result<(), Error> {
+        self.handle.try_send(to, data)
     }
 
     /// See [`Handle::leave`].

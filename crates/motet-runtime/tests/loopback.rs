@@ -59,6 +59,56 @@ fn three_members_merge_then_cast_and_send() {
     assert!(stats.iter().any(|s| s.bundles_sent > 0 && s.datagrams_packed >= 2 * s.bundles_sent), "{stats:?}");
 }
 
+/// `AsyncMember::cast(..).await` waits for room instead of refusing: a task casting as fast as it
+/// can, with an action queue of two, sees `QueueFull` from `try_cast` (the queue does fill) and
+/// none from `cast`, and every cast is delivered once, in order. Before, the async member's
+/// `cast` blocked its thread while the queue was full.
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "current_thread")]
+async fn an_async_cast_waits_for_room_without_refusing() {
+    use futures_util::StreamExt;
+    const CASTS: u32 = 3_000;
+    let mut config = RuntimeConfig::bind("127.0.0.1:0".parse().unwrap());
+    config.action_queue = 2;
+    let runtime = Runtime::start(config).unwrap();
+    let mut member = runtime.join_async(GroupConfig::new("async-room")).unwrap();
+    while !matches!(member.next().await, Some(Event::View(_))) {}
+    let mut full = 0;
+    for k in 0..200u32 {
+        full += u32::from(matches!(member.try_cast(k.to_le_bytes().to_vec()), Err(motet_runtime::Error::QueueFull(_))));
+    }
+    assert!(full > 0, "the action queue never filled: the test shows nothing");
+    // Another task on this (single) thread runs while the casts wait: they yield, not block.
+    let ticks = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let ticker = tokio::spawn({
+        let ticks = std::sync::Arc::clone(&ticks);
+        async move {
+            loop {
+                ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        }
+    });
+    for k in 0..CASTS {
+        member.cast(k.to_le_bytes().to_vec()).await.expect("waits for room, never refuses");
+    }
+    assert!(ticks.load(std::sync::atomic::Ordering::Relaxed) > 0, "the casts never yielded the thread");
+    ticker.abort();
+    // The try_cast ones that went, then all of the awaited ones, in order.
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while got.len() < (200 - full + CASTS) as usize {
+        match tokio::time::timeout_at(deadline, member.next()).await.expect("every cast within 60 s") {
+            Some(Event::Cast { data, .. }) => got.push(u32::from_le_bytes(data[..4].try_into().unwrap())),
+            Some(_) => {}
+            None => panic!("the stream ended"),
+        }
+    }
+    let awaited: Vec<u32> = got[(200 - full) as usize..].to_vec();
+    assert_eq!(awaited, (0..CASTS).collect::<Vec<_>>(), "once each, in order");
+    tokio::task::spawn_blocking(move || drop(runtime)).await.unwrap();
+}
+
 #[test]
 fn malformed_datagrams_and_bundles_are_dropped_and_counted() {
     let runtime = Runtime::start(RuntimeConfig::default()).unwrap();
@@ -175,7 +225,7 @@ async fn async_members_merge_and_stream_events() {
             }
         }
     }
-    members[0].cast("ping").unwrap();
+    members[0].cast("ping").await.unwrap();
     for m in members.iter_mut() {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {

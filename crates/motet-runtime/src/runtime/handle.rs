@@ -91,6 +91,32 @@ impl Handle {
         self.act_bounded(Op::Send(to, data))
     }
 
+    /// Like [`Handle::send`], but never waits: while `action_queue` actions wait for the loop it
+    /// refuses with `Error::QueueFull("action")`.
+    pub fn try_send(&self, to: EndpointId, data: impl Into<Bytes>) -> Result<(), Error> {
+        let data = data.into();
+        self.check(data.len())?;
+        let view = self.latest()?;
+        if !view.members.contains(&to) {
+            return Err(Error::NotMember(to));
+        }
+        self.act_bounded_or(Op::Send(to, data), false)
+    }
+
+    /// [`Handle::try_cast`], waiting without blocking the thread while a bounded queue is full
+    /// (`action_queue`, or this member's parked messages): the back-pressure of
+    /// [`crate::AsyncMember::cast`].
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn cast_when_room(&self, data: Bytes) -> Result<(), Error> {
+        self.shared.when_room(|| self.try_cast(data.clone())).await
+    }
+
+    /// [`Handle::try_send`], waiting as [`Handle::cast_when_room`] does.
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn send_when_room(&self, to: EndpointId, data: Bytes) -> Result<(), Error> {
+        self.shared.when_room(|| self.try_send(to, data.clone())).await
+    }
+
     /// Leaves the group gracefully: the others install a view without this endpoint, and the
     /// member then receives [`Event::Exit`].
     pub fn leave(&self) -> Result<(), Error> {

@@ -54,6 +54,8 @@ impl Drop for LoopThread {
             self.shared.failed("the event loop panicked (see the log)".into());
         }
         self.shared.stopped.store(true, Ordering::SeqCst);
+        // Async callers waiting for room hear that none will come.
+        self.shared.room_made(true);
     }
 }
 
@@ -90,6 +92,9 @@ impl LoopThread {
                 }
             }
             self.dispatch();
+            // Commands taken make room in the action queue (and their members' lots), before
+            // the loop may sleep.
+            self.shared.room_made(false);
             self.shared.sleeping.store(true, Ordering::SeqCst);
             // A command that came meanwhile is taken, and the loop turns without waiting: it
             // does not go back to the commands first, or senders that keep the queue full would
@@ -116,6 +121,7 @@ impl LoopThread {
                 for endpoint in std::mem::take(&mut self.parking) {
                     self.publish_parked(endpoint, None);
                 }
+                self.shared.room_made(false);
             }
         }
     }
@@ -453,14 +459,7 @@ mod tests {
     fn member_with(capacity: usize) -> (LoopThread, Handle, crate::runtime::EventReceiver) {
         let event_loop = EventLoop::new(RuntimeConfig::default()).unwrap();
         let (commands, receiver) = mpsc::sync_channel(16);
-        let shared = Arc::new(Shared {
-            commands,
-            waker: event_loop.waker(),
-            sleeping: AtomicBool::new(false),
-            stopped: AtomicBool::new(false),
-            stopping: AtomicBool::new(false),
-            failure: std::sync::Mutex::new(None),
-        });
+        let shared = Arc::new(Shared::new(commands, event_loop.waker()));
         let mut thread = LoopThread::new(event_loop, receiver, Arc::clone(&shared), 64, usize::MAX);
         let (sink, events) = crate::runtime::event_queue(capacity);
         let member = Arc::new(MemberShared::default());
