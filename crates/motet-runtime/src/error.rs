@@ -43,9 +43,37 @@ pub enum Error {
     /// and stopped; the cause is in the message, and was logged.
     #[error("the runtime's event loop failed and stopped ({0}); start a new one")]
     Failed(String),
-    /// The application is not keeping up and the bounded queue is full.
+    /// The application is not keeping up and a bounded queue is full: which one says what to do.
     #[error("{0} queue is full; consume events (or slow down) and retry")]
-    QueueFull(&'static str),
+    QueueFull(Queue),
+}
+
+/// Which bounded queue refused an action ([`Error::QueueFull`]). More may come: keep a catch-all
+/// arm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Queue {
+    /// The loop's action queue (`RuntimeConfig::action_queue`): the loop has not yet taken the
+    /// actions queued before. Only the `try_` calls refuse for it (a blocking call waits, an
+    /// async one awaits); retry in a moment.
+    Action,
+    /// The member's parked messages (casts, sends, subcasts), held behind flow control, a view
+    /// change, or its own events the application has not taken: at most 65,536 of them or
+    /// 64 MiB. Take the member's events, then retry.
+    Parked,
+    /// The member's parked state-transfer chunks, held behind flow control (the same bounds):
+    /// retry once the receivers have taken some (`motet kv` retries every millisecond).
+    ParkedTransfer,
+}
+
+impl std::fmt::Display for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Queue::Action => "action",
+            Queue::Parked => "parked actions",
+            Queue::ParkedTransfer => "parked state-transfer actions",
+        })
+    }
 }
 
 impl Error {

@@ -70,7 +70,7 @@ mod stream;
 mod weighed;
 
 pub use config::{FileConfig, GroupConfig, MulticastConfig, RuntimeConfig, TIMER_SLACK_MAX_MS};
-pub use error::Error;
+pub use error::{Error, Queue};
 pub use event_loop::{EventLoop, RuntimeStats};
 // The core's types that this API's signatures name, so that an application needs no dependency
 // on `motet-core` of its own (and cannot get a second, mismatched version of it): the errors inside

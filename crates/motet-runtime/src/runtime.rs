@@ -254,7 +254,7 @@ impl Shared {
     fn try_command(&self, command: Command) -> Result<(), Error> {
         self.refuse_when_stopping(&command)?;
         self.commands.try_send(command).map_err(|e| match e {
-            mpsc::TrySendError::Full(_) => Error::QueueFull("action"),
+            mpsc::TrySendError::Full(_) => Error::QueueFull(crate::Queue::Action),
             mpsc::TrySendError::Disconnected(_) => self.gone(),
         })?;
         self.wake();

@@ -182,7 +182,7 @@ fn cast_until_refused(member: &Member, size: usize) -> u32 {
         }
         assert!(accepted < 300_000, "never refused: the parked casts are not bounded at cast");
     };
-    assert_eq!(refused, "parked actions");
+    assert_eq!(refused, motet_runtime::Queue::Parked);
     accepted
 }
 
@@ -280,7 +280,7 @@ fn a_provider_is_refused_at_xfer_chunk_and_loses_nothing() {
         }
         assert!(accepted < 5_000, "never refused: the held chunks are not bounded at xfer_chunk");
     };
-    assert_eq!(refused, "parked state-transfer actions");
+    assert_eq!(refused, motet_runtime::Queue::ParkedTransfer);
     assert!(accepted >= 1_000, "refused after only {accepted} chunks of 64 KiB");
     // The receiver reads; the provider retries until its last chunk is taken, then is done.
     let (mut next, mut last_sent) = (0u32, false);

@@ -245,7 +245,7 @@ impl EventLoop {
                 // installed a state with a chunk missing (a review's finding).
                 too_large(member, &op)?;
                 if member.xfer_parked.full_for(&op) {
-                    return Err(Error::QueueFull("parked state-transfer actions"));
+                    return Err(Error::QueueFull(crate::Queue::ParkedTransfer));
                 }
                 member.xfer_parked.push_back(op);
                 return Ok(());
@@ -274,7 +274,7 @@ impl EventLoop {
         if behind || !member.parked.is_empty() {
             too_large(member, &op)?;
             if member.parked.full_for(&op) {
-                return Err(Error::QueueFull("parked actions"));
+                return Err(Error::QueueFull(crate::Queue::Parked));
             }
             member.parked.push_back(op);
             member.leave_asked |= leave;
@@ -468,7 +468,7 @@ impl EventLoop {
             let Some(member) = self.members.get_mut(&endpoint) else { return Err(Error::Left) };
             if !member.parked.is_empty() {
                 if member.parked.full_for(&op) {
-                    return Err(Error::QueueFull("parked actions"));
+                    return Err(Error::QueueFull(crate::Queue::Parked));
                 }
                 member.parked.push_back(op);
                 member.leave_asked = true;

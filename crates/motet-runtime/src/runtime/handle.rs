@@ -69,7 +69,7 @@ impl Handle {
     }
 
     /// Like [`Handle::cast`], but never waits: while `action_queue` actions wait for the loop it
-    /// refuses with `Error::QueueFull("action")` (retry later: in async code, after yielding).
+    /// refuses with `Error::QueueFull(Queue::Action)` (retry later: in async code, after yielding).
     pub fn try_cast(&self, data: impl Into<Bytes>) -> Result<(), Error> {
         let data = data.into();
         self.check(data.len())?;
@@ -92,7 +92,7 @@ impl Handle {
     }
 
     /// Like [`Handle::send`], but never waits: while `action_queue` actions wait for the loop it
-    /// refuses with `Error::QueueFull("action")`.
+    /// refuses with `Error::QueueFull(Queue::Action)`.
     pub fn try_send(&self, to: EndpointId, data: impl Into<Bytes>) -> Result<(), Error> {
         let data = data.into();
         self.check(data.len())?;
@@ -283,7 +283,7 @@ impl Handle {
 
     /// Queues a message for the loop, unless this member's messages waiting there (parked for
     /// flow control or a view change, and those on their way) are at the loop's bound:
-    /// `Error::QueueFull("parked actions")`, which the application answers by taking its events
+    /// `Error::QueueFull(Queue::Parked)`, which the application answers by taking its events
     /// (a member that lags holds its own casts back) and trying again. Refused here, the
     /// application knows; past the bound the loop would refuse the message after `cast` had
     /// returned, and it would be lost. Not blocking at that bound (an application that casts and
@@ -312,8 +312,8 @@ impl Handle {
                 Error::Left
             } else {
                 Error::QueueFull(match lot {
-                    Lot::Messages => "parked actions",
-                    Lot::Xfer => "parked state-transfer actions",
+                    Lot::Messages => crate::Queue::Parked,
+                    Lot::Xfer => crate::Queue::ParkedTransfer,
                 })
             });
         }

@@ -520,7 +520,7 @@ mod tests {
     }
 
     /// `try_cast` never waits for room in the command channel (`action_queue`, 16 here, with no
-    /// loop taking commands): the 17th is `QueueFull("action")` and its message is not counted
+    /// loop taking commands): the 17th is `QueueFull(Queue::Action)` and its message is not counted
     /// as parked; `cast` would have blocked.
     #[test]
     fn try_cast_refuses_instead_of_waiting_for_room() {
@@ -529,7 +529,10 @@ mod tests {
         for _ in 0..16 {
             handle.try_cast(Bytes::from_static(b"x")).unwrap();
         }
-        assert!(matches!(handle.try_cast(Bytes::from_static(b"x")), Err(crate::Error::QueueFull("action"))));
+        assert!(matches!(
+            handle.try_cast(Bytes::from_static(b"x")),
+            Err(crate::Error::QueueFull(crate::Queue::Action))
+        ));
         assert_eq!(
             handle.member.lot(Lot::Messages).in_flight.load(Ordering::SeqCst),
             16,
