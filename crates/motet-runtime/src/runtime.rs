@@ -489,7 +489,7 @@ impl Runtime {
     /// other calls that act (this one, waiting for the loop's answer; `leave` and `switch`, when
     /// `action_queue` is full; dropping the `Runtime`, for the leaves' grace) block their thread
     /// briefly, as `std` channels do: from a tokio runtime, make them where blocking is allowed
-    /// (a multi-threaded runtime, or `spawn_blocking` for the drop).
+    /// (a multi-threaded runtime), and stop the runtime with [`Runtime::shutdown_async`].
     #[cfg(feature = "tokio")]
     pub fn join_async(&self, config: GroupConfig) -> Result<crate::AsyncMember, Error> {
         let (sink, events) = tokio::sync::mpsc::channel(self.event_queue);
@@ -555,6 +555,23 @@ impl Runtime {
     /// had failed.
     pub fn shutdown(mut self, grace: Duration) {
         self.stop(grace);
+    }
+
+    /// [`Runtime::shutdown`] for async code: the same leaves and stop, waited for without
+    /// blocking the thread (the wait runs on a thread of its own). Dropping a `Runtime` in a task
+    /// blocks its thread for up to 5 s instead.
+    #[cfg(feature = "tokio")]
+    pub async fn shutdown_async(self, grace: Duration) {
+        let (done, finished) = tokio::sync::oneshot::channel();
+        // Should the thread not start, the closure (and the runtime in it) is dropped here: the
+        // stop then blocks this thread, as a drop would.
+        let waiter = std::thread::Builder::new().name("motet-shutdown".into()).spawn(move || {
+            self.shutdown(grace);
+            let _ = done.send(());
+        });
+        if waiter.is_ok() {
+            let _ = finished.await;
+        }
     }
 
     fn stop(&mut self, grace: Duration) {

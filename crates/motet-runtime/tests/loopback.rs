@@ -106,7 +106,21 @@ async fn an_async_cast_waits_for_room_without_refusing() {
     }
     let awaited: Vec<u32> = got[(200 - full) as usize..].to_vec();
     assert_eq!(awaited, (0..CASTS).collect::<Vec<_>>(), "once each, in order");
-    tokio::task::spawn_blocking(move || drop(runtime)).await.unwrap();
+    // The leave and the stop, awaited without blocking the thread: the ticker runs meanwhile.
+    let before = ticks.load(std::sync::atomic::Ordering::Relaxed);
+    let ticker = tokio::spawn({
+        let ticks = std::sync::Arc::clone(&ticks);
+        async move {
+            loop {
+                ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        }
+    });
+    drop(member);
+    runtime.shutdown_async(Duration::from_secs(5)).await;
+    assert!(ticks.load(std::sync::atomic::Ordering::Relaxed) > before, "the shutdown blocked the thread");
+    ticker.abort();
 }
 
 #[test]
