@@ -57,7 +57,7 @@ pub struct RuntimeConfig {
     /// protocol retransmits them) and counted.
     pub send_backlog: usize,
     /// Socket send and receive buffer sizes in bytes (the kernel may cap them). Default 4 MiB,
-    /// from [`SOCKET_BUFFER_MIN`] to [`SOCKET_BUFFER_MAX`].
+    /// from 64 KiB to 1 GiB (`SOCKET_BUFFER_MIN`, `SOCKET_BUFFER_MAX`).
     pub socket_buffer: usize,
     /// Message packing: datagrams for one destination produced in one turn of the loop are
     /// packed into bundles of at most this many bytes (one system call and one packet for many
@@ -108,7 +108,7 @@ pub struct RuntimeConfig {
     /// After a migration ([`crate::Runtime::migrate`]), how long the old socket is still read once
     /// every endpoint's view has the new address, in milliseconds: datagrams peers sent to the
     /// old address just before they installed that view (and their retransmissions) still
-    /// arrive. Default 2000, at most [`MIGRATE_GRACE_MAX_MS`].
+    /// arrive. Default 2000, at most 600,000 (ten minutes).
     pub migrate_grace_ms: u64,
 }
 
@@ -122,7 +122,7 @@ pub const EVENT_QUEUE_BYTES_MAX: usize = 1 << 30;
 
 /// The smallest and largest [`RuntimeConfig::socket_buffer`] a configuration may give.
 pub const SOCKET_BUFFER_MIN: usize = 64 << 10;
-/// See [`SOCKET_BUFFER_MIN`].
+/// See `SOCKET_BUFFER_MIN`.
 pub const SOCKET_BUFFER_MAX: usize = 1 << 30;
 
 /// The largest [`RuntimeConfig::migrate_grace_ms`] (ten minutes).

@@ -117,8 +117,9 @@ pub struct View {
 }
 
 /// Parses a stack to switch to and checks it can switch again (it has the `Switch` property)
-/// and can merge, as every stack the runtime runs must ([`merges`]). A tool checks a target it
-/// was given at its start with this, rather than when the switch is asked for, maybe hours later.
+/// and is one the runtime runs (membership and merging, flow control, no `Primary`). A tool
+/// checks a target it was given at its start with this, rather than when the switch is asked
+/// for, maybe hours later.
 pub fn switch_target(spec: &str) -> Result<motet_core::StackSpec, Error> {
     let parsed = motet_core::StackSpec::parse(spec)?;
     if !parsed.layers().contains(&motet_core::LayerKind::Switch) {
