@@ -288,9 +288,13 @@ impl Shared {
         let _ = stopped;
     }
 
-    /// Tries `attempt` until it is not refused for a full queue, waiting (without blocking the
-    /// thread) for the loop to make room between tries: the async form of the bounded queues'
-    /// back-pressure. A loop that stops meanwhile ends the wait with its error.
+    /// Tries `attempt` until it is not refused for a full action queue, waiting (without blocking
+    /// the thread) for the loop to make room between tries: the async form of the bounded
+    /// queue's back-pressure. A loop that stops meanwhile ends the wait with its error. A full
+    /// parking lot is returned, not waited for, as the blocking calls return it: a member whose
+    /// application lags behind its events holds its own casts back, and a task waiting here
+    /// could never take them (a review's finding: `recv` needs the member the waiting `cast`
+    /// borrows).
     #[cfg(feature = "tokio")]
     async fn when_room(&self, mut attempt: impl FnMut() -> Result<(), Error>) -> Result<(), Error> {
         loop {
@@ -300,8 +304,10 @@ impl Shared {
             notified.as_mut().enable();
             self.room_wanted.store(true, Ordering::SeqCst);
             match attempt() {
-                Err(Error::QueueFull(_)) if self.stopped.load(Ordering::SeqCst) => return Err(self.gone()),
-                Err(Error::QueueFull(_)) => notified.await,
+                Err(Error::QueueFull(crate::Queue::Action)) if self.stopped.load(Ordering::SeqCst) => {
+                    return Err(self.gone())
+                }
+                Err(Error::QueueFull(crate::Queue::Action)) => notified.await,
                 other => return other,
             }
         }

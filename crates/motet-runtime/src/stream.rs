@@ -9,8 +9,8 @@ use std::task::{Context, Poll};
 
 /// One endpoint in one group, for async code: `recv().await` or use it as a
 /// [`futures_core::Stream`] of events (ending after [`Event::Exit`]). `cast(..).await` and
-/// `send(..).await` wait for room in the bounded queues without blocking the thread. Dropping it
-/// leaves the group.
+/// `send(..).await` wait for room in the loop's action queue without blocking the thread.
+/// Dropping it leaves the group.
 pub struct AsyncMember {
     handle: Handle,
     events: tokio::sync::mpsc::Receiver<Event>,
@@ -35,10 +35,11 @@ impl AsyncMember {
     }
 
     /// Casts `data` to the group (see [`Handle::cast`]), waiting without blocking the thread
-    /// while a bounded queue is full: the loop's action queue, or this member's messages parked
-    /// behind flow control or a view change. Back-pressure, as `tokio::sync::mpsc::Sender::send`
-    /// gives: a task that casts faster than the group takes its casts waits here. Errors other
-    /// than a full queue are returned at once.
+    /// while the loop's action queue is full: back-pressure, as `tokio::sync::mpsc::Sender::send`
+    /// gives, so a task that casts faster than the loop takes its casts waits here. Other errors
+    /// are returned at once, `QueueFull(Queue::Parked)` among them, as the blocking `cast` returns
+    /// it: 65,536 messages (or 64 MiB) parked behind flow control, a view change, or this
+    /// member's own events not taken; take events, then retry.
     pub async fn cast(&self, data: impl Into<Bytes>) -> Result<(), Error> {
         self.handle.cast_when_room(data.into()).await
     }

@@ -123,6 +123,35 @@ async fn an_async_cast_waits_for_room_without_refusing() {
     ticker.abort();
 }
 
+/// A task that casts without reading its events is refused at the parking lot's bound
+/// (`QueueFull(Parked)`, as the blocking `cast` is), not left waiting: a member that lags behind
+/// its own events holds its own casts back, and a task waiting in `cast` could never read them.
+/// The first async `cast` waited there for good (a review's finding).
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "current_thread")]
+async fn an_async_cast_held_back_by_its_own_events_is_refused_not_stuck() {
+    use futures_util::StreamExt;
+    let mut config = RuntimeConfig::bind("127.0.0.1:0".parse().unwrap());
+    config.event_queue = 16;
+    let runtime = Runtime::start(config).unwrap();
+    let mut member = runtime.join_async(GroupConfig::new("async-own-lag")).unwrap();
+    while !matches!(member.next().await, Some(Event::View(_))) {}
+    let mut refused = None;
+    for k in 0..200_000u32 {
+        let cast = tokio::time::timeout(Duration::from_secs(30), member.cast(k.to_le_bytes().to_vec()));
+        match cast.await.expect("the cast returns: it does not wait for its own events") {
+            Ok(()) => {}
+            Err(error) => {
+                refused = Some(error);
+                break;
+            }
+        }
+    }
+    let refused = refused.expect("refused at the parking lot's bound");
+    assert!(matches!(refused, motet_runtime::Error::QueueFull(motet_runtime::Queue::Parked)), "{refused}");
+    runtime.shutdown_async(Duration::ZERO).await;
+}
+
 #[test]
 fn malformed_datagrams_and_bundles_are_dropped_and_counted() {
     let runtime = Runtime::start(RuntimeConfig::default()).unwrap();

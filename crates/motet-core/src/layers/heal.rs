@@ -69,7 +69,9 @@ pub struct Config {
     /// The longest the announcements of a partition that hears no other grow apart to: each
     /// announcement that heard no other partition since the last doubles the interval, up to
     /// this, and hearing one brings it back to `gossip_interval`. It bounds how long after a
-    /// partition heals the two sides take to find each other. Default 2,000 ms.
+    /// partition heals the two sides take to find each other. Default 2,000 ms; one shorter than
+    /// `gossip_interval` means no back-off (a configuration that set only a `gossip_interval`
+    /// longer than 2 s, valid before this parameter, keeps its pace).
     #[serde(
         rename = "gossip_interval_max_ms",
         deserialize_with = "crate::time::millis",
@@ -442,6 +444,19 @@ mod tests {
             h.up(Up::Init);
             assert_eq!(gaps(&mut h, 5), expected, "a view made from {prev}");
         }
+    }
+
+    /// A configuration that set only a `gossip_interval` longer than the new maximum's default
+    /// (valid before the back-off) is still valid, and keeps its pace: the first version refused
+    /// it (a review's finding).
+    #[test]
+    fn a_gossip_interval_longer_than_the_default_maximum_keeps_its_pace() {
+        let mut params = crate::StackConfig::default();
+        params.heal.gossip_interval = Duration::from_millis(5_000);
+        assert_eq!(params.validate(), Ok(()));
+        let mut h = Harness::new(Heal::new(&params.heal, &made_from(2, 2), 0), 0);
+        h.up(Up::Init);
+        assert_eq!(gaps(&mut h, 4), [5_000; 4]);
     }
 
     /// A partition that cannot merge with ours (too large together) does not hold our

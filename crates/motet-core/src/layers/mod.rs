@@ -385,6 +385,7 @@ impl StackConfig {
             ("safe.ack_timeout_ms", self.safe.ack_timeout),
             ("pt2pt.ack_timeout_ms", self.pt2pt.ack_timeout),
             ("xfer.stall_timeout_ms", self.xfer.stall_timeout),
+            ("xfer.install_timeout_ms", self.xfer.install_timeout),
             ("mflow.lag_report_interval_ms", self.mflow.lag_report_interval),
             ("pt2ptw.lag_report_interval_ms", self.pt2ptw.lag_report_interval),
         ];
@@ -411,13 +412,6 @@ impl StackConfig {
                 "{name} ({} ms) must be shorter than suspect.timeout_ms ({} ms): it holds repair or delivery back that long (a few ms absorbs reordering and batches)",
                 delay.as_millis(),
                 self.suspect.timeout.as_millis()
-            ));
-        }
-        if self.heal.gossip_interval_max < self.heal.gossip_interval {
-            return bad(format!(
-                "heal.gossip_interval_max_ms ({} ms) must be at least heal.gossip_interval_ms ({} ms): announcements back off from the one to the other",
-                self.heal.gossip_interval_max.as_millis(),
-                self.heal.gossip_interval.as_millis()
             ));
         }
         if self.top.linger > LINGER_MAX {

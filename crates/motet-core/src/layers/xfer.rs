@@ -26,8 +26,8 @@
 //! audible). The provider, which is also the view's coordinator (rank 0), watches its progress
 //! once its stream has ended and some receiver has said `Done` (the state could be received and
 //! installed: a member still installing a large one is not taken for a stalled one while nobody
-//! is done, for [`NONE_DONE_STALLS`] stall timeouts after the stream's end, after which every
-//! receiver not done is): when no member's `Done` came for `stall_timeout` (default 60 s), it suspects the
+//! is done, for `install_timeout` (240 s) after the stream's end, after which every receiver not
+//! done is): when no member's `Done` came for `stall_timeout` (default 60 s), it suspects the
 //! members that have not said it, and `intra` (above) starts the view change that excludes them;
 //! the transfer then ends without them (counter `XferStalled`). A member excluded so that stays
 //! audible merges back, and if it never says done in the next transfer view either, it holds
@@ -57,11 +57,23 @@ pub struct Config {
         serialize_with = "crate::time::ser_millis"
     )]
     pub stall_timeout: Duration,
+    /// How long after its stream ended the provider waits, while no receiver has said `Done`,
+    /// before it suspects them all: the time a receiver may take to install the state (a large
+    /// one, or an application busy with a backlog) before it is taken for one that never will.
+    /// A receiver excluded so merges back and gets the state again, so raise this for states that
+    /// take longer to install. Default 240 s (four `stall_timeout`s); one shorter than
+    /// `stall_timeout` counts as `stall_timeout`.
+    #[serde(
+        rename = "install_timeout_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
+    pub install_timeout: Duration,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { stall_timeout: Duration::from_millis(60_000) }
+        Config { stall_timeout: Duration::from_millis(60_000), install_timeout: Duration::from_millis(240_000) }
     }
 }
 
@@ -96,14 +108,13 @@ pub struct Xfer {
     suspected: RankSet,
     /// When the provider's stream ended (the provider only).
     ended_at: Option<Instant>,
+    /// `install_timeout`: how long after the end a provider no receiver has said `Done` to
+    /// suspects them all. Longer than a stall among receivers (some done, some not), since a
+    /// receiver may still be installing a large state, but bounded: a receiver whose application
+    /// never says done (the common join, one founder and one newcomer) held every cast of the
+    /// group for good (a review's finding).
+    install_timeout: Duration,
 }
-
-/// How many `stall_timeout`s after its stream ended a provider that no receiver has said `Done`
-/// to suspects them all: longer than a stall among receivers (some done, some not), because a
-/// receiver may still be installing a large state, but bounded: a receiver whose application
-/// never says done (the common join, one founder and one newcomer) held every cast of the group
-/// for good (a review's finding).
-const NONE_DONE_STALLS: u64 = 4;
 
 impl Xfer {
     /// An `xfer` for `view`.
@@ -118,6 +129,9 @@ impl Xfer {
             chunks: 0,
             ended: false,
             stall_timeout: config.stall_timeout,
+            // Never shorter than a stall among receivers: a configuration that raised only
+            // `stall_timeout` (valid before this parameter) keeps its waits.
+            install_timeout: config.install_timeout.max(config.stall_timeout),
             moved: None,
             suspected: RankSet::new(),
             ended_at: None,
@@ -136,15 +150,14 @@ impl Xfer {
 
     /// Whom the transfer waits for, at the provider (the coordinator, whose `intra` acts on a
     /// suspicion) once its stream has ended: the members that have not said `Done`, once one has,
-    /// or [`NONE_DONE_STALLS`] stall timeouts after the end if none has. Nobody elsewhere, or
+    /// or `install_timeout` after the end if none has. Nobody elsewhere, or
     /// before the stream ended: receivers cannot be done before it ends (suspecting them then, a
     /// provider excluded them all), and a suspicion a receiver raised here would reach no layer
     /// that acts on it.
     fn waited_for(&self, now: Instant) -> RankSet {
         let receivers = 1..self.n as Rank;
         let some_done = receivers.clone().any(|r| self.done.contains(r));
-        let long = Duration(self.stall_timeout.0.saturating_mul(NONE_DONE_STALLS));
-        let none_done_for_long = self.ended_at.is_some_and(|at| now >= at + long);
+        let none_done_for_long = self.ended_at.is_some_and(|at| now >= at + self.install_timeout);
         if self.rank != 0 || !self.ended || !(some_done || none_done_for_long) {
             return RankSet::new();
         }
@@ -406,15 +419,22 @@ mod tests {
         assert_eq!(suspected(&provider.timer(due + Duration::from_millis(t))), [vec![2]], "raised again");
         assert_eq!(provider.stats.counter(crate::event::Counter::XferStalled), 1, "counted once");
         // While no receiver is done (a large state being installed), nobody is suspected for
-        // `NONE_DONE_STALLS` stall timeouts after the stream's end; then every receiver is (a
-        // receiver whose application never says done held the group for good: a review's
-        // finding).
+        // `install_timeout` after the stream's end (four stall timeouts by default); then every
+        // receiver is (a receiver whose application never says done held the group for good: a
+        // review's finding).
         let mut slow = Harness::new(Xfer::new(&Config::default(), &view, 0), 0);
         slow.up(Up::Init);
         slow.up(Up::XferChunk { payload: b"s".as_slice().into(), last: true });
         slow.up(Up::Cast { origin: 0, msg: Msg::default().with(Header::Done), qos: Qos::Reliable });
-        assert!(suspected(&slow.timer(at((NONE_DONE_STALLS - 1) * t))).is_empty());
-        assert_eq!(suspected(&slow.timer(at(NONE_DONE_STALLS * t))), [vec![1, 2]]);
+        assert!(suspected(&slow.timer(at(3 * t))).is_empty());
+        assert_eq!(suspected(&slow.timer(at(4 * t))), [vec![1, 2]]);
+        // Raised, it waits that long.
+        let config = Config { install_timeout: Duration::from_millis(10 * t), ..Config::default() };
+        let mut slow = Harness::new(Xfer::new(&config, &view, 0), 0);
+        slow.up(Up::Init);
+        slow.up(Up::XferChunk { payload: b"s".as_slice().into(), last: true });
+        assert!(suspected(&slow.timer(at(9 * t))).is_empty());
+        assert_eq!(suspected(&slow.timer(at(10 * t))), [vec![1, 2]]);
         // A receiver suspects nobody: its suspicion would reach no layer that acts on it.
         let mut receiver = Harness::new(Xfer::new(&Config::default(), &view, 1), 1);
         receiver.up(Up::Init);
@@ -463,7 +483,7 @@ mod tests {
     #[test]
     fn a_provider_that_streams_nothing_leaves() {
         let view = xfer_view(3);
-        let config = Config { stall_timeout: Duration::from_millis(1_000) };
+        let config = Config { stall_timeout: Duration::from_millis(1_000), ..Config::default() };
         let leaves = |stream: bool| {
             let mut provider = Harness::new(Xfer::new(&config, &view, 0), 0);
             provider.up(Up::Init);
@@ -489,7 +509,7 @@ mod tests {
     #[test]
     fn a_flush_round_stops_the_watch() {
         let view = xfer_view(3);
-        let config = Config { stall_timeout: Duration::from_millis(1_000) };
+        let config = Config { stall_timeout: Duration::from_millis(1_000), ..Config::default() };
         let mut provider = Harness::new(Xfer::new(&config, &view, 0), 0);
         provider.up(Up::Init);
         provider.now = Instant::ZERO + Duration::from_millis(900);

@@ -103,9 +103,8 @@ impl Handle {
         self.act_bounded_or(Op::Send(to, data), false)
     }
 
-    /// [`Handle::try_cast`], waiting without blocking the thread while a bounded queue is full
-    /// (`action_queue`, or this member's parked messages): the back-pressure of
-    /// [`crate::AsyncMember::cast`].
+    /// [`Handle::try_cast`], waiting without blocking the thread while `action_queue` is full:
+    /// the back-pressure of [`crate::AsyncMember::cast`].
     #[cfg(feature = "tokio")]
     pub(crate) async fn cast_when_room(&self, data: Bytes) -> Result<(), Error> {
         self.shared.when_room(|| self.try_cast(data.clone())).await
