@@ -59,6 +59,19 @@ fn three_members_merge_then_cast_and_send() {
     assert!(stats.iter().any(|s| s.bundles_sent > 0 && s.datagrams_packed >= 2 * s.bundles_sent), "{stats:?}");
 }
 
+/// A task on the current thread that counts its turns in `ticks`: it runs only while the others
+/// yield the thread.
+#[cfg(feature = "tokio")]
+fn ticking(ticks: &std::sync::Arc<std::sync::atomic::AtomicU32>) -> tokio::task::JoinHandle<()> {
+    let ticks = std::sync::Arc::clone(ticks);
+    tokio::spawn(async move {
+        loop {
+            ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tokio::task::yield_now().await;
+        }
+    })
+}
+
 /// `AsyncMember::cast(..).await` waits for room instead of refusing: a task casting as fast as it
 /// can, with an action queue of two, sees `QueueFull` from `try_cast` (the queue does fill) and
 /// none from `cast`, and every cast is delivered once, in order. Before, the async member's
@@ -80,15 +93,7 @@ async fn an_async_cast_waits_for_room_without_refusing() {
     assert!(full > 0, "the action queue never filled: the test shows nothing");
     // Another task on this (single) thread runs while the casts wait: they yield, not block.
     let ticks = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let ticker = tokio::spawn({
-        let ticks = std::sync::Arc::clone(&ticks);
-        async move {
-            loop {
-                ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tokio::task::yield_now().await;
-            }
-        }
-    });
+    let ticker = ticking(&ticks);
     for k in 0..CASTS {
         member.cast(k.to_le_bytes().to_vec()).await.expect("waits for room, never refuses");
     }
@@ -108,15 +113,7 @@ async fn an_async_cast_waits_for_room_without_refusing() {
     assert_eq!(awaited, (0..CASTS).collect::<Vec<_>>(), "once each, in order");
     // The leave and the stop, awaited without blocking the thread: the ticker runs meanwhile.
     let before = ticks.load(std::sync::atomic::Ordering::Relaxed);
-    let ticker = tokio::spawn({
-        let ticks = std::sync::Arc::clone(&ticks);
-        async move {
-            loop {
-                ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tokio::task::yield_now().await;
-            }
-        }
-    });
+    let ticker = ticking(&ticks);
     drop(member);
     runtime.shutdown_async(Duration::from_secs(5)).await;
     assert!(ticks.load(std::sync::atomic::Ordering::Relaxed) > before, "the shutdown blocked the thread");

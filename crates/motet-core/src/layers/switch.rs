@@ -193,6 +193,11 @@ mod tests {
     use super::*;
     use crate::layer::harness::{Harness, Out};
 
+    /// Rank 0's request for `text`, as it arrives.
+    fn request(text: &str) -> Up {
+        Up::Cast { origin: 0, msg: Msg::default().with(Header::Request(text.into())), qos: Qos::Reliable }
+    }
+
     /// In a transfer view, a request for a stack without `xfer` is dropped at every member, not
     /// only refused by the asking member's `appl` (a member that skipped that check left the
     /// group in a transfer view no layer could end).
@@ -201,11 +206,6 @@ mod tests {
         let mut view = (*crate::testing::view_of("vsync+Xfer", 2)).clone();
         view.xfer_view = true;
         let mut h = Harness::new(Switch::new(&Config {}, &view, 1), 1);
-        let request = |text: &str| Up::Cast {
-            origin: 0,
-            msg: Msg::default().with(Header::Request(text.into())),
-            qos: Qos::Reliable,
-        };
         assert!(h.up(request("vsync")).is_empty());
         assert_eq!(h.stats.drops(DropReason::Malformed), 1);
         let out = h.up(request("total+Xfer"));
@@ -216,11 +216,6 @@ mod tests {
     /// dropped at every member: the group could not regain them (found by a review).
     #[test]
     fn a_request_that_would_lose_membership_or_primary_views_is_dropped() {
-        let request = |text: &str| Up::Cast {
-            origin: 0,
-            msg: Msg::default().with(Header::Request(text.into())),
-            qos: Qos::Reliable,
-        };
         let primary = crate::testing::view_of("vsync+Primary", 2);
         let mut h = Harness::new(Switch::new(&Config {}, &primary, 1), 1);
         let no_heal = "Gmp+Sync+Suspect+Slander+Frag+Flow+Local+Switch+Primary";
@@ -246,11 +241,6 @@ mod tests {
     /// review's findings). A stack that never had them may still switch to one without them.
     #[test]
     fn a_request_that_would_lose_flow_control_or_fragmentation_is_dropped() {
-        let request = |text: &str| Up::Cast {
-            origin: 0,
-            msg: Msg::default().with(Header::Request(text.into())),
-            qos: Qos::Reliable,
-        };
         let view = crate::testing::view_of("vsync", 2);
         let mut h = Harness::new(Switch::new(&Config {}, &view, 1), 1);
         let no_flow = "Gmp+Sync+Heal+Suspect+Slander+Frag+Local+Switch";

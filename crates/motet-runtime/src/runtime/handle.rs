@@ -82,25 +82,23 @@ impl Handle {
     /// queued for the application drops is sent nothing (the loop counts it in
     /// `RuntimeStats::sends_to_departed`).
     pub fn send(&self, to: EndpointId, data: impl Into<Bytes>) -> Result<(), Error> {
-        let data = data.into();
-        self.check(data.len())?;
-        let view = self.latest()?;
-        if !view.members.contains(&to) {
-            return Err(Error::NotMember(to));
-        }
-        self.act_bounded(Op::Send(to, data))
+        self.send_or(to, data.into(), true)
     }
 
     /// Like [`Handle::send`], but never waits: while `action_queue` actions wait for the loop it
     /// refuses with `Error::QueueFull(Queue::Action)`.
     pub fn try_send(&self, to: EndpointId, data: impl Into<Bytes>) -> Result<(), Error> {
-        let data = data.into();
+        self.send_or(to, data.into(), false)
+    }
+
+    /// [`Handle::send`], waiting for room in `action_queue` or not.
+    fn send_or(&self, to: EndpointId, data: Bytes, wait: bool) -> Result<(), Error> {
         self.check(data.len())?;
         let view = self.latest()?;
         if !view.members.contains(&to) {
             return Err(Error::NotMember(to));
         }
-        self.act_bounded_or(Op::Send(to, data), false)
+        self.act_bounded_or(Op::Send(to, data), wait)
     }
 
     /// [`Handle::try_cast`], waiting without blocking the thread while `action_queue` is full:
