@@ -18,7 +18,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             Event::Cast { data, .. } => {
                 println!("delivered: {}", String::from_utf8_lossy(&data));
-                member.leave()?;
+                member.leave().await?;
             }
             Event::Exit => break,
             _ => {}

@@ -490,12 +490,12 @@ impl Runtime {
     }
 
     /// Like [`Runtime::join`], for async code: the member's events are a [`futures_core::Stream`]
-    /// (and [`crate::AsyncMember::recv`]), and waiting for them blocks no thread; so do
-    /// `cast(..).await` and `send(..).await`, which wait for room in the bounded queues. The
-    /// other calls that act (this one, waiting for the loop's answer; `leave` and `switch`, when
-    /// `action_queue` is full; dropping the `Runtime`, for the leaves' grace) block their thread
-    /// briefly, as `std` channels do: from a tokio runtime, make them where blocking is allowed
-    /// (a multi-threaded runtime), and stop the runtime with [`Runtime::shutdown_async`].
+    /// (and [`crate::AsyncMember::recv`]), and waiting for them blocks no thread; nor do its
+    /// `cast`, `send`, `leave` and `switch`, which await room in the loop's action queue. This
+    /// call (waiting for the loop's answer) and dropping the `Runtime` (for the leaves' grace)
+    /// block their thread briefly, as `std` channels do: from a tokio runtime, join where
+    /// blocking is allowed (a multi-threaded runtime), and stop the runtime with
+    /// [`Runtime::shutdown_async`].
     #[cfg(feature = "tokio")]
     pub fn join_async(&self, config: GroupConfig) -> Result<crate::AsyncMember, Error> {
         let (sink, events) = tokio::sync::mpsc::channel(self.event_queue);

@@ -59,14 +59,16 @@ impl AsyncMember {
         self.handle.try_send(to, data)
     }
 
-    /// See [`Handle::leave`].
-    pub fn leave(&self) -> Result<(), Error> {
-        self.handle.leave()
+    /// Leaves the group (see [`Handle::leave`]), waiting as [`AsyncMember::cast`] does while
+    /// the loop's action queue is full.
+    pub async fn leave(&self) -> Result<(), Error> {
+        self.handle.leave_when_room().await
     }
 
-    /// See [`Handle::switch`].
-    pub fn switch(&self, spec: &str) -> Result<(), Error> {
-        self.handle.switch(spec)
+    /// Asks the group to switch stacks (see [`Handle::switch`]), waiting as
+    /// [`AsyncMember::cast`] does while the loop's action queue is full.
+    pub async fn switch(&self, spec: &str) -> Result<(), Error> {
+        self.handle.switch_when_room(spec).await
     }
 
     /// The next event; `None` after [`Event::Exit`] or when the runtime stopped.

@@ -120,6 +120,28 @@ async fn an_async_cast_waits_for_room_without_refusing() {
     ticker.abort();
 }
 
+/// `AsyncMember::leave(..).await` behind a full action queue waits for room (it is not refused
+/// with `QueueFull`), and the leave goes through: the stream ends with `Exit`.
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "current_thread")]
+async fn an_async_leave_behind_a_full_action_queue_waits_and_goes() {
+    use futures_util::StreamExt;
+    let mut config = RuntimeConfig::bind("127.0.0.1:0".parse().unwrap());
+    config.action_queue = 1;
+    let runtime = Runtime::start(config).unwrap();
+    let mut member = runtime.join_async(GroupConfig::new("async-leave")).unwrap();
+    while !matches!(member.next().await, Some(Event::View(_))) {}
+    let full = |m: &motet_runtime::AsyncMember| {
+        matches!(m.try_cast(&b"x"[..]), Err(motet_runtime::Error::QueueFull(motet_runtime::Queue::Action)))
+    };
+    while !full(&member) {}
+    member.leave().await.expect("the leave waits for room and goes");
+    let events: Vec<Event> =
+        tokio::time::timeout(Duration::from_secs(30), (&mut member).collect()).await.expect("the stream ends");
+    assert_eq!(events.last(), Some(&Event::Exit));
+    runtime.shutdown_async(Duration::from_secs(5)).await;
+}
+
 /// A task that casts without reading its events is refused at the parking lot's bound
 /// (`QueueFull(Parked)`, as the blocking `cast` is), not left waiting: a member that lags behind
 /// its own events holds its own casts back, and a task waiting in `cast` could never read them.
@@ -276,7 +298,7 @@ async fn async_members_merge_and_stream_events() {
             }
         }
     }
-    members[1].leave().unwrap();
+    members[1].leave().await.unwrap();
     let mut leaver = members.pop().unwrap();
     let rest: Vec<Event> = tokio::time::timeout(Duration::from_secs(30), (&mut leaver).collect::<Vec<_>>())
         .await

@@ -117,17 +117,39 @@ impl Handle {
     /// Leaves the group gracefully: the others install a view without this endpoint, and the
     /// member then receives [`Event::Exit`].
     pub fn leave(&self) -> Result<(), Error> {
+        self.leave_or(true)
+    }
+
+    /// [`Handle::leave`], waiting for room in `action_queue` or not (`QueueFull(Queue::Action)`).
+    fn leave_or(&self, wait: bool) -> Result<(), Error> {
         // Marked before the request is queued, so that of two threads leaving at once one hears
         // `Left`. An action another thread checked just before this may still be queued behind
-        // the leave, and is then refused in the loop (counted in `actions_refused`).
+        // the leave, and is then refused in the loop (counted in `actions_refused`). A refusal
+        // (a full queue among them) unmarks it: the leave may be asked again.
         if self.member.left.load(Ordering::SeqCst) || self.member.leaving.swap(true, Ordering::SeqCst) {
             return Err(Error::Left);
         }
-        let result = self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Leave });
+        let command = Command::Act { endpoint: self.endpoint, op: Op::Leave };
+        let result = match wait {
+            true => self.shared.command(command),
+            false => self.shared.try_command(command),
+        };
         if result.is_err() {
             self.member.leaving.store(false, Ordering::SeqCst);
         }
         result
+    }
+
+    /// [`Handle::leave`], waiting without blocking the thread while `action_queue` is full.
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn leave_when_room(&self) -> Result<(), Error> {
+        self.shared.when_room(|| self.leave_or(false)).await
+    }
+
+    /// [`Handle::switch`], waiting without blocking the thread while `action_queue` is full.
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn switch_when_room(&self, spec: &str) -> Result<(), Error> {
+        self.shared.when_room(|| self.switch_or(spec, false)).await
     }
 
     /// Casts `data` to the members `to` of the current view only (a subcast): ordered with the
@@ -196,6 +218,11 @@ impl Handle {
     /// the current and the new stack need the `Switch` property). Watch `View::stack` for the
     /// change; a request made during a view change waits for it to end.
     pub fn switch(&self, spec: &str) -> Result<(), Error> {
+        self.switch_or(spec, true)
+    }
+
+    /// [`Handle::switch`], waiting for room in `action_queue` or not (`QueueFull(Queue::Action)`).
+    fn switch_or(&self, spec: &str, wait: bool) -> Result<(), Error> {
         let spec = crate::switch_target(spec)?;
         if self.member.left.load(Ordering::SeqCst) || self.member.leaving.load(Ordering::SeqCst) {
             return Err(Error::Left);
@@ -210,7 +237,11 @@ impl Handle {
                 return Err(Error::Api(motet_core::ApiError::SwitchInTransfer(spec.to_string())));
             }
         }
-        self.shared.command(Command::Act { endpoint: self.endpoint, op: Op::Switch(spec) })
+        let command = Command::Act { endpoint: self.endpoint, op: Op::Switch(spec) };
+        match wait {
+            true => self.shared.command(command),
+            false => self.shared.try_command(command),
+        }
     }
 
     /// In a state-transfer view, at the provider (after `Event::XferProvide`): the next chunk of
