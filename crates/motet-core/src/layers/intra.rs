@@ -101,7 +101,19 @@ struct Round {
     cut_sent: bool,
     /// When the members that have not answered yet are suspected (`flush_timeout`).
     deadline: crate::time::Instant,
+    /// Timeouts of the current phase at which no other member had answered, waited out
+    /// ([`SILENT_TIMEOUTS_EXTRA`]).
+    silent_timeouts: u32,
 }
+
+/// Extra flush timeouts a coordinator waits, in a phase where no other member has answered,
+/// before it suspects them all. That nobody answers is likelier to be its own messages held than
+/// every other member stuck: its flush waits in its own flow control behind what it had queued,
+/// which a lagging member's trickle (`mflow.lag_trickle_bytes` a `lag_report_interval`, 64 KiB
+/// every 500 ms) lets out in up to 17 s at the default bounds; the coordinator then suspected
+/// every other member at 10 s and went on alone (a review's finding). A partition, or members
+/// that failed, the failure detector finds within its own timeout.
+const SILENT_TIMEOUTS_EXTRA: u32 = 2;
 
 impl Round {
     /// Survivors (of `n` ranks) that owe an answer in this round's current phase: a `FlushOk`
@@ -249,6 +261,7 @@ impl Intra {
             cut_ok,
             cut_sent,
             deadline,
+            silent_timeouts: 0,
         });
         out.alarm(deadline);
         out.dn(Dn::SyncFlush { round, failed });
@@ -283,6 +296,17 @@ impl Intra {
             // Only our own answer is missing (our `Block` held below us): suspecting ourselves is
             // not ours to do; those that hold it are found by the failure detector or `Excluded`.
             tracing::warn!(round = active.round, "flush timeout: this coordinator's own flush is not done");
+            active.deadline = out.now() + self.flush_timeout;
+            return out.alarm(active.deadline);
+        }
+        let others = (0..self.view.len() as Rank).filter(|&r| r != self.rank && !active.failed.contains(r));
+        let nobody_answered = others.clone().count() > 0 && others.into_iter().all(|r| missing.contains(r));
+        if nobody_answered && active.silent_timeouts < SILENT_TIMEOUTS_EXTRA {
+            active.silent_timeouts += 1;
+            tracing::warn!(
+                round = active.round,
+                "flush timeout: no other member answered (this coordinator's own messages may be held, behind flow control toward a lagging member): waiting again"
+            );
             active.deadline = out.now() + self.flush_timeout;
             return out.alarm(active.deadline);
         }
@@ -347,6 +371,7 @@ impl Intra {
             active.cut_sent = true;
             // The cut phase has a timeout of its own.
             active.deadline = out.now() + self.flush_timeout;
+            active.silent_timeouts = 0;
             out.alarm(active.deadline);
             tracing::debug!(round, "every survivor flushed: cut announced");
             out.dn(Dn::SyncCut { round, cut });
@@ -857,7 +882,12 @@ mod tests {
         assert!(h.up(report(2, 2)).iter().any(|o| matches!(o, Out::Dn(Dn::SyncCut { round: 2, .. }))));
         assert!(flushes(&h.timer(at(2 * timeout))).is_empty(), "the cut phase started later");
         h.up(Up::CutOk { from: 0, round: 2 });
-        assert_eq!(flushes(&h.timer(at(2 * timeout + 500))), [(3, vec![1, 2, 3])]);
+        // Nobody else answered the cut: two more timeouts (its own messages may be held), then
+        // every other member is suspected.
+        for k in 2..4 {
+            assert!(flushes(&h.timer(at(k * timeout + 500))).is_empty(), "waits: {k}");
+        }
+        assert_eq!(flushes(&h.timer(at(4 * timeout + 500))), [(3, vec![1, 2, 3])]);
 
         // Once the coordinator delivered its own cut, its commit timeout governs.
         let mut h = Harness::new(Intra::new(&config, &view, 0), 0);
@@ -878,13 +908,48 @@ mod tests {
         assert!(flushes(&h.timer(at(timeout))).is_empty());
         assert_eq!(h.alarm, Some(at(2 * timeout)));
 
-        // The alarm came half a timeout late: this process stalled; it waits half a timeout more.
+        // The alarm came half a timeout late: this process stalled; it waits half a timeout more
+        // (then, nobody else having answered, two timeouts more).
         let mut h = Harness::new(Intra::new(&config, &view, 0), 0);
         h.up(Up::Suspect([3].into_iter().collect()));
+        h.up(report(1, 1));
         assert!(flushes(&h.timer(at(timeout + timeout / 2))).is_empty());
         assert_eq!(h.alarm, Some(at(2 * timeout)));
-        assert_eq!(flushes(&h.timer(at(2 * timeout))), [(2, vec![1, 2, 3])]);
-        assert_eq!(h.stats.counter(crate::event::Counter::FlushTimedOut), 2);
+        assert_eq!(flushes(&h.timer(at(2 * timeout))), [(2, vec![2, 3])]);
+        assert_eq!(h.stats.counter(crate::event::Counter::FlushTimedOut), 1);
+    }
+
+    /// A round in which no other member answers waits two more flush timeouts before the
+    /// coordinator suspects them all: its own flush may be held in its flow control behind what
+    /// it had queued, drained by a lagging member's trickle for up to 17 s at the default bounds
+    /// (the coordinator went on alone at 10 s: a review's finding). Answers that come meanwhile
+    /// end the wait, and only those still missing at a timeout are suspected then.
+    #[test]
+    fn a_round_nobody_else_answers_waits_longer_before_suspecting_them_all() {
+        let view = crate::testing::view(4);
+        let config = Config::default();
+        let timeout = config.flush_timeout.as_millis();
+        let mut h = Harness::new(Intra::new(&config, &view, 0), 0);
+        assert_eq!(flushes(&h.up(Up::LeaveReq(3))), [(1, vec![])]);
+        h.up(report(0, 1));
+        for k in 1..3 {
+            assert!(flushes(&h.timer(at(k * timeout))).is_empty(), "timeout {k}: waits");
+        }
+        assert_eq!(h.stats.counter(crate::event::Counter::FlushTimedOut), 0);
+        // The held flush got out: 1 and 3 answer, 2 still does not.
+        h.now = at(2 * timeout + 1);
+        h.up(report(1, 1));
+        h.up(report(3, 1));
+        assert_eq!(flushes(&h.timer(at(3 * timeout))), [(2, vec![2])], "only the one still missing");
+        // With nobody answering for good, all are suspected at the third timeout.
+        let mut h = Harness::new(Intra::new(&config, &view, 0), 0);
+        h.up(Up::LeaveReq(3));
+        h.up(report(0, 1));
+        for k in 1..3 {
+            assert!(flushes(&h.timer(at(k * timeout))).is_empty());
+        }
+        assert_eq!(flushes(&h.timer(at(3 * timeout))), [(2, vec![1, 2, 3])]);
+        assert_eq!(h.stats.counter(crate::event::Counter::FlushTimedOut), 3);
     }
 
     /// A coordinator that delivered its own cut, then started a round again (a member suspected
