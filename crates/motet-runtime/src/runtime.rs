@@ -199,8 +199,8 @@ struct Shared {
     stopping: AtomicBool,
     /// Why the loop stopped, when it failed rather than being stopped.
     failure: Mutex<Option<String>>,
-    /// Async callers waiting for room (`AsyncMember::cast`): told each time the loop may have
-    /// made some (it took commands, or parked actions went), and when it stops.
+    /// Async callers waiting for room in the action queue (`AsyncMember::cast`): told each time
+    /// the loop took commands, and when it stops.
     #[cfg(feature = "tokio")]
     room: tokio::sync::Notify,
     /// Someone waits on `room`: the loop notifies only then (one atomic swap a turn otherwise).
@@ -277,8 +277,8 @@ impl Shared {
         }
     }
 
-    /// The loop may have made room (it took commands, parked actions went, or it stopped):
-    /// async callers waiting for it try again.
+    /// The loop may have made room in the action queue (it took commands, or it stopped): async
+    /// callers waiting for it try again.
     fn room_made(&self, stopped: bool) {
         #[cfg(feature = "tokio")]
         if self.room_wanted.swap(false, Ordering::SeqCst) || stopped {

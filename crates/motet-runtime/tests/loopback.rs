@@ -59,6 +59,19 @@ fn three_members_merge_then_cast_and_send() {
     assert!(stats.iter().any(|s| s.bundles_sent > 0 && s.datagrams_packed >= 2 * s.bundles_sent), "{stats:?}");
 }
 
+/// A runtime on loopback, tuned by `tune`, and one async member of `group` in it, alone, once
+/// its first view has come.
+#[cfg(feature = "tokio")]
+async fn alone_async(group: &str, tune: impl FnOnce(&mut RuntimeConfig)) -> (Runtime, motet_runtime::AsyncMember) {
+    use futures_util::StreamExt;
+    let mut config = RuntimeConfig::bind("127.0.0.1:0".parse().unwrap());
+    tune(&mut config);
+    let runtime = Runtime::start(config).unwrap();
+    let mut member = runtime.join_async(GroupConfig::new(group)).unwrap();
+    while !matches!(member.next().await, Some(Event::View(_))) {}
+    (runtime, member)
+}
+
 /// A task on the current thread that counts its turns in `ticks`: it runs only while the others
 /// yield the thread.
 #[cfg(feature = "tokio")]
@@ -81,11 +94,7 @@ fn ticking(ticks: &std::sync::Arc<std::sync::atomic::AtomicU32>) -> tokio::task:
 async fn an_async_cast_waits_for_room_without_refusing() {
     use futures_util::StreamExt;
     const CASTS: u32 = 3_000;
-    let mut config = RuntimeConfig::bind("127.0.0.1:0".parse().unwrap());
-    config.action_queue = 2;
-    let runtime = Runtime::start(config).unwrap();
-    let mut member = runtime.join_async(GroupConfig::new("async-room")).unwrap();
-    while !matches!(member.next().await, Some(Event::View(_))) {}
+    let (runtime, mut member) = alone_async("async-room", |c| c.action_queue = 2).await;
     let mut full = 0;
     for k in 0..200u32 {
         full += u32::from(matches!(member.try_cast(k.to_le_bytes().to_vec()), Err(motet_runtime::Error::QueueFull(_))));
@@ -126,11 +135,7 @@ async fn an_async_cast_waits_for_room_without_refusing() {
 #[tokio::test(flavor = "current_thread")]
 async fn an_async_leave_behind_a_full_action_queue_waits_and_goes() {
     use futures_util::StreamExt;
-    let mut config = RuntimeConfig::bind("127.0.0.1:0".parse().unwrap());
-    config.action_queue = 1;
-    let runtime = Runtime::start(config).unwrap();
-    let mut member = runtime.join_async(GroupConfig::new("async-leave")).unwrap();
-    while !matches!(member.next().await, Some(Event::View(_))) {}
+    let (runtime, mut member) = alone_async("async-leave", |c| c.action_queue = 1).await;
     let full = |m: &motet_runtime::AsyncMember| {
         matches!(m.try_cast(&b"x"[..]), Err(motet_runtime::Error::QueueFull(motet_runtime::Queue::Action)))
     };
@@ -149,12 +154,7 @@ async fn an_async_leave_behind_a_full_action_queue_waits_and_goes() {
 #[cfg(feature = "tokio")]
 #[tokio::test(flavor = "current_thread")]
 async fn an_async_cast_held_back_by_its_own_events_is_refused_not_stuck() {
-    use futures_util::StreamExt;
-    let mut config = RuntimeConfig::bind("127.0.0.1:0".parse().unwrap());
-    config.event_queue = 16;
-    let runtime = Runtime::start(config).unwrap();
-    let mut member = runtime.join_async(GroupConfig::new("async-own-lag")).unwrap();
-    while !matches!(member.next().await, Some(Event::View(_))) {}
+    let (runtime, member) = alone_async("async-own-lag", |c| c.event_queue = 16).await;
     let mut refused = None;
     for k in 0..200_000u32 {
         let cast = tokio::time::timeout(Duration::from_secs(30), member.cast(k.to_le_bytes().to_vec()));

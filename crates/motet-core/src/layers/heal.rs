@@ -66,9 +66,10 @@ pub struct Config {
         serialize_with = "crate::time::ser_millis"
     )]
     pub gossip_interval: Duration,
-    /// The longest the announcements of a partition that hears no other grow apart to: each
-    /// announcement that heard no other partition since the last doubles the interval, up to
-    /// this, and hearing one brings it back to `gossip_interval`. It bounds how long after a
+    /// The longest the announcements of a merged partition that hears no other grow apart to:
+    /// each announcement that heard no other partition since the last doubles the interval, up
+    /// to this, and hearing one brings it back to `gossip_interval` (other views keep the base
+    /// pace: `Heal::backs_off`). It bounds how long after a
     /// partition heals the two sides take to find each other. Default 2,000 ms; one shorter than
     /// `gossip_interval` means no back-off (a configuration that set only a `gossip_interval`
     /// longer than 2 s, valid before this parameter, keeps its pace).
@@ -272,10 +273,9 @@ impl Layer for Heal {
                     return;
                 }
                 // Another partition we could merge with is about: announce at the base pace
-                // again, from now (not from a backed-off tick), until the two have merged. On a
-                // lossy link the exchange (hello, answer, request) may take several rounds:
-                // each waiting out a backed-off interval made a heavy-loss swarm seed's merge
-                // take 19 s instead of 6.
+                // again, from now (not from a backed-off tick), until the two have merged: on a
+                // lossy link the exchange (hello, answer, request) may take several rounds, each
+                // of which would otherwise wait out a backed-off interval.
                 self.interval = self.config.gossip_interval;
                 out.alarm(out.now() + self.interval);
                 match (theirs > ours, answer) {
@@ -315,8 +315,8 @@ impl Layer for Heal {
             self.hello(None, false, out);
         }
         // Back-off (JGroups' MERGE3 spaces its announcements between a minimum and a maximum
-        // too): a group that has merged hears no other partition, and its announcements were
-        // most of what 1,000 idle 3-member groups cost a process (docs/PERFORMANCE.md, "Groups
+        // too): a group that has merged hears no other partition, and backing off took about
+        // 11% off what 1,000 idle 3-member groups cost a process (docs/PERFORMANCE.md, "Groups
         // per process"). The maximum bounds how long a healed partition stays unseen.
         out.alarm(out.now() + self.interval);
         if self.backs_off() {

@@ -110,7 +110,8 @@ struct Round {
 /// before it suspects them all. That nobody answers is likelier to be its own messages held than
 /// every other member stuck: its flush waits in its own flow control behind what it had queued,
 /// which a lagging member's trickle (`mflow.lag_trickle_bytes` a `lag_report_interval`, 64 KiB
-/// every 500 ms) lets out in up to 17 s at the default bounds; the coordinator then suspected
+/// every 500 ms) lets out slowly: about 8.5 s for a message of the default largest size (1 MiB),
+/// 17 s for one of 2 MiB, which `appl.message_size_max` allows. The coordinator then suspected
 /// every other member at 10 s and went on alone (a review's finding). A partition, or members
 /// that failed, the failure detector finds within its own timeout.
 const SILENT_TIMEOUTS_EXTRA: u32 = 2;

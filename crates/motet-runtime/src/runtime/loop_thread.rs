@@ -92,8 +92,7 @@ impl LoopThread {
                 }
             }
             self.dispatch();
-            // Commands taken make room in the action queue (and their members' lots), before
-            // the loop may sleep.
+            // Commands taken make room in the action queue, before the loop may sleep.
             self.shared.room_made(false);
             self.shared.sleeping.store(true, Ordering::SeqCst);
             // A command that came meanwhile is taken, and the loop turns without waiting: it
@@ -121,7 +120,6 @@ impl LoopThread {
                 for endpoint in std::mem::take(&mut self.parking) {
                     self.publish_parked(endpoint, None);
                 }
-                self.shared.room_made(false);
             }
         }
     }
