@@ -166,6 +166,9 @@ struct Summary {
     /// Members `safe` suspected because they did not acknowledge held casts within
     /// `safe.ack_timeout` (likewise a bug to find in the simulator, where members are honest).
     ack_overdue: u64,
+    /// Receivers `mflow` or `pt2ptw` suspected because they held a blocked sender's window shut
+    /// without reporting credit within `credit_timeout` (likewise a bug to find here).
+    credit_overdue: u64,
     /// Members a state transfer suspected because it made no progress within
     /// `xfer.stall_timeout` (likewise a bug to find here).
     xfer_stalled: u64,
@@ -293,6 +296,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         merges_unanswered: 0,
         flush_timeouts: 0,
         ack_overdue: 0,
+        credit_overdue: 0,
         xfer_stalled: 0,
         migrations: 0,
         bypass_hit_rate: None,
@@ -319,6 +323,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         summary.merges_unanswered += report.stats.counter(motet_core::Counter::MergeUnanswered);
         summary.flush_timeouts += report.stats.counter(motet_core::Counter::FlushTimedOut);
         summary.ack_overdue += report.stats.counter(motet_core::Counter::AckOverdue);
+        summary.credit_overdue += report.stats.counter(motet_core::Counter::CreditOverdue);
         summary.xfer_stalled += report.stats.counter(motet_core::Counter::XferStalled);
         summary.migrations += report.trace.migrations.len() as u64;
         if report.violations.iter().any(|v| matches!(v, motet_sim::Violation::Liveness { .. })) {
@@ -355,12 +360,13 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         );
         if summary.views_installed > 0 {
             println!(
-                "views     {} installed, {} migrations, {} merge requests unanswered, {} flush timeouts, {} overdue acknowledgements, {} stalled transfers",
+                "views     {} installed, {} migrations, {} merge requests unanswered, {} flush timeouts, {} overdue acknowledgements, {} overdue credit, {} stalled transfers",
                 summary.views_installed,
                 summary.migrations,
                 summary.merges_unanswered,
                 summary.flush_timeouts,
                 summary.ack_overdue,
+                summary.credit_overdue,
                 summary.xfer_stalled
             );
         }

@@ -538,6 +538,7 @@ counters! {
     DetectorWidened [Suspect]: "times the failure detector of a view went from watching through the coordinator to all-to-all heartbeats (a suspicion, a view change, or another member's heartbeat)",
     Stalled [Suspect]: "sweeps of the failure detector that came half a timeout or more late (this member did not run: stopped, descheduled, or its event loop not served); the time missed counts against no member",
     AckOverdue [Safe, Pt2pt]: "members suspected because they did not acknowledge within a deadline though audible (so the failure detector kept them): held casts within `safe.ack_timeout`, or this member's sends within `pt2pt.ack_timeout`",
+    CreditOverdue [Mflow, Pt2ptw]: "receivers suspected because they held a blocked sender's window shut without reporting credit within `mflow.credit_timeout` (casts) or `pt2ptw.credit_timeout` (sends), though audible (so the failure detector kept them)",
     XferStalled [Xfer]: "members a state transfer suspected because it made no progress within `xfer.stall_timeout` while waiting for them (the provider's stream, or a member's `Done`)",
     FlushTimedOut [Intra]: "members a coordinator suspected because they did not answer its flush round within `intra.flush_timeout` (audible but never answering: the failure detector suspects the silent ones first)",
     MergeDenied [Merge]: "merge requests answered `busy` (the requester keeps asking)",

@@ -23,3 +23,11 @@ pub fn unseeded_alarms(on: bool) {
 pub fn short_keys(on: bool) {
     crate::node::set_short_keys(on);
 }
+
+/// The member of rank `withholder` in every first view (one with no predecessor) made on this
+/// thread never reports its flow-control credit (`mflow`'s, `pt2ptw`'s) to rank `origin`, though
+/// it beats and delivers: a faulty member, which the credit deadline (`credit_timeout_ms`) must
+/// exclude (`None`: none).
+pub fn withhold_credit(fault: Option<(crate::Rank, crate::Rank)>) {
+    crate::stack::set_withhold_credit(fault);
+}

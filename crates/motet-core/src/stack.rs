@@ -44,6 +44,15 @@ use delayed::{Delayed, DelayedQueue, DELAYED_MAX};
 thread_local! {
     /// Testing the checker: inputs do not settle delayed processing first (a seeded bug).
     static SETTLE_LATE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Testing the credit deadline: (the withholding rank, the origin it starves), in first views
+    /// (`crate::faults::withhold_credit`).
+    static WITHHOLD_CREDIT: std::cell::Cell<Option<(Rank, Rank)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Sets the seeded fault of `WITHHOLD_CREDIT` on this thread (`crate::faults`).
+#[cfg(feature = "fault-injection")]
+pub(crate) fn set_withhold_credit(fault: Option<(Rank, Rank)>) {
+    WITHHOLD_CREDIT.with(|w| w.set(fault));
 }
 
 #[cfg(feature = "fault-injection")]
@@ -225,7 +234,18 @@ impl Stack {
         view.params.validate()?;
         let kinds = view.stack.layers();
         assert!(kinds.len() <= 32, "a compiled trace names its layers in a u32");
-        let layers: Vec<AnyLayer> = kinds.iter().map(|&kind| AnyLayer::new(kind, &view.params, &view, rank)).collect();
+        #[allow(unused_mut)]
+        let mut layers: Vec<AnyLayer> =
+            kinds.iter().map(|&kind| AnyLayer::new(kind, &view.params, &view, rank)).collect();
+        // The seeded fault of a member that never reports credit to one origin: in a first view
+        // only (no predecessor), so that once the group has excluded it and merged it back it
+        // behaves.
+        #[cfg(any(test, feature = "fault-injection"))]
+        if let Some((withholder, origin)) = WITHHOLD_CREDIT.with(std::cell::Cell::get) {
+            if withholder == rank && view.prev_ids.is_empty() && usize::from(origin) < view.len() {
+                layers.iter_mut().for_each(|layer| layer.withhold_credit(origin));
+            }
+        }
         let appl = kinds.iter().position(|&k| k == LayerKind::Appl).expect("StackSpec guarantees one appl");
         let bounded = [LayerKind::Mflow, LayerKind::Pt2ptw].map(|kind| kinds.contains(&kind));
         let mflow = kinds.iter().position(|&k| k == LayerKind::Mflow);

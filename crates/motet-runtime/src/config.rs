@@ -710,6 +710,10 @@ mod tests {
         assert!(err("[group.params.safe]\nack_timeout_ms = 500\n")
             .contains("safe.ack_timeout_ms (500 ms) must be longer than suspect.timeout_ms (1000 ms)"));
         assert!(err("[group.params.mnak]\nretransmit_max = 0\n").contains("mnak.retransmit_max must be at least 1"));
+        assert!(err("[group.params.mflow]\ncredit_timeout_ms = 800\n")
+            .contains("mflow.credit_timeout_ms (800 ms) must be longer than suspect.timeout_ms (1000 ms)"));
+        assert!(err("[group.params.pt2ptw]\ncredit_timeout_ms = 1000000\nlag_report_interval_ms = 600000\n")
+            .contains("and twice pt2ptw.lag_report_interval_ms (600000 ms)"));
         assert!(err("[group.params.mflow]\nlag_trickle_bytes = 1\n")
             .contains("mflow.lag_trickle_bytes (1) must be at least a fragment's cost"));
         // Maxima (parameters also come with other members' views): a bound turned off by one

@@ -30,10 +30,15 @@ fn main() {
             let mut options = SimOptions::swarm(seed, 3 + (seed as usize + k) % 3, stack.clone());
             options.bypass = Bypass::Diff;
             let report = run(&options);
-            // A flush timeout rescues a round that would otherwise wait for ever, and an overdue
-            // acknowledgement a safe cast (members here are honest): the run passes, but names a
+            // A flush timeout rescues a round that would otherwise wait for ever, an overdue
+            // acknowledgement a safe cast, and overdue credit a blocked sender (members here are
+            // honest): the run passes, but names a
             // liveness bug the timeout papered over.
-            let rescues = [motet_core::Counter::FlushTimedOut, motet_core::Counter::AckOverdue];
+            let rescues = [
+                motet_core::Counter::FlushTimedOut,
+                motet_core::Counter::AckOverdue,
+                motet_core::Counter::CreditOverdue,
+            ];
             if let Some(counter) = rescues.into_iter().find(|&c| report.stats.counter(c) > 0) {
                 timed_out += 1;
                 println!("{} | {}", options.replay_command(true), counter.name());

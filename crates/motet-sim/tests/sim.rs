@@ -557,6 +557,7 @@ fn a_host_paused_past_every_timeout_keeps_its_view() {
         assert!(report.trace.quiesced, "seed {seed}");
         let counter = |c| report.stats.counter(c);
         assert_eq!(counter(motet_core::Counter::AckOverdue), 0, "seed {seed}: stall at {at} ms for {ms} ms");
+        assert_eq!(counter(motet_core::Counter::CreditOverdue), 0, "seed {seed}");
         assert_eq!(counter(motet_core::Counter::FlushTimedOut), 0, "seed {seed}");
         assert_eq!(counter(motet_core::Counter::Suspected), 0, "seed {seed}");
         assert_eq!(report.views_installed, 0, "seed {seed}");

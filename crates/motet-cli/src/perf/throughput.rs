@@ -185,7 +185,7 @@ const CASTS_PER_TURN: usize = 1024;
 /// backlog then drops the group's own datagrams as well (heartbeats included), so the failure
 /// detector waits 30 s instead of 1 s before it suspects a member; otherwise each raw block
 /// split the group into singletons, and a singleton's window never closes. The flush timeout
-/// and `safe`'s and `pt2pt`'s acknowledgement timeouts must outlast the detector's
+/// `safe`'s and `pt2pt`'s acknowledgement timeouts and the credit timeouts must outlast the detector's
 /// (`StackConfig::validate`).
 pub(super) fn throughput_params() -> StackConfig {
     let mut params = StackConfig::default();
@@ -193,6 +193,8 @@ pub(super) fn throughput_params() -> StackConfig {
     params.intra.flush_timeout = motet_core::Duration::from_millis(60_000);
     params.safe.ack_timeout = motet_core::Duration::from_millis(60_000);
     params.pt2pt.ack_timeout = motet_core::Duration::from_millis(60_000);
+    params.mflow.credit_timeout = motet_core::Duration::from_millis(60_000);
+    params.pt2ptw.credit_timeout = motet_core::Duration::from_millis(60_000);
     params
 }
 

@@ -29,7 +29,7 @@
 use super::LayerKind;
 use crate::event::{Counter, Dn, Msg};
 use crate::layer::Outbox;
-use crate::time::Duration;
+use crate::time::{Duration, Instant};
 use crate::view::RankSet;
 use crate::Rank;
 use motet_wire::Header;
@@ -184,12 +184,40 @@ pub(crate) struct Receivers {
     flushed: bool,
     /// The layer whose reports these are (`mflow` or `pt2ptw`), which counts them.
     layer: LayerKind,
+    /// Testing the credit deadline: the origin this member never reports to (a faulty member,
+    /// `crate::faults::withhold_credit`; always `None` otherwise).
+    withheld: Option<Rank>,
 }
 
 impl Receivers {
     /// For a view of `members`, in `layer`.
     pub(crate) fn new(members: usize, layer: LayerKind) -> Receivers {
-        Receivers { consumers: vec![Consumer::default(); members], lagging: false, flushed: false, layer }
+        Receivers {
+            consumers: vec![Consumer::default(); members],
+            lagging: false,
+            flushed: false,
+            layer,
+            withheld: None,
+        }
+    }
+
+    /// The seeded fault (`crate::faults::withhold_credit`, set by the stack as it builds its
+    /// layers): this member never reports to `origin`.
+    #[cfg(any(test, feature = "fault-injection"))]
+    pub(crate) fn withhold(&mut self, origin: Rank) {
+        self.withheld = Some(origin);
+    }
+
+    /// The seeded fault: `origin` never hears from this member.
+    #[inline(always)]
+    fn withholds(&self, origin: Rank) -> bool {
+        #[cfg(any(test, feature = "fault-injection"))]
+        return self.withheld == Some(origin);
+        #[cfg(not(any(test, feature = "fault-injection")))]
+        {
+            let _ = origin;
+            false
+        }
     }
 
     /// Origins counted (the view's size).
@@ -201,8 +229,9 @@ impl Receivers {
     /// Counts one message of `origin` of `len` payload bytes; the cumulative count to report,
     /// if a report is due now (never while the application lags).
     pub(crate) fn consume(&mut self, origin: Rank, window: u64, len: usize) -> Option<u64> {
+        let withheld = self.withholds(origin);
         let consumer = &mut self.consumers[usize::from(origin)];
-        if self.lagging {
+        if self.lagging || withheld {
             consumer.consumed += cost(len);
             return None;
         }
@@ -213,7 +242,7 @@ impl Receivers {
     /// no report while the application lags, so the fast path counts silently as the layered
     /// path does.
     pub(crate) fn peek(&self, origin: Rank, window: u64, len: usize) -> Option<u64> {
-        if self.lagging {
+        if self.lagging || self.withholds(origin) {
             return None;
         }
         self.consumers[usize::from(origin)].peek(window, len)
@@ -272,12 +301,142 @@ impl Receivers {
     ) {
         for (origin, consumer) in self.consumers.iter_mut().enumerate() {
             let origin = origin as Rank;
-            if failed.contains(origin) {
+            if failed.contains(origin) || self.withheld == Some(origin) {
                 continue;
             }
             if let Some(count) = consumer.owed(cap) {
                 send_report(out, self.layer, origin, report(count));
             }
+        }
+    }
+}
+
+/// The credit deadline of a flow-control layer's sending side (`credit_timeout_ms`): a receiver
+/// that holds a blocked window shut and reports nothing for that long is suspected, once
+/// (counter `CreditOverdue`), so the view change excludes it. Without it, a member that beats
+/// (so the failure detector keeps it) but never reports its credit held its senders' casts or
+/// sends for good, and with them their flushes: a coordinator starved so waited for its own
+/// flush for ever, and in `total` a starved sequencer stopped ordering for the whole group (a
+/// review's finding, thirty-eighth session). As `pt2pt.ack_timeout_ms` is for
+/// acknowledgements.
+///
+/// An honest receiver never trips it: one that holds a window shut has not reported a window's
+/// worth of what was sent, so it owes a report as soon as it has received them (`Consumer`
+/// reports every half window), and while its application lags it still reports every
+/// `lag_report_interval` (the trickle). So its credit moves well within the deadline unless it
+/// cannot hear the sender at all, and then it is right to exclude it. The clock of a receiver
+/// starts when it begins to hold the window (not when it last reported: a fast receiver that
+/// had no reason to report for minutes may hold for a moment after the sender's window moved)
+/// and starts again each time its credit moves.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct CreditWatch {
+    /// `None` until the first block of the view: a stack that never blocks keeps nothing, and
+    /// the layer's slot in every stack grows by a pointer only (`a_layer_slot_stays_small`).
+    watched: Option<Box<Watched>>,
+}
+
+/// What a [`CreditWatch`] keeps once a window has blocked.
+#[derive(Debug, PartialEq)]
+struct Watched {
+    /// Per peer: since when it holds a blocked window without its credit moving.
+    since: Vec<Option<Instant>>,
+    /// Peers suspected already (the view change that excludes them is under way).
+    suspected: RankSet,
+    /// When the watch last looked: a look more than an interval late means this process did not
+    /// run, and that time counts against no peer (as `pt2pt`'s and `suspect`'s deadlines).
+    last_look: Instant,
+}
+
+impl CreditWatch {
+    /// How often a blocked sender looks: a receiver is suspected between one and 1.25
+    /// deadlines after it began to hold the window.
+    pub(crate) fn interval(timeout: Duration) -> Duration {
+        Duration((timeout.0 / 4).max(Duration::from_millis(1).0))
+    }
+
+    /// Peer `peer` of a view of `members` holds the window shut (`holds`) or not, at `now`: its
+    /// clock starts, goes on, or stops.
+    pub(crate) fn hold(&mut self, members: usize, peer: Rank, holds: bool, now: Instant) {
+        let watched = match (&mut self.watched, holds) {
+            (Some(watched), _) => watched,
+            (None, false) => return,
+            (None, true) => self.watched.insert(Box::new(Watched {
+                since: vec![None; members],
+                suspected: RankSet::new(),
+                last_look: now,
+            })),
+        };
+        let since = &mut watched.since[usize::from(peer)];
+        match holds {
+            true => {
+                since.get_or_insert(now);
+            }
+            false => *since = None,
+        }
+    }
+
+    /// `peer`'s credit moved at `now`: its clock starts again if it runs.
+    pub(crate) fn moved(&mut self, peer: Rank, now: Instant) {
+        if let Some(since @ Some(_)) = self.watched.as_mut().and_then(|w| w.since.get_mut(usize::from(peer))) {
+            *since = Some(now);
+        }
+    }
+
+    /// No window is blocked any more: every clock stops.
+    pub(crate) fn clear(&mut self) {
+        if let Some(watched) = &mut self.watched {
+            watched.since.iter_mut().for_each(|since| *since = None);
+        }
+    }
+
+    /// Whether any clock runs (the sender is blocked by someone).
+    pub(crate) fn running(&self) -> bool {
+        self.watched.as_ref().is_some_and(|w| w.since.iter().any(Option::is_some))
+    }
+
+    /// The layer's timer: the peers whose clock ran for `timeout`, not failed and not suspected
+    /// yet, are suspected (`Up::Suspect`, counted as `layer`'s `CreditOverdue`); the next look is
+    /// armed while any clock runs.
+    pub(crate) fn look(&mut self, timeout: Duration, failed: &RankSet, out: &mut Outbox<'_>, layer: LayerKind) {
+        let Some(watched) = &mut self.watched else { return };
+        let now = out.now();
+        let interval = Self::interval(timeout);
+        let late = now.saturating_since(watched.last_look + interval);
+        if late > interval {
+            for since in watched.since.iter_mut().flatten() {
+                *since = (*since + late).min(now);
+            }
+        }
+        watched.last_look = now;
+        let overdue: RankSet = (0..watched.since.len() as Rank)
+            .filter(|&r| !failed.contains(r) && !watched.suspected.contains(r))
+            .filter(|&r| watched.since[usize::from(r)].is_some_and(|since| since + timeout <= now))
+            .collect();
+        if !overdue.is_empty() {
+            tracing::warn!(
+                ?overdue,
+                ?layer,
+                "receivers held a window shut without reporting credit within credit_timeout: suspected"
+            );
+            for _ in overdue.iter() {
+                out.count(layer, Counter::CreditOverdue);
+            }
+            watched.suspected.union_with(&overdue);
+            out.up(crate::event::Up::Suspect(overdue));
+        }
+        if self.running() {
+            out.alarm(now + interval);
+        }
+    }
+
+    /// Arms the next look when a window has just blocked (no clock ran before, one runs now);
+    /// the time since the last look counts against nobody.
+    pub(crate) fn arm(&mut self, was_running: bool, out: &mut Outbox<'_>, timeout: Duration) {
+        if !was_running && self.running() {
+            if let Some(watched) = &mut self.watched {
+                watched.last_look = out.now();
+            }
+            out.alarm(out.now() + Self::interval(timeout));
         }
     }
 }

@@ -18,7 +18,7 @@
 //! the lag for the rest of the view: the others' held flushes wait for their pending casts to go
 //! out, which needs this member's credit.
 
-use super::flow::{send_report, Offer, Receivers, Window};
+use super::flow::{send_report, CreditWatch, Offer, Receivers, Window};
 use crate::event::{Counter, Dn, DropReason, Msg, Qos, Up};
 use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -59,6 +59,17 @@ pub struct Config {
     /// trickle was the window; a deployment that raises its window to send large messages
     /// through lags faster raises this too.)
     pub lag_trickle_bytes: u64,
+    /// How long a live receiver may hold this sender's window shut (casts waiting) without its
+    /// credit moving before it is suspected (counter `CreditOverdue`; `flow::CreditWatch`).
+    /// Default 10 s, as `pt2pt.ack_timeout_ms`: an honest receiver reports within a round trip
+    /// of receiving, and every `lag_report_interval` while its application lags. Longer than
+    /// `suspect.timeout_ms` and twice `lag_report_interval_ms`.
+    #[serde(
+        rename = "credit_timeout_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
+    pub credit_timeout: Duration,
 }
 
 impl Default for Config {
@@ -68,6 +79,7 @@ impl Default for Config {
             pending_max: 2048,
             lag_report_interval: Duration::from_millis(500),
             lag_trickle_bytes: 64 * 1024,
+            credit_timeout: Duration::from_millis(10_000),
         }
     }
 }
@@ -96,14 +108,19 @@ pub struct Mflow {
     window: Window,
     /// Per receiver: how many bytes of our casts it reported consumed.
     credit: Vec<u64>,
-    /// The least of `credit` over the live receivers (`None`: none is live), kept as credit and
-    /// failures change: every cast asks it, and the minimum over the view cost a pass over every
-    /// member per cast (about 30 instructions with two members, 300 with 64).
-    slowest: Option<u64>,
+    /// The least of `credit` over the live receivers (`u64::MAX`: none is live, so what was sent
+    /// bounds it: not an `Option`, whose tag took the layer's slot in every stack past its bound,
+    /// `a_layer_slot_stays_small`), kept as credit and failures change: every cast asks it, and
+    /// the minimum over the view cost a pass over every member per cast (about 30 instructions
+    /// with two members, 300 with 64).
+    slowest: u64,
     /// Per origin: how many bytes of its casts we consumed (and whether the application lags).
     receivers: Receivers,
     /// A flush (`Block`) waits here until every pending cast is out, and a `Cut` behind it.
     block: super::HeldBlock,
+    /// The receivers holding the window shut while casts wait, and since when
+    /// (`Config::credit_timeout`).
+    watch: CreditWatch,
 }
 
 impl Mflow {
@@ -115,9 +132,10 @@ impl Mflow {
             failed: RankSet::new(),
             window: Window::default(),
             credit: vec![0; view.len()],
-            slowest: (view.len() > 1).then_some(0),
+            slowest: if view.len() > 1 { 0 } else { u64::MAX },
             receivers: Receivers::new(view.len(), super::LayerKind::Mflow),
             block: super::HeldBlock::default(),
+            watch: CreditWatch::default(),
         }
     }
 
@@ -131,25 +149,27 @@ impl Mflow {
     /// What the slowest live receiver consumed (everything we sent, if we are alone).
     #[inline]
     fn consumed(&self) -> u64 {
-        self.slowest.unwrap_or(self.window.sent)
+        // Credit never exceeds what was sent, so this is the slowest's when one is live.
+        self.slowest.min(self.window.sent)
     }
 
     /// The least credit of a live receiver, counted over the view (what `slowest` keeps).
-    fn slowest_live(&self) -> Option<u64> {
+    fn slowest_live(&self) -> u64 {
         let live = (0..self.credit.len() as Rank).filter(|&r| r != self.rank && !self.failed.contains(r));
-        live.map(|r| self.credit[usize::from(r)]).min()
+        live.map(|r| self.credit[usize::from(r)]).min().unwrap_or(u64::MAX)
     }
 
     /// Records a credit report from `origin` (cumulative bytes it consumed, never more than we
-    /// sent). The layered handler and the fast path share it. Credit only grows, so the slowest
-    /// receiver's changes only when it was `origin`'s.
-    fn take_credit(&mut self, origin: Rank, count: u64) {
+    /// sent: a report of more is dropped before this). The layered handler and the fast path share it. Credit only grows, so the slowest
+    /// receiver's changes only when it was `origin`'s. Whether the credit moved.
+    fn take_credit(&mut self, origin: Rank, count: u64) -> bool {
         let o = usize::from(origin);
         let before = self.credit[o];
         self.credit[o] = before.max(count.min(self.window.sent));
-        if self.slowest == Some(before) && self.credit[o] != before {
+        if self.slowest == before && self.credit[o] != before {
             self.slowest = self.slowest_live();
         }
+        self.credit[o] != before
     }
 
     fn release(&mut self, out: &mut Outbox<'_>) {
@@ -161,12 +181,41 @@ impl Mflow {
         if self.window.pending() == 0 {
             self.block.release(out);
         }
+        self.rewatch(out);
+    }
+
+    /// Which live receivers hold the window shut while casts wait (each that has not reported
+    /// within a window of what was sent): their clocks run (`CreditWatch`), the others' stop.
+    /// Only while blocked, so never on the fast path (whose casts need an open window).
+    fn rewatch(&mut self, out: &mut Outbox<'_>) {
+        let was_running = self.watch.running();
+        if self.window.pending() == 0 {
+            if was_running {
+                self.watch.clear();
+            }
+            return;
+        }
+        let (n, now, sent, window) = (self.credit.len(), out.now(), self.window.sent, self.config.window_bytes);
+        for r in 0..n as Rank {
+            let holds = r != self.rank && !self.failed.contains(r) && sent - self.credit[usize::from(r)] >= window;
+            self.watch.hold(n, r, holds, now);
+        }
+        self.watch.arm(was_running, out, self.config.credit_timeout);
     }
 }
 
 /// A credit report's header.
 fn credit(count: u64) -> Header {
     Header::Credit { count }
+}
+
+impl Mflow {
+    /// The seeded fault of a member that never reports its credit to `origin`
+    /// (`crate::faults::withhold_credit`).
+    #[cfg(any(test, feature = "fault-injection"))]
+    pub(crate) fn withhold_credit(&mut self, origin: Rank) {
+        self.receivers.withhold(origin);
+    }
 }
 
 impl Layer for Mflow {
@@ -186,8 +235,16 @@ impl Layer for Mflow {
             },
             Up::Send { origin, mut msg } => match msg.pop_as::<Header>() {
                 Some(Header::NoHdr) => out.up(Up::Send { origin, msg }),
+                // More than we sent: no correct member reports that (each counts what it
+                // consumed of this view's casts, as we count them). Dropped and counted, not
+                // clamped as until the thirty-ninth session, so a faulty peer shows in the drops.
+                Some(Header::Credit { count }) if count > self.window.sent => {
+                    out.drop_input(super::LayerKind::Mflow, DropReason::Malformed)
+                }
                 Some(Header::Credit { count }) => {
-                    self.take_credit(origin, count);
+                    if self.take_credit(origin, count) {
+                        self.watch.moved(origin, out.now());
+                    }
                     self.release(out);
                 }
                 None => out.drop_input(super::LayerKind::Mflow, DropReason::HeaderMismatch),
@@ -213,6 +270,7 @@ impl Layer for Mflow {
                     Offer::Blocked => {
                         out.count(super::LayerKind::Mflow, Counter::FlowBlocked);
                         out.up(Up::FlowBlock { dest: None, blocked: true });
+                        self.rewatch(out);
                     }
                     Offer::Queued => {}
                 }
@@ -242,6 +300,11 @@ impl Layer for Mflow {
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
         // While the application lags, what it owes trickles out (`Config::lag_report_interval`).
         self.receivers.tick(self.config.lag_report_interval, self.config.lag_trickle_bytes, &self.failed, out, credit);
+        // While casts wait, receivers that hold the window shut and report nothing are
+        // suspected after `credit_timeout`.
+        if self.watch.running() {
+            self.watch.look(self.config.credit_timeout, &self.failed, out, super::LayerKind::Mflow);
+        }
     }
 
     // Fast path: a reliable cast the window admits (counted); a reliable cast received
@@ -263,10 +326,11 @@ impl Layer for Mflow {
     }
 
     fn fast_up(&self, up: &fast::Up<'_>) -> Option<UpStep> {
-        if let motet_wire::Header::Mflow(Header::Credit { .. }) = up.header {
+        if let motet_wire::Header::Mflow(Header::Credit { count }) = up.header {
             // A credit report that releases nothing (no cast waits, no flush is held) only
-            // raises a count: kept here, with no event.
-            let quiet = !up.cast && self.window.pending() == 0 && !self.block.held;
+            // raises a count: kept here, with no event. One of more than was sent is the layered
+            // path's to drop.
+            let quiet = !up.cast && self.window.pending() == 0 && !self.block.held && *count <= self.window.sent;
             return quiet.then_some(UpStep { absorb: true, ..UpStep::to(up.qos) });
         }
         if !fast::is(up.header, Header::NoHdr) {
@@ -284,7 +348,9 @@ impl Layer for Mflow {
 
     fn fast_up_apply(&mut self, up: &fast::Up<'_>, _msg: &Msg, out: &mut Outbox<'_>) {
         if let motet_wire::Header::Mflow(Header::Credit { count }) = up.header {
-            return self.take_credit(up.origin, *count);
+            // Only while no cast waits (the condition), so no receiver's clock runs.
+            self.take_credit(up.origin, *count);
+            return;
         }
         if up.cast
             && up.qos == Qos::Reliable
@@ -303,6 +369,7 @@ impl Layer for Mflow {
         assert_eq!(self.slowest, self.slowest_live(), "the slowest receiver's credit is kept");
         self.window.check(self.consumed(), self.config.window_bytes);
         assert_eq!(self.credit.len(), self.receivers.len());
+        assert!(self.window.pending() > 0 || !self.watch.running(), "a clock runs while no cast waits");
     }
 
     fn buffered(&self) -> usize {
@@ -314,6 +381,7 @@ impl Layer for Mflow {
 mod tests {
     use super::*;
     use crate::layer::harness::{sent, Harness, Out};
+    use crate::time::Instant;
 
     fn credits(out: &[Out]) -> Vec<(Rank, u64)> {
         let sends = sent::<Header>(out).into_iter();
@@ -370,6 +438,115 @@ mod tests {
         failed.insert(2);
         assert_eq!(went(h.dn(Dn::Fail(failed))), 1, "with rank 2 failed, rank 1's credit holds it");
         assert_eq!(h.layer.consumed(), 4 * ONE);
+    }
+
+    /// Rank 0 of `n`, with a window of four casts of one byte and the default credit timeout.
+    fn sender(n: usize) -> (Config, Harness<Mflow>) {
+        let config = Config { window_bytes: 4 * ONE, ..Config::default() };
+        (config.clone(), Harness::new(Mflow::new(&config, &crate::testing::view(n), 0), 0))
+    }
+
+    fn times(d: Duration, k: u64) -> Duration {
+        Duration(d.0 * k)
+    }
+
+    fn one_byte_cast(h: &mut Harness<Mflow>) -> Vec<Out> {
+        h.dn(Dn::Cast { msg: Msg::new(vec![7].into()), qos: Qos::Reliable })
+    }
+
+    fn credit_from(h: &mut Harness<Mflow>, origin: Rank, count: u64) -> Vec<Out> {
+        h.up(Up::Send { origin, msg: Msg::default().with(Header::Credit { count }) })
+    }
+
+    /// Fires the layer's alarms up to `until`, collecting the suspicions they raise.
+    fn alarms_until(h: &mut Harness<Mflow>, until: Instant) -> Vec<Vec<Rank>> {
+        let mut suspected = Vec::new();
+        while let Some(at) = h.alarm.filter(|&at| at <= until) {
+            suspected.extend(crate::layer::harness::suspected(&h.timer(at)));
+        }
+        suspected
+    }
+
+    /// A receiver that beats (so the failure detector keeps it) but never reports its credit
+    /// held its sender's casts, and their flush, for good (a review's finding, thirty-eighth
+    /// session). Now it is suspected between one and 1.25 credit timeouts after it began to hold
+    /// the window shut, once; the receiver that reported is not. The clock starts at the block,
+    /// not at the receiver's last report: receivers that had no reason to report for a long time
+    /// are not suspected the moment the window shuts.
+    #[test]
+    fn a_receiver_that_holds_the_window_shut_without_reporting_is_suspected_after_the_credit_timeout() {
+        let (config, mut h) = sender(3);
+        (0..4).for_each(|_| drop(one_byte_cast(&mut h)));
+        credit_from(&mut h, 1, 4 * ONE);
+        credit_from(&mut h, 2, 4 * ONE);
+        assert_eq!(h.alarm, None, "no cast waits: no clock runs");
+        // Twenty seconds later, a burst shuts the window; both receivers hold it.
+        let t0 = Instant::ZERO + Duration::from_millis(20_000);
+        h.now = t0;
+        (0..5).for_each(|_| drop(one_byte_cast(&mut h)));
+        assert_eq!(h.layer.window.pending(), 1);
+        assert!(h.alarm.is_some(), "a blocked sender looks at its receivers");
+        // Rank 1 reports a second later; rank 2 never does.
+        h.now = t0 + Duration::from_millis(1_000);
+        credit_from(&mut h, 1, 8 * ONE);
+        let quiet = alarms_until(&mut h, t0 + config.credit_timeout.saturating_sub(Duration::from_millis(1)));
+        assert_eq!(quiet, Vec::<Vec<Rank>>::new(), "not before the timeout");
+        let late = alarms_until(&mut h, t0 + config.credit_timeout + CreditWatch::interval(config.credit_timeout));
+        assert_eq!(late, vec![vec![2]], "rank 2, once");
+        assert_eq!(h.stats.counter(Counter::CreditOverdue), 1);
+        assert_eq!(alarms_until(&mut h, t0 + times(config.credit_timeout, 3)), Vec::<Vec<Rank>>::new(), "not again");
+        // The view change's failure releases the cast, and the clocks stop.
+        let out = h.dn(Dn::Fail([2].into_iter().collect()));
+        assert_eq!(out.iter().filter(|o| matches!(o, Out::Dn(Dn::Cast { .. }))).count(), 1);
+        assert!(!h.layer.watch.running());
+    }
+
+    /// A receiver whose credit keeps moving is never suspected, however long it holds the window:
+    /// a lagging application's trickle (a report every `lag_report_interval`) is such a receiver.
+    #[test]
+    fn a_receiver_whose_credit_keeps_moving_is_not_suspected() {
+        let (config, mut h) = sender(2);
+        (0..200).for_each(|_| drop(one_byte_cast(&mut h)));
+        for k in 1..=60u64 {
+            let at = Instant::ZERO + times(config.lag_report_interval, k);
+            assert_eq!(alarms_until(&mut h, at), Vec::<Vec<Rank>>::new(), "at {at:?}");
+            h.now = at;
+            credit_from(&mut h, 1, k * ONE);
+            assert!(h.layer.window.pending() > 0 && h.layer.watch.running());
+        }
+        assert_eq!(h.stats.counter(Counter::CreditOverdue), 0);
+    }
+
+    /// A credit report of more than was sent (no correct member sends one) is dropped and
+    /// counted, on both paths: the fast path leaves it to the layered one, which drops it and
+    /// releases nothing. It was clamped to what was sent until the thirty-ninth session, which
+    /// hid the faulty peer.
+    #[test]
+    fn a_credit_report_of_more_than_was_sent_is_dropped_and_counted() {
+        let (_, mut h) = sender(2);
+        (0..5).for_each(|_| drop(one_byte_cast(&mut h)));
+        let header: motet_wire::Header = Header::Credit { count: 100 * ONE }.into();
+        let up = fast::Up { origin: 1, cast: false, qos: Qos::Reliable, header: &header, len: 0 };
+        assert!(h.layer.fast_up(&up).is_none());
+        let out = credit_from(&mut h, 1, 100 * ONE);
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(h.stats.drops(DropReason::Malformed), 1);
+        assert_eq!(h.layer.consumed(), 0);
+        assert_eq!(credit_from(&mut h, 1, 4 * ONE).len(), 2, "a true report releases the cast (and unblocks)");
+    }
+
+    /// A look that comes far later than it was armed means this process did not run: that time
+    /// counts against no receiver (as `pt2pt`'s and `suspect`'s deadlines).
+    #[test]
+    fn time_this_process_did_not_run_counts_against_no_receiver() {
+        let (config, mut h) = sender(2);
+        (0..5).for_each(|_| drop(one_byte_cast(&mut h)));
+        let paused = Instant::ZERO + times(config.credit_timeout, 3);
+        assert_eq!(crate::layer::harness::suspected(&h.timer(paused)), Vec::<Vec<Rank>>::new());
+        let interval = CreditWatch::interval(config.credit_timeout);
+        let before = alarms_until(&mut h, paused + config.credit_timeout.saturating_sub(times(interval, 2)));
+        assert_eq!(before, Vec::<Vec<Rank>>::new(), "its clock resumed where the pause began");
+        assert_eq!(alarms_until(&mut h, paused + config.credit_timeout + interval), vec![vec![1]]);
     }
 
     #[test]
@@ -434,7 +611,7 @@ mod tests {
         h.dn(cast(1));
         assert!(h.dn(Dn::Block).is_empty(), "held behind the pending cast");
         assert!(h.dn(Dn::Cut(vec![1, 0].into())).is_empty(), "held behind the block");
-        let out = h.up(Up::Send { origin: 1, msg: Msg::default().with(Header::Credit { count: 2 * ONE }) });
+        let out = h.up(Up::Send { origin: 1, msg: Msg::default().with(Header::Credit { count: ONE }) });
         let order: Vec<&str> = out
             .iter()
             .filter_map(|o| match o {
@@ -451,7 +628,7 @@ mod tests {
         h.dn(cast(2));
         assert!(h.dn(Dn::Block).is_empty() && h.dn(Dn::Cut(vec![3, 0].into())).is_empty());
         assert!(h.dn(Dn::Block).is_empty());
-        let out = h.up(Up::Send { origin: 1, msg: Msg::default().with(Header::Credit { count: 3 * ONE }) });
+        let out = h.up(Up::Send { origin: 1, msg: Msg::default().with(Header::Credit { count: 2 * ONE }) });
         assert!(out.iter().any(|o| matches!(o, Out::Dn(Dn::Block))), "{out:?}");
         assert!(!out.iter().any(|o| matches!(o, Out::Dn(Dn::Cut(_)))), "{out:?}");
     }

@@ -388,6 +388,8 @@ impl StackConfig {
             ("xfer.install_timeout_ms", self.xfer.install_timeout),
             ("mflow.lag_report_interval_ms", self.mflow.lag_report_interval),
             ("pt2ptw.lag_report_interval_ms", self.pt2ptw.lag_report_interval),
+            ("mflow.credit_timeout_ms", self.mflow.credit_timeout),
+            ("pt2ptw.credit_timeout_ms", self.pt2ptw.credit_timeout),
         ];
         if let Some((name, _)) = periods.iter().find(|(_, d)| d.as_millis() == 0) {
             return bad(format!("{name} must be at least 1 ms"));
@@ -434,7 +436,7 @@ impl StackConfig {
         // said here, where the cause is, and not as a flush timeout to raise past its own limit.
         if self.suspect.timeout >= PERIOD_MAX {
             return bad(format!(
-                "suspect.timeout_ms must be less than {} ms (an hour): intra.flush_timeout_ms, safe.ack_timeout_ms and pt2pt.ack_timeout_ms must be longer, and are at most an hour",
+                "suspect.timeout_ms must be less than {} ms (an hour): intra.flush_timeout_ms, safe.ack_timeout_ms, pt2pt.ack_timeout_ms and the credit timeouts must be longer, and are at most an hour",
                 PERIOD_MAX.as_millis()
             ));
         }
@@ -463,6 +465,22 @@ impl StackConfig {
                 self.pt2pt.ack_timeout.as_millis(),
                 self.suspect.timeout.as_millis()
             ));
+        }
+        // A receiver that holds a window shut is suspected after the credit timeout: the failure
+        // detector finds the failed ones first, and an honest receiver whose application lags
+        // still reports every `lag_report_interval` (`flow::CreditWatch`).
+        for (name, timeout, lag) in [
+            ("mflow", self.mflow.credit_timeout, self.mflow.lag_report_interval),
+            ("pt2ptw", self.pt2ptw.credit_timeout, self.pt2ptw.lag_report_interval),
+        ] {
+            if timeout <= self.suspect.timeout || timeout.0 <= lag.0.saturating_mul(2) {
+                return bad(format!(
+                    "{name}.credit_timeout_ms ({} ms) must be longer than suspect.timeout_ms ({} ms) and twice {name}.lag_report_interval_ms ({} ms): it is for receivers that stay audible and never report their credit, the failure detector finds the failed ones and a lagging receiver reports every interval (raise {name}.credit_timeout_ms with them)",
+                    timeout.as_millis(),
+                    self.suspect.timeout.as_millis(),
+                    lag.as_millis()
+                ));
+            }
         }
         // The members of a partition whose merge request goes unanswered wait for the view that
         // ends the round (`intra`'s commit timeout) while the coordinator waits for an answer
@@ -573,6 +591,19 @@ impl StackConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(any(test, feature = "fault-injection"))]
+impl AnyLayer {
+    /// The seeded fault of a member that never reports its flow-control credit to `origin`
+    /// (`crate::faults::withhold_credit`): the flow-control layers take it, the others ignore it.
+    pub(crate) fn withhold_credit(&mut self, origin: Rank) {
+        match self {
+            AnyLayer::Mflow(layer) => layer.withhold_credit(origin),
+            AnyLayer::Pt2ptw(layer) => layer.withhold_credit(origin),
+            _ => {}
+        }
     }
 }
 

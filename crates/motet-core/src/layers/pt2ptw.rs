@@ -8,7 +8,7 @@
 //! application lags its events (`Dn::Lagging`), acknowledgements are counted but not sent, but for
 //! a trickle every `lag_report_interval`, until it catches up or a flush begins (as in `mflow`).
 
-use super::flow::{send_report, Offer, Receivers, Window};
+use super::flow::{send_report, CreditWatch, Offer, Receivers, Window};
 use crate::event::{Counter, Dn, DropReason, Msg, Up};
 use crate::fast::{self, DnStep, Down, UpStep};
 use crate::layer::{Layer, LayerSpec, Outbox, Service};
@@ -43,6 +43,15 @@ pub struct Config {
     /// send it per `lag_report_interval`, beyond the window that was in flight when the lag
     /// began. Default 64 KiB, as `mflow`'s (see there).
     pub lag_trickle_bytes: u64,
+    /// How long a live destination may hold this sender's window to it shut (sends waiting)
+    /// without acknowledging before it is suspected (counter `CreditOverdue`), as `mflow`'s (see
+    /// there). Default 10 s.
+    #[serde(
+        rename = "credit_timeout_ms",
+        deserialize_with = "crate::time::millis",
+        serialize_with = "crate::time::ser_millis"
+    )]
+    pub credit_timeout: Duration,
 }
 
 impl Default for Config {
@@ -52,6 +61,7 @@ impl Default for Config {
             pending_max: 2048,
             lag_report_interval: Duration::from_millis(500),
             lag_trickle_bytes: 64 * 1024,
+            credit_timeout: Duration::from_millis(10_000),
         }
     }
 }
@@ -84,6 +94,9 @@ pub struct Pt2ptw {
     receivers: Receivers,
     /// A flush (`Block`) waits here until every pending message is out, and a `Cut` behind it.
     block: super::HeldBlock,
+    /// The destinations whose window is shut with sends waiting, and since when
+    /// (`Config::credit_timeout`).
+    watch: CreditWatch,
 }
 
 impl Pt2ptw {
@@ -96,6 +109,7 @@ impl Pt2ptw {
             acked: vec![0; view.len()],
             receivers: Receivers::new(view.len(), super::LayerKind::Pt2ptw),
             block: super::HeldBlock::default(),
+            watch: CreditWatch::default(),
         }
     }
 
@@ -112,6 +126,15 @@ fn ack(count: u64) -> Header {
     Header::Ack { count }
 }
 
+impl Pt2ptw {
+    /// The seeded fault of a member that never reports its credit to `origin`
+    /// (`crate::faults::withhold_credit`).
+    #[cfg(any(test, feature = "fault-injection"))]
+    pub(crate) fn withhold_credit(&mut self, origin: Rank) {
+        self.receivers.withhold(origin);
+    }
+}
+
 impl Layer for Pt2ptw {
     fn handle_up(&mut self, ev: Up, out: &mut Outbox<'_>) {
         match ev {
@@ -122,14 +145,25 @@ impl Layer for Pt2ptw {
                     }
                     out.up(Up::Send { origin, msg });
                 }
+                // More than we sent to it: no correct member reports that. Dropped and counted
+                // (it was clamped until the thirty-ninth session).
+                Some(Header::Ack { count })
+                    if usize::from(origin) >= self.windows.len() || count > self.windows[usize::from(origin)].sent =>
+                {
+                    out.drop_input(super::LayerKind::Pt2ptw, DropReason::Malformed)
+                }
                 Some(Header::Ack { count }) => {
                     let o = usize::from(origin);
-                    // A count beyond what we sent is a protocol violation; clamp rather than trust it.
-                    self.acked[o] = self.acked[o].max(count.min(self.windows[o].sent));
+                    let before = self.acked[o];
+                    self.acked[o] = before.max(count);
+                    if self.acked[o] != before {
+                        self.watch.moved(origin, out.now());
+                    }
                     let released = self.windows[o]
                         .release(self.acked[o], self.config.window_bytes, |msg| out.dn(Dn::Send { dest: origin, msg }));
                     if released {
                         out.up(Up::FlowBlock { dest: Some(origin), blocked: false });
+                        self.watch.hold(self.windows.len(), origin, false, out.now());
                     }
                     self.release_block(out);
                 }
@@ -160,6 +194,9 @@ impl Layer for Pt2ptw {
                     Offer::Blocked => {
                         out.count(super::LayerKind::Pt2ptw, Counter::FlowBlocked);
                         out.up(Up::FlowBlock { dest: Some(dest), blocked: true });
+                        let was_running = self.watch.running();
+                        self.watch.hold(self.windows.len(), dest, true, out.now());
+                        self.watch.arm(was_running, out, self.config.credit_timeout);
                     }
                     Offer::Queued => {}
                 }
@@ -170,6 +207,7 @@ impl Layer for Pt2ptw {
                     self.failed.insert(rank);
                     if self.windows[usize::from(rank)].clear() {
                         out.up(Up::FlowBlock { dest: Some(rank), blocked: false });
+                        self.watch.hold(n, rank, false, out.now());
                     }
                 }
                 out.dn(Dn::Fail(ranks));
@@ -194,6 +232,11 @@ impl Layer for Pt2ptw {
     fn handle_timer(&mut self, out: &mut Outbox<'_>) {
         // While the application lags, what it owes trickles out (`Config::lag_report_interval`).
         self.receivers.tick(self.config.lag_report_interval, self.config.lag_trickle_bytes, &self.failed, out, ack);
+        // While sends wait, a destination that holds its window shut and acknowledges nothing is
+        // suspected after `credit_timeout`.
+        if self.watch.running() {
+            self.watch.look(self.config.credit_timeout, &self.failed, out, super::LayerKind::Pt2ptw);
+        }
     }
 
     // Fast path: a send the window admits (counted); a send received (consumed, with an `Ack`
@@ -246,6 +289,7 @@ impl Layer for Pt2ptw {
         for (window, &acked) in self.windows.iter().zip(&self.acked) {
             window.check(acked, self.config.window_bytes);
         }
+        assert!(self.buffered() > 0 || !self.watch.running(), "a clock runs while no send waits");
     }
 
     fn buffered(&self) -> usize {
@@ -257,6 +301,7 @@ impl Layer for Pt2ptw {
 mod tests {
     use super::*;
     use crate::layer::harness::{sent, Harness, Out};
+    use crate::time::Instant;
 
     fn acks(out: &[Out]) -> Vec<(Rank, u64)> {
         let sends = sent::<Header>(out).into_iter();
@@ -270,6 +315,43 @@ mod tests {
 
     fn send() -> Up {
         Up::Send { origin: 0, msg: Msg::default().with(Header::NoHdr) }
+    }
+
+    /// A destination that beats but never acknowledges the sends that shut its window is
+    /// suspected about a credit timeout after the window shut, once (counter `CreditOverdue`);
+    /// one that acknowledges in time is not, and its clock stops when its sends go. Before, a
+    /// `pt2pt` acknowledgement without `pt2ptw`'s held the sends to it, and the next flush, for
+    /// good (a review's finding, thirty-eighth session).
+    #[test]
+    fn a_destination_that_never_acknowledges_a_shut_window_is_suspected_after_the_credit_timeout() {
+        let view = crate::testing::view(3);
+        let c = crate::layers::MESSAGE_CHARGE;
+        let config = Config { window_bytes: 2 * c, ..Config::default() };
+        let mut h = Harness::new(Pt2ptw::new(&config, &view, 0), 0);
+        for dest in [1, 2] {
+            (0..3).for_each(|_| drop(h.dn(Dn::Send { dest, msg: Msg::default() })));
+        }
+        assert_eq!(h.layer.buffered(), 2, "one send waits for each destination");
+        let look = crate::layers::flow::CreditWatch::interval(config.credit_timeout);
+        // Rank 1 acknowledges after a second: its send goes and its clock stops.
+        h.now = Instant::ZERO + crate::time::Duration::from_millis(1_000);
+        let out = h.up(Up::Send { origin: 1, msg: Msg::default().with(Header::Ack { count: 2 * c }) });
+        assert!(out.iter().any(|o| matches!(o, Out::Dn(Dn::Send { dest: 1, .. }))));
+        let mut suspected = Vec::new();
+        while let Some(at) = h.alarm.filter(|&at| at <= Instant::ZERO + config.credit_timeout + look) {
+            let out = h.timer(at);
+            if !crate::layer::harness::suspected(&out).is_empty() {
+                assert!(at >= Instant::ZERO + config.credit_timeout, "suspected at {at:?}, before the timeout");
+            }
+            suspected.extend(crate::layer::harness::suspected(&out));
+        }
+        assert_eq!(suspected, vec![vec![2]]);
+        assert_eq!(h.stats.counter(Counter::CreditOverdue), 1);
+        h.dn(Dn::Fail([2].into_iter().collect()));
+        assert!(!h.layer.watch.running(), "no send waits: no clock runs");
+        let at = h.alarm.expect("the look armed before the failure");
+        h.timer(at);
+        assert_eq!(h.alarm, None, "and no look is armed again");
     }
 
     #[test]

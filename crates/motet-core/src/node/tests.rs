@@ -662,6 +662,8 @@ fn a_stale_cast_under_a_key_of_a_removed_stack_is_not_taken_by_another_view() {
     params.intra.flush_timeout = Duration::from_millis(70_000);
     params.safe.ack_timeout = Duration::from_millis(70_000);
     params.pt2pt.ack_timeout = Duration::from_millis(70_000);
+    params.mflow.credit_timeout = Duration::from_millis(70_000);
+    params.pt2ptw.credit_timeout = Duration::from_millis(70_000);
     slow.params = Arc::new(params);
     let mut node = Node::new();
     let gone = node.join(now, Arc::new(slow), 1).unwrap();
