@@ -313,7 +313,8 @@ impl Receivers {
 
 /// The credit deadline of a flow-control layer's sending side (`credit_timeout_ms`): a receiver
 /// that holds a blocked window shut and reports nothing for that long is suspected, once
-/// (counter `CreditOverdue`), so the view change excludes it. Without it, a member that beats
+/// (counter `CreditOverdue`), so the view change excludes it (`mflow` also takes it out of the
+/// window at once, or the suspicion, a cast, would wait behind the casts it starved). Without it, a member that beats
 /// (so the failure detector keeps it) but never reports its credit held its senders' casts or
 /// sends for good, and with them their flushes: a coordinator starved so waited for its own
 /// flush for ever, and in `total` a starved sequencer stopped ordering for the whole group (a
@@ -345,6 +346,9 @@ struct Watched {
     /// When the watch last looked: a look more than an interval late means this process did not
     /// run, and that time counts against no peer (as `pt2pt`'s and `suspect`'s deadlines).
     last_look: Instant,
+    /// The stack is replaced and lingers (`Dn::Replaced`): it suspects no one any more (as
+    /// `suspect`), since the next view has settled who is in the group.
+    stopped: bool,
 }
 
 impl CreditWatch {
@@ -364,8 +368,12 @@ impl CreditWatch {
                 since: vec![None; members],
                 suspected: RankSet::new(),
                 last_look: now,
+                stopped: false,
             })),
         };
+        if watched.stopped {
+            return;
+        }
         let since = &mut watched.since[usize::from(peer)];
         match holds {
             true => {
@@ -382,6 +390,15 @@ impl CreditWatch {
         }
     }
 
+    /// The stack is replaced (`Dn::Replaced`): every clock stops for good.
+    pub(crate) fn stop(&mut self) {
+        let watched = self.watched.get_or_insert_with(|| {
+            Box::new(Watched { since: Vec::new(), suspected: RankSet::new(), last_look: Instant::ZERO, stopped: true })
+        });
+        watched.stopped = true;
+        watched.since.iter_mut().for_each(|since| *since = None);
+    }
+
     /// No window is blocked any more: every clock stops.
     pub(crate) fn clear(&mut self) {
         if let Some(watched) = &mut self.watched {
@@ -395,10 +412,16 @@ impl CreditWatch {
     }
 
     /// The layer's timer: the peers whose clock ran for `timeout`, not failed and not suspected
-    /// yet, are suspected (`Up::Suspect`, counted as `layer`'s `CreditOverdue`); the next look is
-    /// armed while any clock runs.
-    pub(crate) fn look(&mut self, timeout: Duration, failed: &RankSet, out: &mut Outbox<'_>, layer: LayerKind) {
-        let Some(watched) = &mut self.watched else { return };
+    /// yet, are suspected (`Up::Suspect`, counted as `layer`'s `CreditOverdue`), and returned; the
+    /// next look is armed while any clock runs.
+    pub(crate) fn look(
+        &mut self,
+        timeout: Duration,
+        failed: &RankSet,
+        out: &mut Outbox<'_>,
+        layer: LayerKind,
+    ) -> RankSet {
+        let Some(watched) = &mut self.watched else { return RankSet::new() };
         let now = out.now();
         let interval = Self::interval(timeout);
         let late = now.saturating_since(watched.last_look + interval);
@@ -422,11 +445,12 @@ impl CreditWatch {
                 out.count(layer, Counter::CreditOverdue);
             }
             watched.suspected.union_with(&overdue);
-            out.up(crate::event::Up::Suspect(overdue));
+            out.up(crate::event::Up::Suspect(overdue.clone()));
         }
         if self.running() {
             out.alarm(now + interval);
         }
+        overdue
     }
 
     /// Arms the next look when a window has just blocked (no clock ran before, one runs now);

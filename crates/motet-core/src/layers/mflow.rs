@@ -61,8 +61,9 @@ pub struct Config {
     pub lag_trickle_bytes: u64,
     /// How long a live receiver may hold this sender's window shut (casts waiting) without its
     /// credit moving before it is suspected (counter `CreditOverdue`; `flow::CreditWatch`).
-    /// Default 10 s, as `pt2pt.ack_timeout_ms`: an honest receiver reports within a round trip
-    /// of receiving, and every `lag_report_interval` while its application lags. Longer than
+    /// Default 10 s, as `pt2pt.ack_timeout_ms`: an honest receiver that holds the window has
+    /// half a window unreported once it has received what was sent, so it reports then, and
+    /// every `lag_report_interval` while its application lags. Longer than
     /// `suspect.timeout_ms` and twice `lag_report_interval_ms`.
     #[serde(
         rename = "credit_timeout_ms",
@@ -293,6 +294,10 @@ impl Layer for Mflow {
                 out.dn(Dn::Lagging(lagging));
             }
             Dn::Cut(cut) => self.block.cut(cut, out),
+            Dn::Replaced => {
+                self.watch.stop();
+                out.dn(Dn::Replaced);
+            }
             other => out.pass_dn(other, Header::NoHdr),
         }
     }
@@ -301,9 +306,19 @@ impl Layer for Mflow {
         // While the application lags, what it owes trickles out (`Config::lag_report_interval`).
         self.receivers.tick(self.config.lag_report_interval, self.config.lag_trickle_bytes, &self.failed, out, credit);
         // While casts wait, receivers that hold the window shut and report nothing are
-        // suspected after `credit_timeout`.
+        // suspected after `credit_timeout`, and no longer hold the window: the suspicion itself
+        // leaves as a cast (`slander`'s, to the coordinator), which would otherwise wait here
+        // behind the casts they hold, for good at a member that is not the coordinator (a
+        // review's finding). They are out of the window's count as a failure would take them
+        // (the view change that excludes them is under way), which also stops header
+        // compression, whose sequence numbers rely on every receiver being within the window.
         if self.watch.running() {
-            self.watch.look(self.config.credit_timeout, &self.failed, out, super::LayerKind::Mflow);
+            let overdue = self.watch.look(self.config.credit_timeout, &self.failed, out, super::LayerKind::Mflow);
+            if !overdue.is_empty() {
+                self.failed.union_with(&overdue);
+                self.slowest = self.slowest_live();
+                self.release(out);
+            }
         }
     }
 
@@ -491,14 +506,38 @@ mod tests {
         credit_from(&mut h, 1, 8 * ONE);
         let quiet = alarms_until(&mut h, t0 + config.credit_timeout.saturating_sub(Duration::from_millis(1)));
         assert_eq!(quiet, Vec::<Vec<Rank>>::new(), "not before the timeout");
-        let late = alarms_until(&mut h, t0 + config.credit_timeout + CreditWatch::interval(config.credit_timeout));
-        assert_eq!(late, vec![vec![2]], "rank 2, once");
+        let mut late = Vec::new();
+        while let Some(at) =
+            h.alarm.filter(|&at| at <= t0 + config.credit_timeout + CreditWatch::interval(config.credit_timeout))
+        {
+            late.extend(h.timer(at));
+        }
+        assert_eq!(crate::layer::harness::suspected(&late), vec![vec![2]], "rank 2, once");
         assert_eq!(h.stats.counter(Counter::CreditOverdue), 1);
+        // And rank 2 no longer holds the window: the waiting cast goes, so the suspicion, which
+        // leaves as a cast (`slander`'s), does not wait behind it (a review's finding: a sender
+        // that is not the coordinator stayed stuck). Compression stops, as with a failure.
+        let casts = |out: &[Out]| out.iter().filter(|o| matches!(o, Out::Dn(Dn::Cast { .. }))).count();
+        assert_eq!(casts(&late), 1);
+        assert!(late.iter().any(|o| matches!(o, Out::Up(Up::FlowBlock { dest: None, blocked: false }))));
+        assert!(!h.layer.bounds_every_receiver() && !h.layer.watch.running());
         assert_eq!(alarms_until(&mut h, t0 + times(config.credit_timeout, 3)), Vec::<Vec<Rank>>::new(), "not again");
-        // The view change's failure releases the cast, and the clocks stop.
-        let out = h.dn(Dn::Fail([2].into_iter().collect()));
-        assert_eq!(out.iter().filter(|o| matches!(o, Out::Dn(Dn::Cast { .. }))).count(), 1);
+        // The view change's failure has nothing more to release.
+        assert_eq!(casts(&h.dn(Dn::Fail([2].into_iter().collect()))), 0);
+    }
+
+    /// A stack replaced by the next view's lingers to finish retransmissions: it suspects no one
+    /// any more (as `suspect`), whatever waits in it.
+    #[test]
+    fn a_replaced_stack_suspects_no_receiver() {
+        let (config, mut h) = sender(2);
+        (0..5).for_each(|_| drop(one_byte_cast(&mut h)));
+        assert!(h.layer.watch.running());
+        assert!(matches!(&h.dn(Dn::Replaced)[..], [Out::Dn(Dn::Replaced)]));
         assert!(!h.layer.watch.running());
+        drop(one_byte_cast(&mut h));
+        assert_eq!(alarms_until(&mut h, Instant::ZERO + times(config.credit_timeout, 3)), Vec::<Vec<Rank>>::new());
+        assert_eq!(h.stats.counter(Counter::CreditOverdue), 0);
     }
 
     /// A receiver whose credit keeps moving is never suspected, however long it holds the window:

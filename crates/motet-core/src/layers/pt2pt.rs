@@ -351,12 +351,13 @@ impl Layer for Pt2pt {
             if p.expected > p.ack_sent {
                 self.send_ack(peer, out);
             }
-            // The first hole is asked for again; those after it once, when their `nak_delay` is
-            // over (as `mnak`'s timer).
+            // The first hole is asked for again, and every later one asked for before the last
+            // sweep; the others once, when their `nak_delay` is over (as `mnak`'s timer).
             let p = &self.peers[usize::from(peer)];
-            for (lo, hi) in super::gaps::to_ask(p.holes(), p.asked.asked_upto) {
+            for (lo, hi) in super::gaps::to_ask(p.holes(), &p.asked) {
                 self.send_nak(peer, lo, hi, out);
             }
+            self.peers[usize::from(peer)].asked.swept();
             let p = &self.peers[usize::from(peer)];
             let due = p.unacked.iter().take_while(|(_, sent)| *sent + self.config.sweep_interval <= now).count();
             if due > 0 {

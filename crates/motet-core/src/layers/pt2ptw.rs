@@ -225,6 +225,10 @@ impl Layer for Pt2ptw {
                 out.dn(Dn::Lagging(lagging));
             }
             Dn::Cut(cut) => self.block.cut(cut, out),
+            Dn::Replaced => {
+                self.watch.stop();
+                out.dn(Dn::Replaced);
+            }
             other => out.pass_dn(other, Header::NoHdr),
         }
     }
@@ -234,6 +238,7 @@ impl Layer for Pt2ptw {
         self.receivers.tick(self.config.lag_report_interval, self.config.lag_trickle_bytes, &self.failed, out, ack);
         // While sends wait, a destination that holds its window shut and acknowledges nothing is
         // suspected after `credit_timeout`.
+        // (The suspicion leaves as a cast, which this layer does not hold.)
         if self.watch.running() {
             self.watch.look(self.config.credit_timeout, &self.failed, out, super::LayerKind::Pt2ptw);
         }
