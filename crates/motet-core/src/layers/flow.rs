@@ -399,6 +399,18 @@ impl CreditWatch {
         watched.since.iter_mut().for_each(|since| *since = None);
     }
 
+    /// Whether the watch suspected `peer`.
+    #[inline]
+    pub(crate) fn suspected(&self, peer: Rank) -> bool {
+        self.watched.as_ref().is_some_and(|w| w.suspected.contains(peer))
+    }
+
+    /// Whether the watch suspected anyone.
+    #[inline]
+    pub(crate) fn suspected_any(&self) -> bool {
+        self.watched.as_ref().is_some_and(|w| !w.suspected.is_empty())
+    }
+
     /// No window is blocked any more: every clock stops.
     pub(crate) fn clear(&mut self) {
         if let Some(watched) = &mut self.watched {

@@ -105,10 +105,13 @@ pub(super) struct Asked {
     /// Everything below this was received or asked for at least once (`naked_upto` runs ahead of
     /// it by the holes whose NAK waits for `nak_delay`).
     pub(super) asked_upto: Seqno,
-    /// Everything below this was received or asked for before the last repair sweep: a hole here
-    /// that is still open at the next sweep was asked for a sweep interval ago or more, so its NAK
+    /// Everything below this was received or asked for before the last full repair sweep (one a
+    /// sweep interval or more after the one before, [`Asked::full_sweep`]): a hole here that is
+    /// still open at the next full sweep was asked for a sweep interval ago or more, so its NAK
     /// or the answer was lost, and it is asked for again ([`to_ask`]).
     pub(super) swept_upto: Seqno,
+    /// When the last full sweep was.
+    pub(super) swept_at: Instant,
 }
 
 impl Asked {
@@ -137,10 +140,19 @@ impl Asked {
         self.asked_upto = self.asked_upto.max(hi + 1);
     }
 
-    /// A repair sweep has asked for what it asks ([`to_ask`]): what was asked for until now is
-    /// asked for again at the next sweep if it is still missing then.
-    pub(super) fn swept(&mut self) {
+    /// Whether a repair timer at `now` is a full sweep: a sweep interval or more after the last
+    /// one. The timers also fire for other reasons (a new gap's `nak_delay`, 2 ms; a delayed
+    /// acknowledgement), and a hole asked again at each of them was asked every few milliseconds,
+    /// before its answer could come (a review's finding).
+    pub(super) fn full_sweep(&self, now: Instant, interval: Duration) -> bool {
+        now >= self.swept_at + interval
+    }
+
+    /// A full sweep at `now` has asked for what it asks ([`to_ask`]): what was asked for until now
+    /// is asked for again at the next full sweep if it is still missing then.
+    pub(super) fn swept(&mut self, now: Instant) {
         self.swept_upto = self.asked_upto;
+        self.swept_at = now;
     }
 }
 
@@ -161,22 +173,23 @@ pub(super) fn holes(
 }
 
 /// What a repair timer asks for: the first hole again (a NAK or its answer may have been lost),
-/// every later hole that was asked for before the last sweep again too (likewise), and of the
-/// rest only what lies at or above `asked_upto` (each is asked for once, when its `nak_delay` is
-/// over, as it would have been at once without a delay; a hole asked for since the last sweep
-/// may have its answer on the way). Each hole is so asked for at most once a sweep interval.
+/// at a full sweep every later hole that was asked for before the last full sweep again too
+/// (likewise), and of the rest only what lies at or above `asked_upto` (each is asked for once,
+/// when its `nak_delay` is over, as it would have been at once without a delay; a hole asked for
+/// since the last full sweep may have its answer on the way). A later hole is so asked for again
+/// one to two sweep intervals after its last NAK.
 ///
 /// Until the thirty-ninth session only the first hole was asked for again: under heavy loss, the
 /// holes whose one NAK or answer was lost waited to become the first, one at a time, about two
 /// sweeps each. A `total` swarm run with 27% loss (seed 9, 500 casts a member) took 11 s to
 /// repair the coordinator's stream, so its flush reached the members 6 to 11 s late, timed out,
 /// and split the group.
-pub(super) fn to_ask(holes: impl Iterator<Item = (Seqno, Seqno)>, asked: &Asked) -> Vec<(Seqno, Seqno)> {
+pub(super) fn to_ask(holes: impl Iterator<Item = (Seqno, Seqno)>, asked: &Asked, full: bool) -> Vec<(Seqno, Seqno)> {
     holes
         .take(HOLES_MAX)
         .enumerate()
         .filter_map(|(k, (lo, hi))| {
-            if k == 0 || lo < asked.swept_upto {
+            if k == 0 || (full && lo < asked.swept_upto) {
                 return Some((lo, hi));
             }
             (hi >= asked.asked_upto).then(|| (lo.max(asked.asked_upto), hi))
@@ -193,9 +206,10 @@ mod tests {
         let got: Vec<_> = holes(0, [2, 4, 5].into_iter(), 9).collect();
         assert_eq!(got, [(0, 1), (3, 3), (6, 8)]);
         assert_eq!(holes(3, [3, 4].into_iter(), 0).count(), 0, "nothing missing");
-        let asked = Asked { naked_upto: 9, asked_upto: 4, swept_upto: 0 };
-        assert_eq!(to_ask(got.iter().copied(), &asked), [(0, 1), (6, 8)], "the first again, the rest once");
+        let asked = Asked { naked_upto: 9, asked_upto: 4, swept_upto: 0, swept_at: Instant::ZERO };
+        assert_eq!(to_ask(got.iter().copied(), &asked, true), [(0, 1), (6, 8)], "the first again, the rest once");
         let asked = Asked { swept_upto: 4, ..asked };
-        assert_eq!(to_ask(got.into_iter(), &asked), [(0, 1), (3, 3), (6, 8)], "and again a sweep later");
+        assert_eq!(to_ask(got.iter().copied(), &asked, true), [(0, 1), (3, 3), (6, 8)], "and again a full sweep later");
+        assert_eq!(to_ask(got.into_iter(), &asked, false), [(0, 1), (6, 8)], "but not at another timer");
     }
 }

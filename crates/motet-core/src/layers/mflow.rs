@@ -122,6 +122,9 @@ pub struct Mflow {
     /// The receivers holding the window shut while casts wait, and since when
     /// (`Config::credit_timeout`).
     watch: CreditWatch,
+    /// The stack shares suspicions with the coordinator (`slander`), so a receiver the watch
+    /// suspects is taken out of the window at once (see `handle_timer`).
+    takes_out: bool,
 }
 
 impl Mflow {
@@ -137,14 +140,22 @@ impl Mflow {
             receivers: Receivers::new(view.len(), super::LayerKind::Mflow),
             block: super::HeldBlock::default(),
             watch: CreditWatch::default(),
+            takes_out: view.stack.layers().contains(&super::LayerKind::Slander),
         }
+    }
+
+    /// Whether `r` no longer holds the window: failed, or suspected by the credit watch in a stack
+    /// whose view change will exclude it.
+    #[inline]
+    fn out_of_window(&self, r: Rank) -> bool {
+        self.failed.contains(r) || (self.takes_out && self.watch.suspected(r))
     }
 
     /// Every receiver of the view is within the window of this sender: none is marked failed
     /// (a failed member no longer holds the window back, so the gap to it is unbounded until the
     /// view change excludes it). `Stack::compress` relies on the bound.
     pub(crate) fn bounds_every_receiver(&self) -> bool {
-        self.failed.is_empty()
+        self.failed.is_empty() && !(self.takes_out && self.watch.suspected_any())
     }
 
     /// What the slowest live receiver consumed (everything we sent, if we are alone).
@@ -156,7 +167,7 @@ impl Mflow {
 
     /// The least credit of a live receiver, counted over the view (what `slowest` keeps).
     fn slowest_live(&self) -> u64 {
-        let live = (0..self.credit.len() as Rank).filter(|&r| r != self.rank && !self.failed.contains(r));
+        let live = (0..self.credit.len() as Rank).filter(|&r| r != self.rank && !self.out_of_window(r));
         live.map(|r| self.credit[usize::from(r)]).min().unwrap_or(u64::MAX)
     }
 
@@ -198,7 +209,7 @@ impl Mflow {
         }
         let (n, now, sent, window) = (self.credit.len(), out.now(), self.window.sent, self.config.window_bytes);
         for r in 0..n as Rank {
-            let holds = r != self.rank && !self.failed.contains(r) && sent - self.credit[usize::from(r)] >= window;
+            let holds = r != self.rank && !self.out_of_window(r) && sent - self.credit[usize::from(r)] >= window;
             self.watch.hold(n, r, holds, now);
         }
         self.watch.arm(was_running, out, self.config.credit_timeout);
@@ -306,16 +317,20 @@ impl Layer for Mflow {
         // While the application lags, what it owes trickles out (`Config::lag_report_interval`).
         self.receivers.tick(self.config.lag_report_interval, self.config.lag_trickle_bytes, &self.failed, out, credit);
         // While casts wait, receivers that hold the window shut and report nothing are
-        // suspected after `credit_timeout`, and no longer hold the window: the suspicion itself
-        // leaves as a cast (`slander`'s, to the coordinator), which would otherwise wait here
-        // behind the casts they hold, for good at a member that is not the coordinator (a
-        // review's finding). They are out of the window's count as a failure would take them
-        // (the view change that excludes them is under way), which also stops header
-        // compression, whose sequence numbers rely on every receiver being within the window.
+        // suspected after `credit_timeout`. In a stack that shares suspicions (`slander`), they
+        // no longer hold the window: the suspicion leaves as a cast, to the coordinator, which
+        // would otherwise wait here behind the casts they hold, for good at a member that is not
+        // the coordinator (a review's finding). They are out of the window's count as a failure
+        // would take them (the view change that excludes them is under way), which also stops
+        // header compression, whose sequence numbers rely on every receiver being within the
+        // window; this member still reports its own credit to them (`failed` is not touched),
+        // in case the view change keeps them. In a stack without `slander` the suspicion reaches
+        // the coordinator only if this member is it (its own flush then fails them), and without
+        // membership it reaches no one: taking them out there would leave them out of flow
+        // control for good (a review's finding), so the sender waits, as it did before.
         if self.watch.running() {
             let overdue = self.watch.look(self.config.credit_timeout, &self.failed, out, super::LayerKind::Mflow);
-            if !overdue.is_empty() {
-                self.failed.union_with(&overdue);
+            if self.takes_out && !overdue.is_empty() {
                 self.slowest = self.slowest_live();
                 self.release(out);
             }
@@ -455,10 +470,16 @@ mod tests {
         assert_eq!(h.layer.consumed(), 4 * ONE);
     }
 
-    /// Rank 0 of `n`, with a window of four casts of one byte and the default credit timeout.
+    /// Rank 0 of `n` in a `fifo` view, with a window of four casts of one byte and the default
+    /// credit timeout.
     fn sender(n: usize) -> (Config, Harness<Mflow>) {
+        sender_in("fifo", n)
+    }
+
+    /// As [`sender`], in a view of the stack `spec`.
+    fn sender_in(spec: &str, n: usize) -> (Config, Harness<Mflow>) {
         let config = Config { window_bytes: 4 * ONE, ..Config::default() };
-        (config.clone(), Harness::new(Mflow::new(&config, &crate::testing::view(n), 0), 0))
+        (config.clone(), Harness::new(Mflow::new(&config, &crate::testing::view_of(spec, n), 0), 0))
     }
 
     fn times(d: Duration, k: u64) -> Duration {
@@ -487,10 +508,19 @@ mod tests {
     /// session). Now it is suspected between one and 1.25 credit timeouts after it began to hold
     /// the window shut, once; the receiver that reported is not. The clock starts at the block,
     /// not at the receiver's last report: receivers that had no reason to report for a long time
-    /// are not suspected the moment the window shuts.
+    /// are not suspected the moment the window shuts. In a stack that shares suspicions
+    /// (`slander`), the suspected receiver leaves the window at once; in one that does not
+    /// (`fifo`), where no view change would exclude it, it stays in (a review's finding: it would
+    /// have been out of flow control for good).
     #[test]
     fn a_receiver_that_holds_the_window_shut_without_reporting_is_suspected_after_the_credit_timeout() {
-        let (config, mut h) = sender(3);
+        for spec in ["vsync", "fifo"] {
+            suspected_after_the_credit_timeout(spec);
+        }
+    }
+
+    fn suspected_after_the_credit_timeout(spec: &str) {
+        let (config, mut h) = sender_in(spec, 3);
         (0..4).for_each(|_| drop(one_byte_cast(&mut h)));
         credit_from(&mut h, 1, 4 * ONE);
         credit_from(&mut h, 2, 4 * ONE);
@@ -514,16 +544,24 @@ mod tests {
         }
         assert_eq!(crate::layer::harness::suspected(&late), vec![vec![2]], "rank 2, once");
         assert_eq!(h.stats.counter(Counter::CreditOverdue), 1);
-        // And rank 2 no longer holds the window: the waiting cast goes, so the suspicion, which
-        // leaves as a cast (`slander`'s), does not wait behind it (a review's finding: a sender
-        // that is not the coordinator stayed stuck). Compression stops, as with a failure.
         let casts = |out: &[Out]| out.iter().filter(|o| matches!(o, Out::Dn(Dn::Cast { .. }))).count();
-        assert_eq!(casts(&late), 1);
-        assert!(late.iter().any(|o| matches!(o, Out::Up(Up::FlowBlock { dest: None, blocked: false }))));
-        assert!(!h.layer.bounds_every_receiver() && !h.layer.watch.running());
+        let taken_out = spec != "fifo";
+        if taken_out {
+            // Rank 2 no longer holds the window: the waiting cast goes, so the suspicion, which
+            // leaves as a cast (`slander`'s), does not wait behind it (a review's finding: a
+            // sender that is not the coordinator stayed stuck). Compression stops, as with a
+            // failure, and credit is still reported to rank 2 (it is not marked failed).
+            assert_eq!(casts(&late), 1);
+            assert!(late.iter().any(|o| matches!(o, Out::Up(Up::FlowBlock { dest: None, blocked: false }))));
+            assert!(!h.layer.bounds_every_receiver() && !h.layer.watch.running());
+            assert!(!h.layer.failed.contains(2));
+        } else {
+            assert_eq!(casts(&late), 0, "without a view change to come, the sender waits");
+            assert!(h.layer.bounds_every_receiver() && h.layer.watch.running());
+        }
         assert_eq!(alarms_until(&mut h, t0 + times(config.credit_timeout, 3)), Vec::<Vec<Rank>>::new(), "not again");
-        // The view change's failure has nothing more to release.
-        assert_eq!(casts(&h.dn(Dn::Fail([2].into_iter().collect()))), 0);
+        // The view change's failure releases what is left.
+        assert_eq!(casts(&h.dn(Dn::Fail([2].into_iter().collect()))), usize::from(!taken_out));
     }
 
     /// A stack replaced by the next view's lingers to finish retransmissions: it suspects no one

@@ -609,16 +609,17 @@ impl Layer for Mnak {
             Some(_) => self.sweep_at = None,
             None => return,
         }
-        // The sweep asks again for the first hole, and for every later one asked for before the
-        // last sweep (a NAK or its answer may have been lost); the others are asked for once,
-        // when their `nak_delay` is over, as they would have been at once without a delay
-        // (`gaps::to_ask`).
+        // The sweep asks again for the first hole, and, a sweep interval or more after the last
+        // full sweep, for every later one asked for before it (a NAK or its answer may have been
+        // lost); the others are asked for once, when their `nak_delay` is over, as they would
+        // have been at once without a delay (`gaps::to_ask`).
         for origin in 0..self.origins.len() as Rank {
             if origin == self.rank {
                 continue;
             }
             let o = &mut self.origins[usize::from(origin)];
-            let asks = super::gaps::to_ask(o.holes(), &o.asked);
+            let full = o.asked.full_sweep(out.now(), self.config.sweep_interval);
+            let asks = super::gaps::to_ask(o.holes(), &o.asked, full);
             if asks.is_empty() {
                 continue;
             }
@@ -632,7 +633,9 @@ impl Layer for Mnak {
             for (lo, hi) in asks {
                 self.nak_to(origin, lo, hi, dest, out);
             }
-            self.origins[usize::from(origin)].asked.swept();
+            if full {
+                self.origins[usize::from(origin)].asked.swept(out.now());
+            }
             if self.failed.contains(origin) {
                 let o = &mut self.origins[usize::from(origin)];
                 o.failed_asks = o.failed_asks.saturating_add(1);

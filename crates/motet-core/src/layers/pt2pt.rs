@@ -351,13 +351,17 @@ impl Layer for Pt2pt {
             if p.expected > p.ack_sent {
                 self.send_ack(peer, out);
             }
-            // The first hole is asked for again, and every later one asked for before the last
-            // sweep; the others once, when their `nak_delay` is over (as `mnak`'s timer).
+            // The first hole is asked for again, and at a full sweep every later one asked for
+            // before the last full sweep; the others once, when their `nak_delay` is over (as
+            // `mnak`'s timer).
             let p = &self.peers[usize::from(peer)];
-            for (lo, hi) in super::gaps::to_ask(p.holes(), &p.asked) {
+            let full = p.asked.full_sweep(now, self.config.sweep_interval);
+            for (lo, hi) in super::gaps::to_ask(p.holes(), &p.asked, full) {
                 self.send_nak(peer, lo, hi, out);
             }
-            self.peers[usize::from(peer)].asked.swept();
+            if full {
+                self.peers[usize::from(peer)].asked.swept(now);
+            }
             let p = &self.peers[usize::from(peer)];
             let due = p.unacked.iter().take_while(|(_, sent)| *sent + self.config.sweep_interval <= now).count();
             if due > 0 {

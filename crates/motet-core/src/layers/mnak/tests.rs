@@ -202,41 +202,51 @@ fn counts_are_reported_once_report_every_casts_were_buffered() {
 }
 
 /// With `nak_delay`, holes are NAKed by the timer: every hole once, when its delay is over
-/// (not only the first), and every hole still missing again at each later sweep, not only the
-/// first (until the thirty-ninth session the later holes waited to become the first, one at a
-/// time: under heavy loss a stream took seconds to repair; `gaps::to_ask`).
+/// (not only the first), the first again at every firing, and every later hole still missing
+/// again a sweep interval or more after its last NAK, not only when it becomes the first (until
+/// the thirty-ninth session the later holes waited to become the first, one at a time: under
+/// heavy loss a stream took seconds to repair), and never sooner, though the timer fires for
+/// each new gap's delay (a review's finding on the first version, which asked at every firing;
+/// `gaps::to_ask`).
 #[test]
-fn the_timer_naks_every_hole_and_again_at_each_sweep_while_it_is_missing() {
+fn the_timer_naks_every_hole_and_again_each_sweep_interval_while_it_is_missing() {
     let view = crate::testing::view(2);
-    let mut h = Harness::new(Mnak::new(&Config::default(), &view, 1), 1);
+    let config = Config::default();
+    let mut h = Harness::new(Mnak::new(&config, &view, 1), 1);
     for seqno in [0, 2, 4, 5] {
         h.up(Up::Cast { origin: 0, msg: data(seqno), qos: Qos::Unreliable });
     }
-    let naks = |out: Vec<Out>| -> Vec<Header> {
+    let naks = |out: Vec<Out>| -> Vec<(Seqno, Seqno)> {
         out.iter()
             .filter_map(|o| match o {
-                Out::Dn(Dn::Send { dest: 0, msg }) => msg.clone().pop_as::<Header>(),
+                Out::Dn(Dn::Send { dest: 0, msg }) => match msg.clone().pop_as::<Header>() {
+                    Some(Header::Nak { lo, hi, .. }) => Some((lo, hi)),
+                    _ => None,
+                },
                 _ => None,
             })
             .collect()
     };
     let out = h.timer(h.alarm.expect("the NAK's alarm"));
-    assert_eq!(naks(out), [Header::Nak { origin: 0, lo: 1, hi: 1 }, Header::Nak { origin: 0, lo: 3, hi: 3 }]);
-    // A new hole (6) opens before the sweep; its NAK waits for its delay, not for the sweep.
-    h.up(Up::Cast { origin: 0, msg: data(7), qos: Qos::Unreliable });
-    let out = h.timer(h.alarm.expect("the sweep"));
-    assert_eq!(
-        naks(out),
-        [
-            Header::Nak { origin: 0, lo: 1, hi: 1 },
-            Header::Nak { origin: 0, lo: 3, hi: 3 },
-            Header::Nak { origin: 0, lo: 6, hi: 6 }
-        ]
-    );
-    // The first hole is filled; the next sweep asks again for the two still missing.
-    h.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Unreliable });
-    let out = h.timer(h.alarm.expect("the next sweep"));
-    assert_eq!(naks(out), [Header::Nak { origin: 0, lo: 3, hi: 3 }, Header::Nak { origin: 0, lo: 6, hi: 6 }]);
+    assert_eq!(naks(out), [(1, 1), (3, 3)]);
+    // New gaps keep opening, every few milliseconds, each firing the timer at its delay.
+    let mut asked_3 = vec![h.now];
+    let mut next = 7;
+    let until = h.now + Duration::from_millis(400);
+    while let Some(at) = h.alarm.filter(|&at| at <= until) {
+        if naks(h.timer(at)).contains(&(3, 3)) {
+            asked_3.push(at);
+        }
+        // A millisecond after each firing, a cast ahead of a new gap: the timer fires again
+        // at its delay, two milliseconds later.
+        h.now = at + Duration::from_millis(1);
+        h.up(Up::Cast { origin: 0, msg: data(next), qos: Qos::Unreliable });
+        next += 2;
+    }
+    let gaps: Vec<u64> = asked_3.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+    assert!(gaps.len() >= 3, "hole 3 asked again while missing: {gaps:?}");
+    let interval = config.sweep_interval.as_millis();
+    assert!(gaps.iter().all(|&g| (interval..=2 * interval + 5).contains(&g)), "{gaps:?}");
 }
 
 /// Gossip that credits this member with more casts than it sent (another member's bug)
