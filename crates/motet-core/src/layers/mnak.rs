@@ -617,8 +617,13 @@ impl Layer for Mnak {
             if origin == self.rank {
                 continue;
             }
+            let failed = self.failed.contains(origin);
             let o = &mut self.origins[usize::from(origin)];
-            let full = o.asked.full_sweep(out.now(), self.config.sweep_interval);
+            // A failed origin's holes go to growing batches of members, then by a cast to all,
+            // each answering from what it holds: asking again for every later hole there too
+            // would multiply that by up to `HOLES_MAX` (a review's finding), so only its first
+            // hole is asked for again, as before.
+            let full = !failed && o.asked.full_sweep(out.now(), self.config.sweep_interval);
             let asks = super::gaps::to_ask(o.holes(), &o.asked, full);
             if asks.is_empty() {
                 continue;
