@@ -50,6 +50,6 @@ fn main() {
             }
         }
     }
-    eprintln!("{failed} failing runs; {timed_out} runs rescued by a flush or acknowledgement timeout");
+    eprintln!("{failed} failing runs; {timed_out} runs rescued by a flush, acknowledgement or credit timeout");
     std::process::exit(i32::from(failed > 0));
 }
