@@ -313,8 +313,9 @@ impl Receivers {
 
 /// The credit deadline of a flow-control layer's sending side (`credit_timeout_ms`): a receiver
 /// that holds a blocked window shut and reports nothing for that long is suspected, once
-/// (counter `CreditOverdue`), so the view change excludes it (`mflow` also takes it out of the
-/// window at once, or the suspicion, a cast, would wait behind the casts it starved). Without it, a member that beats
+/// (counter `CreditOverdue`), so the view change excludes it (in a stack with `slander` and
+/// `intra`, `mflow` also takes it out of the window at once, or the suspicion, a cast, would wait
+/// behind the casts it starved). Without it, a member that beats
 /// (so the failure detector keeps it) but never reports its credit held its senders' casts or
 /// sends for good, and with them their flushes: a coordinator starved so waited for its own
 /// flush for ever, and in `total` a starved sequencer stopped ordering for the whole group (a

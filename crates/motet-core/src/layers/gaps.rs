@@ -177,7 +177,9 @@ pub(super) fn holes(
 /// (likewise), and of the rest only what lies at or above `asked_upto` (each is asked for once,
 /// when its `nak_delay` is over, as it would have been at once without a delay; a hole asked for
 /// since the last full sweep may have its answer on the way). A later hole is so asked for again
-/// one to two sweep intervals after its last NAK.
+/// at the first full sweep after its last NAK, never sooner than a sweep interval after it
+/// (usually within two; up to about four when the timer keeps firing for other reasons just
+/// before a full sweep is due, which moves the sweep back).
 ///
 /// Until the thirty-ninth session only the first hole was asked for again: under heavy loss, the
 /// holes whose one NAK or answer was lost waited to become the first, one at a time, about two
@@ -185,16 +187,23 @@ pub(super) fn holes(
 /// repair the coordinator's stream, so its flush reached the members 6 to 11 s late, timed out,
 /// and split the group.
 pub(super) fn to_ask(holes: impl Iterator<Item = (Seqno, Seqno)>, asked: &Asked, full: bool) -> Vec<(Seqno, Seqno)> {
-    holes
-        .take(HOLES_MAX)
-        .enumerate()
-        .filter_map(|(k, (lo, hi))| {
-            if k == 0 || (full && lo < asked.swept_upto) {
-                return Some((lo, hi));
-            }
-            (hi >= asked.asked_upto).then(|| (lo.max(asked.asked_upto), hi))
-        })
-        .collect()
+    let mut asks = Vec::new();
+    for (k, (lo, hi)) in holes.take(HOLES_MAX).enumerate() {
+        if k == 0 {
+            asks.push((lo, hi));
+            continue;
+        }
+        // The part asked for before the last full sweep, at a full sweep; then the part never
+        // asked for. What lies between was asked for since the last full sweep: its answer may
+        // be on the way (a hole that grew, as a tail that gossip reveals, straddles them).
+        if full && lo < asked.swept_upto {
+            asks.push((lo, hi.min(asked.swept_upto - 1)));
+        }
+        if hi >= asked.asked_upto {
+            asks.push((lo.max(asked.asked_upto), hi));
+        }
+    }
+    asks
 }
 
 #[cfg(test)]
@@ -210,6 +219,11 @@ mod tests {
         assert_eq!(to_ask(got.iter().copied(), &asked, true), [(0, 1), (6, 8)], "the first again, the rest once");
         let asked = Asked { swept_upto: 4, ..asked };
         assert_eq!(to_ask(got.iter().copied(), &asked, true), [(0, 1), (3, 3), (6, 8)], "and again a full sweep later");
-        assert_eq!(to_ask(got.into_iter(), &asked, false), [(0, 1), (6, 8)], "but not at another timer");
+        assert_eq!(to_ask(got.iter().copied(), &asked, false), [(0, 1), (6, 8)], "but not at another timer");
+        // A hole that grew past what the last full sweep had asked for (a tail that gossip
+        // revealed): only its old part and its new part, not what was asked for since.
+        let asked = Asked { naked_upto: 30, asked_upto: 20, swept_upto: 8, swept_at: Instant::ZERO };
+        let grown = [(0, 1), (6, 29)];
+        assert_eq!(to_ask(grown.into_iter(), &asked, true), [(0, 1), (6, 7), (20, 29)]);
     }
 }

@@ -122,8 +122,9 @@ pub struct Mflow {
     /// The receivers holding the window shut while casts wait, and since when
     /// (`Config::credit_timeout`).
     watch: CreditWatch,
-    /// The stack shares suspicions with the coordinator (`slander`), so a receiver the watch
-    /// suspects is taken out of the window at once (see `handle_timer`).
+    /// The stack shares suspicions with the coordinator (`slander`), whose membership layer
+    /// (`intra`) excludes the suspected, so a receiver the watch suspects is taken out of the
+    /// window at once (see `handle_timer`).
     takes_out: bool,
 }
 
@@ -140,7 +141,12 @@ impl Mflow {
             receivers: Receivers::new(view.len(), super::LayerKind::Mflow),
             block: super::HeldBlock::default(),
             watch: CreditWatch::default(),
-            takes_out: view.stack.layers().contains(&super::LayerKind::Slander),
+            // `slander` carries the suspicion to the coordinator and `intra` acts on it; either
+            // alone excludes nobody (`Frag+Flow+Local+Suspect+Slander` is a valid stack without
+            // membership: a review's finding).
+            takes_out: [super::LayerKind::Slander, super::LayerKind::Intra]
+                .iter()
+                .all(|k| view.stack.layers().contains(k)),
         }
     }
 
@@ -151,9 +157,10 @@ impl Mflow {
         self.failed.contains(r) || (self.takes_out && self.watch.suspected(r))
     }
 
-    /// Every receiver of the view is within the window of this sender: none is marked failed
-    /// (a failed member no longer holds the window back, so the gap to it is unbounded until the
-    /// view change excludes it). `Stack::compress` relies on the bound.
+    /// Every receiver of the view is within the window of this sender: none is marked failed or
+    /// taken out by the credit watch (such a member no longer holds the window back, so the gap
+    /// to it is unbounded until the view change excludes it). `Stack::compress` relies on the
+    /// bound.
     pub(crate) fn bounds_every_receiver(&self) -> bool {
         self.failed.is_empty() && !(self.takes_out && self.watch.suspected_any())
     }
@@ -509,12 +516,13 @@ mod tests {
     /// the window shut, once; the receiver that reported is not. The clock starts at the block,
     /// not at the receiver's last report: receivers that had no reason to report for a long time
     /// are not suspected the moment the window shuts. In a stack that shares suspicions
-    /// (`slander`), the suspected receiver leaves the window at once; in one that does not
-    /// (`fifo`), where no view change would exclude it, it stays in (a review's finding: it would
-    /// have been out of flow control for good).
+    /// (`slander`) and acts on them (`intra`), the suspected receiver leaves the window at once;
+    /// in one that does not (`fifo`, or `slander` without membership), where no view change would
+    /// exclude it, it stays in (reviews' findings: it would have been out of flow control for
+    /// good).
     #[test]
     fn a_receiver_that_holds_the_window_shut_without_reporting_is_suspected_after_the_credit_timeout() {
-        for spec in ["vsync", "fifo"] {
+        for spec in ["vsync", "fifo", "Frag+Flow+Local+Suspect+Slander"] {
             suspected_after_the_credit_timeout(spec);
         }
     }
@@ -545,7 +553,7 @@ mod tests {
         assert_eq!(crate::layer::harness::suspected(&late), vec![vec![2]], "rank 2, once");
         assert_eq!(h.stats.counter(Counter::CreditOverdue), 1);
         let casts = |out: &[Out]| out.iter().filter(|o| matches!(o, Out::Dn(Dn::Cast { .. }))).count();
-        let taken_out = spec != "fifo";
+        let taken_out = spec == "vsync";
         if taken_out {
             // Rank 2 no longer holds the window: the waiting cast goes, so the suspicion, which
             // leaves as a cast (`slander`'s), does not wait behind it (a review's finding: a
