@@ -179,12 +179,14 @@ impl Mflow {
     }
 
     /// Records a credit report from `origin` (cumulative bytes it consumed, never more than we
-    /// sent: a report of more is dropped before this). The layered handler and the fast path share it. Credit only grows, so the slowest
-    /// receiver's changes only when it was `origin`'s. Whether the credit moved.
+    /// sent: a report of more is dropped before this). The layered handler and the fast path
+    /// share it. Credit only grows, so the slowest receiver's changes only when it was
+    /// `origin`'s. Whether the credit moved.
     fn take_credit(&mut self, origin: Rank, count: u64) -> bool {
         let o = usize::from(origin);
         let before = self.credit[o];
-        self.credit[o] = before.max(count.min(self.window.sent));
+        debug_assert!(count <= self.window.sent, "both callers drop a report of more than was sent");
+        self.credit[o] = before.max(count);
         if self.slowest == before && self.credit[o] != before {
             self.slowest = self.slowest_live();
         }
