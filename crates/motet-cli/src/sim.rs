@@ -186,6 +186,14 @@ struct Summary {
     /// when none failed); absent with `--bypass off`.
     #[serde(skip_serializing_if = "Option::is_none")]
     bypass_refused_by: Option<std::collections::BTreeMap<&'static str, u64>>,
+    /// From acceptance at the sender to delivery, over every delivery of every run: repair
+    /// (a lost cast waits for its NAK and retransmission) and flow control show here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delivery_ms_p50: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delivery_ms_p99: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delivery_ms_max: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     converge_ms_p50: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -302,6 +310,9 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         bypass_hit_rate: None,
         bypass_compiled_rate: None,
         bypass_refused_by: None,
+        delivery_ms_p50: None,
+        delivery_ms_p99: None,
+        delivery_ms_max: None,
         converge_ms_p50: None,
         converge_ms_max: None,
         trace_hash: (reports.len() == 1).then(|| reports[0].trace_hash.clone()),
@@ -312,6 +323,12 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
     converge.sort_by(f64::total_cmp);
     summary.converge_ms_p50 = converge.get(converge.len() / 2).copied();
     summary.converge_ms_max = converge.last().copied();
+    let mut latency: Vec<u64> = reports.iter().flat_map(|r| r.trace.delivery_latencies()).collect();
+    latency.sort_unstable();
+    let ms = |at: usize| latency.get(at).map(|&ns| ns as f64 / 1e6);
+    summary.delivery_ms_p50 = ms(latency.len() / 2);
+    summary.delivery_ms_p99 = ms(latency.len() * 99 / 100);
+    summary.delivery_ms_max = latency.len().checked_sub(1).and_then(ms);
     let mut bypass = motet_core::BypassStats::default();
     reports.iter().for_each(|r| bypass.merge(&r.bypass));
     summary.bypass_hit_rate = bypass.hit_rate();
@@ -369,6 +386,11 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
                 summary.credit_overdue,
                 summary.xfer_stalled
             );
+        }
+        if let (Some(p50), Some(p99), Some(max)) =
+            (summary.delivery_ms_p50, summary.delivery_ms_p99, summary.delivery_ms_max)
+        {
+            println!("latency   p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.0} ms from acceptance to delivery");
         }
         if let (Some(p50), Some(max)) = (summary.converge_ms_p50, summary.converge_ms_max) {
             println!("converge  p50 {p50:.0} ms, max {max:.0} ms after the last fault");

@@ -112,6 +112,21 @@ pub(super) struct Asked {
     pub(super) swept_upto: Seqno,
     /// When the last full sweep was.
     pub(super) swept_at: Instant,
+    /// The last NAK that asked for the first hole (the one the sweep asks again first), and when
+    /// it is asked again ([`to_ask`]).
+    pub(super) first: Option<FirstAsk>,
+}
+
+/// The last NAK of the first hole ([`Asked::asked`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct FirstAsk {
+    /// What it asked for, inclusive.
+    pub(super) lo: Seqno,
+    pub(super) hi: Seqno,
+    /// When it is asked for again if it is still open.
+    pub(super) due: Instant,
+    /// How long it waited for an answer: twice as long next time, up to the sweep interval.
+    pub(super) wait: Duration,
 }
 
 impl Asked {
@@ -135,9 +150,50 @@ impl Asked {
         }
     }
 
-    /// Records a NAK sent for everything up to `hi`.
-    pub(super) fn asked(&mut self, hi: Seqno) {
+    /// Records a NAK for `lo..=hi` sent at `now`, with `first` where the first hole begins
+    /// (not always at the next number expected: casts held there wait for a cut; the first
+    /// version, which assumed so, armed the timer in the past, found by the swarms).
+    ///
+    /// A NAK of the first hole is followed by another an eighth of the sweep `interval` later if
+    /// it is still open, then after twice as long each time, up to an `interval` (as TCP backs
+    /// off its retransmissions): one lost NAK or answer, the usual case when losses are
+    /// independent, is repaired soon; a hole nobody answers (its origin cut off or paused) costs
+    /// one NAK an interval.
+    pub(super) fn asked(&mut self, lo: Seqno, hi: Seqno, first: Option<Seqno>, now: Instant, interval: Duration) {
         self.asked_upto = self.asked_upto.max(hi + 1);
+        if let Some(first) = first.filter(|first| (lo..=hi).contains(first)) {
+            let wait = match self.first_asked(first) {
+                Some(last) => Duration(last.wait.0.saturating_mul(2)).min(interval),
+                None => Duration(interval.0 / 8),
+            };
+            self.first = Some(FirstAsk { lo, hi, due: now + wait, wait });
+        }
+    }
+
+    /// The last NAK of the first hole, if it still covers `first`, where the first hole begins (a
+    /// first hole that filled in part keeps its NAK; a hole that became the first when the one
+    /// before it filled was asked for by another NAK, and waits for a full sweep, as any later
+    /// hole).
+    fn first_asked(&self, first: Seqno) -> Option<FirstAsk> {
+        self.first.filter(|ask| (ask.lo..=ask.hi).contains(&first))
+    }
+
+    /// When the repair timer is next due, after `now`, for holes that begin at `first`: when the
+    /// first hole is to be asked again, or a sweep interval after the last full sweep, whichever
+    /// comes first. The caller arms it after each sweep that leaves holes open, since no NAK of
+    /// that sweep may have armed it.
+    pub(super) fn due(&self, first: Seqno, now: Instant, interval: Duration) -> Instant {
+        let full = self.swept_at + interval;
+        let at = self.first_asked(first).map_or(full, |ask| full.min(ask.due));
+        // A sweep at `now` asks for what is due then, so both lie ahead. Were one not to, an
+        // alarm in the past would fire at once, again and again: the simulator hung so on the
+        // first version of this, which looked for the first hole at the next number expected.
+        debug_assert!(at > now, "repair due at {at:?}, not after {now:?}");
+        if at > now {
+            at
+        } else {
+            now + interval
+        }
     }
 
     /// Whether a repair timer at `now` is a full sweep: a sweep interval or more after the last
@@ -172,35 +228,65 @@ pub(super) fn holes(
     })
 }
 
-/// What a repair timer asks for: the first hole again (a NAK or its answer may have been lost),
-/// at a full sweep every later hole that was asked for before the last full sweep again too
-/// (likewise), and of the rest only what lies at or above `asked_upto` (each is asked for once,
-/// when its `nak_delay` is over, as it would have been at once without a delay; a hole asked for
-/// since the last full sweep may have its answer on the way). A later hole is so asked for again
-/// at the first full sweep after its last NAK, never sooner than a sweep interval after it
-/// (usually within two; up to about four when the timer keeps firing for other reasons just
-/// before a full sweep is due, which moves the sweep back).
+/// What a repair timer at `now` asks for (`later`: a later hole asked for once may be asked
+/// for again; not of a failed origin, below).
+/// - The first hole again, an eighth of a sweep interval after its first NAK, then after twice as
+///   long each time up to the interval (the NAK or its answer may have been lost;
+///   [`Asked::asked`]). Until the fortieth session it was asked again at every firing of the
+///   timer, which also fires at each new gap's `nak_delay` (2 ms) and for early reports: the
+///   more gaps traffic opened, the more often (every few milliseconds under loss, before its
+///   answer could come), so the NAKs grew with the loss they answered.
+/// - At a full sweep, every hole (the first too, when no NAK of it is on record) asked for
+///   before the last full sweep, again (likewise).
+/// - Of the rest, only what lies at or above `asked_upto`: each is asked for once, when its
+///   `nak_delay` is over, as it would have been at once without a delay; a hole asked for since
+///   the last full sweep may have its answer on the way.
+///
+/// So a later hole is asked for again at the first full sweep after its last NAK, never sooner
+/// than a sweep interval after it (usually within two; up to about four when the timer keeps
+/// firing for other reasons just before a full sweep is due, which moves the sweep back).
 ///
 /// Until the thirty-ninth session only the first hole was asked for again: under heavy loss, the
 /// holes whose one NAK or answer was lost waited to become the first, one at a time, about two
 /// sweeps each. A `total` swarm run with 27% loss (seed 9, 500 casts a member) took 11 s to
 /// repair the coordinator's stream, so its flush reached the members 6 to 11 s late, timed out,
 /// and split the group.
-pub(super) fn to_ask(holes: impl Iterator<Item = (Seqno, Seqno)>, asked: &Asked, full: bool) -> Vec<(Seqno, Seqno)> {
-    let mut asks = Vec::new();
+pub(super) fn to_ask(
+    holes: impl Iterator<Item = (Seqno, Seqno)>,
+    asked: &Asked,
+    now: Instant,
+    interval: Duration,
+    later: bool,
+) -> Vec<(Seqno, Seqno)> {
+    let full = asked.full_sweep(now, interval);
+    let mut asks: Vec<(Seqno, Seqno)> = Vec::new();
+    // Adjacent parts of one hole go in one NAK.
+    let mut ask = |lo: Seqno, hi: Seqno| match asks.last_mut() {
+        Some(last) if last.1 + 1 == lo => last.1 = hi,
+        _ => asks.push((lo, hi)),
+    };
     for (k, (lo, hi)) in holes.take(HOLES_MAX).enumerate() {
+        let mut lo = lo;
         if k == 0 {
-            asks.push((lo, hi));
-            continue;
+            if let Some(last) = asked.first_asked(lo) {
+                // What the first hole's last NAK asked for: again when it is due.
+                if now >= last.due {
+                    ask(lo, hi.min(last.hi));
+                }
+                if hi <= last.hi {
+                    continue;
+                }
+                lo = last.hi + 1;
+            }
         }
         // The part asked for before the last full sweep, at a full sweep; then the part never
         // asked for. What lies between was asked for since the last full sweep: its answer may
         // be on the way (a hole that grew, as a tail that gossip reveals, straddles them).
-        if full && lo < asked.swept_upto {
-            asks.push((lo, hi.min(asked.swept_upto - 1)));
+        if full && (k == 0 || later) && lo < asked.swept_upto {
+            ask(lo, hi.min(asked.swept_upto - 1));
         }
         if hi >= asked.asked_upto {
-            asks.push((lo.max(asked.asked_upto), hi));
+            ask(lo.max(asked.asked_upto), hi);
         }
     }
     asks
@@ -215,15 +301,78 @@ mod tests {
         let got: Vec<_> = holes(0, [2, 4, 5].into_iter(), 9).collect();
         assert_eq!(got, [(0, 1), (3, 3), (6, 8)]);
         assert_eq!(holes(3, [3, 4].into_iter(), 0).count(), 0, "nothing missing");
-        let asked = Asked { naked_upto: 9, asked_upto: 4, swept_upto: 0, swept_at: Instant::ZERO };
-        assert_eq!(to_ask(got.iter().copied(), &asked, true), [(0, 1), (6, 8)], "the first again, the rest once");
-        let asked = Asked { swept_upto: 4, ..asked };
-        assert_eq!(to_ask(got.iter().copied(), &asked, true), [(0, 1), (3, 3), (6, 8)], "and again a full sweep later");
-        assert_eq!(to_ask(got.iter().copied(), &asked, false), [(0, 1), (6, 8)], "but not at another timer");
+        let ms = Duration::from_millis;
+        let (interval, t) = (ms(50), Instant::ZERO + ms(1_000));
+        let at = |d: u64| t + ms(d);
+        // The first hole's last NAK asked for 0-1 and is due again at `due`.
+        let first = |lo, hi, due| Some(FirstAsk { lo, hi, due, wait: ms(50) });
+        // Hole 0-1 was asked for at `t`, due again 50 ms later, and 3 with it; 6-8 never.
+        let asked = Asked { naked_upto: 9, asked_upto: 4, swept_upto: 0, swept_at: t, first: first(0, 1, at(50)) };
+        assert_eq!(to_ask(got.iter().copied(), &asked, at(2), interval, true), [(6, 8)], "the new hole, once");
+        assert_eq!(
+            to_ask(got.iter().copied(), &asked, at(50), interval, true),
+            [(0, 1), (6, 8)],
+            "the first again when due"
+        );
+        let asked = Asked { swept_upto: 4, swept_at: at(50), first: first(0, 1, at(100)), ..asked };
+        assert_eq!(
+            to_ask(got.iter().copied(), &asked, at(60), interval, true),
+            [(6, 8)],
+            "nothing again before it is due"
+        );
+        assert_eq!(
+            to_ask(got.iter().copied(), &asked, at(100), interval, true),
+            [(0, 1), (3, 3), (6, 8)],
+            "and again a full sweep later"
+        );
+        assert_eq!(
+            to_ask(got.iter().copied(), &asked, at(100), interval, false),
+            [(0, 1), (6, 8)],
+            "only the first of a failed origin"
+        );
+        assert_eq!(asked.due(0, at(50), interval), at(100));
+        // A first hole with no NAK of it on record (it became the first when the one before it
+        // filled) waits for a full sweep, as any later hole.
+        let asked = Asked { first: None, ..asked };
+        assert_eq!(to_ask(got.iter().copied(), &asked, at(60), interval, true), [(6, 8)]);
+        assert_eq!(to_ask(got.iter().copied(), &asked, at(100), interval, false), [(0, 1), (6, 8)]);
+        // A first hole that filled in part: what is left of its NAK's range is asked again.
+        let asked = Asked { first: first(0, 3, at(20)), asked_upto: 4, swept_upto: 0, swept_at: t, ..asked };
+        assert_eq!(to_ask([(2, 3), (6, 8)].into_iter(), &asked, at(20), interval, true), [(2, 3), (6, 8)]);
+        assert_eq!(asked.due(2, at(10), interval), at(20));
+        assert_eq!(asked.due(4, at(10), interval), at(50), "else the next full sweep");
         // A hole that grew past what the last full sweep had asked for (a tail that gossip
         // revealed): only its old part and its new part, not what was asked for since.
-        let asked = Asked { naked_upto: 30, asked_upto: 20, swept_upto: 8, swept_at: Instant::ZERO };
+        let asked = Asked { naked_upto: 30, asked_upto: 20, swept_upto: 8, swept_at: t, first: first(0, 1, at(50)) };
         let grown = [(0, 1), (6, 29)];
-        assert_eq!(to_ask(grown.into_iter(), &asked, true), [(0, 1), (6, 7), (20, 29)]);
+        assert_eq!(to_ask(grown.into_iter(), &asked, at(50), interval, true), [(0, 1), (6, 7), (20, 29)]);
+        // A first hole that grew: the part its NAK asked for again, then the rest as any hole.
+        let asked = Asked { first: first(6, 9, at(50)), ..asked };
+        assert_eq!(to_ask([(6, 29)].into_iter(), &asked, at(50), interval, true), [(6, 9), (20, 29)]);
+        assert_eq!(to_ask([(6, 29)].into_iter(), &asked, at(10), interval, true), [(20, 29)]);
+    }
+
+    /// The first hole's NAK is repeated an eighth of the sweep interval later, then after twice
+    /// as long each time up to the interval; a later NAK that does not ask for the first hole
+    /// changes nothing, and a new first hole starts again from an eighth.
+    #[test]
+    fn the_first_holes_nak_backs_off_to_the_sweep_interval() {
+        let ms = Duration::from_millis;
+        let interval = ms(80);
+        let mut asked = Asked::default();
+        let mut now = Instant::ZERO + ms(1_000);
+        let mut waits = Vec::new();
+        for _ in 0..6 {
+            asked.swept(now);
+            asked.asked(5, 7, Some(5), now, interval);
+            let due = asked.due(5, now, interval);
+            waits.push(due.saturating_since(now).as_millis());
+            now = due;
+        }
+        assert_eq!(waits, [10, 20, 40, 80, 80, 80]);
+        asked.asked(9, 9, Some(5), now, interval);
+        assert_eq!(asked.first.map(|f| (f.lo, f.hi)), Some((5, 7)), "a later hole's NAK");
+        asked.asked(8, 9, Some(8), now, interval);
+        assert_eq!(asked.first.map(|f| f.wait), Some(ms(10)), "a new first hole");
     }
 }

@@ -131,6 +131,12 @@ impl Origin {
         super::gaps::holes(self.received, self.ooo.keys().copied(), self.max_known)
     }
 
+    /// Where the first hole begins, if there is one: usually at `received`, but casts held there
+    /// wait for a cut (`limit`).
+    fn first_hole(&self) -> Option<Seqno> {
+        self.holes().next().map(|(lo, _)| lo)
+    }
+
     /// The open gap `received..=hi`, if any.
     fn gap(&self) -> Option<(Seqno, Seqno)> {
         let end = match self.ooo.first_key_value() {
@@ -276,7 +282,9 @@ impl Mnak {
     /// took n sweeps to reach a holder, past the flush's timeout in a large view (a review's
     /// finding).
     fn nak_to(&mut self, origin: Rank, lo: Seqno, hi: Seqno, dest: Rank, out: &mut Outbox<'_>) {
-        self.origins[usize::from(origin)].asked.asked(hi);
+        let o = &mut self.origins[usize::from(origin)];
+        let first = o.first_hole();
+        o.asked.asked(lo, hi, first, out.now(), self.config.sweep_interval);
         out.count(super::LayerKind::Mnak, Counter::NakSent);
         let msg = Msg::default().with(Header::Nak { origin, lo, hi });
         if !self.failed.contains(origin) {
@@ -481,8 +489,9 @@ impl Mnak {
         o.max_known = o.max_known.max(seqno + 1);
         match o.asked.hold(o.received, seqno, self.config.nak_delay, out.now()) {
             // The rest of what `nak` does.
-            Hold::Nak(_, hi) => {
-                o.asked.asked(hi);
+            Hold::Nak(lo, hi) => {
+                let first = o.first_hole();
+                o.asked.asked(lo, hi, first, out.now(), self.config.sweep_interval);
                 out.count(super::LayerKind::Mnak, Counter::NakSent);
                 sweep_due(&mut self.sweep_at, out.now() + self.config.sweep_interval, out);
             }
@@ -609,42 +618,59 @@ impl Layer for Mnak {
             Some(_) => self.sweep_at = None,
             None => return,
         }
-        // The sweep asks again for the first hole, and, a sweep interval or more after the last
-        // full sweep, for every later one asked for before it (a NAK or its answer may have been
-        // lost); the others are asked for once, when their `nak_delay` is over, as they would
-        // have been at once without a delay (`gaps::to_ask`).
+        // The sweep asks again for the first hole a sweep interval after its last NAK, and, a
+        // sweep interval or more after the last full sweep, for every later one asked for before
+        // it (a NAK or its answer may have been lost); the others are asked for once, when their
+        // `nak_delay` is over, as they would have been at once without a delay (`gaps::to_ask`).
+        let (now, interval) = (out.now(), self.config.sweep_interval);
+        let mut due: Option<Instant> = None;
         for origin in 0..self.origins.len() as Rank {
             if origin == self.rank {
                 continue;
             }
-            let failed = self.failed.contains(origin);
-            let o = &mut self.origins[usize::from(origin)];
             // A failed origin's holes go to growing batches of members, then by a cast to all,
             // each answering from what it holds: asking again for every later hole there too
             // would multiply that by up to `HOLES_MAX` (a review's finding), so only its first
             // hole is asked for again, as before.
-            let full = !failed && o.asked.full_sweep(out.now(), self.config.sweep_interval);
-            let asks = super::gaps::to_ask(o.holes(), &o.asked, full);
-            if asks.is_empty() {
-                continue;
+            let later = !self.failed.contains(origin);
+            let o = &mut self.origins[usize::from(origin)];
+            let full = o.asked.full_sweep(now, interval);
+            let asks = super::gaps::to_ask(o.holes(), &o.asked, now, interval, later);
+            if !asks.is_empty() {
+                // A sweep that asks for the first hole where the last one found it asks someone
+                // else this time.
+                if Some(asks[0].0) == o.first_hole() {
+                    let stalled = match o.stalled {
+                        Some((at, sweeps)) if at == o.received => sweeps.wrapping_add(1),
+                        _ => 0,
+                    };
+                    o.stalled = Some((o.received, stalled));
+                }
+                let stalled = o.stalled.filter(|&(at, _)| at == o.received).map_or(0, |(_, sweeps)| sweeps);
+                let dest = self.repairer(origin, stalled);
+                for (lo, hi) in asks {
+                    self.nak_to(origin, lo, hi, dest, out);
+                }
+                if !later {
+                    let o = &mut self.origins[usize::from(origin)];
+                    o.failed_asks = o.failed_asks.saturating_add(1);
+                }
             }
-            // The first hole still where the last sweep found it: ask someone else this time.
-            let stalled = match o.stalled {
-                Some((at, sweeps)) if at == o.received => sweeps.wrapping_add(1),
-                _ => 0,
-            };
-            o.stalled = Some((o.received, stalled));
-            let dest = self.repairer(origin, stalled);
-            for (lo, hi) in asks {
-                self.nak_to(origin, lo, hi, dest, out);
-            }
+            // A full sweep marks what was asked until now even when it asked for nothing again
+            // (the holes asked for since the last one are asked again at the next).
+            let o = &mut self.origins[usize::from(origin)];
             if full {
-                self.origins[usize::from(origin)].asked.swept(out.now());
+                o.asked.swept(now);
             }
-            if self.failed.contains(origin) {
-                let o = &mut self.origins[usize::from(origin)];
-                o.failed_asks = o.failed_asks.saturating_add(1);
+            if let Some(first) = o.first_hole() {
+                let at = o.asked.due(first, now, interval);
+                due = Some(due.map_or(at, |due| due.min(at)));
             }
+        }
+        // While holes are open the sweep goes on, at the next re-ask that is due: a sweep that
+        // asked for nothing armed nothing (a NAK arms it), and would have left them unasked.
+        if let Some(at) = due {
+            sweep_due(&mut self.sweep_at, at, out);
         }
     }
 

@@ -212,7 +212,9 @@ impl Pt2pt {
     }
 
     fn send_nak(&mut self, peer: Rank, lo: Seqno, hi: Seqno, out: &mut Outbox<'_>) {
-        self.peers[usize::from(peer)].asked.asked(hi);
+        let p = &mut self.peers[usize::from(peer)];
+        let first = p.holes().next().map(|(lo, _)| lo);
+        p.asked.asked(lo, hi, first, out.now(), self.config.sweep_interval);
         out.count(super::LayerKind::Pt2pt, Counter::NakSent);
         out.dn(Dn::Send { dest: peer, msg: Msg::default().with(Header::Nak { lo, hi }) });
     }
@@ -351,16 +353,21 @@ impl Layer for Pt2pt {
             if p.expected > p.ack_sent {
                 self.send_ack(peer, out);
             }
-            // The first hole is asked for again, and at a full sweep every later one asked for
-            // before the last full sweep; the others once, when their `nak_delay` is over (as
-            // `mnak`'s timer).
+            // The first hole is asked for again a sweep interval after its last NAK, and at a
+            // full sweep every later one asked for before the last full sweep; the others once,
+            // when their `nak_delay` is over (as `mnak`'s timer, `gaps::to_ask`).
             let p = &self.peers[usize::from(peer)];
-            let full = p.asked.full_sweep(now, self.config.sweep_interval);
-            for (lo, hi) in super::gaps::to_ask(p.holes(), &p.asked, full) {
+            let interval = self.config.sweep_interval;
+            let full = p.asked.full_sweep(now, interval);
+            for (lo, hi) in super::gaps::to_ask(p.holes(), &p.asked, now, interval, true) {
                 self.send_nak(peer, lo, hi, out);
             }
+            let p = &mut self.peers[usize::from(peer)];
             if full {
-                self.peers[usize::from(peer)].asked.swept(now);
+                p.asked.swept(now);
+            }
+            if let Some((first, _)) = p.holes().next() {
+                out.alarm(p.asked.due(first, now, interval));
             }
             let p = &self.peers[usize::from(peer)];
             let due = p.unacked.iter().take_while(|(_, sent)| *sent + self.config.sweep_interval <= now).count();
@@ -481,8 +488,9 @@ impl Layer for Pt2pt {
             p.ooo.insert(*seqno, msg.clone());
             match p.asked.hold(p.expected, *seqno, self.config.nak_delay, out.now()) {
                 // The trace's reply is the NAK: the rest of what `send_nak` does.
-                Hold::Nak(_, hi) => {
-                    p.asked.asked(hi);
+                Hold::Nak(lo, hi) => {
+                    let first = p.holes().next().map(|(lo, _)| lo);
+                    p.asked.asked(lo, hi, first, out.now(), self.config.sweep_interval);
                     out.count(super::LayerKind::Pt2pt, Counter::NakSent);
                 }
                 Hold::Timer(at) => out.alarm(at),

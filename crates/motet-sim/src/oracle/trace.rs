@@ -195,6 +195,22 @@ pub struct Trace {
 }
 
 impl Trace {
+    /// How long each delivery of a workload message took from its acceptance by the sender's
+    /// endpoint, in virtual nanoseconds (deliveries of messages not in `sent` are left out).
+    /// Repair and flow control show here first: a lost cast's delivery waits for its NAK and
+    /// the retransmission.
+    pub fn delivery_latencies(&self) -> Vec<u64> {
+        let accepted: std::collections::BTreeMap<MsgId, Instant> =
+            self.sent.iter().map(|sent| (sent.id, sent.time)).collect();
+        self.deliveries
+            .iter()
+            .filter_map(|d| {
+                let sent = accepted.get(&MsgId::parse(&d.payload)?)?;
+                Some(d.time.0.saturating_sub(sent.0))
+            })
+            .collect()
+    }
+
     /// Whether `id` is a cast of `node`'s own that its application discards: not delivered
     /// there, by design, so left out of what `node` is held to.
     pub fn discarded(&self, node: usize, id: MsgId) -> bool {

@@ -76,9 +76,9 @@ fn in_a_larger_view_a_failed_origins_gap_is_asked_of_more_members_at_each_sweep(
             .collect()
     };
     assert_eq!(naks(&h.timer(h.alarm.expect("nak_delay"))), [1]);
-    assert_eq!(naks(&h.timer(h.alarm.expect("sweep"))), [2, 3], "a sweep that finds it where it was asks two more");
-    assert_eq!(naks(&h.timer(h.alarm.expect("sweep"))), [4, 5, 6, 7]);
-    let out = h.timer(h.alarm.expect("sweep"));
+    assert_eq!(naks(&next_asks(&mut h)), [2, 3], "a sweep that finds it where it was asks two more");
+    assert_eq!(naks(&next_asks(&mut h)), [4, 5, 6, 7]);
+    let out = next_asks(&mut h);
     assert!(matches!(&out[..], [Out::Dn(Dn::Cast { qos: Qos::Unreliable, .. })]), "then all: {out:?}");
     // In a small view the NAK is cast: any holder answers at once.
     let view = crate::testing::view(NAK_CAST_MAX + 1);
@@ -146,12 +146,34 @@ fn an_awaited_view_is_naked_and_a_silent_origins_gap_is_asked_of_the_others_in_t
     assert!(sent::<Header>(&h.timer(h.alarm.expect("a sweep"))).is_empty());
 }
 
+/// What the next repair sweep that asks for anything sends, an eighth of a sweep interval or
+/// more after the last NAK (the first hole's NAK backs off from there to the interval; the timer
+/// also fires for full sweeps that find nothing to ask again: at most one such firing comes
+/// between two that ask).
+fn next_asks(h: &mut Harness<Mnak>) -> Vec<Out> {
+    let last = h.now;
+    for _ in 0..2 {
+        let at = h.alarm.expect("the sweep goes on while the gap is open");
+        let out = h.timer(at);
+        if out.iter().any(|o| matches!(o, Out::Dn(Dn::Send { .. } | Dn::Cast { .. }))) {
+            let soonest = Duration(Config::default().sweep_interval.0 / 8);
+            assert!(at >= last + soonest, "asked again {:?} after the last NAK", at.saturating_since(last));
+            return out;
+        }
+    }
+    panic!("two firings asked for nothing")
+}
+
 /// Whom `sweeps` repair sweeps in a row ask, each for `nak` alone.
 fn asked_over_sweeps(h: &mut Harness<Mnak>, sweeps: usize, nak: Header) -> Vec<Rank> {
     let mut asked = Vec::new();
-    for _ in 0..sweeps {
-        let at = h.alarm.expect("the sweep goes on while the gap is open");
-        for (dest, header) in sent::<Header>(&h.timer(at)) {
+    let at = h.alarm.expect("the NAK's delay");
+    for (dest, header) in sent::<Header>(&h.timer(at)) {
+        assert_eq!(header, nak);
+        asked.push(dest);
+    }
+    for _ in 1..sweeps {
+        for (dest, header) in sent::<Header>(&next_asks(h)) {
             assert_eq!(header, nak);
             asked.push(dest);
         }
@@ -230,11 +252,15 @@ fn the_timer_naks_every_hole_and_again_each_sweep_interval_while_it_is_missing()
     let out = h.timer(h.alarm.expect("the NAK's alarm"));
     assert_eq!(naks(out), [(1, 1), (3, 3)]);
     // New gaps keep opening, every few milliseconds, each firing the timer at its delay.
-    let mut asked_3 = vec![h.now];
+    let (mut asked_1, mut asked_3) = (vec![h.now], vec![h.now]);
     let mut next = 7;
     let until = h.now + Duration::from_millis(400);
     while let Some(at) = h.alarm.filter(|&at| at <= until) {
-        if naks(h.timer(at)).contains(&(3, 3)) {
+        let naks = naks(h.timer(at));
+        if naks.contains(&(1, 1)) {
+            asked_1.push(at);
+        }
+        if naks.contains(&(3, 3)) {
             asked_3.push(at);
         }
         // A millisecond after each firing, a cast ahead of a new gap: the timer fires again
@@ -247,6 +273,14 @@ fn the_timer_naks_every_hole_and_again_each_sweep_interval_while_it_is_missing()
     assert!(gaps.len() >= 3, "hole 3 asked again while missing: {gaps:?}");
     let interval = config.sweep_interval.as_millis();
     assert!(gaps.iter().all(|&g| (interval..=2 * interval + 5).contains(&g)), "{gaps:?}");
+    // The first hole: an eighth of the interval after its NAK, then twice as long each time up to
+    // the interval, not at every firing (until the fortieth session it was asked every 3 ms
+    // here).
+    let gaps: Vec<u64> = asked_1.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+    assert!(gaps.len() >= 8, "hole 1 asked again while missing: {gaps:?}");
+    assert!(gaps.windows(2).all(|w| w[1] >= w[0]), "backing off: {gaps:?}");
+    assert!((interval / 8..=interval / 8 + 3).contains(&gaps[0]), "{gaps:?}");
+    assert!(gaps.iter().all(|&g| g <= interval + 3) && gaps[gaps.len() - 1] >= interval, "{gaps:?}");
 }
 
 /// Gossip that credits this member with more casts than it sent (another member's bug)
