@@ -626,6 +626,35 @@ mod tests {
         assert_eq!(h.stats.drops(DropReason::Duplicate), 1);
     }
 
+    /// A gap that stays open is asked for again an eighth of a sweep after its NAK, then after
+    /// twice as long each time up to a sweep, though sends arriving ahead of it keep firing the
+    /// timer (before the fortieth session, at each of those firings: every 3 ms here).
+    #[test]
+    fn an_open_gap_is_asked_again_backing_off_to_the_sweep_interval() {
+        let view = crate::testing::view(2);
+        let config = Config::default();
+        let mut h = Harness::new(Pt2pt::new(&config, &view, 1), 1);
+        h.up(Up::Send { origin: 0, msg: data(0) });
+        h.up(Up::Send { origin: 0, msg: data(3) });
+        let mut asked = Vec::new();
+        let mut next = 5;
+        let until = h.now + Duration::from_millis(400);
+        while let Some(at) = h.alarm.filter(|&at| at <= until) {
+            if sent_headers(&h.timer(at)).contains(&Header::Nak { lo: 1, hi: 2 }) {
+                asked.push(at);
+            }
+            h.now = at + Duration::from_millis(1);
+            h.up(Up::Send { origin: 0, msg: data(next) });
+            next += 2;
+        }
+        let gaps: Vec<u64> = asked.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+        let interval = config.sweep_interval.as_millis();
+        assert!(gaps.len() >= 6, "{gaps:?}");
+        assert!(gaps.windows(2).all(|w| w[1] >= w[0]), "backing off: {gaps:?}");
+        assert!((interval / 8..=interval / 8 + 3).contains(&gaps[0]), "{gaps:?}");
+        assert!(gaps.iter().all(|&g| g <= interval + 3) && gaps[gaps.len() - 1] >= interval, "{gaps:?}");
+    }
+
     /// The race the ack delay removes: with both timers at one sweep, the sender's sweep came
     /// first and retransmitted a send that had arrived.
     #[test]
