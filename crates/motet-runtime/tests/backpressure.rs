@@ -451,6 +451,14 @@ fn actions_the_loop_would_refuse_are_refused_at_the_call() {
     let members: Vec<Member> = runtimes.iter().map(|r| r.join(config.clone()).unwrap()).collect();
     let (provider, view) = transfer_view(&members);
     let (provider, receiver) = (&members[provider], &members[1 - provider]);
+    // The provider heard of the transfer view first; the receiver's handle may not have been
+    // given it yet, and refuses its actions for it until then (the test raced so once, under the
+    // whole suite's load). The transfer view is the first of both members.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while receiver.view().is_none_or(|members| members.len() < 2) {
+        assert!(Instant::now() < deadline, "the receiver was not given the transfer view");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let not_in_transfer = |result: Result<(), Error>| matches!(result, Err(Error::Api(ApiError::NotInTransfer)));
     assert!(not_in_transfer(receiver.xfer_chunk(view, vec![1u8], true)), "a receiver's chunk");
     let stale = motet_runtime::ViewId { ltime: view.ltime + 7, coord: view.coord };

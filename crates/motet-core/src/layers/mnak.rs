@@ -112,9 +112,10 @@ struct Origin {
     asked: super::gaps::Asked,
     /// Some live member holds casts below this (from stability gossip).
     max_known: Seqno,
-    /// Sweeps in a row that found the origin's first hole where it was (`received` then), which
-    /// choose whom its re-NAK goes to ([`Mnak::repairer`]); `None` before the first sweep that
-    /// found one. (It began at `(0, 0)`, so a first sweep for a hole at 0, an origin's first cast
+    /// Sweeps in a row that asked for the origin's first hole where it was (`received` then),
+    /// which choose whom its re-NAK goes to ([`Mnak::repairer`]): the first ask goes to the
+    /// origin, the first re-ask (an eighth of a sweep interval later) to the next member, and so
+    /// on; `None` before the first sweep that asked for one. (It began at `(0, 0)`, so a first sweep for a hole at 0, an origin's first cast
     /// lost, counted as the second and asked another member first: the origin itself only after
     /// one sweep per other member, about 5 s in a view of 100. Found by a review.)
     stalled: Option<(Seqno, u32)>,
@@ -166,8 +167,8 @@ pub struct Mnak {
     ahead_bytes_max: u64,
     /// Casts buffered since the counts were last reported ([`Config::report_every`]).
     reporting: Reporting,
-    /// When the repair sweep (`handle_timer`'s NAKs) is next due: the earliest `nak_delay` or
-    /// `sweep_interval` asked for since it last ran. An early report's timer fires before it and
+    /// When the repair sweep (`handle_timer`'s NAKs) is next due: the earliest `nak_delay`,
+    /// re-ask (`gaps::Asked::due`) or `sweep_interval` asked for since it last ran. An early report's timer fires before it and
     /// must not NAK a gap whose delay is not over (it may be a reordering) nor re-NAK the first
     /// hole every `report_every` casts.
     sweep_at: Option<Instant>,
@@ -284,12 +285,12 @@ impl Mnak {
     fn nak_to(&mut self, origin: Rank, lo: Seqno, hi: Seqno, dest: Rank, out: &mut Outbox<'_>) {
         let o = &mut self.origins[usize::from(origin)];
         let first = o.first_hole();
-        o.asked.asked(lo, hi, first, out.now(), self.config.sweep_interval);
+        let rearm = o.asked.asked(lo, hi, first, out.now(), self.config.sweep_interval);
         out.count(super::LayerKind::Mnak, Counter::NakSent);
         let msg = Msg::default().with(Header::Nak { origin, lo, hi });
         if !self.failed.contains(origin) {
             out.dn(Dn::Send { dest, msg });
-            return sweep_due(&mut self.sweep_at, out.now() + self.config.sweep_interval, out);
+            return sweep_due(&mut self.sweep_at, rearm, out);
         }
         let n = self.origins.len() as u32;
         let live = |r: &Rank| *r != self.rank && !self.failed.contains(*r);
@@ -304,11 +305,11 @@ impl Mnak {
                 out.dn(Dn::Send { dest, msg: msg.clone() });
             }
         }
-        sweep_due(&mut self.sweep_at, out.now() + self.config.sweep_interval, out);
+        sweep_due(&mut self.sweep_at, rearm, out);
     }
 
-    /// Whom the sweep asks for `origin`'s first hole, after `stalled` sweeps found it where it
-    /// was: the origin first, then each other live member in turn (any member answers from what
+    /// Whom the sweep asks for `origin`'s first hole, after `stalled` sweeps asked for it where
+    /// it was: the origin first, then each other live member in turn (any member answers from what
     /// it holds, `answer`). An origin that stays silent though not (yet) failed cannot repair: a
     /// coordinator that left casts its last view once and its stack exits at once, and a
     /// survivor that lost that cast would wait out the commit timeout and go on alone (found by
@@ -491,9 +492,9 @@ impl Mnak {
             // The rest of what `nak` does.
             Hold::Nak(lo, hi) => {
                 let first = o.first_hole();
-                o.asked.asked(lo, hi, first, out.now(), self.config.sweep_interval);
+                let rearm = o.asked.asked(lo, hi, first, out.now(), self.config.sweep_interval);
                 out.count(super::LayerKind::Mnak, Counter::NakSent);
-                sweep_due(&mut self.sweep_at, out.now() + self.config.sweep_interval, out);
+                sweep_due(&mut self.sweep_at, rearm, out);
             }
             Hold::Timer(at) => sweep_due(&mut self.sweep_at, at, out),
             Hold::Nothing => {}
@@ -618,9 +619,9 @@ impl Layer for Mnak {
             Some(_) => self.sweep_at = None,
             None => return,
         }
-        // The sweep asks again for the first hole a sweep interval after its last NAK, and, a
-        // sweep interval or more after the last full sweep, for every later one asked for before
-        // it (a NAK or its answer may have been lost); the others are asked for once, when their
+        // The sweep asks again for the first hole when its re-ask is due (an eighth of a sweep
+        // interval after its first NAK, backing off to an interval), and, a sweep interval or
+        // more after the last full sweep, for every later one asked for before it (a NAK or its answer may have been lost); the others are asked for once, when their
         // `nak_delay` is over, as they would have been at once without a delay (`gaps::to_ask`).
         let (now, interval) = (out.now(), self.config.sweep_interval);
         let mut due: Option<Instant> = None;

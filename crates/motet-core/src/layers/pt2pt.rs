@@ -214,7 +214,8 @@ impl Pt2pt {
     fn send_nak(&mut self, peer: Rank, lo: Seqno, hi: Seqno, out: &mut Outbox<'_>) {
         let p = &mut self.peers[usize::from(peer)];
         let first = p.holes().next().map(|(lo, _)| lo);
-        p.asked.asked(lo, hi, first, out.now(), self.config.sweep_interval);
+        let rearm = p.asked.asked(lo, hi, first, out.now(), self.config.sweep_interval);
+        out.alarm(rearm);
         out.count(super::LayerKind::Pt2pt, Counter::NakSent);
         out.dn(Dn::Send { dest: peer, msg: Msg::default().with(Header::Nak { lo, hi }) });
     }
@@ -353,8 +354,8 @@ impl Layer for Pt2pt {
             if p.expected > p.ack_sent {
                 self.send_ack(peer, out);
             }
-            // The first hole is asked for again a sweep interval after its last NAK, and at a
-            // full sweep every later one asked for before the last full sweep; the others once,
+            // The first hole is asked for again when its re-ask is due (an eighth of a sweep
+            // interval after its first NAK, backing off to an interval), and at a full sweep every later one asked for before the last full sweep; the others once,
             // when their `nak_delay` is over (as `mnak`'s timer, `gaps::to_ask`).
             let p = &self.peers[usize::from(peer)];
             let interval = self.config.sweep_interval;
@@ -490,7 +491,7 @@ impl Layer for Pt2pt {
                 // The trace's reply is the NAK: the rest of what `send_nak` does.
                 Hold::Nak(lo, hi) => {
                     let first = p.holes().next().map(|(lo, _)| lo);
-                    p.asked.asked(lo, hi, first, out.now(), self.config.sweep_interval);
+                    out.alarm(p.asked.asked(lo, hi, first, out.now(), self.config.sweep_interval));
                     out.count(super::LayerKind::Pt2pt, Counter::NakSent);
                 }
                 Hold::Timer(at) => out.alarm(at),

@@ -384,3 +384,19 @@ fn the_invariants_catch_a_corrupted_state() {
     assert!(fails(|m| m.origins[0].buf_lo += 1), "the buffer's bounds");
     assert!(fails(|m| m.origins[0].received += 5), "a held cast behind what was delivered");
 }
+
+/// A NAK sent outside the sweep (here with no `nak_delay`, at the arrival that revealed the gap)
+/// arms the sweep for its own re-ask, an eighth of a sweep interval later: before, it armed only
+/// a whole interval, and the first re-ask came eight times later than the schedule says (a
+/// review's finding).
+#[test]
+fn a_nak_sent_at_an_arrival_arms_its_own_re_ask() {
+    let view = crate::testing::view(2);
+    let config = Config { nak_delay: Duration::ZERO, ..Config::default() };
+    let mut h = Harness::new(Mnak::new(&config, &view, 1), 1);
+    let out = h.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Unreliable });
+    assert_eq!(sent::<Header>(&out), [(0, Header::Nak { origin: 0, lo: 0, hi: 0 })]);
+    let again = Instant::ZERO + Duration(config.sweep_interval.0 / 8);
+    assert_eq!(h.alarm, Some(again));
+    assert_eq!(sent::<Header>(&h.timer(again)), [(0, Header::Nak { origin: 0, lo: 0, hi: 0 })], "asked again");
+}
