@@ -182,6 +182,14 @@ impl Asked {
         now + wait
     }
 
+    /// Makes the first hole's re-ask due by `now` (its origin failed: the others are asked at
+    /// once, not when the origin's backoff would have asked it again, up to an interval later).
+    pub(super) fn ask_first_by(&mut self, now: Instant) {
+        if let Some(ask) = &mut self.first {
+            ask.due = ask.due.min(now);
+        }
+    }
+
     /// The last NAK of the first hole, if it still covers `first`, where the first hole begins (a
     /// first hole that filled in part keeps its NAK; a hole that became the first when the one
     /// before it filled was asked for by another NAK, and waits for a full sweep, as any later

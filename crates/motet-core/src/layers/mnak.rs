@@ -574,7 +574,22 @@ impl Layer for Mnak {
             Dn::StableReq => self.report(out),
             Dn::Stable(stability) => self.stable(&stability, out),
             Dn::Fail(ranks) => {
+                // A failed origin's open first hole is asked of the others at the next sweep, now,
+                // not when the backoff of its NAKs to the origin would have asked again.
+                let now = out.now();
+                let mut ask = false;
+                let (n, me) = (self.origins.len(), self.rank);
+                for rank in ranks.iter().filter(|&r| usize::from(r) < n && r != me) {
+                    let o = &mut self.origins[usize::from(rank)];
+                    if !self.failed.contains(rank) && o.first_hole().is_some() {
+                        o.asked.ask_first_by(now);
+                        ask = true;
+                    }
+                }
                 self.failed.union_with(&ranks);
+                if ask {
+                    sweep_due(&mut self.sweep_at, now, out);
+                }
                 out.dn(Dn::Fail(ranks));
             }
             Dn::Block => {

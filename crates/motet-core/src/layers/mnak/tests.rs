@@ -400,3 +400,34 @@ fn a_nak_sent_at_an_arrival_arms_its_own_re_ask() {
     assert_eq!(h.alarm, Some(again));
     assert_eq!(sent::<Header>(&h.timer(again)), [(0, Header::Nak { origin: 0, lo: 0, hi: 0 })], "asked again");
 }
+
+/// An origin that fails while its first hole is open, its re-asks backed off to a whole sweep
+/// interval: the hole is asked of the others at once, not up to an interval later (a review's
+/// observation on the backoff).
+#[test]
+fn a_failed_origins_open_hole_is_asked_of_the_others_at_once() {
+    let view = crate::testing::view(3);
+    let config = Config::default();
+    let mut h = Harness::new(Mnak::new(&config, &view, 2), 2);
+    h.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Unreliable });
+    let backed_off =
+        |h: &Harness<Mnak>| h.layer.origins[0].asked.first.is_some_and(|f| f.wait == config.sweep_interval);
+    for _ in 0..10 {
+        if backed_off(&h) {
+            break;
+        }
+        let at = h.alarm.expect("the sweep goes on while the gap is open");
+        h.timer(at);
+    }
+    assert!(backed_off(&h), "backed off to an interval");
+    h.now = h.now + Duration::from_millis(1);
+    let due = h.layer.origins[0].asked.first.map(|f| f.due).expect("a NAK on record");
+    assert!(due >= h.now + Duration::from_millis(40), "{due:?}");
+    h.dn(Dn::Fail([0].into_iter().collect()));
+    assert_eq!(h.alarm, Some(h.now), "at once");
+    let out = h.timer(h.now);
+    assert!(
+        out.iter().any(|o| matches!(o, Out::Dn(Dn::Cast { msg, .. }) if matches!(msg.clone().pop_as::<Header>(), Some(Header::Nak { origin: 0, lo: 0, hi: 0 })))),
+        "cast to the view: {out:?}"
+    );
+}
