@@ -89,7 +89,7 @@ impl Trace {
     }
 }
 
-/// [`crate::Layer::fast_inert`] for a layer inert on a trace for messages of any size.
+/// [`Layer::fast_inert`](crate::layer::Layer::fast_inert) for a layer inert on a trace for messages of any size.
 pub const ANY_LEN: Option<usize> = Some(usize::MAX);
 
 /// A message of a common trace going down, as a layer's condition sees it.
@@ -113,10 +113,10 @@ pub struct DnStep {
     /// The message also goes back up from here, as this endpoint's own cast (`local`).
     pub loopback: bool,
     /// The layer keeps a copy of the message as it reaches it (for retransmission): the bypass
-    /// hands it over with [`crate::Layer::fast_keep`] after the transmit (delayed processing).
+    /// hands it over with [`Layer::fast_keep`](crate::layer::Layer::fast_keep) after the transmit (delayed processing).
     pub keep: bool,
     /// The layer splits the message into this many parts (`frag`), each of which goes on down
-    /// the rest of the trace as a message of its own, made by [`crate::Layer::fast_split`]
+    /// the rest of the trace as a message of its own, made by [`Layer::fast_split`](crate::layer::Layer::fast_split)
     /// (`header` is then the first part's). 1 (or 0): the message stays whole.
     pub parts: u32,
 }
@@ -161,16 +161,16 @@ pub struct UpStep {
     /// turn, `mnak` holds a cast that arrived ahead of a gap) and nothing goes further up now.
     pub absorb: bool,
     /// The layer keeps a copy of the message, its own header popped (for retransmission to other
-    /// members): the bypass hands it over with [`crate::Layer::fast_keep`] after the delivery
+    /// members): the bypass hands it over with [`Layer::fast_keep`](crate::layer::Layer::fast_keep) after the delivery
     /// (delayed processing).
     pub keep: bool,
     /// The message completes a larger one (the last part of a fragmented message): the layer
-    /// takes it with [`crate::Layer::fast_join`] instead of its action, and the message it gives
+    /// takes it with [`Layer::fast_join`](crate::layer::Layer::fast_join) instead of its action, and the message it gives
     /// back goes on up from there. The conditions of the layers above are asked about that
     /// message, once it exists.
     pub join: bool,
     /// The message fills a gap: once it has gone on up, the layer releases the messages it held
-    /// behind it, in order, with [`crate::Layer::fast_release`]; each goes on up from here in turn
+    /// behind it, in order, with [`Layer::fast_release`](crate::layer::Layer::fast_release); each goes on up from here in turn
     /// (with `keep`, the layer keeps a copy of each, as of this one).
     pub release: bool,
 }
@@ -188,7 +188,7 @@ impl UpStep {
 }
 
 /// A copy of a message that a layer keeps, handed over after the transmit or delivery
-/// ([`crate::Layer::fast_keep`]).
+/// ([`Layer::fast_keep`](crate::layer::Layer::fast_keep)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Kept {
     /// The trace the message took.

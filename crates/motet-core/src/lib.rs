@@ -15,7 +15,7 @@ pub mod fast;
 #[cfg(feature = "fault-injection")]
 pub mod faults;
 
-/// Whether this build has the test hooks of [`faults`] (feature `fault-injection`): checked on the
+/// Whether this build has the test hooks of `faults` (feature `fault-injection`): checked on the
 /// bypass's path, so a benchmark says so. Cargo turns the feature on in any build of the
 /// workspace that includes `motet-sim`'s tests (`cargo test --workspace`, `cargo bench
 /// --workspace`); `cargo build --release -p motet-cli` has none.

@@ -8,7 +8,7 @@
 use crate::Payload;
 use bytes::{Bytes, BytesMut};
 
-/// Buffers up to this size are copied into a shared chunk of [`CHUNK`] bytes.
+/// Buffers up to this size are copied into a shared chunk of 4 KiB (`CHUNK`).
 pub const SMALL: usize = 256;
 /// A chunk stays allocated while any buffer copied into it is held (a retransmission buffer, an
 /// application's `Bytes`): at worst one small buffer pins this much. A page: at 1 KiB a round
@@ -17,7 +17,7 @@ pub const SMALL: usize = 256;
 /// 7,083 to 6,932).
 const CHUNK: usize = 4096;
 /// Buffers up to this size (one Ethernet packet's payload), and larger than [`SMALL`], are copied
-/// into shared chunks of [`MEDIUM_CHUNK`] bytes likewise: at 1 KiB, the allocation of a buffer of
+/// into shared chunks of `MEDIUM_CHUNK` bytes likewise: at 1 KiB, the allocation of a buffer of
 /// its own and of its shared count took glibc's slower size classes, about 2,000 instructions per
 /// round trip at each end of `motet perf latency --size 1024`, where a copy takes a few dozen.
 pub const MEDIUM: usize = 1536;

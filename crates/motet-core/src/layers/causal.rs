@@ -23,7 +23,7 @@
 //!
 //! A timestamp entry for a rank `k` counts casts of `k` its sender delivered, so received by it;
 //! with `mflow` in the stack, `k` is at most a window of casts ahead of this member, so an entry
-//! more than [`super::casts_ahead_max`] beyond the casts of `k` received here is no genuine
+//! more than `casts_ahead_max` (`layers/mod.rs`) beyond the casts of `k` received here is no genuine
 //! member's, and the cast is dropped (`OutOfWindow`): held, it and every later cast of its origin
 //! would wait for the rest of the view. Without flow control there is no such bound.
 

@@ -25,7 +25,7 @@ pub(crate) struct Delayed {
 #[derive(Debug)]
 pub(crate) struct DelayedQueue {
     copies: VecDeque<Delayed>,
-    /// Each layer's [`crate::Layer::fast_keep_wait`], by index.
+    /// Each layer's [`Layer::fast_keep_wait`](crate::layer::Layer::fast_keep_wait), by index.
     pub(super) waits: Box<[crate::Duration]>,
     /// The earliest of the copies' inputs' times plus their layers' waits: when they must be
     /// filed even if their batch has not filled (`None`: they may wait for the next input).
@@ -41,7 +41,7 @@ pub(crate) struct DelayedQueue {
 }
 
 impl DelayedQueue {
-    /// An empty queue for layers that declare `waits` ([`crate::Layer::fast_keep_wait`], by
+    /// An empty queue for layers that declare `waits` ([`Layer::fast_keep_wait`](crate::layer::Layer::fast_keep_wait), by
     /// index), settled in batches of [`SETTLE_BATCH`] or (not `batched`) whenever idle.
     pub(super) fn new(waits: Box<[crate::Duration]>, batched: bool) -> DelayedQueue {
         let batch = if batched { SETTLE_BATCH } else { 1 };
@@ -105,7 +105,7 @@ impl Stack {
     }
 
     /// When the copies waiting for delayed processing must be filed even if their batch has not
-    /// filled: the earliest of their inputs' times plus their layers' [`crate::Layer::fast_keep_wait`]
+    /// filled: the earliest of their inputs' times plus their layers' [`Layer::fast_keep_wait`](crate::layer::Layer::fast_keep_wait)
     /// (so no alarm that filing them sets is late). `None` when none waits, or when they may wait
     /// for the stack's next input.
     pub fn settle_deadline(&self) -> Option<Instant> {
