@@ -115,9 +115,10 @@ struct Origin {
     /// Sweeps in a row that asked for the origin's first hole where it was (`received` then),
     /// which choose whom its re-NAK goes to ([`Mnak::repairer`]): the first ask goes to the
     /// origin, the first re-ask (an eighth of a sweep interval later) to the next member, and so
-    /// on; `None` before the first sweep that asked for one. (It began at `(0, 0)`, so a first sweep for a hole at 0, an origin's first cast
-    /// lost, counted as the second and asked another member first: the origin itself only after
-    /// one sweep per other member, about 5 s in a view of 100. Found by a review.)
+    /// on; `None` before the first sweep that asked for one. (It began at `(0, 0)`, so a first
+    /// sweep for a hole at 0, an origin's first cast lost, counted as the second and asked
+    /// another member first: the origin itself only after one sweep per other member, about 5 s
+    /// in a view of 100. Found by a review.)
     stalled: Option<(Seqno, u32)>,
     /// Sweeps that asked for the holes of this origin since it failed: how many live members the
     /// next NAK goes to ([`Mnak::nak_to`]). Not restarted when a hole fills, nor per hole: every
@@ -168,9 +169,9 @@ pub struct Mnak {
     /// Casts buffered since the counts were last reported ([`Config::report_every`]).
     reporting: Reporting,
     /// When the repair sweep (`handle_timer`'s NAKs) is next due: the earliest `nak_delay`,
-    /// re-ask (`gaps::Asked::due`) or `sweep_interval` asked for since it last ran. An early report's timer fires before it and
-    /// must not NAK a gap whose delay is not over (it may be a reordering) nor re-NAK the first
-    /// hole every `report_every` casts.
+    /// re-ask (`gaps::Asked::due`) or `sweep_interval` asked for since it last ran. An early
+    /// report's timer fires before it and must not NAK a gap whose delay is not over (it may be
+    /// a reordering) nor re-NAK the first hole every `report_every` casts.
     sweep_at: Option<Instant>,
 }
 
@@ -636,8 +637,9 @@ impl Layer for Mnak {
         }
         // The sweep asks again for the first hole when its re-ask is due (an eighth of a sweep
         // interval after its first NAK, backing off to an interval), and, a sweep interval or
-        // more after the last full sweep, for every later one asked for before it (a NAK or its answer may have been lost); the others are asked for once, when their
-        // `nak_delay` is over, as they would have been at once without a delay (`gaps::to_ask`).
+        // more after the last full sweep, for every later one asked for before it (a NAK or its
+        // answer may have been lost); the others are asked for once, when their `nak_delay` is
+        // over, as they would have been at once without a delay (`gaps::to_ask`).
         let (now, interval) = (out.now(), self.config.sweep_interval);
         let mut due: Option<Instant> = None;
         for origin in 0..self.origins.len() as Rank {

@@ -119,6 +119,11 @@ impl Peer {
         super::gaps::holes(self.expected, self.ooo.keys().copied(), 0)
     }
 
+    /// Where the first hole begins, if there is one.
+    fn first_hole(&self) -> Option<Seqno> {
+        self.holes().next().map(|(lo, _)| lo)
+    }
+
     /// How many sends are held in order right behind the next expected one.
     fn run(&self) -> Seqno {
         self.ooo.keys().zip(self.expected + 1..).take_while(|(held, want)| **held == *want).count() as Seqno
@@ -213,8 +218,7 @@ impl Pt2pt {
 
     fn send_nak(&mut self, peer: Rank, lo: Seqno, hi: Seqno, out: &mut Outbox<'_>) {
         let p = &mut self.peers[usize::from(peer)];
-        let first = p.holes().next().map(|(lo, _)| lo);
-        let rearm = p.asked.asked(lo, hi, first, out.now(), self.config.sweep_interval);
+        let rearm = p.asked.asked(lo, hi, p.first_hole(), out.now(), self.config.sweep_interval);
         out.alarm(rearm);
         out.count(super::LayerKind::Pt2pt, Counter::NakSent);
         out.dn(Dn::Send { dest: peer, msg: Msg::default().with(Header::Nak { lo, hi }) });
@@ -355,8 +359,9 @@ impl Layer for Pt2pt {
                 self.send_ack(peer, out);
             }
             // The first hole is asked for again when its re-ask is due (an eighth of a sweep
-            // interval after its first NAK, backing off to an interval), and at a full sweep every later one asked for before the last full sweep; the others once,
-            // when their `nak_delay` is over (as `mnak`'s timer, `gaps::to_ask`).
+            // interval after its first NAK, backing off to an interval), and at a full sweep
+            // every later one asked for before the last full sweep; the others once, when their
+            // `nak_delay` is over (as `mnak`'s timer, `gaps::to_ask`).
             let p = &self.peers[usize::from(peer)];
             let interval = self.config.sweep_interval;
             let full = p.asked.full_sweep(now, interval);
@@ -367,7 +372,7 @@ impl Layer for Pt2pt {
             if full {
                 p.asked.swept(now);
             }
-            if let Some((first, _)) = p.holes().next() {
+            if let Some(first) = p.first_hole() {
                 out.alarm(p.asked.due(first, now, interval));
             }
             let p = &self.peers[usize::from(peer)];
@@ -490,7 +495,7 @@ impl Layer for Pt2pt {
             match p.asked.hold(p.expected, *seqno, self.config.nak_delay, out.now()) {
                 // The trace's reply is the NAK: the rest of what `send_nak` does.
                 Hold::Nak(lo, hi) => {
-                    let first = p.holes().next().map(|(lo, _)| lo);
+                    let first = p.first_hole();
                     out.alarm(p.asked.asked(lo, hi, first, out.now(), self.config.sweep_interval));
                     out.count(super::LayerKind::Pt2pt, Counter::NakSent);
                 }

@@ -682,3 +682,22 @@ fn catches_a_state_transfer_view_that_breaks_its_rules() {
     }
     assert_eq!(rule(&trace), []);
 }
+
+/// Each delivery's latency is its time less its message's acceptance, and deliveries of bytes
+/// that are no workload message's are left out.
+#[test]
+fn delivery_latencies_run_from_acceptance_to_each_delivery() {
+    let mut trace = good();
+    let ms = |n: u64| Instant::ZERO + motet_core::Duration::from_millis(n);
+    trace.sent[0].time = ms(10);
+    for (k, d) in trace.deliveries.iter_mut().enumerate() {
+        d.time = ms(20 + k as u64);
+    }
+    trace.deliveries.push(Delivery { payload: Bytes::from_static(b"stray"), ..trace.deliveries[0].clone() });
+    let got = trace.delivery_latencies();
+    assert_eq!(got.len(), 3 * 2 * 3 + 1, "every workload delivery, not the stray one");
+    // The first message's three deliveries came at 20, 21 and 22 ms, 10 ms after it was accepted.
+    assert_eq!(got[..3], [10_000_000, 11_000_000, 12_000_000]);
+    // The others were accepted at 0.
+    assert_eq!(got[3], 23_000_000);
+}
