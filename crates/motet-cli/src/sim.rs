@@ -155,6 +155,9 @@ struct Summary {
     bundled: u64,
     retransmissions: u64,
     naks: u64,
+    /// NAKs answered only in part because their requester had spent its budget
+    /// (`retransmit_rate`): honest members in these runs should rarely, if ever, reach it.
+    naks_over_budget: u64,
     liveness_failures: usize,
     views_installed: u64,
     /// Merge requests that went unanswered until `merge_timeout` from the start of their merge
@@ -299,6 +302,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         bundled: 0,
         retransmissions: 0,
         naks: 0,
+        naks_over_budget: 0,
         liveness_failures: 0,
         views_installed: 0,
         merges_unanswered: 0,
@@ -353,6 +357,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         summary.bundled += report.bundled;
         summary.retransmissions += report.stats.counter(motet_core::Counter::Retransmit);
         summary.naks += report.stats.counter(motet_core::Counter::NakSent);
+        summary.naks_over_budget += report.stats.drops(motet_core::DropReason::OverBudget);
         if !report.violations.is_empty() {
             summary.failed_seeds.push(report.seed);
             if summary.failures.len() < 10 {
@@ -372,8 +377,8 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
         println!("runs      {}", summary.runs);
         println!("delivered {} casts, {} sends", summary.deliveries, summary.send_deliveries);
         println!(
-            "network   {} datagrams, {} lost; {} retransmissions, {} NAKs",
-            summary.datagrams, summary.datagrams_lost, summary.retransmissions, summary.naks
+            "network   {} datagrams, {} lost; {} retransmissions, {} NAKs ({} answered in part for budget)",
+            summary.datagrams, summary.datagrams_lost, summary.retransmissions, summary.naks, summary.naks_over_budget
         );
         if summary.views_installed > 0 {
             println!(

@@ -484,6 +484,7 @@ reasons! {
     AfterEnd: "a state-transfer chunk after its stream's last chunk, or after its provider said it was done",
     Gossip: "a stability row or columns of the wrong length, rank or order, a failure detector's ping from a rank outside the view, or gossip no layer of the stack takes (from a partition running another stack)",
     Unasked: "a retransmission of a cast this member never asked for (no NAK of it was sent): a faulty member's, which would have filled another origin's buffers",
+    OverBudget: "a NAK that asked for more retransmissions than its requester may have for now (`mnak`/`pt2pt` `retransmit_rate`): answered in part, the rest at its re-ask",
 }
 
 macro_rules! counters {

@@ -232,6 +232,46 @@ impl Asked {
     }
 }
 
+/// What one requester may still have retransmitted to it in answer to its NAKs: a token bucket,
+/// refilled at a rate a second up to a burst ([`Budget::take`]), shared by `mnak` and `pt2pt`.
+///
+/// A NAK of a few bytes asks for up to `retransmit_max` whole messages, so a member that repeats
+/// one (a fault, or an attack from inside the group) could spend the others' send capacity
+/// without bound. The bucket bounds what each requester gets, whatever it asks; what it does not
+/// get it asks for again at its next re-ask, as after a lost answer. An honest requester asks for
+/// each hole a few times a sweep interval at most ([`to_ask`]), so the default rate leaves it far
+/// below the bound. Aeron and NORM bound repair the same way, per receiver and per stream.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) struct Budget {
+    /// Taken and not refilled yet: 0 is a full bucket.
+    used: u64,
+    /// When the bucket was last refilled (or last found full).
+    at: Instant,
+}
+
+impl Budget {
+    /// Takes up to `want` at `now` from a bucket refilled at `rate` a second up to `burst`: how
+    /// many may be retransmitted. Refills by whole tokens, keeping the fraction of one for later.
+    pub(super) fn take(&mut self, want: u64, rate: u64, burst: u64, now: Instant) -> u64 {
+        const NANOS: u128 = 1_000_000_000;
+        let refill = u128::from(now.saturating_since(self.at).0) * u128::from(rate) / NANOS;
+        let refill = u64::try_from(refill).unwrap_or(u64::MAX);
+        if refill > 0 || self.used == 0 {
+            self.at = now;
+        }
+        self.used = self.used.saturating_sub(refill);
+        let granted = want.min(burst.saturating_sub(self.used));
+        self.used += granted;
+        granted
+    }
+}
+
+/// The burst of a [`Budget`]: a sweep interval's worth of `rate`, and at least one whole answer.
+pub(super) fn burst(rate: u64, interval: Duration, retransmit_max: usize) -> u64 {
+    let per_sweep = u128::from(rate) * u128::from(interval.0) / 1_000_000_000;
+    u64::try_from(per_sweep).unwrap_or(u64::MAX).max(retransmit_max as u64)
+}
+
 /// The holes in what was received, each `(lo, hi)` inclusive: from `next` (the next number
 /// expected) up to the first number `held` out of order (ascending), between held numbers, and up
 /// to `end` (the number after the last one known to exist; `next` or less for none).
@@ -315,6 +355,34 @@ pub(super) fn to_ask(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_budget_grants_its_burst_then_its_rate() {
+        let ms = Duration::from_millis;
+        let t = Instant::ZERO + ms(1_000);
+        let mut b = Budget::default();
+        // 1,000 a second, a burst of 50 (50 ms' worth).
+        let burst = burst(1_000, ms(50), 8);
+        assert_eq!(burst, 50);
+        assert_eq!(b.take(30, 1_000, burst, t), 30);
+        assert_eq!(b.take(30, 1_000, burst, t), 20, "the rest of the burst");
+        assert_eq!(b.take(30, 1_000, burst, t), 0, "nothing left at the same instant");
+        // 10 ms later: 10 more; the fraction of one kept for later.
+        assert_eq!(b.take(30, 1_000, burst, t + ms(10)), 10);
+        assert_eq!(b.take(1, 1_000, burst, t + ms(10) + Duration::from_micros(600)), 0);
+        assert_eq!(b.take(1, 1_000, burst, t + ms(11)), 1, "the 400 µs left over counted too");
+        // Idle: full again, and no more than full.
+        assert_eq!(b.take(500, 1_000, burst, t + ms(5_000)), 50);
+        // A bucket found full starts its refill when it is next taken from, not at its last
+        // refill: the time it sat full earns nothing.
+        let mut b = Budget::default();
+        assert_eq!(b.take(0, 1_000, burst, t), 0);
+        let us = Duration::from_micros;
+        assert_eq!(b.take(50, 1_000, burst, t + us(900)), 50);
+        assert_eq!(b.take(1, 1_000, burst, t + us(1_500)), 0, "600 µs since it was found full");
+        // An answer bigger than a sweep's worth is never cut by the burst alone.
+        assert_eq!(super::burst(10, ms(50), 256), 256);
+    }
 
     #[test]
     fn holes_lie_before_between_and_after_what_is_held() {

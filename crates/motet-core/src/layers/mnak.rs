@@ -49,6 +49,12 @@ pub struct Config {
     pub recv_window_max: u64,
     /// Casts retransmitted in answer to one NAK. Default 256.
     pub retransmit_max: usize,
+    /// Most casts retransmitted to one member a second, in answer to its NAKs, with a burst of a
+    /// `sweep_interval`'s worth (and at least `retransmit_max`). Default 100,000. A NAK that asks
+    /// for more is answered in part (counted as `OverBudget`), and the rest comes at the
+    /// requester's re-ask: a member that repeats NAKs cannot spend the others' send capacity
+    /// without bound (`gaps::Budget`).
+    pub retransmit_rate: u64,
     /// How long a gap must stay open before it is NAKed. Default 2 ms. A network that reorders
     /// (multipath, jitter, a busy receive queue) opens gaps that close by themselves a moment
     /// later; NAKing at once would have the origin retransmit what is already on its way. Zero
@@ -76,6 +82,7 @@ impl Default for Config {
             sweep_interval: Duration::from_millis(50),
             recv_window_max: 16_384,
             retransmit_max: 256,
+            retransmit_rate: 100_000,
             nak_delay: Duration::from_millis(2),
             report_every: 1024,
         }
@@ -110,6 +117,8 @@ struct Origin {
     ooo: super::gaps::Ahead,
     /// What was asked for of the gaps.
     asked: super::gaps::Asked,
+    /// What the member of this rank, as a requester, may still have retransmitted to it.
+    budget: super::gaps::Budget,
     /// Some live member holds casts below this (from stability gossip).
     max_known: Seqno,
     /// Sweeps in a row that asked for the origin's first hole where it was (`received` then),
@@ -335,18 +344,28 @@ impl Mnak {
         out.up(Up::NumCasts(counts));
     }
 
-    /// Answers a NAK from `to` with what this member holds of `origin`'s `lo..=hi`.
-    fn answer(&self, origin: Rank, lo: Seqno, hi: Seqno, to: Rank, out: &mut Outbox<'_>) {
-        let Some(o) = self.origins.get(usize::from(origin)) else {
+    /// Answers a NAK from `to` with what this member holds of `origin`'s `lo..=hi`, as far as
+    /// `to`'s budget goes ([`Config::retransmit_rate`]).
+    fn answer(&mut self, origin: Rank, lo: Seqno, hi: Seqno, to: Rank, out: &mut Outbox<'_>) {
+        if usize::from(origin) >= self.origins.len() || usize::from(to) >= self.origins.len() {
             out.drop_input(super::LayerKind::Mnak, DropReason::NotForMe);
             return;
-        };
+        }
         if to == self.rank {
             return;
         }
+        let o = &self.origins[usize::from(origin)];
         let lo = lo.max(o.buf_lo);
         let end = hi.saturating_add(1).min(o.received);
-        for seqno in (lo..end).take(self.config.retransmit_max) {
+        let want = end.saturating_sub(lo).min(self.config.retransmit_max as u64);
+        let c = &self.config;
+        let burst = super::gaps::burst(c.retransmit_rate, c.sweep_interval, c.retransmit_max);
+        let granted = self.origins[usize::from(to)].budget.take(want, c.retransmit_rate, burst, out.now());
+        if granted < want {
+            out.drop_input(super::LayerKind::Mnak, DropReason::OverBudget);
+        }
+        let o = &self.origins[usize::from(origin)];
+        for seqno in (lo..end).take(granted as usize) {
             let msg = o.buf[(seqno - o.buf_lo) as usize].clone().with(Header::Retrans { origin, seqno });
             out.count(super::LayerKind::Mnak, Counter::Retransmit);
             out.dn(Dn::Send { dest: to, msg });

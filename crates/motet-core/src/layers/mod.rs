@@ -500,6 +500,8 @@ impl StackConfig {
             ("mnak.retransmit_max", self.mnak.retransmit_max as u64),
             ("pt2pt.recv_window_max", self.pt2pt.recv_window_max),
             ("pt2pt.retransmit_max", self.pt2pt.retransmit_max as u64),
+            ("mnak.retransmit_rate", self.mnak.retransmit_rate),
+            ("pt2pt.retransmit_rate", self.pt2pt.retransmit_rate),
             ("pt2pt.ack_batch", self.pt2pt.ack_batch),
             ("totem.pending_max", self.totem.pending_max as u64),
             ("appl.message_size_max", self.appl.message_size_max as u64),

@@ -43,6 +43,11 @@ pub struct Config {
     pub recv_window_max: u64,
     /// Messages retransmitted per peer per NAK or sweep. Default 64.
     pub retransmit_max: usize,
+    /// Most messages retransmitted to one peer a second in answer to its NAKs, with a burst of a
+    /// `sweep_interval`'s worth (and at least `retransmit_max`). Default 100,000. As `mnak`'s:
+    /// a NAK that asks for more is answered in part (`OverBudget`), the rest at its re-ask. The
+    /// sweep's own retransmissions, of sends unacknowledged for an interval, are not counted.
+    pub retransmit_rate: u64,
     /// How long a gap must stay open before it is NAKed. Default 2 ms; zero NAKs at once. As
     /// `mnak`'s: a reordering network closes most gaps by itself a moment later.
     #[serde(
@@ -72,6 +77,7 @@ impl Default for Config {
             ack_batch: 16,
             recv_window_max: 16_384,
             retransmit_max: 64,
+            retransmit_rate: 100_000,
             nak_delay: Duration::from_millis(2),
             ack_timeout: Duration::from_millis(10_000),
         }
@@ -106,6 +112,8 @@ struct Peer {
     ooo: super::gaps::Ahead,
     /// What was asked for of the gaps.
     asked: super::gaps::Asked,
+    /// What this peer may still have retransmitted to it in answer to its NAKs.
+    budget: super::gaps::Budget,
     /// The last cumulative ack we sent.
     ack_sent: Seqno,
     /// Since when sends to this peer have waited without any being acknowledged (`None` while
@@ -224,6 +232,24 @@ impl Pt2pt {
         out.dn(Dn::Send { dest: peer, msg: Msg::default().with(Header::Nak { lo, hi }) });
     }
 
+    /// Answers a NAK of `lo..=hi` from `peer`, as far as its budget goes
+    /// ([`Config::retransmit_rate`]).
+    fn answer(&mut self, peer: Rank, lo: Seqno, hi: Seqno, out: &mut Outbox<'_>) {
+        let c = &self.config;
+        let p = &mut self.peers[usize::from(peer)];
+        let lo = lo.max(p.acked);
+        let end = hi.saturating_add(1).min(p.sent);
+        let want = end.saturating_sub(lo).min(c.retransmit_max as u64);
+        let burst = super::gaps::burst(c.retransmit_rate, c.sweep_interval, c.retransmit_max);
+        let granted = p.budget.take(want, c.retransmit_rate, burst, out.now());
+        if granted < want {
+            out.drop_input(super::LayerKind::Pt2pt, DropReason::OverBudget);
+        }
+        if granted > 0 {
+            self.retransmit(peer, lo, lo + granted - 1, out);
+        }
+    }
+
     fn retransmit(&mut self, peer: Rank, lo: Seqno, hi: Seqno, out: &mut Outbox<'_>) {
         let now = out.now();
         let p = &mut self.peers[usize::from(peer)];
@@ -289,7 +315,7 @@ impl Layer for Pt2pt {
                     self.acknowledge(origin, next, out.now());
                     self.release_block(out);
                 }
-                Some(Header::Nak { lo, hi }) => self.retransmit(origin, lo, hi, out),
+                Some(Header::Nak { lo, hi }) => self.answer(origin, lo, hi, out),
                 Some(Header::NoHdr) | None => out.drop_input(super::LayerKind::Pt2pt, DropReason::HeaderMismatch),
             },
             other => out.pass_up(super::LayerKind::Pt2pt, other, Header::NoHdr),
@@ -720,6 +746,28 @@ mod tests {
         let out = h.timer(h.now + config.sweep_interval);
         assert!(sent_headers(&out).is_empty());
         assert_eq!(h.alarm, None, "the sweep stops when nothing is outstanding");
+    }
+
+    /// A peer that repeats a NAK gets what its budget allows (`retransmit_rate`), not
+    /// `retransmit_max` sends each time; the sweep's own retransmissions of unacknowledged sends
+    /// are not taken from it.
+    #[test]
+    fn a_repeated_nak_is_answered_within_the_peers_budget() {
+        let view = crate::testing::view(2);
+        let config = Config { retransmit_max: 16, retransmit_rate: 1_000, ..Config::default() };
+        let mut h = Harness::new(Pt2pt::new(&config, &view, 0), 0);
+        for _ in 0..100 {
+            h.dn(Dn::Send { dest: 1, msg: Msg::new(b"a".as_slice().into()) });
+        }
+        let nak = || Up::Send { origin: 1, msg: Msg::default().with(Header::Nak { lo: 0, hi: 99 }) };
+        let got: Vec<usize> = (0..5).map(|_| sent_headers(&h.up(nak())).len()).collect();
+        assert_eq!(got, [16, 16, 16, 2, 0], "a burst of 50 ms' worth, then nothing at the same instant");
+        assert_eq!(h.stats.drops(DropReason::OverBudget), 2);
+        let at = h.alarm.expect("a sweep is armed");
+        let resent = sent_headers(&h.timer(at)).iter().filter(|h| matches!(h, Header::Retrans { .. })).count();
+        assert_eq!(resent, 16, "the sweep resends what waited an interval, budget or not");
+        h.now = at + Duration::from_millis(10);
+        assert_eq!(sent_headers(&h.up(nak())).len(), 16, "refilled since");
     }
 
     /// A peer that acknowledges nothing of what waits for it within `ack_timeout` is suspected,

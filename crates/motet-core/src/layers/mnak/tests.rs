@@ -431,3 +431,31 @@ fn a_failed_origins_open_hole_is_asked_of_the_others_at_once() {
         "cast to the view: {out:?}"
     );
 }
+
+/// A member that repeats a NAK gets what its budget allows (`retransmit_rate`, a burst of a sweep
+/// interval's worth), not `retransmit_max` casts every time it asks; the budget refills with time
+/// and is kept per requester, so another member's NAK is answered in full meanwhile.
+#[test]
+fn a_repeated_nak_is_answered_within_its_requesters_budget() {
+    let view = crate::testing::view(4);
+    let config = Config { retransmit_max: 16, retransmit_rate: 1_000, ..Config::default() };
+    assert_eq!(super::super::gaps::burst(1_000, config.sweep_interval, 16), 50, "50 ms' worth");
+    let mut h = Harness::new(Mnak::new(&config, &view, 1), 1);
+    for seqno in 0..100 {
+        h.up(Up::Cast { origin: 0, msg: data(seqno), qos: Qos::Unreliable });
+    }
+    h.now = Instant::ZERO + Duration::from_millis(1_000);
+    let nak =
+        |from: Rank| Up::Send { origin: from, msg: Msg::default().with(Header::Nak { origin: 0, lo: 0, hi: 99 }) };
+    let answered = |out: &[Out], to: Rank| {
+        sent::<Header>(out).iter().filter(|(d, h)| *d == to && matches!(h, Header::Retrans { origin: 0, .. })).count()
+    };
+    let got: Vec<usize> = (0..5).map(|_| answered(&h.up(nak(2)), 2)).collect();
+    assert_eq!(got, [16, 16, 16, 2, 0], "the burst, then nothing at the same instant");
+    assert_eq!(h.stats.drops(DropReason::OverBudget), 2, "each NAK answered in part counted");
+    assert_eq!(answered(&h.up(nak(3)), 3), 16, "another requester's budget is its own");
+    h.now = h.now + Duration::from_millis(10);
+    assert_eq!(answered(&h.up(nak(2)), 2), 10, "10 ms at 1,000 a second");
+    h.now = h.now + Duration::from_millis(1_000);
+    assert_eq!(answered(&h.up(nak(2)), 2), 16, "refilled");
+}
