@@ -1,7 +1,8 @@
 //! The node: routing, slots, alarms, batches and the loop-back setting across views.
 
 use super::*;
-use crate::{Action, Counter, Duration, Payload};
+use crate::{Action, Counter, DropReason, Duration, Payload};
+use motet_wire::Mux;
 
 /// A datagram of another wire version is counted as such, apart from malformed ones, and is
 /// said once in the log.
