@@ -1,5 +1,7 @@
 use super::*;
+use std::io;
 use std::sync::{Condvar, Mutex};
+use std::time::Duration;
 
 /// Opened by the test: until then, the stand-in lookup waits, as for a DNS server that does
 /// not answer.
