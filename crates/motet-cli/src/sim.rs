@@ -68,10 +68,15 @@ pub(crate) struct SimArgs {
     /// file. One seed only; the JSON and text output are unchanged.
     #[arg(long, value_name = "FILE.svg")]
     diagram: Option<PathBuf>,
-    /// Mean of the random extra one-way delay, in microseconds (on top of 100 µs). Datagrams sent
-    /// close together overtake each other when it is not 0; 0 makes every link FIFO. At most 10 s.
+    /// Mean of the random extra one-way delay, in microseconds (on top of `--delay-us`).
+    /// Datagrams sent close together overtake each other when it is not 0; 0 makes every link
+    /// FIFO. At most 10 s.
     #[arg(long, default_value_t = 400, value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
     jitter_us: u64,
+    /// The least one-way delay of every datagram, in microseconds: 100 is a LAN, 20,000 a link
+    /// across a continent (a 40 ms round trip). At most 10 s.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
+    delay_us: u64,
     /// The bypass: `on` (as the runtime runs), `off` (the layered path only), or `diff` (every
     /// input through both, any difference in outputs or layer states is a violation).
     #[arg(long, default_value = "on", value_parser = parse_bypass)]
@@ -221,6 +226,7 @@ impl SimArgs {
             options.net.dup = self.dup;
             options.net.reorder = self.reorder;
             options.net.delay_mean_us = self.jitter_us;
+            options.net.delay_min_us = self.delay_us;
             options.crashes = self.crashes;
             options.restart = self.restart;
             options.payload_max = self.payload_max;
@@ -596,7 +602,7 @@ mod tests {
     #[test]
     fn a_replay_line_rebuilds_the_same_run() {
         for (line, swarm) in [
-            ("--nodes 4 --loss 0.1 --dup 0.05 --reorder 0.2 --crashes 1 --restart --casts 7 --sends 3 --payload-max 70000 --jitter-us 900 --no-loopback 0,2 --bundles --bypass diff --stack vsync", false),
+            ("--nodes 4 --loss 0.1 --dup 0.05 --reorder 0.2 --crashes 1 --restart --casts 7 --sends 3 --payload-max 70000 --jitter-us 900 --delay-us 3000 --no-loopback 0,2 --bundles --bypass diff --stack vsync", false),
             ("--nodes 3 --swarm --casts 9 --sends 0 --bypass off --stack total", true),
         ] {
             let args = parse(line);
@@ -618,6 +624,7 @@ mod tests {
             "--casts 100001",
             "--jobs 0",
             "--jitter-us 10000001",
+            "--delay-us 10000001",
         ] {
             let args = std::iter::once("sim").chain(line.split_whitespace());
             assert!(Cli::try_parse_from(args).is_err(), "{line} was accepted");

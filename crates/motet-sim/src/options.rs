@@ -320,6 +320,9 @@ impl SimOptions {
             if self.net.delay_mean_us != NetConfig::default().delay_mean_us {
                 cmd.push_str(&format!(" --jitter-us {}", self.net.delay_mean_us));
             }
+            if self.net.delay_min_us != NetConfig::default().delay_min_us {
+                cmd.push_str(&format!(" --delay-us {}", self.net.delay_min_us));
+            }
             if self.payload_max != SimOptions::PAYLOAD_MAX {
                 cmd.push_str(&format!(" --payload-max {}", self.payload_max));
             }

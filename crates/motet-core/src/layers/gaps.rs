@@ -115,6 +115,8 @@ pub(super) struct Asked {
     /// The last NAK that asked for the first hole (the one the sweep asks again first), and when
     /// it is asked again ([`to_ask`]).
     pub(super) first: Option<FirstAsk>,
+    /// How long NAKs take to be answered ([`Asked::answered`]; `mnak` times them, `pt2pt` not).
+    pub(super) rtt: RoundTrip,
 }
 
 /// The last NAK of the first hole ([`Asked::asked`]).
@@ -127,6 +129,53 @@ pub(super) struct FirstAsk {
     pub(super) due: Instant,
     /// How long it waited for an answer: twice as long next time, up to the sweep interval.
     pub(super) wait: Duration,
+    /// When the hole was first asked for (by this NAK or the first of those it repeats).
+    pub(super) at: Instant,
+    /// The hole was asked for once: its answer times the round trip exactly.
+    pub(super) once: bool,
+    /// Nothing of its answer came yet: the first to come is timed ([`Asked::answered`]).
+    pub(super) timed: bool,
+}
+
+/// A smoothed estimate of how long a NAK takes to be answered (TCP's `srtt`, RFC 6298 §2, with
+/// its gain of 1/8), from the first hole's NAKs. It keeps the first hole's first re-ask from
+/// going out before the answer could come, on a link slower than the configured schedule
+/// assumes ([`Asked::first_wait`]): on a 40 ms round trip, re-asks an eighth of a 50 ms sweep
+/// apart (6.25, 18.75 ms) went out before any answer, and each brought a second copy of what was
+/// on its way.
+///
+/// Samples are of NAKs sent once (Karn's rule: the answer to a NAK sent twice cannot be told
+/// from the first one's), except the first: on a link slower than an eighth of a sweep every
+/// first NAK is repeated before its answer comes, so Karn's rule alone never took one (TCP keeps
+/// its backed-off timeout for the next segment instead). That first sample is timed from the
+/// first NAK, so it is too long if that NAK was lost, and it is provisional: the first exact
+/// sample replaces it (on a LAN with loss, a provisional sample of several milliseconds
+/// otherwise slowed the re-asks for many answers while the gain of 1/8 wore it down).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) struct RoundTrip {
+    /// The smoothed round trip; zero before the first sample.
+    srtt: Duration,
+    /// `srtt` is one sample of a NAK sent more than once.
+    provisional: bool,
+}
+
+impl RoundTrip {
+    /// Takes one round trip, `exact` if its NAK was sent once.
+    pub(super) fn sample(&mut self, r: Duration, exact: bool) {
+        let r = r.0.max(1);
+        if self.srtt.0 == 0 || (self.provisional && exact) {
+            self.srtt = Duration(r);
+            self.provisional = !exact;
+        } else if exact {
+            self.srtt = Duration(self.srtt.0 - self.srtt.0 / 8 + r / 8);
+        }
+    }
+
+    /// When an answer is due, once there is a sample: a quarter more than the smoothed round
+    /// trip (the margin RACK gives reordering, RFC 8985 §6.2).
+    pub(super) fn expected(&self) -> Option<Duration> {
+        (self.srtt.0 > 0).then(|| Duration(self.srtt.0.saturating_add(self.srtt.0 / 4)))
+    }
 }
 
 impl Asked {
@@ -174,12 +223,37 @@ impl Asked {
     ) -> Instant {
         self.asked_upto = self.asked_upto.max(hi + 1);
         let Some(first) = first.filter(|first| (lo..=hi).contains(first)) else { return now + interval };
-        let wait = match self.first_asked(first) {
-            Some(last) => Duration(last.wait.0.saturating_mul(2)).min(interval),
-            None => Duration(interval.0 / 8),
+        let ask = match self.first_asked(first) {
+            Some(last) => {
+                let wait = Duration(last.wait.0.saturating_mul(2)).min(interval);
+                FirstAsk { lo, hi, due: now + wait, wait, once: false, ..last }
+            }
+            None => {
+                let wait = self.first_wait(interval);
+                FirstAsk { lo, hi, due: now + wait, wait, at: now, once: true, timed: true }
+            }
         };
-        self.first = Some(FirstAsk { lo, hi, due: now + wait, wait });
-        now + wait
+        self.first = Some(ask);
+        ask.due
+    }
+
+    /// An answer to a NAK of ours, `seqno`, arrived at `now`: the first to come for the first
+    /// hole's NAK times the round trip ([`RoundTrip`]).
+    pub(super) fn answered(&mut self, seqno: Seqno, now: Instant) {
+        if let Some(ask) = &mut self.first {
+            if ask.timed && (ask.lo..=ask.hi).contains(&seqno) {
+                ask.timed = false;
+                self.rtt.sample(now.saturating_since(ask.at), ask.once);
+            }
+        }
+    }
+
+    /// How long the first hole's first NAK waits for its answer before it is asked again: an
+    /// eighth of the sweep `interval`, or when the answer is due ([`RoundTrip::expected`]) if
+    /// that is later, up to the `interval`.
+    pub(super) fn first_wait(&self, interval: Duration) -> Duration {
+        let eighth = Duration(interval.0 / 8);
+        self.rtt.expected().map_or(eighth, |due| due.max(eighth).min(interval))
     }
 
     /// Makes the first hole's re-ask due by `now` (its origin failed: the others are asked at
@@ -356,6 +430,73 @@ pub(super) fn to_ask(
 mod tests {
     use super::*;
 
+    /// The round trip is timed from the first answer to a NAK of the first hole, and holds the
+    /// first re-ask back until the answer is due when that is later than the configured schedule:
+    /// on a 40 ms link, at 50 ms, not 6.25 ms; never later than the sweep interval.
+    #[test]
+    fn a_slow_answer_holds_the_first_re_ask_back_until_it_is_due() {
+        let ms = Duration::from_millis;
+        let (interval, t) = (ms(50), Instant::ZERO + ms(1_000));
+        let eighth = Duration(interval.0 / 8);
+        let mut asked = Asked::default();
+        assert_eq!(asked.first_wait(interval), eighth, "no sample yet: the configured pace");
+        // A NAK of the first hole, 0-3, sent once and answered 32 ms later.
+        let _ = asked.asked(0, 3, Some(0), t, interval);
+        asked.answered(2, t + ms(32));
+        assert_eq!(asked.rtt.expected(), Some(ms(40)), "a quarter more than the round trip");
+        asked.answered(3, t + ms(45));
+        assert_eq!(asked.rtt.expected(), Some(ms(40)), "one sample per NAK");
+        assert_eq!(asked.first_wait(interval), ms(40));
+        // The first re-ask waits for it; the backoff goes on from there, up to the interval.
+        let again = asked.asked(4, 4, Some(4), t + ms(100), interval);
+        assert_eq!(again, t + ms(140));
+        assert_eq!(asked.asked(4, 4, Some(4), again, interval), again + interval);
+        // A NAK sent twice times nothing once there is a sample (Karn): its answer may be the
+        // first one's.
+        asked.answered(4, again + ms(1));
+        assert_eq!(asked.rtt.expected(), Some(ms(40)), "unchanged");
+        // Fast answers bring it down to the configured pace, never below it.
+        for k in 0..40u64 {
+            let at = t + ms(1_000 + 10 * k);
+            let _ = asked.asked(10 + k, 10 + k, Some(10 + k), at, interval);
+            asked.answered(10 + k, at + Duration::from_micros(500));
+        }
+        assert!(asked.rtt.expected().expect("sampled") < ms(2));
+        assert_eq!(asked.first_wait(interval), eighth);
+        // A very slow link: the interval at most.
+        let mut slow = Asked::default();
+        let _ = slow.asked(0, 0, Some(0), t, interval);
+        slow.answered(0, t + ms(5_000));
+        assert_eq!(slow.first_wait(interval), interval);
+    }
+
+    /// With no sample yet, a NAK answered only after its re-ask is timed from the first NAK (on
+    /// a link slower than the re-ask every NAK is repeated, and Karn's rule alone never times
+    /// one); that sample is provisional, and the first of a NAK sent once replaces it.
+    #[test]
+    fn a_first_sample_of_a_repeated_nak_is_provisional() {
+        let ms = Duration::from_millis;
+        let (interval, t) = (ms(50), Instant::ZERO + ms(1_000));
+        let mut asked = Asked::default();
+        let again = asked.asked(0, 0, Some(0), t, interval);
+        assert_eq!(again, t + Duration(interval.0 / 8));
+        let again = asked.asked(0, 0, Some(0), again, interval);
+        let _ = asked.asked(0, 0, Some(0), again, interval);
+        asked.answered(0, t + ms(32));
+        assert_eq!(asked.rtt.expected(), Some(ms(40)), "32 ms from the first NAK");
+        // Another repeated NAK adds nothing; one sent once replaces the provisional sample.
+        let again = asked.asked(1, 1, Some(1), t + ms(100), interval);
+        let _ = asked.asked(1, 1, Some(1), again, interval);
+        asked.answered(1, again + ms(1));
+        assert_eq!(asked.rtt.expected(), Some(ms(40)));
+        let _ = asked.asked(2, 2, Some(2), t + ms(300), interval);
+        asked.answered(2, t + ms(304));
+        assert_eq!(asked.rtt.expected(), Some(ms(5)), "replaced, not averaged");
+        let _ = asked.asked(3, 3, Some(3), t + ms(400), interval);
+        asked.answered(3, t + ms(412));
+        assert_eq!(asked.rtt.expected(), Some(Duration::from_micros(6_250)), "then averaged by 1/8: srtt 4 to 5 ms");
+    }
+
     #[test]
     fn a_budget_grants_its_burst_then_its_rate() {
         let ms = Duration::from_millis;
@@ -393,9 +534,16 @@ mod tests {
         let (interval, t) = (ms(50), Instant::ZERO + ms(1_000));
         let at = |d: u64| t + ms(d);
         // The first hole's last NAK asked for 0-1 and is due again at `due`.
-        let first = |lo, hi, due| Some(FirstAsk { lo, hi, due, wait: ms(50) });
+        let first = |lo, hi, due| Some(FirstAsk { lo, hi, due, wait: ms(50), at: t, once: false, timed: false });
         // Hole 0-1 was asked for at `t`, due again 50 ms later, and 3 with it; 6-8 never.
-        let asked = Asked { naked_upto: 9, asked_upto: 4, swept_upto: 0, swept_at: t, first: first(0, 1, at(50)) };
+        let asked = Asked {
+            naked_upto: 9,
+            asked_upto: 4,
+            swept_upto: 0,
+            swept_at: t,
+            first: first(0, 1, at(50)),
+            ..Asked::default()
+        };
         assert_eq!(to_ask(got.iter().copied(), &asked, at(2), interval, true), [(6, 8)], "the new hole, once");
         assert_eq!(
             to_ask(got.iter().copied(), &asked, at(50), interval, true),
@@ -431,7 +579,14 @@ mod tests {
         assert_eq!(asked.due(4, at(10), interval), at(50), "else the next full sweep");
         // A hole that grew past what the last full sweep had asked for (a tail that gossip
         // revealed): only its old part and its new part, not what was asked for since.
-        let asked = Asked { naked_upto: 30, asked_upto: 20, swept_upto: 8, swept_at: t, first: first(0, 1, at(50)) };
+        let asked = Asked {
+            naked_upto: 30,
+            asked_upto: 20,
+            swept_upto: 8,
+            swept_at: t,
+            first: first(0, 1, at(50)),
+            ..Asked::default()
+        };
         let grown = [(0, 1), (6, 29)];
         assert_eq!(to_ask(grown.into_iter(), &asked, at(50), interval, true), [(0, 1), (6, 7), (20, 29)]);
         // A first hole that grew: the part its NAK asked for again, then the rest as any hole.

@@ -567,6 +567,9 @@ impl Layer for Mnak {
                         // review's finding).
                         out.drop_input(super::LayerKind::Mnak, DropReason::Unasked);
                     } else {
+                        // The first answer to the first hole's NAK times the round trip, which
+                        // paces the NAKs of this origin's holes (`gaps::RoundTrip`).
+                        self.origins[usize::from(whose)].asked.answered(seqno, out.now());
                         self.recv_cast(whose, seqno, msg, out);
                     }
                 }
