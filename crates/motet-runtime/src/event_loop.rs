@@ -7,9 +7,10 @@
 //!
 //! Back-pressure, end to end: when the application does not consume events and `event_queue` of
 //! them (or `event_queue_bytes` of payload) are waiting, the loop stops reading the socket; the
-//! kernel buffer fills, datagrams are lost, and the senders' flow control and retransmission hold their messages (nothing is lost
-//! for good). Actions the protocol cannot take now (flow control is blocking, or a view change is
-//! in progress) are parked in order and taken when the stack allows; the parking lot is bounded.
+//! kernel buffer fills, datagrams are lost, and the senders' flow control and retransmission hold
+//! their messages (nothing is lost for good). Actions the protocol cannot take now (flow control
+//! is blocking, or a view change is in progress) are parked in order and taken when the stack
+//! allows; the parking lot is bounded.
 
 use crate::clock::Clock;
 use crate::config::{GroupConfig, RuntimeConfig};
@@ -180,7 +181,6 @@ pub struct EventLoop {
     backlog: VecDeque<(SocketAddr, DatagramHead, Payload)>,
     /// Per destination, what this turn has produced so far (sent at the end of the turn).
     packing: Packings,
-    /// Some member may have parked actions that can now go (its `retry` is set).
     /// Endpoints whose parked actions may go now (each once: its `retry` flag), visited by
     /// `retry_parked` alone. A flag for all members, which that walk then visited every member
     /// for, cost O(endpoints) at every credit report or view of any one (a review's finding).
@@ -188,9 +188,8 @@ pub struct EventLoop {
     /// What `retry_parked` walks (`retrying`'s last contents), kept for its capacity.
     retrying_spare: Vec<EndpointId>,
     /// An action was parked because `ready` was full (`event_queue` events or `event_queue_bytes`
-    /// of payload): the application is
-    /// behind on its events, and the actions of this process (whose own casts come back as
-    /// events) wait until it catches up, as the network's do.
+    /// of payload): the application is behind on its events, and the actions of this process
+    /// (whose own casts come back as events) wait until it catches up, as the network's do.
     parked_for_events: bool,
     /// Where the application's small payloads are copied ([`Op::copy_small`]).
     chunks: Chunks,

@@ -114,8 +114,8 @@ impl Node {
 }
 
 /// A transmit of the stack in `entry` (`id`) as a datagram to send: its head inline (compressed
-/// for the common traces, built in place: 8 bytes; in full
-/// otherwise, encoded into `buf` then copied), its destination resolved. `None` when it is too
+/// for the common traces, built in place: 8 bytes; in full otherwise, encoded into `buf` then
+/// copied), its destination resolved. `None` when it is too
 /// large to send (dropped and counted).
 fn outgoing(
     entry: &mut Entry,
