@@ -280,6 +280,15 @@ pub enum Up {
         /// The round.
         round: u64,
     },
+    /// (At members, `sync` → `intra`) round `round` of `coord`, the coordinator whose cut this
+    /// member delivered in an earlier round, excludes this member: the view it committed to will
+    /// never come, and it goes on alone now instead of at its commit timeout.
+    Excluded {
+        /// The coordinator of the round.
+        coord: Rank,
+        /// The round that excludes this member.
+        round: u64,
+    },
     /// Group-level gossip from another partition.
     Gossip(Msg),
     /// (`heal` → `inter`) another partition of the group was found; its view id is larger, so we

@@ -386,6 +386,28 @@ fn a_later_round_of_the_same_coordinator_restarts_a_members_wait_for_the_view() 
     h.up(Up::Suspect([0].into_iter().collect()));
     assert_eq!(h.alarm, Some(at(6_000 + commit)), "its coordinator suspected: commit_timeout from then");
     assert!(alone(&h.timer(at(6_000 + commit))));
+
+    // Suspected first, a later round heard after does not lengthen the wait again (seed 243 of
+    // the `vsync` swarm: other members still relayed the suspected coordinator's casts).
+    let mut h = Harness::new(Intra::new(&config, &view, 1), 1);
+    h.up(Up::CutDone { coord: 0, round: 1 });
+    h.now = at(3_000);
+    h.up(Up::Suspect([0].into_iter().collect()));
+    h.up(Up::Flushing { coord: 0, round: 2 });
+    assert_eq!(h.layer.commit_deadline, Some(at(commit)), "the cut's, sooner than the suspicion's");
+    assert!(alone(&h.timer(at(commit))));
+
+    // A later round that excludes this member ends the wait at once (`sync`'s `Excluded`); one
+    // of another coordinator, or not later than the cut's, does not.
+    let mut h = committed();
+    h.now = at(4_000);
+    h.up(Up::Excluded { coord: 2, round: 3 });
+    h.up(Up::Excluded { coord: 0, round: 1 });
+    assert_eq!(h.layer.commit_deadline, Some(at(end)), "changes nothing");
+    assert!(!alone(&h.timer(at(4_000))));
+    h.up(Up::Excluded { coord: 0, round: 3 });
+    assert_eq!((h.layer.commit_deadline, h.alarm), (Some(at(4_000)), Some(at(4_000))));
+    assert!(alone(&h.timer(at(4_000))), "its view will never come: alone now");
 }
 
 /// A survivor that cannot hear some ranks (an earlier round it followed failed them) says so
