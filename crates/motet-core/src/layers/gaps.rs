@@ -204,8 +204,9 @@ impl Asked {
     /// version, which assumed so, armed the timer in the past, found by the swarms).
     ///
     /// A NAK of the first hole is followed by another an eighth of the sweep `interval` later if
-    /// it is still open, then after twice as long each time, up to an `interval` (as TCP backs
-    /// off its retransmissions): one lost NAK or answer, the usual case when losses are
+    /// it is still open (or when its answer is due, if that is later: [`Asked::first_wait`]),
+    /// then after twice as long each time, up to an `interval` (as TCP backs off its
+    /// retransmissions): one lost NAK or answer, the usual case when losses are
     /// independent, is repaired soon; a hole nobody answers (its origin cut off or paused) costs
     /// one NAK an interval.
     ///
@@ -221,6 +222,9 @@ impl Asked {
         now: Instant,
         interval: Duration,
     ) -> Instant {
+        // Nothing of it asked for before (as a later hole, by a sweep): its answer times the
+        // round trip exactly; an earlier NAK's answer may be on its way (a review's finding).
+        let fresh = lo >= self.asked_upto;
         self.asked_upto = self.asked_upto.max(hi + 1);
         let Some(first) = first.filter(|first| (lo..=hi).contains(first)) else { return now + interval };
         let ask = match self.first_asked(first) {
@@ -230,7 +234,7 @@ impl Asked {
             }
             None => {
                 let wait = self.first_wait(interval);
-                FirstAsk { lo, hi, due: now + wait, wait, at: now, once: true, timed: true }
+                FirstAsk { lo, hi, due: now + wait, wait, at: now, once: fresh, timed: true }
             }
         };
         self.first = Some(ask);
@@ -324,26 +328,37 @@ pub(super) struct Budget {
 }
 
 impl Budget {
-    /// Takes up to `want` at `now` from a bucket refilled at `rate` a second up to `burst`: how
-    /// many may be retransmitted. Refills by whole tokens, keeping the fraction of one for later.
+    /// Takes up to `want` at `now` from a bucket refilled at `rate` (at least 1) a second up to
+    /// `burst`: how many may be retransmitted. Refills by whole tokens, and moves its clock by
+    /// the time those took, so the fraction of the next one is kept (moved to `now`, it lost up
+    /// to a token a refill: at 1,000 a second and a NAK every 1.9 ms, about half the rate; a
+    /// review's finding); a bucket found full starts again from `now`.
     pub(super) fn take(&mut self, want: u64, rate: u64, burst: u64, now: Instant) -> u64 {
         const NANOS: u128 = 1_000_000_000;
+        let rate = rate.max(1);
         let refill = u128::from(now.saturating_since(self.at).0) * u128::from(rate) / NANOS;
-        let refill = u64::try_from(refill).unwrap_or(u64::MAX);
-        if refill > 0 || self.used == 0 {
+        if refill >= u128::from(self.used) {
+            self.used = 0;
             self.at = now;
+        } else if refill > 0 {
+            // Below `used`, so within u64; the time the whole tokens took is below the elapsed.
+            self.used -= refill as u64;
+            self.at = self.at + Duration((refill * NANOS / u128::from(rate)) as u64);
         }
-        self.used = self.used.saturating_sub(refill);
         let granted = want.min(burst.saturating_sub(self.used));
         self.used += granted;
         granted
     }
 }
 
-/// The burst of a [`Budget`]: a sweep interval's worth of `rate`, and at least one whole answer.
+/// The burst of a [`Budget`]: a sweep interval's worth of `rate`, and at least what one sweep may
+/// ask of one member, an answer to each of `HOLES_MAX` holes (`retransmit_max` each): an honest
+/// requester's full sweep is never cut short by the burst alone (a review's finding: `mnak`'s
+/// default, 5,000 a sweep, was less than its 32 × 256).
 pub(super) fn burst(rate: u64, interval: Duration, retransmit_max: usize) -> u64 {
     let per_sweep = u128::from(rate) * u128::from(interval.0) / 1_000_000_000;
-    u64::try_from(per_sweep).unwrap_or(u64::MAX).max(retransmit_max as u64)
+    let sweep_asks = (HOLES_MAX as u64).saturating_mul(retransmit_max as u64);
+    u64::try_from(per_sweep).unwrap_or(u64::MAX).max(sweep_asks)
 }
 
 /// The holes in what was received, each `(lo, hi)` inclusive: from `next` (the next number
@@ -364,9 +379,9 @@ pub(super) fn holes(
 
 /// What a repair timer at `now` asks for (`later`: a later hole asked for once may be asked
 /// for again; not of a failed origin, below).
-/// - The first hole again, an eighth of a sweep interval after its first NAK, then after twice as
-///   long each time up to the interval (the NAK or its answer may have been lost;
-///   [`Asked::asked`]). Until the fortieth session it was asked again at every firing of the
+/// - The first hole again, an eighth of a sweep interval after its first NAK (or when its answer
+///   is due, if that is later), then after twice as long each time up to the interval (the NAK or
+///   its answer may have been lost; [`Asked::asked`]). Until the fortieth session it was asked again at every firing of the
 ///   timer, which also fires at each new gap's `nak_delay` (2 ms) and for early reports: the
 ///   more gaps traffic opened, the more often (every few milliseconds under loss, before its
 ///   answer could come), so the NAKs grew with the loss they answered.
@@ -503,7 +518,7 @@ mod tests {
         let t = Instant::ZERO + ms(1_000);
         let mut b = Budget::default();
         // 1,000 a second, a burst of 50 (50 ms' worth).
-        let burst = burst(1_000, ms(50), 8);
+        let burst = burst(1_000, ms(50), 1);
         assert_eq!(burst, 50);
         assert_eq!(b.take(30, 1_000, burst, t), 30);
         assert_eq!(b.take(30, 1_000, burst, t), 20, "the rest of the burst");
@@ -521,8 +536,14 @@ mod tests {
         let us = Duration::from_micros;
         assert_eq!(b.take(50, 1_000, burst, t + us(900)), 50);
         assert_eq!(b.take(1, 1_000, burst, t + us(1_500)), 0, "600 µs since it was found full");
-        // An answer bigger than a sweep's worth is never cut by the burst alone.
-        assert_eq!(super::burst(10, ms(50), 256), 256);
+        // Whole tokens move the clock by the time they took: drained, then asked every 1.9 ms
+        // for 19 ms, it grants 19, not one a NAK (10).
+        let mut b = Budget::default();
+        assert_eq!(b.take(50, 1_000, burst, t), 50);
+        let granted: u64 = (1..=10).map(|k| b.take(5, 1_000, burst, t + us(1_900 * k))).sum();
+        assert_eq!(granted, 19);
+        // What one sweep may ask (32 holes, a whole answer each) is never cut by the burst alone.
+        assert_eq!(super::burst(10, ms(50), 256), 32 * 256);
     }
 
     #[test]

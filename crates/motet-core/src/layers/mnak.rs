@@ -50,7 +50,8 @@ pub struct Config {
     /// Casts retransmitted in answer to one NAK. Default 256.
     pub retransmit_max: usize,
     /// Most casts retransmitted to one member a second, in answer to its NAKs, with a burst of a
-    /// `sweep_interval`'s worth (and at least `retransmit_max`). Default 100,000. A NAK that asks
+    /// `sweep_interval`'s worth, and at least what one sweep may ask (32 holes of
+    /// `retransmit_max`: 8,192 by default). Default 100,000. A NAK that asks
     /// for more is answered in part (counted as `OverBudget`), and the rest comes at the
     /// requester's re-ask: a member that repeats NAKs cannot spend the others' send capacity
     /// without bound (`gaps::Budget`).
@@ -123,7 +124,8 @@ struct Origin {
     max_known: Seqno,
     /// Sweeps in a row that asked for the origin's first hole where it was (`received` then),
     /// which choose whom its re-NAK goes to ([`Mnak::repairer`]): the first ask goes to the
-    /// origin, the first re-ask (an eighth of a sweep interval later) to the next member, and so
+    /// origin, the first re-ask (an eighth of a sweep interval later, or when the answer was due) to
+    /// the next member, and so
     /// on; `None` before the first sweep that asked for one. (It began at `(0, 0)`, so a first
     /// sweep for a hole at 0, an origin's first cast lost, counted as the second and asked
     /// another member first: the origin itself only after one sweep per other member, about 5 s
@@ -658,7 +660,8 @@ impl Layer for Mnak {
             None => return,
         }
         // The sweep asks again for the first hole when its re-ask is due (an eighth of a sweep
-        // interval after its first NAK, backing off to an interval), and, a sweep interval or
+        // interval after its first NAK, or when its answer was due if that is later, backing off
+        // to an interval: `gaps::Asked::first_wait`), and, a sweep interval or
         // more after the last full sweep, for every later one asked for before it (a NAK or its
         // answer may have been lost); the others are asked for once, when their `nak_delay` is
         // over, as they would have been at once without a delay (`gaps::to_ask`).

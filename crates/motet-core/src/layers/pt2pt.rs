@@ -44,7 +44,8 @@ pub struct Config {
     /// Messages retransmitted per peer per NAK or sweep. Default 64.
     pub retransmit_max: usize,
     /// Most messages retransmitted to one peer a second in answer to its NAKs, with a burst of a
-    /// `sweep_interval`'s worth (and at least `retransmit_max`). Default 100,000. As `mnak`'s:
+    /// `sweep_interval`'s worth, and at least what one sweep may ask (32 holes of
+    /// `retransmit_max`: 5,000 by default, the interval's worth). Default 100,000. As `mnak`'s:
     /// a NAK that asks for more is answered in part (`OverBudget`), the rest at its re-ask. The
     /// sweep's own retransmissions, of sends unacknowledged for an interval, are not counted.
     pub retransmit_rate: u64,
@@ -754,20 +755,22 @@ mod tests {
     #[test]
     fn a_repeated_nak_is_answered_within_the_peers_budget() {
         let view = crate::testing::view(2);
-        let config = Config { retransmit_max: 16, retransmit_rate: 1_000, ..Config::default() };
+        let config = Config { retransmit_max: 3, retransmit_rate: 2_000, ..Config::default() };
+        assert_eq!(super::super::gaps::burst(2_000, config.sweep_interval, 3), 100, "50 ms' worth");
         let mut h = Harness::new(Pt2pt::new(&config, &view, 0), 0);
         for _ in 0..100 {
             h.dn(Dn::Send { dest: 1, msg: Msg::new(b"a".as_slice().into()) });
         }
         let nak = || Up::Send { origin: 1, msg: Msg::default().with(Header::Nak { lo: 0, hi: 99 }) };
-        let got: Vec<usize> = (0..5).map(|_| sent_headers(&h.up(nak())).len()).collect();
-        assert_eq!(got, [16, 16, 16, 2, 0], "a burst of 50 ms' worth, then nothing at the same instant");
+        let got: Vec<usize> = (0..35).map(|_| sent_headers(&h.up(nak())).len()).collect();
+        assert_eq!(got[..33], [3; 33]);
+        assert_eq!(got[33..], [1, 0], "the burst, then nothing at the same instant");
         assert_eq!(h.stats.drops(DropReason::OverBudget), 2);
         let at = h.alarm.expect("a sweep is armed");
         let resent = sent_headers(&h.timer(at)).iter().filter(|h| matches!(h, Header::Retrans { .. })).count();
-        assert_eq!(resent, 16, "the sweep resends what waited an interval, budget or not");
+        assert_eq!(resent, 3, "the sweep resends what waited an interval, budget or not");
         h.now = at + Duration::from_millis(10);
-        assert_eq!(sent_headers(&h.up(nak())).len(), 16, "refilled since");
+        assert_eq!(sent_headers(&h.up(nak())).len(), 3, "refilled since");
     }
 
     /// A peer that acknowledges nothing of what waits for it within `ack_timeout` is suspected,

@@ -80,12 +80,23 @@ pub struct Sync {
     /// coordinator's round, nor an earlier round (otherwise its coordinator could count us in a
     /// view we never install — two primaries).
     committed: Option<(Rank, u64)>,
+    /// A later round of the coordinator whose cut we were delivering excluded us before we
+    /// committed: `intra` is told once we commit (`Up::Excluded`).
+    excluded: Option<(Rank, u64)>,
 }
 
 impl Sync {
     /// A `sync` for `view`.
     pub fn new(_config: &Config, view: &ViewState, rank: Rank) -> Sync {
-        Sync { rank, n: view.len(), flushing: None, cutting: None, failed: RankSet::new(), committed: None }
+        Sync {
+            rank,
+            n: view.len(),
+            flushing: None,
+            cutting: None,
+            failed: RankSet::new(),
+            committed: None,
+            excluded: None,
+        }
     }
 
     /// Sends `header` to the coordinator, or hands `local` up when we are the coordinator.
@@ -133,10 +144,14 @@ impl Layer for Sync {
                             // committed to will never come either: `intra` stops waiting for it
                             // (it waited its commit timeout, lengthened by each later round it
                             // heard of: 15 s in a simulator run, seed 243 of the `vsync` swarm).
-                            if failed.contains(self.rank)
-                                && self.committed.is_some_and(|(c, r)| c == origin && round > r)
-                            {
+                            // `mnak` delivers the coordinator's casts in order, whatever the cut
+                            // says, so the round may exclude us before we reach its earlier cut:
+                            // then we tell `intra` once we commit (a review's finding).
+                            let later = |at: Option<(Rank, u64)>| at.is_some_and(|(c, r)| c == origin && round > r);
+                            if failed.contains(self.rank) && later(self.committed) {
                                 out.up(Up::Excluded { coord: origin, round });
+                            } else if failed.contains(self.rank) && later(self.cutting) {
+                                self.excluded = Some((origin, round));
                             }
                             return;
                         }
@@ -194,6 +209,10 @@ impl Layer for Sync {
                     }
                     self.to_coord(coord, Header::CutOk { round }, Up::CutOk { from: self.rank, round }, out);
                     out.up(Up::CutDone { coord, round });
+                    if let Some((by, later)) = self.excluded.take().filter(|&(by, later)| by == coord && later > round)
+                    {
+                        out.up(Up::Excluded { coord: by, round: later });
+                    }
                 }
             }
             other => out.pass_up(super::LayerKind::Sync, other, Header::NoHdr),
@@ -277,6 +296,17 @@ mod tests {
         assert!(h.up(from(0, excluding(1))).is_empty(), "not a later round");
         let out = h.up(from(0, excluding(2)));
         assert!(excluded(&out) && !blocks(&out), "{out:?}");
+
+        // The excluding round may come before the cut is reached (`mnak` delivers the
+        // coordinator's casts in order): `intra` is told once this member commits.
+        let mut h = Harness::new(Sync::new(&Config::default(), &view, 2), 2);
+        h.up(from(0, flush(1)));
+        h.up(from(0, Header::Cut { round: 1, cut: vec![0; 4] }));
+        assert!(!excluded(&h.up(from(0, excluding(2)))));
+        let out = h.up(Up::CutReached);
+        let done = out.iter().position(|o| matches!(o, Out::Up(Up::CutDone { coord: 0, round: 1 })));
+        let told = out.iter().position(|o| matches!(o, Out::Up(Up::Excluded { coord: 0, round: 2 })));
+        assert!(done.is_some() && told > done, "committed, then told: {out:?}");
     }
 
     /// Seed 885: a member that followed another coordinator's round is deaf to what that round

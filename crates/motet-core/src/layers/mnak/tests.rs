@@ -401,6 +401,27 @@ fn a_nak_sent_at_an_arrival_arms_its_own_re_ask() {
     assert_eq!(sent::<Header>(&h.timer(again)), [(0, Header::Nak { origin: 0, lo: 0, hi: 0 })], "asked again");
 }
 
+/// The answer to the first hole's NAK times the round trip (`gaps::RoundTrip`): on a slow link
+/// (30 ms here) the next first hole's re-ask waits until its answer is due (37.5 ms, a quarter
+/// more), not an eighth of a sweep (6.25 ms).
+#[test]
+fn an_answered_nak_times_the_round_trip_that_paces_the_next_re_ask() {
+    let view = crate::testing::view(2);
+    let config = Config { nak_delay: Duration::ZERO, ..Config::default() };
+    let mut h = Harness::new(Mnak::new(&config, &view, 1), 1);
+    let ms = Duration::from_millis;
+    h.up(Up::Cast { origin: 0, msg: data(1), qos: Qos::Unreliable }); // 0 NAKed at 0 ms
+    h.now = Instant::ZERO + ms(30);
+    let retrans = Msg::new(vec![0].into()).with(Header::Retrans { origin: 0, seqno: 0 });
+    h.up(Up::Send { origin: 1, msg: retrans });
+    assert_eq!(h.layer.origins[0].received, 2, "answered");
+    h.now = Instant::ZERO + ms(100);
+    let out = h.up(Up::Cast { origin: 0, msg: data(3), qos: Qos::Unreliable });
+    assert_eq!(sent::<Header>(&out), [(0, Header::Nak { origin: 0, lo: 2, hi: 2 })]);
+    let due = h.layer.origins[0].asked.first.map(|ask| ask.due);
+    assert_eq!(due, Some(h.now + Duration::from_micros(37_500)));
+}
+
 /// An origin that fails while its first hole is open, its re-asks backed off to a whole sweep
 /// interval: the hole is asked of the others at once, not up to an interval later (a review's
 /// observation on the backoff).
@@ -438,8 +459,8 @@ fn a_failed_origins_open_hole_is_asked_of_the_others_at_once() {
 #[test]
 fn a_repeated_nak_is_answered_within_its_requesters_budget() {
     let view = crate::testing::view(4);
-    let config = Config { retransmit_max: 16, retransmit_rate: 1_000, ..Config::default() };
-    assert_eq!(super::super::gaps::burst(1_000, config.sweep_interval, 16), 50, "50 ms' worth");
+    let config = Config { retransmit_max: 16, retransmit_rate: 11_000, ..Config::default() };
+    assert_eq!(super::super::gaps::burst(11_000, config.sweep_interval, 16), 550, "50 ms' worth");
     let mut h = Harness::new(Mnak::new(&config, &view, 1), 1);
     for seqno in 0..100 {
         h.up(Up::Cast { origin: 0, msg: data(seqno), qos: Qos::Unreliable });
@@ -450,12 +471,14 @@ fn a_repeated_nak_is_answered_within_its_requesters_budget() {
     let answered = |out: &[Out], to: Rank| {
         sent::<Header>(out).iter().filter(|(d, h)| *d == to && matches!(h, Header::Retrans { origin: 0, .. })).count()
     };
-    let got: Vec<usize> = (0..5).map(|_| answered(&h.up(nak(2)), 2)).collect();
-    assert_eq!(got, [16, 16, 16, 2, 0], "the burst, then nothing at the same instant");
+    let got: Vec<usize> = (0..36).map(|_| answered(&h.up(nak(2)), 2)).collect();
+    assert_eq!(got[..34], [16; 34]);
+    assert_eq!(got[34..], [6, 0], "the burst (550), then nothing at the same instant");
     assert_eq!(h.stats.drops(DropReason::OverBudget), 2, "each NAK answered in part counted");
     assert_eq!(answered(&h.up(nak(3)), 3), 16, "another requester's budget is its own");
     h.now = h.now + Duration::from_millis(10);
-    assert_eq!(answered(&h.up(nak(2)), 2), 10, "10 ms at 1,000 a second");
+    let got: usize = (0..10).map(|_| answered(&h.up(nak(2)), 2)).sum();
+    assert_eq!(got, 110, "10 ms at 11,000 a second");
     h.now = h.now + Duration::from_millis(1_000);
     assert_eq!(answered(&h.up(nak(2)), 2), 16, "refilled");
 }
