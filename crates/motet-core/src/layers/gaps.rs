@@ -316,9 +316,10 @@ impl Asked {
 /// A NAK of a few bytes asks for up to `retransmit_max` whole messages, so a member that repeats
 /// one (a fault, or an attack from inside the group) could spend the others' send capacity
 /// without bound. The bucket bounds what each requester gets, whatever it asks; what it does not
-/// get it asks for again at its next re-ask, as after a lost answer. An honest requester asks for
-/// each hole a few times a sweep interval at most ([`to_ask`]), so the default rate leaves it far
-/// below the bound. Aeron and NORM bound repair the same way, per receiver and per stream.
+/// get it asks for again at its next re-ask, as after a lost answer. The burst holds what one of
+/// an honest requester's sweeps may ask of one member ([`burst`]), and its sweeps come an
+/// interval apart ([`to_ask`]): the simulator's sets, heavy swarms at 27% loss among them, never
+/// reached the bound. Aeron and NORM bound repair the same way, per receiver and per stream.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(super) struct Budget {
     /// Taken and not refilled yet: 0 is a full bucket.
@@ -381,10 +382,11 @@ pub(super) fn holes(
 /// for again; not of a failed origin, below).
 /// - The first hole again, an eighth of a sweep interval after its first NAK (or when its answer
 ///   is due, if that is later), then after twice as long each time up to the interval (the NAK or
-///   its answer may have been lost; [`Asked::asked`]). Until the fortieth session it was asked again at every firing of the
-///   timer, which also fires at each new gap's `nak_delay` (2 ms) and for early reports: the
-///   more gaps traffic opened, the more often (every few milliseconds under loss, before its
-///   answer could come), so the NAKs grew with the loss they answered.
+///   its answer may have been lost; [`Asked::asked`]). Until the fortieth session it was asked
+///   again at every firing of the timer, which also fires at each new gap's `nak_delay` (2 ms)
+///   and for early reports: the more gaps traffic opened, the more often (every few
+///   milliseconds under loss, before its answer could come), so the NAKs grew with the loss they
+///   answered.
 /// - At a full sweep, every hole (the first too, when no NAK of it is on record) asked for
 ///   before the last full sweep, again (likewise).
 /// - Of the rest, only what lies at or above `asked_upto`: each is asked for once, when its
