@@ -725,6 +725,10 @@ mod tests {
         assert!(err("[group.params.suspect]\ntimeout_ms = 3600000\n").contains("suspect.timeout_ms must be less than"));
         assert!(err("[group.params.mnak]\nretransmit_max = 100000\n")
             .contains("mnak.retransmit_max (100000) must be at most 4096"));
+        assert!(err("[group.params.mnak]\nretransmit_rate = 1000\n").contains(
+            "mnak.retransmit_rate (1000 a second) must let at least mnak.retransmit_max (256) through each mnak.sweep_interval_ms (50 ms): at least 5120 a second"
+        ));
+        assert!(err("[group.params.pt2pt]\nretransmit_rate = 0\n").contains("pt2pt.retransmit_rate must be at least 1"));
         assert!(err("[group.params.suspect]\nsweep_interval_ms = 400\n")
             .contains("suspect.timeout_ms (1000 ms) must be at least 3 times suspect.sweep_interval_ms (400 ms)"));
         assert!(err("[group.params.mnak]\nrecv_window_max = 100000000\n")

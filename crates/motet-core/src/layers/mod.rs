@@ -525,6 +525,22 @@ impl StackConfig {
                 return bad(format!("{name} ({value}) must be at most {max}"));
             }
         }
+        // A NAK answer rate below one whole answer a sweep interval (parameters also come with
+        // other members' views: `retransmit_rate = 1` would repair one message a second, and a
+        // lossy group would stall) is refused.
+        for (name, rate, max, interval) in [
+            ("mnak", self.mnak.retransmit_rate, self.mnak.retransmit_max, self.mnak.sweep_interval),
+            ("pt2pt", self.pt2pt.retransmit_rate, self.pt2pt.retransmit_max, self.pt2pt.sweep_interval),
+        ] {
+            let per_sweep = u128::from(rate) * u128::from(interval.0) / 1_000_000_000;
+            if per_sweep < max as u128 {
+                return bad(format!(
+                    "{name}.retransmit_rate ({rate} a second) must let at least {name}.retransmit_max ({max}) through each {name}.sweep_interval_ms ({} ms): at least {} a second",
+                    interval.as_millis(),
+                    (max as u128 * 1_000_000_000).div_ceil(u128::from(interval.0.max(1)))
+                ));
+            }
+        }
         // A view's member list travels in one vector of at most `RANKS_MAX`; a group of one
         // could never take a member.
         if !(2..=motet_wire::RANKS_MAX).contains(&self.inter.members_max) {
