@@ -338,7 +338,7 @@ pub(crate) fn run(args: SimArgs) -> ExitCode {
     let ms = |at: usize| latency.get(at).map(|&ns| ns as f64 / 1e6);
     summary.delivery_ms_p50 = ms(latency.len() / 2);
     summary.delivery_ms_p99 = ms(latency.len() * 99 / 100);
-    summary.delivery_ms_max = latency.len().checked_sub(1).and_then(ms);
+    summary.delivery_ms_max = latency.last().map(|&ns| ns as f64 / 1e6);
     let mut bypass = motet_core::BypassStats::default();
     reports.iter().for_each(|r| bypass.merge(&r.bypass));
     summary.bypass_hit_rate = bypass.hit_rate();

@@ -124,9 +124,8 @@ struct Origin {
     max_known: Seqno,
     /// Sweeps in a row that asked for the origin's first hole where it was (`received` then),
     /// which choose whom its re-NAK goes to ([`Mnak::repairer`]): the first ask goes to the
-    /// origin, the first re-ask (an eighth of a sweep interval later, or when the answer was due) to
-    /// the next member, and so
-    /// on; `None` before the first sweep that asked for one. (It began at `(0, 0)`, so a first
+    /// origin, the first re-ask (an eighth of a sweep interval later, or when the answer was due)
+    /// to the next member, and so on; `None` before the first sweep that asked for one. (It began at `(0, 0)`, so a first
     /// sweep for a hole at 0, an origin's first cast lost, counted as the second and asked
     /// another member first: the origin itself only after one sweep per other member, about 5 s
     /// in a view of 100. Found by a review.)
@@ -374,7 +373,6 @@ impl Mnak {
         }
     }
 
-    /// Receives cast `seqno` of `origin` (first transmission or retransmission).
     /// How far a failed origin's casts may be delivered: up to the cut once it is announced; in a
     /// stack with a flush, not beyond what was delivered when the failure was declared until then
     /// (what each member reported is what the cut is computed from, so delivering more before the
